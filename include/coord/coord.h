@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coord/coord.h - the coordinator: schedule functions on workers, get
+ * RemoteValues back, join, done (ClusterCoordinator semantics, design.md).
+ *
+ * Error rule (S3-S5): the first closure that fails makes the next
+ * coord_schedule(), coord_join() or coord_done() return its error once.
+ * Before returning it, that call cancels every queued closure (their
+ * RemoteValues become CANCELLED) and waits for the closures in flight, so
+ * when it returns nothing is executing.  The error is then cleared.
+ */
+#ifndef COORD_COORD_H
+#define COORD_COORD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <coord/error.h>
+#include <coord/spec.h>
+#include <coord/worker.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct coord;
+struct coord_rv;
+struct coord_pw;
+
+/** Default closure ring capacity (S14). */
+#define COORD_RING_DEFAULT 262144u
+
+/**
+ * struct coord_opts - coordinator options; fill with coord_opts_init().
+ * @registry:        functions and resource creators; borrowed, must outlive
+ *                   the coordinator.  Required.
+ * @transport:       "inproc" (default).
+ * @inproc_workers:  workers of the in-process transport when @spec is NULL
+ *                   (default 2).
+ * @ring_capacity:   closure ring slots, rounded up to a power of two;
+ *                   0 = unbounded (logged warning) (S14).
+ * @start_delay_ms:  staggered start (S13): worker i waits
+ *                   min(delay * i, max) before its first closure.  -1 (the
+ *                   default) takes TF_COORDINATOR_SCHEDULE_START_DELAY
+ *                   (seconds) from the environment, else 0.
+ * @start_delay_max_ms: the cap; -1 (default) takes
+ *                   TF_COORDINATOR_SCHEDULE_START_DELAY_MAX, else no cap.
+ * @spin_ns:         how long a waiter spins before it sleeps on a futex
+ *                   (default 50000).  Dispatchers use the same budget.
+ * @batch:           closures a dispatcher takes at once (default 32).
+ * @flags:           reserved, 0.
+ */
+struct coord_opts {
+	const struct coord_registry *registry;
+	const char *transport;
+	unsigned inproc_workers;
+	unsigned ring_capacity;
+	int64_t start_delay_ms;
+	int64_t start_delay_max_ms;
+	uint64_t spin_ns;
+	unsigned batch;
+	uint64_t flags;
+};
+
+/** coord_opts_init() - fill @o with the defaults above. */
+COORD_API void coord_opts_init(struct coord_opts *o);
+
+/**
+ * coord_create() - start a coordinator and its workers.
+ * @spec: the cluster (its "worker" job); NULL for @opts->inproc_workers
+ *        in-process workers.  Borrowed: copied what is needed before return.
+ * @opts: copied before return.
+ * @out:  on success the coordinator; free with coord_destroy().
+ *
+ * Return: 0; COORD_EINVAL (bad option, unknown transport, no worker);
+ * COORD_ENOMEM; a thread-creation error.
+ */
+COORD_API COORD_NODISCARD int coord_create(const struct coord_spec *spec,
+					   const struct coord_opts *opts, struct coord **out,
+					   struct coord_error *err);
+
+/**
+ * coord_destroy() - stop workers and free everything.  Queued closures are
+ * cancelled and in-flight ones finish first.  RemoteValues the caller still
+ * holds stay readable until coord_rv_put(), which must come before this call
+ * returns... or after: handles outlive the coordinator.  NULL is ignored.
+ *
+ * Concurrency: no other call on @c may be running or start.
+ */
+COORD_API void coord_destroy(struct coord *c);
+
+/** coord_num_workers() - the number of workers. */
+COORD_API unsigned coord_num_workers(const struct coord *c);
+
+/**
+ * coord_fn_lookup() - resolve a registered name once (S15).
+ * @id: on success the id to pass to coord_schedule().
+ *
+ * Return: 0; COORD_ENOFN with a message naming @name.
+ */
+COORD_API COORD_NODISCARD int coord_fn_lookup(const struct coord *c, const char *name,
+					      uint32_t *id, struct coord_error *err);
+
+/**
+ * struct coord_call - everything about one call; the general form of
+ * coord_schedule().
+ * @fn:       id from coord_fn_lookup().
+ * @args:     argument bytes; copied before return.
+ * @len:      their length.
+ * @pw:       per-worker arguments (S8): on worker i the function sees worker
+ *            i's component through coord_ctx_per_worker(ctx, k) for @pw[k].
+ *            The array is copied; the handles are borrowed until the closure
+ *            is final (keep them until join, or hold the RemoteValue).
+ * @npw:      entries in @pw; at most COORD_MAX_PW.
+ * @flags:    reserved, 0.
+ */
+struct coord_call {
+	uint32_t fn;
+	const void *args;
+	size_t len;
+	struct coord_pw *const *pw;
+	unsigned npw;
+	uint64_t flags;
+};
+
+#define COORD_MAX_PW 4
+
+/**
+ * coord_schedule() - queue one call of @fn with @args on any worker (S1).
+ * @c:    coordinator.
+ * @fn:   id from coord_fn_lookup(); an unknown id fails here (S15).
+ * @args: copied before return; the caller keeps ownership.
+ * @len:  length of @args.
+ * @out:  on success a new RemoteValue, owned by the caller until
+ *        coord_rv_put().  May be NULL when the result is not wanted.
+ * @err:  optional detail on failure.
+ *
+ * Concurrency: any number of threads; lock-free and no malloc in the steady
+ * state.  Blocks only while the ring is full (S1).  Everything the caller
+ * wrote to @args happens-before the function reads it.
+ *
+ * Return: 0; COORD_ENOFN; COORD_EINVAL; an earlier closure's error after
+ * the queue was cancelled and drained (S3), detail in @err, in which case
+ * this call was not queued; COORD_EUNAVAILABLE when no worker is left.
+ */
+COORD_API COORD_NODISCARD int coord_schedule(struct coord *c, uint32_t fn, const void *args,
+					     size_t len, struct coord_rv **out,
+					     struct coord_error *err);
+
+/** coord_schedule_call() - coord_schedule() with every option of @call. */
+COORD_API COORD_NODISCARD int coord_schedule_call(struct coord *c, const struct coord_call *call,
+						  struct coord_rv **out, struct coord_error *err);
+
+/**
+ * coord_join() - wait until every scheduled closure is final (S4).
+ *
+ * Concurrency: any thread; sleeps on a futex.
+ * Return: 0; the first error of a failed closure, once (S3 rule).
+ */
+COORD_API COORD_NODISCARD int coord_join(struct coord *c, struct coord_error *err);
+
+/**
+ * coord_join_timeout() - coord_join() that gives up after @timeout_ns
+ * (negative = forever) with COORD_ETIMEDOUT.
+ */
+COORD_API COORD_NODISCARD int coord_join_timeout(struct coord *c, int64_t timeout_ns,
+						 struct coord_error *err);
+
+/**
+ * coord_done() - whether every scheduled closure is final (S5).
+ * Return: 1 all final; 0 some still queued or running; or the first error
+ * of a failed closure, once (S3 rule; nothing is executing then).
+ */
+COORD_API COORD_NODISCARD int coord_done(struct coord *c, struct coord_error *err);
+
+/* RemoteValue states (S7), from coord_rv_state(). */
+enum coord_rv_state {
+	COORD_RV_NOT_READY = 0,
+	COORD_RV_READY = 1,     /* value or the closure's own error */
+	COORD_RV_ABORTED = 2,   /* worker lost, not handled yet */
+	COORD_RV_CANCELLED = 3, /* cancelled (S3) */
+};
+
+/**
+ * coord_rv_state() - the current state; a snapshot, never blocks.
+ * Concurrency: any thread.
+ */
+COORD_API enum coord_rv_state coord_rv_state(const struct coord_rv *rv);
+
+/** coord_rv_id() - the closure's sequence number, as in coord_error.closure. */
+COORD_API uint64_t coord_rv_id(const struct coord_rv *rv);
+
+/**
+ * coord_rv_fetch() - wait until @rv is final and return its value (S6).
+ * @val: on success the value's bytes, borrowed until coord_rv_put(); may be
+ *       NULL.
+ * @len: on success their length; may be NULL.
+ *
+ * Spins briefly, then sleeps on a futex.
+ *
+ * Return: 0; the closure's own error (message in @err); COORD_ECANCELLED for
+ * a cancelled or aborted value.
+ */
+COORD_API COORD_NODISCARD int coord_rv_fetch(struct coord_rv *rv, const void **val, size_t *len,
+					     struct coord_error *err);
+
+/** coord_rv_fetch_timeout() - coord_rv_fetch() bounded by @timeout_ns (<0 forever). */
+COORD_API COORD_NODISCARD int coord_rv_fetch_timeout(struct coord_rv *rv, int64_t timeout_ns,
+						     const void **val, size_t *len,
+						     struct coord_error *err);
+
+/**
+ * struct coord_result - one outcome in coord_rv_fetch_many().
+ * @code: 0, the closure's error, or COORD_ECANCELLED.
+ * @val, @len: the value when @code is 0; borrowed until coord_rv_put().
+ */
+struct coord_result {
+	int code;
+	const void *val;
+	size_t len;
+};
+
+/**
+ * coord_rv_fetch_many() - wait for @n RemoteValues at once (B3).
+ * @res: @n outcomes, filled in order.
+ *
+ * Return: 0 when all were waited for (each outcome in @res, errors
+ * included); COORD_ETIMEDOUT if @timeout_ns (<0 forever) ran out first.
+ */
+COORD_API COORD_NODISCARD int coord_rv_fetch_many(struct coord_rv *const *rvs, size_t n,
+						  struct coord_result *res, int64_t timeout_ns);
+
+/**
+ * coord_rv_put() - drop the caller's handle.  The value's memory is reused
+ * once the runtime is done with it too.  NULL is ignored.
+ */
+COORD_API void coord_rv_put(struct coord_rv *rv);
+
+/**
+ * coord_per_worker_create() - a per-worker resource (S9), e.g. a dataset
+ * iterator: made on each worker by the creator registered as @creator, on the
+ * first closure that uses it there (lazily), and again after the worker
+ * recovers.
+ * @args: the creator's arguments; copied.
+ * @out:  the handle to pass in coord_call.pw; free with coord_per_worker_put()
+ *        once no closure that uses it is pending.
+ *
+ * Return: 0; COORD_ENOFN if @creator is not a resource creator; COORD_ENOMEM.
+ */
+COORD_API COORD_NODISCARD int coord_per_worker_create(struct coord *c, const char *creator,
+						      const void *args, size_t len,
+						      struct coord_pw **out,
+						      struct coord_error *err);
+
+/** coord_per_worker_put() - release a per-worker handle; NULL is ignored. */
+COORD_API void coord_per_worker_put(struct coord_pw *pw);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COORD_COORD_H */

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coord/worker.h - the side of coord that user functions see.
+ *
+ * Functions are not shipped as code.  Both the coordinator and every worker
+ * build the same registry of C functions by name; the coordinator schedules
+ * by id (resolved once with coord_fn_lookup()) and a worker runs the function
+ * registered under that name.
+ *
+ * A function:
+ *
+ *	static int add(struct coord_ctx *ctx, const void *args, size_t len)
+ *	{
+ *		const int64_t *ab = args;
+ *		int64_t sum;
+ *
+ *		if (len != 2 * sizeof(int64_t))
+ *			return coord_ctx_fail(ctx, COORD_EINVAL, "want two int64");
+ *		sum = ab[0] + ab[1];
+ *		return coord_ctx_set_result(ctx, &sum, sizeof(sum));
+ *	}
+ *
+ * returns 0 (its result, if any, set through the ctx) or a negative code,
+ * which fails the closure with that code (an application error: fatal per S3).
+ */
+#ifndef COORD_WORKER_H
+#define COORD_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <coord/error.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct coord_ctx;
+struct coord_registry;
+
+/** A registered function.  @args is borrowed for the duration of the call. */
+typedef int (*coord_fn_t)(struct coord_ctx *ctx, const void *args, size_t len);
+
+/**
+ * A per-worker resource creator (S9).  Runs on a worker the first time a
+ * closure there needs the resource, and again after that worker recovers.
+ * On success it stores the resource in *@res and returns 0; on failure it
+ * returns a negative code (message through coord_ctx_fail()), and every
+ * closure that needed the resource fails with COORD_EINPUT wrapping it.
+ */
+typedef int (*coord_res_create_t)(struct coord_ctx *ctx, const void *args, size_t len,
+				  void **res);
+/** Frees a resource made by a coord_res_create_t; called on the worker. */
+typedef void (*coord_res_destroy_t)(void *res);
+
+/* Longest function name, terminating NUL included. */
+#define COORD_FN_NAME_MAX 64
+
+/**
+ * coord_registry_create() - an empty registry.
+ * @out: caller frees with coord_registry_destroy() after every coordinator
+ *       and worker that uses it is destroyed.
+ *
+ * Return: 0; COORD_ENOMEM.
+ */
+COORD_API COORD_NODISCARD int coord_registry_create(struct coord_registry **out);
+
+/** coord_registry_destroy() - free a registry; NULL is ignored. */
+COORD_API void coord_registry_destroy(struct coord_registry *reg);
+
+/**
+ * coord_registry_add() - register @fn under @name.
+ * @name: copied; at most COORD_FN_NAME_MAX - 1 bytes.
+ *
+ * Concurrency: not with any other use of @reg; register everything before
+ * handing the registry to coord_create().
+ *
+ * Return: 0; COORD_EINVAL for a NULL @fn, an empty or too long name, or a
+ * name that is already registered; COORD_ENOMEM.
+ */
+COORD_API COORD_NODISCARD int coord_registry_add(struct coord_registry *reg, const char *name,
+						 coord_fn_t fn);
+
+/**
+ * coord_registry_add_resource() - register a per-worker resource creator.
+ * @destroy: may be NULL.
+ *
+ * Same rules as coord_registry_add(); creators and functions share one name
+ * space.
+ */
+COORD_API COORD_NODISCARD int coord_registry_add_resource(struct coord_registry *reg,
+							  const char *name,
+							  coord_res_create_t create,
+							  coord_res_destroy_t destroy);
+
+/**
+ * coord_ctx_set_result() - copy @len bytes at @p as the closure's result.
+ *
+ * May be called more than once; the last call wins.  No malloc for results
+ * up to the inline size; larger results come from pooled size classes.
+ *
+ * Return: 0; COORD_ENOMEM.
+ */
+COORD_API COORD_NODISCARD int coord_ctx_set_result(struct coord_ctx *ctx, const void *p,
+						   size_t len);
+
+/**
+ * coord_ctx_result_buf() - a buffer of @len bytes that becomes the result;
+ * write into it before returning.  Saves a copy for large results.
+ *
+ * Return: the buffer, or NULL when out of memory.
+ */
+COORD_API void *coord_ctx_result_buf(struct coord_ctx *ctx, size_t len);
+
+/**
+ * coord_ctx_fail() - record an error message and return @code, so a
+ * function can `return coord_ctx_fail(ctx, -EIO, "disk %d", n);`.
+ * @code: negative; a non-negative code is turned into COORD_EINVAL.
+ */
+COORD_API int coord_ctx_fail(struct coord_ctx *ctx, int code, const char *fmt, ...)
+	COORD_PRINTF(3, 4);
+
+/** coord_ctx_attempt() - 1 on the first run of this closure, 2 after one put-back... (B8). */
+COORD_API unsigned coord_ctx_attempt(const struct coord_ctx *ctx);
+
+/** coord_ctx_worker() - the index of the worker running the function. */
+COORD_API int coord_ctx_worker(const struct coord_ctx *ctx);
+
+/** coord_ctx_closure() - the closure's sequence number (same as coord_rv_id()). */
+COORD_API uint64_t coord_ctx_closure(const struct coord_ctx *ctx);
+
+/**
+ * coord_ctx_per_worker() - this worker's component of the closure's @i-th
+ * per-worker argument (S8): the resource the creator made on this worker.
+ *
+ * Return: the resource, or NULL if @i is out of range.
+ */
+COORD_API void *coord_ctx_per_worker(const struct coord_ctx *ctx, unsigned i);
+
+/** coord_ctx_num_per_worker() - how many per-worker arguments the closure has. */
+COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COORD_WORKER_H */

@@ -1,0 +1,758 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runtime/coordinator.c - schedule / join / done, the S3 error rule, and the
+ * dispatch interface the transports drive.
+ *
+ * Overview
+ *   schedule() takes a closure from a type-stable pool, copies the arguments
+ *   in, counts it in `outstanding`, stamps it with the current cancellation
+ *   generation and pushes it on the queue: a bounded MPMC ring (ring.c) plus
+ *   an overflow stack for put-backs and for the unbounded mode.  Dispatchers
+ *   (one per worker for inproc) take batches, run or send them, complete the
+ *   RemoteValues and drop the counts.  No lock anywhere on that path.
+ *
+ *   The first failing closure records the coordinator's error (a CAS on
+ *   err_state).  The next schedule/join/done that sees it becomes the
+ *   canceller: it bumps `gen`, drains the queue cancelling every closure of
+ *   an older generation, waits for every worker's inflight to reach zero,
+ *   then hands the error to its caller and clears it (S3-S5).
+ *
+ * Invariants
+ *   C1  outstanding = closures scheduled and not yet final.  It is raised
+ *       before the push and dropped after the RemoteValue is final, so
+ *       outstanding == 0 means no function is running (S5).
+ *   C2  A dispatcher raises w->inflight (seq_cst, D2) before it pops and reads
+ *       gen (seq_cst, D2) after; the canceller bumps gen (seq_cst, D1) before
+ *       it reads inflight (seq_cst, D1).  In the single total order of these
+ *       seq_cst operations, either the dispatcher sees the new gen and
+ *       cancels what it popped, or the canceller sees its inflight and waits:
+ *       when the canceller returns, no closure of the old generation runs.
+ *   C3  A closure takes its generation when it is queued, not when built.
+ *   C4  err_state moves EMPTY -> WRITING -> SET (one failing closure, the
+ *       first) -> TAKEN (one canceller) -> EMPTY.  Only the TAKEN owner reads
+ *       the error record after WRITING's owner released it with SET.
+ *   C5  Old-generation closures that a canceller missed (pushed by a racing
+ *       schedule that read gen before the bump) are cancelled by whichever
+ *       dispatcher pops them: they never run.
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+enum { ERR_EMPTY, ERR_WRITING, ERR_SET, ERR_TAKEN };
+
+/* ---- options --------------------------------------------------------------- */
+
+void coord_opts_init(struct coord_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->transport = "inproc";
+	o->inproc_workers = 2;
+	o->ring_capacity = COORD_RING_DEFAULT;
+	o->start_delay_ms = -1;
+	o->start_delay_max_ms = -1;
+	o->spin_ns = 50000;
+	o->batch = 32;
+}
+
+/* Seconds (a decimal number) from the environment, as ms; -1 if unset. */
+static int64_t env_seconds_ms(const char *name)
+{
+	const char *v = getenv(name);
+	char *end;
+	double s;
+
+	if (!v || !*v)
+		return -1;
+	s = strtod(v, &end);
+	if (*end || s < 0 || s > 1e9) {
+		coord_log(COORD_LOG_WARN, "%s=\"%s\" is not a number of seconds; ignored", name,
+			  v);
+		return -1;
+	}
+	return (int64_t)(s * 1000.0 + 0.5);
+}
+
+uint64_t coord_stagger_ns(const struct coord_opts *o, unsigned i)
+{
+	int64_t d = o->start_delay_ms > 0 ? o->start_delay_ms * (int64_t)i : 0;
+
+	/* S13: min(delay * i, max); no max means no cap (the reference only
+	 * multiplies when MAX is set: we always do). */
+	if (o->start_delay_max_ms >= 0 && d > o->start_delay_max_ms)
+		d = o->start_delay_max_ms;
+	return (uint64_t)d * 1000000ull;
+}
+
+/* ---- the queue: ring + overflow stack -------------------------------------- */
+
+static void overflow_push_chain(struct coord *c, struct coord_closure *first,
+				struct coord_closure *last)
+{
+	/* Relaxed: the CAS below re-validates. */
+	struct coord_closure *h = atomic_load_explicit(&c->overflow, memory_order_relaxed);
+
+	do {
+		last->next = h;
+		/* R3 (release): pairs with A3 in queue_pop(): the closures'
+		 * contents and links are visible to the popper.  Push-one/pop-all
+		 * has no ABA: a pop takes the whole list. */
+	} while (!atomic_compare_exchange_weak_explicit(&c->overflow, &h, first,
+							memory_order_release, memory_order_relaxed));
+}
+
+static bool queue_empty(struct coord *c)
+{
+	/* Relaxed: a polling snapshot; emptiness is re-decided by popping. */
+	return coord_ring_empty(&c->ring) &&
+	       !atomic_load_explicit(&c->overflow, memory_order_relaxed);
+}
+
+static unsigned queue_pop(struct coord *c, struct coord_closure **out, unsigned max)
+{
+	unsigned n = coord_ring_pop_batch_mc(&c->ring, (void **)out, max);
+	struct coord_closure *h, *rev = NULL, *nx;
+
+	/* Relaxed: a hint; the exchange below decides. */
+	if (n == max || !atomic_load_explicit(&c->overflow, memory_order_relaxed))
+		return n;
+	/* A3 (acquire): pairs with R3 in overflow_push_chain(). */
+	h = atomic_exchange_explicit(&c->overflow, NULL, memory_order_acquire);
+	while (h) { /* newest-first -> oldest-first */
+		nx = h->next;
+		h->next = rev;
+		rev = h;
+		h = nx;
+	}
+	while (rev && n < max) {
+		out[n++] = rev;
+		rev = rev->next;
+	}
+	if (rev) {
+		struct coord_closure *last = rev;
+
+		while (last->next)
+			last = last->next;
+		overflow_push_chain(c, rev, last);
+	}
+	return n;
+}
+
+/* Wait (spin, then futex) until the ring may have room (S1). */
+static void wait_not_full(struct coord *c)
+{
+	uint64_t cap = coord_ring_capacity(&c->ring);
+	uint64_t until = coord_now_ns() + c->opts.spin_ns;
+
+	while (coord_now_ns() < until) {
+		if (coord_ring_size(&c->ring) < cap)
+			return;
+		cpu_relax();
+	}
+	for (;;) {
+		uint32_t v = coord_ec_prepare(&c->not_full);
+
+		if (coord_ring_size(&c->ring) < cap)
+			return;
+		coord_ec_wait(&c->not_full, v, COORD_FOREVER);
+	}
+}
+
+static void queue_push(struct coord *c, struct coord_closure *cl)
+{
+	while (coord_ring_push_mp(&c->ring, cl) < 0) {
+		if (c->unbounded) {
+			overflow_push_chain(c, cl, cl);
+			break;
+		}
+		wait_not_full(c);
+	}
+	coord_ec_signal(&c->not_empty);
+}
+
+/* ---- completion, cancellation, the error slot ------------------------------ */
+
+static void outstanding_sub(struct coord *c, uint64_t n)
+{
+	/* acq_rel: release the final RemoteValues to join() (its acquire load
+	 * of outstanding), C1. */
+	if (n && atomic_fetch_sub_explicit(&c->outstanding, n, memory_order_acq_rel) == n)
+		coord_ec_signal(&c->idle);
+}
+
+static void rcu_put_cb(struct rcu_head *head)
+{
+	coord_closure_put(container_of(head, struct coord_closure, rcu));
+}
+
+/* Make a queued closure CANCELLED and retire it.  Caller owns it (popped). */
+static void cancel_one(struct coord *c, struct coord_closure *cl)
+{
+	if (cl->res_cls != COORD_BUF_INLINE)
+		coord_buf_put(&c->bufs, cl->res, cl->res_cls);
+	cl->res_cls = COORD_BUF_INLINE;
+	cl->res = cl->inline_res;
+	cl->res_len = 0;
+	coord_rv_set_final(cl, COORD_RV_CANCELLED);
+	outstanding_sub(c, 1);
+	/* The runtime's reference goes through epoch reclamation: a transport
+	 * may still resolve this closure's id in a read-side section. */
+	urcu_bp_register_thread();
+	urcu_bp_call_rcu(&cl->rcu, rcu_put_cb);
+}
+
+static void record_error(struct coord *c, struct coord_worker *w, struct coord_closure *cl,
+			 int code, int cause, const char *msg)
+{
+	uint32_t e = ERR_EMPTY;
+
+	/* C4: acquire on success, so our writes below cannot move above the
+	 * claim; failure (an error is already there or being handled) drops
+	 * this one: only the first error is returned (S3). */
+	if (!atomic_compare_exchange_strong_explicit(&c->err_state, &e, ERR_WRITING,
+						     memory_order_acquire, memory_order_relaxed))
+		return;
+	c->err.code = code;
+	c->err.cause = cause;
+	c->err.worker = w ? w->index : COORD_NO_WORKER;
+	c->err.closure = cl->id;
+	snprintf(c->err.msg, sizeof(c->err.msg), "%s", msg ? msg : coord_strerror(code));
+	/* C4 (release): publishes the record to the canceller's acquire CAS. */
+	atomic_store_explicit(&c->err_state, ERR_SET, memory_order_release);
+	coord_ec_signal(&c->idle);
+}
+
+static uint64_t inflight_sum(struct coord *c)
+{
+	uint64_t s = 0;
+
+	for (unsigned i = 0; i < c->nworkers; i++)
+		/* D1 (seq_cst): after the gen bump in cancel_all(); see C2. */
+		s += atomic_load_explicit(&c->workers[i].inflight, memory_order_seq_cst);
+	return s;
+}
+
+/*
+ * cancel_all() - S3: cancel every queued closure, wait for those in flight.
+ * Caller is the single canceller (TAKEN, or destroy).
+ */
+static void cancel_all(struct coord *c)
+{
+	struct coord_closure *buf[64], *keep = NULL, *keep_last = NULL;
+	/* D1 (seq_cst): see C2.  New closures get g; older ones are cancelled. */
+	uint64_t g = atomic_fetch_add_explicit(&c->gen, 1, memory_order_seq_cst) + 1;
+	/* Relaxed: a bound for the drain, so a producer that never stops
+	 * cannot keep us here; anything missed is cancelled by C5. */
+	uint64_t budget = atomic_load_explicit(&c->outstanding, memory_order_relaxed) + 64;
+	unsigned n;
+
+	while (budget > 0 && (n = queue_pop(c, buf, 64)) > 0) {
+		budget = budget > n ? budget - n : 0;
+		for (unsigned i = 0; i < n; i++) {
+			if (buf[i]->gen < g) {
+				cancel_one(c, buf[i]);
+				continue;
+			}
+			buf[i]->next = keep; /* a new closure: queue it again */
+			keep = buf[i];
+			if (!keep_last)
+				keep_last = buf[i];
+		}
+	}
+	if (keep) {
+		overflow_push_chain(c, keep, keep_last);
+		coord_ec_signal(&c->not_empty);
+	}
+	coord_ec_signal(&c->not_full);
+	for (unsigned spins = 0;; spins++) {
+		uint32_t v = coord_ec_prepare(&c->drained);
+
+		if (inflight_sum(c) == 0)
+			return;
+		if (spins < 1000) {
+			cpu_relax();
+			continue;
+		}
+		coord_ec_wait(&c->drained, v, COORD_FOREVER);
+	}
+}
+
+/*
+ * take_error() - S3-S5: if an error is recorded, become the canceller,
+ * return it once and clear it.  Returns 0 when there is none to return.
+ */
+static int take_error(struct coord *c, struct coord_error *err)
+{
+	for (;;) {
+		/* Acquire: pairs with the release stores of err_state (C4). */
+		uint32_t s = atomic_load_explicit(&c->err_state, memory_order_acquire);
+		uint32_t v;
+		int code;
+
+		if (s == ERR_EMPTY)
+			return 0;
+		if (s == ERR_SET) {
+			/* C4: acquire, to read the record released by SET. */
+			if (!atomic_compare_exchange_strong_explicit(&c->err_state, &s, ERR_TAKEN,
+								     memory_order_acquire,
+								     memory_order_relaxed))
+				continue;
+			cancel_all(c);
+			code = c->err.code;
+			if (err)
+				*err = c->err;
+			/* C4 (release): our reads of the record are done. */
+			atomic_store_explicit(&c->err_state, ERR_EMPTY, memory_order_release);
+			coord_ec_signal(&c->idle);
+			return code;
+		}
+		/* WRITING or TAKEN by another thread: wait until it moves on. */
+		v = coord_ec_prepare(&c->idle);
+		/* Relaxed: compared for change only; the loop re-acquires. */
+		if (atomic_load_explicit(&c->err_state, memory_order_relaxed) != s)
+			continue;
+		if (s == ERR_WRITING) {
+			cpu_relax(); /* a few stores away from SET */
+			continue;
+		}
+		coord_ec_wait(&c->idle, v, COORD_FOREVER);
+	}
+}
+
+static inline bool error_pending(struct coord *c)
+{
+	/* Relaxed: a fast-path hint; take_error() re-reads with acquire. */
+	return atomic_load_explicit(&c->err_state, memory_order_relaxed) != ERR_EMPTY;
+}
+
+/* ---- schedule / join / done ------------------------------------------------- */
+
+int coord_fn_lookup(const struct coord *c, const char *name, uint32_t *id,
+		    struct coord_error *err)
+{
+	for (uint32_t i = 0; name && i < c->reg->n; i++)
+		if (c->reg->fns[i].fn && !strcmp(c->reg->fns[i].name, name)) {
+			*id = i;
+			return 0;
+		}
+	return coord_seterr(err, COORD_ENOFN, "no function named '%s' is registered",
+			    name ? name : "(null)");
+}
+
+int coord_schedule_call(struct coord *c, const struct coord_call *call, struct coord_rv **out,
+			struct coord_error *err)
+{
+	struct coord_closure *cl;
+	int r;
+
+	if (out)
+		*out = NULL;
+	if (unlikely(error_pending(c))) {
+		r = take_error(c, err);
+		if (r < 0)
+			return r;
+	}
+	/* S15: refuse what cannot run, here and not on a worker. */
+	if (unlikely(call->fn >= c->reg->n || !c->reg->fns[call->fn].fn))
+		return coord_seterr(err, COORD_ENOFN,
+				    "function id %u is not a registered function (%u known)",
+				    call->fn, c->reg->n);
+	if (unlikely(call->npw > COORD_MAX_PW || (call->npw && !call->pw) ||
+		     call->len > UINT32_MAX || (call->len && !call->args)))
+		return coord_seterr(err, COORD_EINVAL, "bad call: %u per-worker args (max %u), "
+				    "%zu argument bytes", call->npw, COORD_MAX_PW, call->len);
+	for (unsigned i = 0; i < call->npw; i++)
+		if (unlikely(!call->pw[i] || call->pw[i]->c != c))
+			return coord_seterr(err, COORD_EINVAL,
+					    "per-worker argument %u is not of this coordinator", i);
+
+	cl = coord_pool_get(c->closures);
+	if (unlikely(!cl))
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
+	cl->reuse++;
+	cl->id = ((uint64_t)cl->reuse << 32) | cl->idx;
+	cl->fn = call->fn;
+	cl->attempt = 1;
+	cl->args = coord_buf_get(&c->bufs, call->len, cl->inline_args, CL_INLINE_ARGS,
+				 &cl->args_cls);
+	if (unlikely(!cl->args)) {
+		coord_pool_put(c->closures, cl->idx);
+		return coord_seterr(err, COORD_ENOMEM, "no memory for %zu argument bytes",
+				    call->len);
+	}
+	if (call->len)
+		memcpy(cl->args, call->args, call->len);
+	cl->args_len = (uint32_t)call->len;
+	cl->npw = (uint8_t)call->npw;
+	for (unsigned i = 0; i < call->npw; i++) {
+		cl->pw[i] = call->pw[i];
+		/* Relaxed: the caller holds a reference, so this is not the
+		 * 0 -> 1 edge; the drop in coord_per_worker_put() is acq_rel. */
+		atomic_fetch_add_explicit(&call->pw[i]->refs, 1, memory_order_relaxed);
+	}
+	cl->res_cls = COORD_BUF_INLINE;
+	cl->res = cl->inline_res;
+	cl->res_len = 0;
+	cl->err_code = 0;
+	/* Relaxed: the closure is private until the ring's release (R1 in
+	 * ring.c) publishes it with everything above. */
+	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
+	atomic_store_explicit(&cl->refs, out ? 2 : 1, memory_order_relaxed);
+	/* Relaxed: C1 only needs the increment before the push, and the push's
+	 * release orders it before any completion's decrement. */
+	atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
+	/* Acquire: pairs with the canceller's bump (C3: the generation is the
+	 * one current when the closure is queued). */
+	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+	queue_push(c, cl);
+	if (out)
+		*out = (struct coord_rv *)cl;
+	return 0;
+}
+
+int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
+		   struct coord_rv **out, struct coord_error *err)
+{
+	struct coord_call call = { .fn = fn, .args = args, .len = len };
+
+	return coord_schedule_call(c, &call, out, err);
+}
+
+int coord_join_timeout(struct coord *c, int64_t timeout_ns, struct coord_error *err)
+{
+	uint64_t deadline = coord_deadline(timeout_ns);
+	uint64_t spin_until = coord_now_ns() + c->opts.spin_ns;
+
+	for (;;) {
+		uint32_t v = coord_ec_prepare(&c->idle);
+		int r = take_error(c, err);
+
+		if (r < 0)
+			return r;
+		/* Acquire: pairs with outstanding_sub() (C1): results are final. */
+		if (atomic_load_explicit(&c->outstanding, memory_order_acquire) == 0)
+			return take_error(c, err);
+		if (coord_now_ns() < spin_until) {
+			cpu_relax();
+			continue;
+		}
+		if (coord_ec_wait(&c->idle, v, deadline) == -ETIMEDOUT)
+			return coord_seterr(err, COORD_ETIMEDOUT,
+					    "join: %llu closures still pending after %lld ns",
+					    (unsigned long long)atomic_load_explicit(
+						    &c->outstanding, memory_order_relaxed),
+					    (long long)timeout_ns);
+	}
+}
+
+int coord_join(struct coord *c, struct coord_error *err)
+{
+	return coord_join_timeout(c, -1, err);
+}
+
+int coord_done(struct coord *c, struct coord_error *err)
+{
+	int r = take_error(c, err);
+
+	if (r < 0)
+		return r;
+	/* Acquire: as in join (C1). */
+	if (atomic_load_explicit(&c->outstanding, memory_order_acquire) != 0)
+		return 0;
+	r = take_error(c, err);
+	return r < 0 ? r : 1;
+}
+
+/* ---- per-worker resources ---------------------------------------------------- */
+
+int coord_per_worker_create(struct coord *c, const char *creator, const void *args, size_t len,
+			    struct coord_pw **out, struct coord_error *err)
+{
+	struct coord_pw *pw;
+	uint32_t id = UINT32_MAX;
+
+	for (uint32_t i = 0; creator && i < c->reg->n; i++)
+		if (c->reg->fns[i].create && !strcmp(c->reg->fns[i].name, creator))
+			id = i;
+	if (id == UINT32_MAX)
+		return coord_seterr(err, COORD_ENOFN, "no resource creator named '%s'",
+				    creator ? creator : "(null)");
+	if (len > UINT32_MAX || (len && !args))
+		return coord_seterr(err, COORD_EINVAL, "bad creator arguments");
+	pw = calloc(1, sizeof(*pw) + len);
+	if (!pw)
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a per-worker resource");
+	pw->c = c;
+	/* Relaxed: uniqueness is all that is needed. */
+	pw->uid = atomic_fetch_add_explicit(&c->pw_next_uid, 1, memory_order_relaxed) + 1;
+	pw->creator = id;
+	pw->len = (uint32_t)len;
+	pw->args = pw + 1;
+	if (len)
+		memcpy(pw->args, args, len);
+	/* Relaxed: private until returned. */
+	atomic_store_explicit(&pw->refs, 1, memory_order_relaxed);
+	*out = pw;
+	return 0;
+}
+
+void coord_per_worker_put(struct coord_pw *pw)
+{
+	/* acq_rel: the last dropper sees every other user's accesses. */
+	if (pw && atomic_fetch_sub_explicit(&pw->refs, 1, memory_order_acq_rel) == 1)
+		free(pw);
+}
+
+/* ---- the dispatch interface ----------------------------------------------------- */
+
+static void idle_wait(struct coord *c)
+{
+	uint64_t until = coord_now_ns() + c->opts.spin_ns;
+
+	for (unsigned i = 0;; i++) {
+		/* Relaxed: stop is re-checked after every wake. */
+		if (!queue_empty(c) || atomic_load_explicit(&c->stopping, memory_order_relaxed))
+			return;
+		if ((i & 63) == 63) {
+			if (coord_now_ns() >= until)
+				break;
+			sched_yield(); /* let a producer on this CPU run */
+		}
+		cpu_relax();
+	}
+	for (;;) {
+		uint32_t v = coord_ec_prepare(&c->not_empty);
+
+		/* Relaxed: as above; the eventcount orders the re-check (E1). */
+		if (!queue_empty(c) || atomic_load_explicit(&c->stopping, memory_order_relaxed))
+			return;
+		coord_ec_wait(&c->not_empty, v, COORD_FOREVER);
+	}
+}
+
+unsigned coord_dispatch_take(struct coord_worker *w, struct coord_closure **out, unsigned max)
+{
+	struct coord *c = w->c;
+
+	for (;;) {
+		unsigned n, k = 0, want;
+		uint64_t g, backlog;
+
+		/* Relaxed: stop is also signalled through not_empty. */
+		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
+			return 0;
+		if (queue_empty(c)) {
+			idle_wait(c);
+			continue;
+		}
+		/* Take a fair share of the backlog, not all of it, so a worker
+		 * does not hoard closures while another is idle. */
+		backlog = coord_ring_size(&c->ring) / c->nworkers;
+		want = backlog < 1 ? 1 : backlog < max ? (unsigned)backlog : max;
+		/* D2 (seq_cst): reserve before the pop; see C2. */
+		atomic_fetch_add_explicit(&w->inflight, want, memory_order_seq_cst);
+		n = queue_pop(c, out, want);
+		/* D2 (seq_cst): read gen after the reservation; see C2. */
+		g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
+		for (unsigned i = 0; i < n; i++) {
+			if (out[i]->gen < g)
+				cancel_one(c, out[i]); /* C5 */
+			else
+				out[k++] = out[i];
+		}
+		if (want > k) {
+			/* Release: our cancellations happen-before the canceller's
+			 * D1 load that sees the lower count. */
+			atomic_fetch_sub_explicit(&w->inflight, want - k, memory_order_release);
+			coord_ec_signal(&c->drained);
+		}
+		if (n && !c->unbounded)
+			coord_ec_signal(&c->not_full);
+		if (k)
+			return k;
+	}
+}
+
+bool coord_dispatch_stale(struct coord_worker *w, struct coord_closure *cl)
+{
+	/* Relaxed: an early-out only; C2 is what guarantees nothing old runs
+	 * after the canceller returns. */
+	return cl->gen < atomic_load_explicit(&w->c->gen, memory_order_relaxed);
+}
+
+void coord_dispatch_cancel(struct coord_worker *w, struct coord_closure *cl)
+{
+	cancel_one(w->c, cl);
+	/* Release: as in coord_dispatch_finish(). */
+	atomic_fetch_sub_explicit(&w->inflight, 1, memory_order_release);
+	coord_ec_signal(&w->c->drained);
+}
+
+void coord_dispatch_complete(struct coord_worker *w, struct coord_closure *cl, int code,
+			     int cause, const char *msg)
+{
+	uint32_t st = COORD_RV_READY;
+
+	if (code < 0) {
+		const char *m = msg ? msg : coord_strerror(code);
+		size_t len = strlen(m) + 1;
+		char *b = coord_closure_result_buf(cl, len);
+
+		if (b)
+			memcpy(b, m, len);
+		cl->err_code = code;
+		cl->err_cause = cause;
+		cl->err_worker = w->index;
+		st = COORD_RV_READY | RV_READY_ERR;
+		record_error(w->c, w, cl, code, cause, m);
+	}
+	coord_rv_set_final(cl, st);
+}
+
+void coord_dispatch_finish(struct coord_worker *w, struct coord_closure **cls, unsigned n)
+{
+	struct coord *c = w->c;
+
+	for (unsigned i = 0; i < n; i++)
+		coord_closure_put(cls[i]);
+	/* Relaxed: a statistic. */
+	atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);
+	/* Release: the completed closures happen-before a canceller's D1 load
+	 * that sees the lower count. */
+	atomic_fetch_sub_explicit(&w->inflight, n, memory_order_release);
+	outstanding_sub(c, n);
+	coord_ec_signal(&c->drained);
+}
+
+/* ---- create / destroy ------------------------------------------------------------- */
+
+static void closure_init(void *obj, uint32_t idx, void *arg)
+{
+	struct coord_closure *cl = obj;
+
+	cl->c = arg;
+	cl->idx = idx;
+	cl->res = cl->inline_res;
+	cl->res_cls = COORD_BUF_INLINE;
+	cl->args_cls = COORD_BUF_INLINE;
+}
+
+static const struct coord_tp_ops *find_transport(const char *name)
+{
+	static const struct coord_tp_ops *const all[] = { &coord_tp_inproc };
+
+	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
+		if (!strcmp(all[i]->name, name ? name : "inproc"))
+			return all[i];
+	return NULL;
+}
+
+int coord_create(const struct coord_spec *spec, const struct coord_opts *opts,
+		 struct coord **out, struct coord_error *err)
+{
+	const struct coord_tp_ops *tp;
+	struct coord *c;
+	unsigned nw;
+	int r;
+
+	if (!opts || !opts->registry || !out)
+		return coord_seterr(err, COORD_EINVAL, "coord_create: opts with a registry and "
+				    "an out pointer are required");
+	tp = find_transport(opts->transport);
+	if (!tp)
+		return coord_seterr(err, COORD_EINVAL, "unknown transport '%s' (known: inproc)",
+				    opts->transport);
+	nw = spec ? (unsigned)coord_spec_num_tasks(spec, "worker") : opts->inproc_workers;
+	if (nw == 0 || nw > 65536)
+		return coord_seterr(err, COORD_EINVAL,
+				    "a cluster needs 1 to 65536 workers (got %u)", nw);
+	if (opts->batch == 0 || opts->batch > 1024)
+		return coord_seterr(err, COORD_EINVAL, "batch must be 1..1024 (got %u)",
+				    opts->batch);
+	c = aligned_alloc(CACHELINE, (sizeof(*c) + CACHELINE - 1) & ~(size_t)(CACHELINE - 1));
+	if (!c)
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a coordinator");
+	memset(c, 0, sizeof(*c));
+	c->opts = *opts;
+	c->reg = opts->registry;
+	c->tp = tp;
+	c->nworkers = nw;
+	if (c->opts.start_delay_ms < 0)
+		c->opts.start_delay_ms = env_seconds_ms("TF_COORDINATOR_SCHEDULE_START_DELAY");
+	if (c->opts.start_delay_max_ms < 0)
+		c->opts.start_delay_max_ms =
+			env_seconds_ms("TF_COORDINATOR_SCHEDULE_START_DELAY_MAX");
+	c->unbounded = opts->ring_capacity == 0;
+	if (c->unbounded)
+		coord_log(COORD_LOG_WARN, "ring capacity 0: the closure queue is unbounded; "
+			  "schedule() never blocks and memory grows with the backlog (S14)");
+	r = coord_ring_init(&c->ring, c->unbounded ? COORD_RING_DEFAULT : opts->ring_capacity);
+	if (r < 0)
+		goto err_free;
+	r = coord_pool_create(sizeof(struct coord_closure), 12, 4096, closure_init, c,
+			      &c->closures);
+	if (r < 0)
+		goto err_ring;
+	r = coord_bufs_init(&c->bufs);
+	if (r < 0)
+		goto err_pool;
+	c->workers = aligned_alloc(CACHELINE, sizeof(*c->workers) * nw);
+	if (!c->workers) {
+		r = COORD_ENOMEM;
+		goto err_bufs;
+	}
+	memset(c->workers, 0, sizeof(*c->workers) * nw);
+	c->created_ns = coord_now_ns();
+	for (unsigned i = 0; i < nw; i++) {
+		c->workers[i].c = c;
+		c->workers[i].index = (int)i;
+		c->workers[i].start_at_ns = c->created_ns + coord_stagger_ns(&c->opts, i);
+	}
+	r = tp->start(c, err);
+	if (r < 0)
+		goto err_workers;
+	*out = c;
+	return 0;
+
+err_workers:
+	free(c->workers);
+err_bufs:
+	coord_bufs_fini(&c->bufs);
+err_pool:
+	coord_pool_destroy(c->closures);
+err_ring:
+	coord_ring_fini(&c->ring);
+err_free:
+	free(c);
+	if (r == COORD_ENOMEM)
+		coord_seterr(err, r, "no memory for the coordinator");
+	return r;
+}
+
+void coord_destroy(struct coord *c)
+{
+	if (!c)
+		return;
+	cancel_all(c); /* queued: CANCELLED; in flight: finish first */
+	/* Relaxed: the signals below carry it (their fences order it, E1). */
+	atomic_store_explicit(&c->stopping, 1, memory_order_relaxed);
+	coord_ec_signal(&c->not_empty);
+	coord_smp_mb(); /* stopping before the wake of stagger sleepers */
+	coord_futex_wake_all(&c->stopping);
+	c->tp->stop(c);
+	cancel_all(c); /* anything a dispatcher left (none expected) */
+	urcu_bp_barrier(); /* every deferred closure release has run */
+	coord_bufs_fini(&c->bufs);
+	coord_pool_destroy(c->closures);
+	coord_ring_fini(&c->ring);
+	free(c->workers);
+	free(c);
+}
+
+unsigned coord_num_workers(const struct coord *c)
+{
+	return c->nworkers;
+}

@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * runtime/internal.h - the coordinator's private structures and the dispatch
+ * interface that the transports in transport/ drive.
+ *
+ * A closure is one scheduled call; its RemoteValue lives inline in it, so a
+ * `struct coord_rv *` handed to the user is a `struct coord_closure *`.
+ *
+ * Lifetime of a closure (references in @refs):
+ *   schedule:  taken from the pool, refs = 1 (runtime) + 1 if the caller wants
+ *              the RemoteValue.  Queued on the ring (ring + overflow stack).
+ *   dispatch:  a dispatcher pops it (counted in its worker's inflight), runs
+ *              or sends it, and completes it: result, one state exchange,
+ *              FUTEX_WAKE only if a fetcher parked.  Then the runtime ref goes.
+ *   cancel:    a queued closure of an old generation is made CANCELLED by
+ *              whoever pops it (canceller or dispatcher); its runtime ref is
+ *              dropped through call_rcu (epoch reclamation), since a
+ *              transport may still resolve its id inside a read-side section.
+ *   free:      refs == 0: buffers back to their size classes, the closure
+ *              back to the pool.  Pool memory is type-stable: a stale pointer
+ *              reads a recycled closure, never unmapped memory, and the
+ *              closure id (index, reuse count) tells the two apart.
+ */
+#ifndef COORD_RUNTIME_INTERNAL_H
+#define COORD_RUNTIME_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <urcu-bp.h>
+
+#include <coord/coord.h>
+
+#include "runtime/futex.h"
+#include "runtime/pool.h"
+#include "runtime/ring.h"
+#include "runtime/util.h"
+
+#define CL_INLINE_ARGS 64
+#define CL_INLINE_RES 64
+
+/* RemoteValue state word: low bits one of enum coord_rv_state, plus
+ * READY_ERR (READY with an error) and the parked-waiter bit. */
+#define RV_STATE_MASK 0x7u
+#define RV_READY_ERR 0x4u
+#define RV_WAITER 0x8u
+
+struct coord_pw;
+struct coord;
+
+struct coord_closure {
+	/* Written by schedule before the push (published by the ring's R1). */
+	struct coord *c;
+	uint64_t gen;     /* cancellation generation, taken when queued (S3) */
+	uint64_t id;      /* reuse << 32 | pool index: coord_rv_id() */
+	uint32_t idx;     /* pool index, fixed for the object's life */
+	uint32_t reuse;   /* times this object was handed out */
+	uint32_t fn;
+	uint32_t attempt; /* 1 + put-backs (B8); owner of the closure writes */
+	uint32_t args_len;
+	uint8_t args_cls;
+	uint8_t res_cls;
+	uint8_t npw;
+	void *args;
+	struct coord_pw *pw[COORD_MAX_PW];
+	struct coord_closure *next; /* overflow stack link, owner only */
+	struct rcu_head rcu;
+
+	/* RemoteValue (S7).  Result fields are written by the completer before
+	 * its release exchange of @state and read after an acquire load. */
+	_Atomic uint32_t state;
+	_Atomic uint32_t refs;
+	int err_code;
+	int err_cause;
+	int err_worker;
+	uint32_t res_len;
+	void *res; /* the value, or the error message (NUL-terminated) */
+
+	char inline_args[CL_INLINE_ARGS];
+	char inline_res[CL_INLINE_RES];
+};
+
+/* A registered function or resource creator. */
+struct coord_fn_entry {
+	char name[COORD_FN_NAME_MAX];
+	coord_fn_t fn;
+	coord_res_create_t create;
+	coord_res_destroy_t destroy;
+};
+
+struct coord_registry {
+	struct coord_fn_entry *fns;
+	uint32_t n, cap;
+};
+
+/* A per-worker resource handle (S9).  Immutable after creation but refs. */
+struct coord_pw {
+	struct coord *c;
+	uint64_t uid;     /* unique for the coordinator's life */
+	uint32_t creator; /* registry index of the creator */
+	uint32_t len;
+	void *args;
+	_Atomic uint32_t refs;
+};
+
+/* Worker states; transitions are the recovery thread's (issue 4). */
+enum coord_worker_state {
+	COORD_WORKER_UP = 0,
+	COORD_WORKER_DOWN = 1,
+	COORD_WORKER_DROPPED = 2,
+};
+
+/* The coordinator's view of one worker. */
+struct coord_worker {
+	/* Written by its dispatcher per batch, summed by the canceller. */
+	_Atomic uint64_t inflight __cacheline_aligned;
+	_Atomic uint64_t executed; /* closures completed here (metrics) */
+	struct coord *c __cacheline_aligned;
+	int index;
+	_Atomic int state;
+	uint64_t start_at_ns; /* staggered start (S13) */
+	void *tp;             /* the transport's per-worker state */
+};
+
+struct coord_tp_ops;
+
+struct coord {
+	/* Hot, written by producers. */
+	_Atomic uint64_t outstanding __cacheline_aligned; /* scheduled, not final */
+	/* Read on every push, written only by the canceller. */
+	_Atomic uint64_t gen __cacheline_aligned;
+	/* S3 error slot: EMPTY -> WRITING -> SET -> TAKEN -> EMPTY. */
+	_Atomic uint32_t err_state __cacheline_aligned;
+	struct coord_error err;
+
+	struct coord_ring ring;
+	/* Put-backs and, when unbounded, overflow: a Treiber stack that is
+	 * pushed one node at a time and popped whole (xchg), so no ABA. */
+	_Atomic(struct coord_closure *) overflow __cacheline_aligned;
+	bool unbounded;
+
+	struct coord_ec not_empty __cacheline_aligned; /* dispatchers sleep */
+	struct coord_ec not_full;                     /* schedule sleeps (S1) */
+	struct coord_ec idle;                         /* join: outstanding == 0 or error */
+	struct coord_ec drained;                      /* canceller: inflight == 0 */
+	_Atomic uint32_t stopping;
+
+	struct coord_pool *closures;
+	struct coord_bufs bufs;
+	const struct coord_registry *reg;
+	struct coord_opts opts;
+	_Atomic uint64_t pw_next_uid;
+
+	unsigned nworkers;
+	struct coord_worker *workers;
+	const struct coord_tp_ops *tp;
+	void *tp_state;
+	uint64_t created_ns;
+};
+
+static inline struct coord_closure *rv_cl(const struct coord_rv *rv)
+{
+	return (struct coord_closure *)rv;
+}
+
+/* --- the dispatch interface (runtime/coordinator.c) ------------------------ */
+
+/*
+ * coord_dispatch_take() - wait for work for worker @w and take up to @max
+ * runnable closures into @out.  Spins for opts.spin_ns, then sleeps.
+ * Closures of an old generation are cancelled here and not returned.  Each
+ * returned closure counts in @w->inflight until coord_dispatch_finish().
+ * Return: how many; 0 only when the coordinator is stopping.
+ * Concurrency: the dispatcher of @w only.
+ */
+COORD_HIDDEN unsigned coord_dispatch_take(struct coord_worker *w, struct coord_closure **out,
+					  unsigned max);
+
+/*
+ * coord_dispatch_complete() - make @cl final with @code (0 = value already
+ * set with coord_closure_set_result(), else an error whose message, if any,
+ * is @msg).  A failure records the coordinator's first error (S3).
+ * Does not drop counts: call coord_dispatch_finish() for the batch.
+ */
+COORD_HIDDEN void coord_dispatch_complete(struct coord_worker *w, struct coord_closure *cl,
+					  int code, int cause, const char *msg);
+
+/* coord_dispatch_stale() - @cl belongs to a cancelled generation: do not
+ * start it; coord_dispatch_cancel() it instead (S3). */
+COORD_HIDDEN bool coord_dispatch_stale(struct coord_worker *w, struct coord_closure *cl);
+/* coord_dispatch_cancel() - make a taken @cl CANCELLED and retire it,
+ * inflight count included.  Every taken closure ends in exactly one of
+ * coord_dispatch_finish() (after complete) or this. */
+COORD_HIDDEN void coord_dispatch_cancel(struct coord_worker *w, struct coord_closure *cl);
+
+/* coord_dispatch_finish() - @n closures of @w are final: drop inflight,
+ * outstanding and their runtime references; wake joiners/cancellers. */
+COORD_HIDDEN void coord_dispatch_finish(struct coord_worker *w, struct coord_closure **cls,
+					unsigned n);
+
+/* runtime/rv.c: make @cl final with state @st (a RemoteValue state, or
+ * READY|RV_READY_ERR); false if it already was (late result: dropped). */
+COORD_HIDDEN bool coord_rv_set_final(struct coord_closure *cl, uint32_t st);
+/* Drop one reference; the last one recycles the closure. */
+COORD_HIDDEN void coord_closure_put(struct coord_closure *cl);
+COORD_HIDDEN void coord_closure_free(struct coord_closure *cl);
+
+/* coord_closure_result_buf() - room for @len result bytes in @cl. */
+COORD_HIDDEN void *coord_closure_result_buf(struct coord_closure *cl, size_t len);
+
+/* coord_stagger_ns() - the start delay of worker @i (S13). */
+COORD_HIDDEN uint64_t coord_stagger_ns(const struct coord_opts *o, unsigned i);
+
+/* --- worker-side execution (runtime/exec.c), shared by all transports ----- */
+
+/* One worker's table of per-worker resources, indexed by coord_pw uid. */
+struct coord_res_slot {
+	uint64_t uid;
+	uint32_t creator;
+	void *res;
+	int code; /* 0 made, <0 creation failed (cached: later users fail too) */
+	char msg[COORD_ERRMSG_LEN];
+};
+
+struct coord_exec_env {
+	const struct coord_registry *reg;
+	int worker;
+	struct coord_res_slot *res;
+	uint32_t nres, capres;
+};
+
+struct coord_ctx {
+	struct coord_exec_env *env;
+	struct coord_closure *cl; /* in-process: the result goes straight here */
+	uint64_t closure_id;
+	unsigned attempt;
+	unsigned npw;
+	void *pw[COORD_MAX_PW];
+	int has_msg;
+	char msg[COORD_ERRMSG_LEN];
+};
+
+/*
+ * coord_exec_closure() - run @cl's function on @env's worker: make missing
+ * per-worker resources first (S9), then call it.  Returns the function's
+ * code (or COORD_EINPUT with *cause and @ctx->msg set).
+ */
+COORD_HIDDEN int coord_exec_closure(struct coord_exec_env *env, struct coord_closure *cl,
+				    struct coord_ctx *ctx, int *cause);
+COORD_HIDDEN void coord_exec_env_fini(struct coord_exec_env *env);
+
+/* --- transports ------------------------------------------------------------ */
+
+/*
+ * The transport ops table (rdma-core verbs_context_ops style).  A transport
+ * owns its threads; they call the dispatch interface above.
+ *   start: connect/launch every worker of @c; 0 or -errno with @err.
+ *   stop:  the coordinator is stopping (stopping == 1, dispatchers woken);
+ *          join the transport's threads and free its state.
+ */
+struct coord_tp_ops {
+	const char *name;
+	int (*start)(struct coord *c, struct coord_error *err);
+	void (*stop)(struct coord *c);
+};
+
+extern const struct coord_tp_ops coord_tp_inproc;
+
+#endif /* COORD_RUNTIME_INTERNAL_H */

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * runtime/pool.h - type-stable object pools and pooled byte buffers.
+ *
+ * struct coord_pool hands out fixed-size objects by 32-bit index from slabs
+ * that are never freed before coord_pool_destroy(), so an index (or a stale
+ * pointer) always names valid memory; the freelist is a Treiber stack whose
+ * head carries a tag against ABA.  Growth (a new slab) is the only slow path
+ * and the only place with a mutex.
+ *
+ * struct coord_bufs gives byte buffers: up to an inline size the caller's own
+ * storage, then power-of-two size classes from pools, then malloc (slow path,
+ * over COORD_BUF_MAX_POOLED).
+ *
+ * Synchronization: coord_pool_get()/coord_pool_put() may run concurrently from
+ * any threads; coord_pool_destroy() with none.
+ */
+#ifndef COORD_RUNTIME_POOL_H
+#define COORD_RUNTIME_POOL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/util.h"
+
+#define COORD_POOL_MAX_SLABS 65536u
+
+struct coord_pool {
+	/* Free-list head: tag << 32 | (index + 1); index + 1 == 0 means empty. */
+	_Atomic uint64_t head __cacheline_aligned;
+	size_t objsize;
+	uint32_t slab_shift; /* objects per slab = 1 << slab_shift */
+	_Atomic uint32_t nslabs;
+	/* Slab s holds objects [s << shift, (s + 1) << shift) and then their
+	 * free-list links, one _Atomic uint32_t each. */
+	_Atomic(char *) slabs[COORD_POOL_MAX_SLABS];
+	void (*init)(void *obj, uint32_t idx, void *arg);
+	void *init_arg;
+	pthread_mutex_t grow_lock;
+};
+
+/*
+ * coord_pool_create() - a pool of @objsize-byte objects, 1 << @slab_shift per
+ * slab; @prealloc objects are made now.  @init, if set, runs once per object
+ * when its slab is made (to store its index, say).
+ */
+COORD_HIDDEN int coord_pool_create(size_t objsize, uint32_t slab_shift, uint32_t prealloc,
+				   void (*init)(void *obj, uint32_t idx, void *arg),
+				   void *init_arg, struct coord_pool **out);
+COORD_HIDDEN void coord_pool_destroy(struct coord_pool *p);
+
+/* coord_pool_get() - an object, or NULL when memory is exhausted. */
+COORD_HIDDEN void *coord_pool_get(struct coord_pool *p);
+/* coord_pool_put() - return object @idx (its contents are not touched). */
+COORD_HIDDEN void coord_pool_put(struct coord_pool *p, uint32_t idx);
+
+static inline void *coord_pool_obj(struct coord_pool *p, uint32_t idx)
+{
+	/* Acquire: pairs with the release store of the slab pointer in
+	 * pool_grow(); an index is only handed out after its slab is published. */
+	char *slab = atomic_load_explicit(&p->slabs[idx >> p->slab_shift], memory_order_acquire);
+
+	return slab + (size_t)(idx & ((1u << p->slab_shift) - 1)) * p->objsize;
+}
+
+/* --- byte buffers ---------------------------------------------------------- */
+
+#define COORD_BUF_MIN_SHIFT 7  /* 128 B */
+#define COORD_BUF_MAX_SHIFT 20 /* 1 MiB */
+#define COORD_BUF_MAX_POOLED (1u << COORD_BUF_MAX_SHIFT)
+#define COORD_BUF_CLASSES (COORD_BUF_MAX_SHIFT - COORD_BUF_MIN_SHIFT + 1)
+#define COORD_BUF_INLINE 0xffu /* buffer is the caller's inline storage */
+#define COORD_BUF_MALLOC 0xfeu /* buffer came from malloc */
+
+struct coord_bufs {
+	struct coord_pool *cls[COORD_BUF_CLASSES];
+};
+
+COORD_HIDDEN int coord_bufs_init(struct coord_bufs *b);
+COORD_HIDDEN void coord_bufs_fini(struct coord_bufs *b);
+
+/*
+ * coord_buf_get() - @len bytes: @inl itself if @len <= @inl_cap, else pooled
+ * or malloc'd.  *@cls records which, for coord_buf_put().  NULL on ENOMEM.
+ */
+COORD_HIDDEN void *coord_buf_get(struct coord_bufs *b, size_t len, void *inl, size_t inl_cap,
+				 uint8_t *cls);
+COORD_HIDDEN void coord_buf_put(struct coord_bufs *b, void *buf, uint8_t cls);
+
+#endif /* COORD_RUNTIME_POOL_H */

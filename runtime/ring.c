@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runtime/ring.c - bounded MPMC pointer ring (see ring.h).
+ *
+ * Each slot has a sequence number.  Positions are free-running u64s.
+ *
+ * Invariants:
+ *   I1  slot[p & mask].seq == p      : free, awaiting the push of position p.
+ *       slot[p & mask].seq == p + 1  : full, holding the value pushed at p.
+ *       After the pop of p it becomes p + cap: free for the push of p + cap.
+ *   I2  head and tail only grow; 0 <= head - tail <= cap at every instant
+ *       a CAS succeeds (a producer claims p only if the slot is free, I1).
+ *   I3  slot.val is written only by the producer that claimed its position
+ *       (head CAS) before R1, and read only by the consumer that claimed it
+ *       (tail CAS) after A1, before R2.
+ *
+ * Why our own ring and not ck_ring_*_mpmc: ck's MPMC enqueue serialises
+ * producers on a shared tail they must each wait for in order; here a
+ * producer that claimed a slot publishes it alone.  bench/bench_ring.c runs
+ * both side by side.
+ */
+#include <stdlib.h>
+
+#include "runtime/ring.h"
+
+int coord_ring_init(struct coord_ring *r, uint32_t cap)
+{
+	uint64_t n = 2;
+
+	while (n < cap)
+		n <<= 1;
+	r->slots = aligned_alloc(CACHELINE, (n * sizeof(*r->slots) + CACHELINE - 1) &
+						    ~(size_t)(CACHELINE - 1));
+	if (!r->slots)
+		return -ENOMEM;
+	r->mask = n - 1;
+	for (uint64_t i = 0; i < n; i++) {
+		/* Relaxed: the ring is private until create returns. */
+		atomic_store_explicit(&r->slots[i].seq, i, memory_order_relaxed);
+		r->slots[i].val = NULL;
+	}
+	/* Relaxed: as above. */
+	atomic_store_explicit(&r->head, 0, memory_order_relaxed);
+	atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
+	return 0;
+}
+
+void coord_ring_fini(struct coord_ring *r)
+{
+	free(r->slots);
+	r->slots = NULL;
+}
+
+int coord_ring_push_mp(struct coord_ring *r, void *v)
+{
+	/* Relaxed: a hint; the slot's seq (A2) and the CAS decide. */
+	uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+	struct coord_ring_slot *s;
+
+	for (;;) {
+		s = &r->slots[pos & r->mask];
+		/* A2 (acquire): pairs with R2 in pop: the consumer that freed this
+		 * slot has finished reading val before we overwrite it (I3). */
+		uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+		int64_t dif = (int64_t)(seq - pos);
+
+		if (dif == 0) {
+			/* Relaxed: claims position pos (I2); the slot contents are
+			 * published by R1, not by this CAS. */
+			if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1,
+								  memory_order_relaxed,
+								  memory_order_relaxed))
+				break;
+		} else if (dif < 0) {
+			return -EAGAIN; /* slot still holds the value of pos - cap: full */
+		} else {
+			/* Relaxed: another producer took pos; reload the hint. */
+			pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+		}
+	}
+	s->val = v;
+	/* R1 (release): pairs with A1 in pop: publishes val (I1: full). */
+	atomic_store_explicit(&s->seq, pos + 1, memory_order_release);
+	return 0;
+}
+
+unsigned coord_ring_pop_batch_mc(struct coord_ring *r, void **out, unsigned max)
+{
+	/* Relaxed: a hint; the slots' seq (A1) and the CAS decide. */
+	uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+	unsigned n;
+
+	for (;;) {
+		/* Count the full slots from pos on, up to max. */
+		for (n = 0; n < max; n++) {
+			struct coord_ring_slot *s = &r->slots[(pos + n) & r->mask];
+			/* A1 (acquire): pairs with R1 in push: val is visible. */
+			uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+
+			if (seq != pos + n + 1)
+				break;
+		}
+		if (n == 0) {
+			/* Relaxed: recheck whether tail moved under us (then retry)
+			 * or the ring is empty at pos. */
+			uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+
+			if (t == pos)
+				return 0;
+			pos = t;
+			continue;
+		}
+		/* Relaxed: claims positions [pos, pos + n) (I3); the values were
+		 * acquired through A1 above and remain ours once the CAS holds,
+		 * since a producer cannot reuse a slot before R2. */
+		if (atomic_compare_exchange_weak_explicit(&r->tail, &pos, pos + n,
+							  memory_order_relaxed,
+							  memory_order_relaxed))
+			break;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct coord_ring_slot *s = &r->slots[(pos + i) & r->mask];
+
+		out[i] = s->val;
+		/* R2 (release): pairs with A2 in push: our read of val is done
+		 * before the slot is reused (I1: free for pos + cap). */
+		atomic_store_explicit(&s->seq, pos + i + r->mask + 1, memory_order_release);
+	}
+	return n;
+}
+
+bool coord_ring_empty(struct coord_ring *r)
+{
+	/* Relaxed: a snapshot for idle polling; callers re-check by popping. */
+	return atomic_load_explicit(&r->head, memory_order_relaxed) ==
+	       atomic_load_explicit(&r->tail, memory_order_relaxed);
+}
+
+uint64_t coord_ring_size(struct coord_ring *r)
+{
+	/* Relaxed: a snapshot for metrics; tail first so the difference is
+	 * never negative (both only grow). */
+	uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+	uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+
+	return h - t;
+}

@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runtime/rv.c - RemoteValue: one atomic state word per closure (S6, S7).
+ *
+ * State word (closure.state):
+ *   bits 0-2  NOT_READY(0) READY(1) ABORTED(2) CANCELLED(3) READY|ERR(4|1)
+ *   bit  3    RV_WAITER: a fetcher is parked (or about to be) on the word.
+ *
+ * Transitions (S7): NOT_READY -> READY | READY_ERR | CANCELLED | ABORTED;
+ * ABORTED -> NOT_READY (rebuilt: put back and run again).  The completer
+ * writes the result fields, then exchanges the state word (R1, release) and
+ * calls FUTEX_WAKE only if the old word had RV_WAITER.  A fetcher loads the
+ * word with acquire (A1), spins for opts.spin_ns, then sets RV_WAITER with a
+ * CAS and sleeps on exactly that value: a completion in between changes the
+ * word, so the sleep returns at once (EAGAIN).
+ *
+ * Invariants:
+ *   V1  The result fields are written only while the state is NOT_READY, by
+ *       the one thread that owns the closure (its dispatcher).
+ *   V2  After a final state (READY, READY_ERR, CANCELLED) the result fields
+ *       never change until the closure is freed (refs == 0).
+ *   V3  refs counts the user's handle and the runtime's; the closure (and its
+ *       buffers) are recycled by whoever drops the last one.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+static inline uint32_t st_of(uint32_t w)
+{
+	return w & RV_STATE_MASK;
+}
+
+static inline bool st_final(uint32_t st)
+{
+	return st == COORD_RV_READY || st == (COORD_RV_READY | RV_READY_ERR) ||
+	       st == COORD_RV_CANCELLED || st == COORD_RV_ABORTED;
+}
+
+enum coord_rv_state coord_rv_state(const struct coord_rv *rv)
+{
+	/* A1 (acquire): pairs with R1 in rv_set_final(); a caller that sees a
+	 * final state may read the result fields. */
+	uint32_t w = atomic_load_explicit(&rv_cl(rv)->state, memory_order_acquire);
+
+	return (enum coord_rv_state)(st_of(w) & 3u);
+}
+
+uint64_t coord_rv_id(const struct coord_rv *rv)
+{
+	return rv_cl(rv)->id;
+}
+
+void *coord_closure_result_buf(struct coord_closure *cl, size_t len)
+{
+	void *b;
+
+	/* V1: only the owner writes, before R1. */
+	if (cl->res_cls != COORD_BUF_INLINE)
+		coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+	b = coord_buf_get(&cl->c->bufs, len, cl->inline_res, CL_INLINE_RES, &cl->res_cls);
+	if (!b) {
+		cl->res_cls = COORD_BUF_INLINE;
+		cl->res = cl->inline_res;
+		cl->res_len = 0;
+		return NULL;
+	}
+	cl->res = b;
+	cl->res_len = (uint32_t)len;
+	return b;
+}
+
+/*
+ * rv_set_final() - publish final state @st (V1, V2).  Returns false if the
+ * closure was already final (a late, out-of-generation result: discarded).
+ */
+bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
+{
+	/* Relaxed: a snapshot for the CAS loop, which re-validates. */
+	uint32_t w = atomic_load_explicit(&cl->state, memory_order_relaxed);
+
+	for (;;) {
+		uint32_t cur = st_of(w);
+
+		if (cur != COORD_RV_NOT_READY && cur != COORD_RV_ABORTED)
+			return false;
+		/* R1 (release): pairs with A1 in coord_rv_state()/rv_wait(): the
+		 * result fields written before it are visible to any thread that
+		 * sees the final state.  The CAS (not a plain store) reads the
+		 * RV_WAITER bit atomically and clears it. */
+		if (atomic_compare_exchange_weak_explicit(&cl->state, &w, st,
+							  memory_order_release,
+							  memory_order_relaxed))
+			break;
+	}
+	if (w & RV_WAITER)
+		coord_futex_wake_all(&cl->state);
+	return true;
+}
+
+/* Wait until @cl is final; 0 or -ETIMEDOUT.  Leaves the state acquired. */
+static int rv_wait(struct coord_closure *cl, uint64_t deadline)
+{
+	uint64_t spin_until = 0;
+	uint32_t w;
+
+	for (unsigned i = 0;; i++) {
+		/* A1 (acquire): see coord_rv_state(). */
+		w = atomic_load_explicit(&cl->state, memory_order_acquire);
+		if (st_final(st_of(w)) && st_of(w) != COORD_RV_ABORTED)
+			return 0;
+		if (st_of(w) == COORD_RV_ABORTED)
+			return 0; /* S6: an aborted value fails at once */
+		if (i < 64) {
+			cpu_relax();
+			continue;
+		}
+		if (spin_until == 0)
+			spin_until = coord_now_ns() + cl->c->opts.spin_ns;
+		if (coord_now_ns() < spin_until && coord_now_ns() < deadline) {
+			cpu_relax();
+			continue;
+		}
+		if (!(w & RV_WAITER)) {
+			/* Relaxed: the flag only asks for a wake; a failed CAS means
+			 * the state moved, and we loop to look at it. */
+			if (!atomic_compare_exchange_weak_explicit(&cl->state, &w, w | RV_WAITER,
+								   memory_order_relaxed,
+								   memory_order_relaxed))
+				continue;
+			w |= RV_WAITER;
+		}
+		if (coord_futex_wait(&cl->state, w, deadline) == -ETIMEDOUT)
+			return COORD_ETIMEDOUT;
+	}
+}
+
+/* Read the outcome of a final @cl into code/val/len/err. */
+static int rv_outcome(struct coord_closure *cl, const void **val, size_t *len,
+		      struct coord_error *err)
+{
+	/* Relaxed: rv_wait() or the caller already acquired the final state. */
+	uint32_t st = st_of(atomic_load_explicit(&cl->state, memory_order_relaxed));
+
+	if (st == COORD_RV_READY) {
+		if (val)
+			*val = cl->res;
+		if (len)
+			*len = cl->res_len;
+		return 0;
+	}
+	if (st == COORD_RV_CANCELLED || st == COORD_RV_ABORTED) {
+		coord_seterr(err, COORD_ECANCELLED, "closure %llu was %s",
+			     (unsigned long long)cl->id,
+			     st == COORD_RV_ABORTED ? "aborted (its worker was lost); reschedule it"
+						    : "cancelled after an earlier error");
+		if (err)
+			err->closure = cl->id;
+		return COORD_ECANCELLED;
+	}
+	/* READY with an error: its message is in res (V2). */
+	coord_seterr(err, cl->err_code, "%s",
+		     cl->res_len ? (const char *)cl->res : coord_strerror(cl->err_code));
+	if (err) {
+		err->cause = cl->err_cause;
+		err->worker = cl->err_worker;
+		err->closure = cl->id;
+	}
+	return cl->err_code;
+}
+
+int coord_rv_fetch_timeout(struct coord_rv *rv, int64_t timeout_ns, const void **val,
+			   size_t *len, struct coord_error *err)
+{
+	struct coord_closure *cl = rv_cl(rv);
+	int r = rv_wait(cl, coord_deadline(timeout_ns));
+
+	if (r < 0)
+		return coord_seterr(err, r, "closure %llu not ready after %lld ns",
+				    (unsigned long long)cl->id, (long long)timeout_ns);
+	return rv_outcome(cl, val, len, err);
+}
+
+int coord_rv_fetch(struct coord_rv *rv, const void **val, size_t *len, struct coord_error *err)
+{
+	return coord_rv_fetch_timeout(rv, -1, val, len, err);
+}
+
+int coord_rv_fetch_many(struct coord_rv *const *rvs, size_t n, struct coord_result *res,
+			int64_t timeout_ns)
+{
+	uint64_t deadline = coord_deadline(timeout_ns);
+
+	/* The total wait is the slowest value's, not the sum: each wait starts
+	 * where the previous one ended and all share one deadline. */
+	for (size_t i = 0; i < n; i++) {
+		if (rv_wait(rv_cl(rvs[i]), deadline) < 0)
+			return COORD_ETIMEDOUT;
+		res[i].val = NULL;
+		res[i].len = 0;
+		res[i].code = rv_outcome(rv_cl(rvs[i]), &res[i].val, &res[i].len, NULL);
+	}
+	return 0;
+}
+
+void coord_closure_free(struct coord_closure *cl)
+{
+	struct coord *c = cl->c;
+
+	for (unsigned i = 0; i < cl->npw; i++)
+		coord_per_worker_put(cl->pw[i]);
+	coord_buf_put(&c->bufs, cl->args, cl->args_cls);
+	coord_buf_put(&c->bufs, cl->res, cl->res_cls);
+	coord_pool_put(c->closures, cl->idx);
+}
+
+/* Drop one reference (V3). */
+void coord_closure_put(struct coord_closure *cl)
+{
+	/* acq_rel: release our uses of the closure to the thread that frees
+	 * it; acquire theirs if we are the one (V3). */
+	if (atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1)
+		coord_closure_free(cl);
+}
+
+void coord_rv_put(struct coord_rv *rv)
+{
+	if (rv)
+		coord_closure_put(rv_cl(rv));
+}

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * runtime/util.h - small internal helpers shared by runtime/ and transport/.
+ */
+#ifndef COORD_RUNTIME_UTIL_H
+#define COORD_RUNTIME_UTIL_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include <coord/error.h>
+
+#define COORD_HIDDEN __attribute__((visibility("hidden")))
+#define CACHELINE 64
+#define __cacheline_aligned __attribute__((aligned(CACHELINE)))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/*
+ * coord_seterr() - fill @err (if not NULL) with @code and a message; returns
+ * @code so callers can `return coord_seterr(err, -EINVAL, "...")`.
+ */
+COORD_HIDDEN int coord_seterr(struct coord_error *err, int code, const char *fmt, ...)
+	COORD_PRINTF(3, 4);
+
+/* Log levels for coord_log(); COORD_LOG (default "warn") selects on stderr. */
+enum { COORD_LOG_ERROR, COORD_LOG_WARN, COORD_LOG_INFO, COORD_LOG_DEBUG };
+COORD_HIDDEN void coord_log(int level, const char *fmt, ...) COORD_PRINTF(2, 3);
+
+/* coord_die() - a broken internal invariant: print where and why, abort. */
+COORD_HIDDEN __attribute__((noreturn)) void coord_die_at(const char *file, int line,
+							 const char *what, int err);
+#define coord_die(what, err) coord_die_at(__FILE__, __LINE__, (what), (err))
+
+static inline uint64_t coord_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+#endif /* COORD_RUNTIME_UTIL_H */

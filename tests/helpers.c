@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/helpers.c - the standard test functions and small utilities.
+ *
+ * Functions registered by t_registry():
+ *   echo      result = args
+ *   add       args two int64 -> their sum
+ *   sleep_us  args one uint32 microseconds; sleeps, result = worker index (int32)
+ *   fail      fails with -EIO and a message
+ *   gated     spins until t_gate != 0 (bounded 20 s), then returns worker index
+ *   attempt   result = coord_ctx_attempt() (uint32)
+ *   pw_next   per-worker arg 0 is a counter resource: result = worker index
+ *             (int32) and the counter's next value (int64)
+ *   counter   resource creator: an int64 counter starting at args (int64 or 0)
+ * Every function counts t_entered/t_exited.
+ */
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+_Atomic long t_entered, t_exited;
+_Atomic long t_creates[64];
+_Atomic int t_create_fail;
+_Atomic int t_gate;
+
+uint64_t t_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void t_sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
+
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+static void on_alarm(int sig)
+{
+	static const char m[] = "test watchdog: time limit reached, aborting\n";
+
+	(void)!write(2, m, sizeof(m) - 1);
+	abort();
+}
+
+void t_watchdog(unsigned secs)
+{
+	signal(SIGALRM, on_alarm);
+	alarm(secs);
+}
+
+void t_reset_counters(void)
+{
+	atomic_store(&t_entered, 0);
+	atomic_store(&t_exited, 0);
+	for (int i = 0; i < 64; i++)
+		atomic_store(&t_creates[i], 0);
+	atomic_store(&t_create_fail, 0);
+	atomic_store(&t_gate, 0);
+}
+
+#define ENTER() atomic_fetch_add(&t_entered, 1)
+#define EXIT(r)                                                                                    \
+	do {                                                                                       \
+		int r_ = (r);                                                                      \
+		atomic_fetch_add(&t_exited, 1);                                                    \
+		return r_;                                                                         \
+	} while (0)
+
+static int f_echo(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	ENTER();
+	EXIT(coord_ctx_set_result(ctx, args, len));
+}
+
+static int f_add(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	int64_t ab[2], s;
+
+	ENTER();
+	if (len != sizeof(ab))
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "add wants 16 bytes, got %zu", len));
+	memcpy(ab, args, sizeof(ab));
+	s = ab[0] + ab[1];
+	EXIT(coord_ctx_set_result(ctx, &s, sizeof(s)));
+}
+
+static int f_sleep_us(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	uint32_t us = 0;
+	int32_t w = coord_ctx_worker(ctx);
+
+	ENTER();
+	if (len == sizeof(us))
+		memcpy(&us, args, sizeof(us));
+	t_sleep_ns((uint64_t)us * 1000);
+	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
+}
+
+static int f_fail(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	ENTER();
+	EXIT(coord_ctx_fail(ctx, -EIO, "injected failure on worker %d", coord_ctx_worker(ctx)));
+}
+
+static int f_gated(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	uint64_t until = t_now_ns() + 20000000000ull;
+	int32_t w = coord_ctx_worker(ctx);
+
+	ENTER();
+	while (!atomic_load(&t_gate) && t_now_ns() < until)
+		t_sleep_ns(100000);
+	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
+}
+
+static int f_attempt(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	uint32_t a = coord_ctx_attempt(ctx);
+
+	ENTER();
+	EXIT(coord_ctx_set_result(ctx, &a, sizeof(a)));
+}
+
+struct t_counter {
+	int64_t next;
+	int worker;
+};
+
+static int f_pw_next(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_counter *k = coord_ctx_per_worker(ctx, 0);
+	struct {
+		int32_t worker;
+		int32_t owner;
+		int64_t value;
+	} out;
+
+	ENTER();
+	if (!k)
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "pw_next needs a per-worker argument"));
+	out.worker = coord_ctx_worker(ctx);
+	out.owner = k->worker;
+	out.value = k->next++;
+	EXIT(coord_ctx_set_result(ctx, &out, sizeof(out)));
+}
+
+static int r_counter(struct coord_ctx *ctx, const void *args, size_t len, void **res)
+{
+	struct t_counter *k;
+	int w = coord_ctx_worker(ctx);
+
+	if (w >= 0 && w < 64)
+		atomic_fetch_add(&t_creates[w], 1);
+	if (atomic_load(&t_create_fail))
+		return coord_ctx_fail(ctx, -ENOSPC, "counter creation refused on worker %d", w);
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return COORD_ENOMEM;
+	if (len == sizeof(k->next))
+		memcpy(&k->next, args, sizeof(k->next));
+	k->worker = w;
+	*res = k;
+	return 0;
+}
+
+struct coord_registry *t_registry(void)
+{
+	struct coord_registry *r;
+
+	if (coord_registry_create(&r) || coord_registry_add(r, "echo", f_echo) ||
+	    coord_registry_add(r, "add", f_add) || coord_registry_add(r, "sleep_us", f_sleep_us) ||
+	    coord_registry_add(r, "fail", f_fail) || coord_registry_add(r, "gated", f_gated) ||
+	    coord_registry_add(r, "attempt", f_attempt) ||
+	    coord_registry_add(r, "pw_next", f_pw_next) ||
+	    coord_registry_add_resource(r, "counter", r_counter, free)) {
+		fprintf(stderr, "t_registry failed\n");
+		abort();
+	}
+	return r;
+}
+
+struct coord *t_coord(struct coord_registry *reg, unsigned nworkers, unsigned cap)
+{
+	struct coord_opts o;
+	struct coord_error err;
+	struct coord *c;
+
+	coord_opts_init(&o);
+	o.registry = reg;
+	o.inproc_workers = nworkers;
+	o.ring_capacity = cap;
+	o.start_delay_ms = 0;
+	o.start_delay_max_ms = -1;
+	if (coord_create(NULL, &o, &c, &err)) {
+		fprintf(stderr, "t_coord: %s\n", err.msg);
+		abort();
+	}
+	return c;
+}
+
+uint32_t t_fn(struct coord *c, const char *name)
+{
+	uint32_t id;
+	struct coord_error err;
+
+	if (coord_fn_lookup(c, name, &id, &err)) {
+		fprintf(stderr, "t_fn: %s\n", err.msg);
+		abort();
+	}
+	return id;
+}

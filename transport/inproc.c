@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: MIT
+/*
+ * transport/inproc.c - the in-process transport (the embedded default).
+ *
+ * Each worker is a thread of the coordinator's process and is its own
+ * dispatcher: it takes a batch from the queue, runs each closure through the
+ * same worker-side code a coord-worker process uses (runtime/exec.c), writes
+ * the result straight into the closure and completes it.  No copy of the
+ * arguments, no frames, no system call unless a thread sleeps.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+struct inproc_worker {
+	pthread_t thread;
+	bool started;
+	struct coord_exec_env env;
+};
+
+/* Sleep until @w's staggered start (S13), or until the coordinator stops. */
+static void stagger_wait(struct coord_worker *w)
+{
+	struct coord *c = w->c;
+
+	/* Relaxed: a wake on `stopping` (coord_destroy) re-checks it. */
+	while (!atomic_load_explicit(&c->stopping, memory_order_relaxed) &&
+	       coord_now_ns() < w->start_at_ns)
+		coord_futex_wait(&c->stopping, 0, w->start_at_ns);
+}
+
+static void *inproc_main(void *arg)
+{
+	struct coord_worker *w = arg;
+	struct coord *c = w->c;
+	struct inproc_worker *iw = w->tp;
+	struct coord_closure **batch, **done;
+	unsigned n;
+
+	batch = calloc(c->opts.batch, sizeof(*batch));
+	done = calloc(c->opts.batch, sizeof(*done));
+	if (!batch || !done)
+		coord_die("inproc worker batch", ENOMEM);
+	stagger_wait(w);
+	while ((n = coord_dispatch_take(w, batch, c->opts.batch)) > 0) {
+		unsigned nd = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			struct coord_closure *cl = batch[i];
+			struct coord_ctx ctx;
+			int code, cause;
+
+			if (coord_dispatch_stale(w, cl)) {
+				coord_dispatch_cancel(w, cl); /* S3: not started */
+				continue;
+			}
+			code = coord_exec_closure(&iw->env, cl, &ctx, &cause);
+			coord_dispatch_complete(w, cl, code, cause, ctx.has_msg ? ctx.msg : NULL);
+			done[nd++] = cl;
+		}
+		coord_dispatch_finish(w, done, nd);
+	}
+	coord_exec_env_fini(&iw->env);
+	free(batch);
+	free(done);
+	return NULL;
+}
+
+static void inproc_stop(struct coord *c)
+{
+	struct inproc_worker *iws = c->tp_state;
+
+	for (unsigned i = 0; iws && i < c->nworkers; i++)
+		if (iws[i].started)
+			pthread_join(iws[i].thread, NULL);
+	free(iws);
+	c->tp_state = NULL;
+}
+
+static int inproc_start(struct coord *c, struct coord_error *err)
+{
+	struct inproc_worker *iws = calloc(c->nworkers, sizeof(*iws));
+	int r;
+
+	if (!iws)
+		return coord_seterr(err, COORD_ENOMEM, "no memory for in-process workers");
+	c->tp_state = iws;
+	for (unsigned i = 0; i < c->nworkers; i++) {
+		iws[i].env.reg = c->reg;
+		iws[i].env.worker = (int)i;
+		c->workers[i].tp = &iws[i];
+		r = pthread_create(&iws[i].thread, NULL, inproc_main, &c->workers[i]);
+		if (r) {
+			/* Relaxed: published to the started threads by the wakes. */
+			atomic_store_explicit(&c->stopping, 1, memory_order_relaxed);
+			coord_ec_signal(&c->not_empty);
+			coord_smp_mb();
+			coord_futex_wake_all(&c->stopping);
+			inproc_stop(c);
+			return coord_seterr(err, -r, "cannot start in-process worker %u", i);
+		}
+		iws[i].started = true;
+	}
+	return 0;
+}
+
+const struct coord_tp_ops coord_tp_inproc = {
+	.name = "inproc",
+	.start = inproc_start,
+	.stop = inproc_stop,
+};
