@@ -7,8 +7,10 @@
  *   add       args two int64 -> their sum
  *   sleep_us  args one uint32 microseconds; sleeps, result = worker index (int32)
  *   fail      fails with -EIO and a message
- *   gated     spins until t_gate != 0 (bounded 20 s), then returns worker index
+ *   gated     spins until t_gate != 0 (bounded 20 s), then returns worker index,
+ *             or fails with -EIO if it was given any argument bytes
  *   attempt   result = coord_ctx_attempt() (uint32)
+ *   stamp     records the first start time per worker in t_first_ns, sleeps 1 ms
  *   pw_next   per-worker arg 0 is a counter resource: result = worker index
  *             (int32) and the counter's next value (int64)
  *   counter   resource creator: an int64 counter starting at args (int64 or 0)
@@ -28,6 +30,7 @@ _Atomic long t_entered, t_exited;
 _Atomic long t_creates[64];
 _Atomic int t_create_fail;
 _Atomic int t_gate;
+_Atomic uint64_t t_first_ns[64];
 
 uint64_t t_now_ns(void)
 {
@@ -67,6 +70,8 @@ void t_reset_counters(void)
 		atomic_store(&t_creates[i], 0);
 	atomic_store(&t_create_fail, 0);
 	atomic_store(&t_gate, 0);
+	for (int i = 0; i < 64; i++)
+		atomic_store(&t_first_ns[i], 0);
 }
 
 #define ENTER() atomic_fetch_add(&t_entered, 1)
@@ -121,6 +126,8 @@ static int f_gated(struct coord_ctx *ctx, const void *args, size_t len)
 	ENTER();
 	while (!atomic_load(&t_gate) && t_now_ns() < until)
 		t_sleep_ns(100000);
+	if (len > 0)
+		EXIT(coord_ctx_fail(ctx, -EIO, "gated failure on worker %d", w));
 	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
 }
 
@@ -130,6 +137,18 @@ static int f_attempt(struct coord_ctx *ctx, const void *args, size_t len)
 
 	ENTER();
 	EXIT(coord_ctx_set_result(ctx, &a, sizeof(a)));
+}
+
+static int f_stamp(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	int w = coord_ctx_worker(ctx);
+	uint64_t zero = 0;
+
+	ENTER();
+	if (w >= 0 && w < 64)
+		atomic_compare_exchange_strong(&t_first_ns[w], &zero, t_now_ns());
+	t_sleep_ns(1000000);
+	EXIT(0);
 }
 
 struct t_counter {
@@ -182,6 +201,7 @@ struct coord_registry *t_registry(void)
 	    coord_registry_add(r, "add", f_add) || coord_registry_add(r, "sleep_us", f_sleep_us) ||
 	    coord_registry_add(r, "fail", f_fail) || coord_registry_add(r, "gated", f_gated) ||
 	    coord_registry_add(r, "attempt", f_attempt) ||
+	    coord_registry_add(r, "stamp", f_stamp) ||
 	    coord_registry_add(r, "pw_next", f_pw_next) ||
 	    coord_registry_add_resource(r, "counter", r_counter, free)) {
 		fprintf(stderr, "t_registry failed\n");

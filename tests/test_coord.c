@@ -1,6 +1,829 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_coord.c - the coordinator's contract (design.md S1-S9, S13-S15,
+ * B3, B8) on the in-process transport.  Each test names its item.
+ *
+ * "Nothing is executing": every test function counts t_entered / t_exited,
+ * so entered == exited means no function is running at that instant.
+ */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
-int main(void){return 0;}
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+#include "helpers.h"
+
+struct fx {
+	struct coord_registry *reg;
+	struct coord *c;
+};
+
+static int setup_n(void **state, unsigned nworkers, unsigned cap)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	t_reset_counters();
+	f->reg = t_registry();
+	f->c = t_coord(f->reg, nworkers, cap);
+	*state = f;
+	return 0;
+}
+
+static int setup2(void **state)
+{
+	return setup_n(state, 2, COORD_RING_DEFAULT);
+}
+
+static int setup1(void **state)
+{
+	return setup_n(state, 1, COORD_RING_DEFAULT);
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	atomic_store(&t_gate, 1);
+	coord_destroy(f->c);
+	coord_registry_destroy(f->reg);
+	free(f);
+	return 0;
+}
+
+static int64_t fetch_i64(struct coord_rv *rv)
+{
+	const void *v;
+	size_t len;
+	int64_t x;
+
+	assert_int_equal(coord_rv_fetch(rv, &v, &len, NULL), 0);
+	assert_int_equal(len, sizeof(x));
+	memcpy(&x, v, sizeof(x));
+	return x;
+}
+
+static int32_t fetch_i32(struct coord_rv *rv)
+{
+	const void *v;
+	size_t len;
+	int32_t x;
+
+	assert_int_equal(coord_rv_fetch(rv, &v, &len, NULL), 0);
+	assert_int_equal(len, sizeof(x));
+	memcpy(&x, v, sizeof(x));
+	return x;
+}
+
+/* Wait (bounded) until @n functions have entered. */
+static void wait_entered(long n)
+{
+	uint64_t until = t_now_ns() + 10000000000ull;
+
+	while (atomic_load(&t_entered) < n && t_now_ns() < until)
+		t_sleep_ns(100000);
+	assert_true(atomic_load(&t_entered) >= n);
+}
+
+/* ---- S1 ---------------------------------------------------------------------- */
+
+/* S1: schedule returns a RemoteValue at once, before the closure has run. */
+static void test_s1_schedule_returns_at_once(void **state)
+{
+	struct fx *f = *state;
+	uint32_t gated = t_fn(f->c, "gated");
+	struct coord_rv *rv;
+
+	assert_int_equal(coord_schedule(f->c, gated, NULL, 0, &rv, NULL), 0);
+	assert_non_null(rv);
+	assert_int_equal(coord_rv_state(rv), COORD_RV_NOT_READY);
+	atomic_store(&t_gate, 1);
+	assert_int_equal(fetch_i32(rv) >= 0, 1);
+	assert_int_equal(coord_rv_state(rv), COORD_RV_READY);
+	coord_rv_put(rv);
+}
+
+struct bp_arg {
+	struct coord *c;
+	uint32_t fn;
+	int n;
+	_Atomic int scheduled;
+};
+
+static void *bp_producer(void *arg)
+{
+	struct bp_arg *a = arg;
+
+	for (int i = 0; i < a->n; i++) {
+		if (coord_schedule(a->c, a->fn, NULL, 0, NULL, NULL) != 0)
+			break;
+		atomic_fetch_add(&a->scheduled, 1);
+	}
+	return NULL;
+}
+
+/* S1: with the ring full, schedule blocks until a slot frees (backpressure). */
+static void test_s1_backpressure_tiny_ring(void **state)
+{
+	struct fx *f;
+	struct bp_arg a;
+	pthread_t t;
+
+	setup_n((void **)&f, 1, 4);
+	a.c = f->c;
+	a.fn = t_fn(f->c, "gated");
+	a.n = 40;
+	atomic_store(&a.scheduled, 0);
+	pthread_create(&t, NULL, bp_producer, &a);
+	/* The worker holds a batch it cannot finish; the ring holds 4 more. */
+	t_sleep_ns(200000000);
+	long stuck = atomic_load(&a.scheduled);
+	assert_true(stuck < 40);
+	assert_true(coord_ring_size(&f->c->ring) == 4);
+	t_sleep_ns(100000000);
+	assert_int_equal(atomic_load(&a.scheduled), stuck); /* still blocked */
+	atomic_store(&t_gate, 1);
+	pthread_join(t, NULL);
+	assert_int_equal(atomic_load(&a.scheduled), 40);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), 40);
+	teardown((void **)&f);
+}
+
+/* ---- S2 ---------------------------------------------------------------------- */
+
+/* S2: closures run on any available worker, each exactly once here. */
+static void test_s2_runs_on_any_worker(void **state)
+{
+	struct fx *f = *state;
+	uint32_t fn = t_fn(f->c, "sleep_us");
+	struct coord_rv *rv[200];
+	int per_worker[2] = { 0, 0 };
+	uint32_t us = 200;
+
+	for (int i = 0; i < 200; i++)
+		assert_int_equal(coord_schedule(f->c, fn, &us, sizeof(us), &rv[i], NULL), 0);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	for (int i = 0; i < 200; i++) {
+		int32_t w = fetch_i32(rv[i]);
+
+		assert_true(w == 0 || w == 1);
+		per_worker[w]++;
+		coord_rv_put(rv[i]);
+	}
+	assert_true(per_worker[0] > 0 && per_worker[1] > 0);
+	assert_int_equal(atomic_load(&t_entered), 200);
+	assert_int_equal(atomic_load(&t_exited), 200);
+}
+
+/* ---- S3 ---------------------------------------------------------------------- */
+
+/*
+ * S3: after a failure, schedule returns that error, and before returning it
+ * has cancelled every queued closure and waited for those in flight:
+ * nothing is executing when it returns.
+ */
+static void test_s3_schedule_returns_error_nothing_executing(void **state)
+{
+	struct fx *f = *state;
+	uint32_t fail = t_fn(f->c, "fail"), sl = t_fn(f->c, "sleep_us");
+	struct coord_rv *rv[201], *frv;
+	struct coord_error err;
+	uint32_t us = 500;
+	int r = 0, n = 0, cancelled = 0, ready = 0;
+
+	assert_int_equal(coord_schedule(f->c, fail, NULL, 0, &frv, NULL), 0);
+	for (n = 0; n < 200; n++)
+		assert_int_equal(coord_schedule(f->c, sl, &us, sizeof(us), &rv[n], NULL), 0);
+	/* the failure has happened; sleeps are running or queued */
+	assert_int_equal(coord_rv_fetch(frv, NULL, NULL, NULL), -EIO);
+	r = coord_schedule(f->c, sl, &us, sizeof(us), &rv[n], &err);
+	assert_int_equal(r, -EIO);
+	assert_int_equal(err.code, -EIO);
+	assert_non_null(strstr(err.msg, "injected failure"));
+	assert_true(err.worker == 0 || err.worker == 1);
+	assert_int_equal(err.closure, coord_rv_id(frv));
+	assert_null(rv[n]); /* this call was not queued */
+	/* nothing is executing at the moment schedule returned */
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+	for (int i = 0; i < n; i++) {
+		/* every earlier closure is final now: ran, or cancelled */
+		enum coord_rv_state st = coord_rv_state(rv[i]);
+
+		assert_true(st == COORD_RV_READY || st == COORD_RV_CANCELLED);
+		if (st == COORD_RV_CANCELLED) {
+			assert_int_equal(coord_rv_fetch(rv[i], NULL, NULL, &err), COORD_ECANCELLED);
+			cancelled++;
+		} else {
+			ready++;
+		}
+		coord_rv_put(rv[i]);
+	}
+	assert_int_equal(cancelled + ready, n);
+	assert_true(cancelled > 100); /* 200 x 500 us cannot have run yet */
+	/* the error was cleared: it is returned once */
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(coord_done(f->c, NULL), 1);
+	/* the failed closure's own value carries its error */
+	assert_int_equal(coord_rv_fetch(frv, NULL, NULL, &err), -EIO);
+	coord_rv_put(frv);
+	/* the coordinator keeps working */
+	int64_t ab[2] = { 20, 22 };
+	struct coord_rv *ok;
+
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "add"), ab, sizeof(ab), &ok, NULL), 0);
+	assert_int_equal(fetch_i64(ok), 42);
+	coord_rv_put(ok);
+}
+
+struct opener {
+	uint64_t delay_ns;
+};
+
+static void *open_gate_later(void *arg)
+{
+	struct opener *o = arg;
+
+	t_sleep_ns(o->delay_ns);
+	atomic_store(&t_gate, 1);
+	return NULL;
+}
+
+/*
+ * S3: a closure still running when the error arrives keeps its own outcome,
+ * and join waits for it; only the first error is returned.
+ */
+static void test_s3_running_closure_keeps_outcome(void **state)
+{
+	struct fx *f = *state;
+	uint32_t gated = t_fn(f->c, "gated"), fail = t_fn(f->c, "fail");
+	struct coord_rv *g, *f1, *f2;
+	struct coord_error err;
+	struct opener o = { 200000000 };
+	pthread_t t;
+
+	assert_int_equal(coord_schedule(f->c, gated, NULL, 0, &g, NULL), 0);
+	wait_entered(1); /* one worker is inside "gated" */
+	assert_int_equal(coord_schedule(f->c, fail, NULL, 0, &f1, NULL), 0);
+	assert_int_equal(coord_rv_fetch(f1, NULL, NULL, NULL), -EIO);
+	pthread_create(&t, NULL, open_gate_later, &o);
+	/* join must wait for the gated closure before returning the error */
+	assert_int_equal(coord_join(f->c, &err), -EIO);
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+	assert_int_equal(atomic_load(&t_gate), 1);
+	pthread_join(t, NULL);
+	assert_int_equal(coord_rv_state(g), COORD_RV_READY);
+	assert_true(fetch_i32(g) >= 0); /* its own value, not CANCELLED */
+	/* two failures: one error returned, then none */
+	assert_int_equal(coord_schedule(f->c, fail, NULL, 0, &f2, NULL), 0);
+	assert_int_equal(coord_rv_fetch(f2, NULL, NULL, NULL), -EIO);
+	assert_int_equal(coord_join(f->c, &err), -EIO);
+	assert_int_equal(err.closure, coord_rv_id(f2));
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_rv_put(g);
+	coord_rv_put(f1);
+	coord_rv_put(f2);
+}
+
+/* S3: of several errors only the first is returned, and only once. */
+static void test_s3_only_first_error_returned(void **state)
+{
+	struct fx *f = *state;
+	uint32_t fail = t_fn(f->c, "fail");
+	struct coord_rv *rv[8];
+	struct coord_error err;
+
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(coord_schedule(f->c, fail, NULL, 0, &rv[i], NULL), 0);
+	for (int i = 0; i < 8; i++) {
+		int r = coord_rv_fetch(rv[i], NULL, NULL, NULL);
+
+		assert_true(r == -EIO || r == COORD_ECANCELLED);
+	}
+	assert_int_equal(coord_join(f->c, &err), -EIO);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(coord_done(f->c, NULL), 1);
+	for (int i = 0; i < 8; i++)
+		coord_rv_put(rv[i]);
+}
+
+/* S3 (C3): a closure takes its generation when it is queued: closures
+ * scheduled after an error was returned run normally. */
+static void test_s3_generation_taken_when_queued(void **state)
+{
+	struct fx *f = *state;
+	uint32_t fail = t_fn(f->c, "fail"), add = t_fn(f->c, "add");
+	int64_t ab[2] = { 1, 2 };
+	struct coord_rv *rv[64];
+
+	for (int round = 0; round < 20; round++) {
+		assert_int_equal(coord_schedule(f->c, fail, NULL, 0, NULL, NULL), 0);
+		assert_int_equal(coord_join(f->c, NULL), -EIO);
+		for (int i = 0; i < 64; i++)
+			assert_int_equal(coord_schedule(f->c, add, ab, sizeof(ab), &rv[i], NULL), 0);
+		for (int i = 0; i < 64; i++) {
+			assert_int_equal(fetch_i64(rv[i]), 3);
+			coord_rv_put(rv[i]);
+		}
+	}
+}
+
+/* ---- S4 / S5 ------------------------------------------------------------------- */
+
+/* S4: join blocks until every scheduled closure is final. */
+static void test_s4_join_waits_for_all(void **state)
+{
+	struct fx *f = *state;
+	uint32_t fn = t_fn(f->c, "sleep_us");
+	struct coord_rv *rv[100];
+	uint32_t us = 300;
+
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(coord_schedule(f->c, fn, &us, sizeof(us), &rv[i], NULL), 0);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), 100);
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(coord_rv_state(rv[i]), COORD_RV_READY);
+		coord_rv_put(rv[i]);
+	}
+	/* join on an idle coordinator returns at once */
+	assert_int_equal(coord_join(f->c, NULL), 0);
+}
+
+/* S4: join with a deadline gives up with ETIMEDOUT and can be retried. */
+static void test_s4_join_timeout(void **state)
+{
+	struct fx *f = *state;
+	struct coord_error err;
+
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, NULL, NULL), 0);
+	assert_int_equal(coord_join_timeout(f->c, 50000000, &err), COORD_ETIMEDOUT);
+	assert_non_null(strstr(err.msg, "pending"));
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+}
+
+/* S5: done says whether all are final; yes means nothing is executing; an
+ * error is returned once, with nothing executing. */
+static void test_s5_done(void **state)
+{
+	struct fx *f = *state;
+	uint32_t gated = t_fn(f->c, "gated"), fail = t_fn(f->c, "fail");
+	struct coord_error err;
+
+	assert_int_equal(coord_done(f->c, NULL), 1);
+	assert_int_equal(coord_schedule(f->c, gated, NULL, 0, NULL, NULL), 0);
+	assert_int_equal(coord_done(f->c, NULL), 0);
+	atomic_store(&t_gate, 1);
+	for (int i = 0; i < 10000 && coord_done(f->c, NULL) == 0; i++)
+		t_sleep_ns(1000000);
+	assert_int_equal(coord_done(f->c, NULL), 1);
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+
+	assert_int_equal(coord_schedule(f->c, fail, NULL, 0, NULL, NULL), 0);
+	int r = 0;
+
+	for (int i = 0; i < 10000; i++) {
+		r = coord_done(f->c, &err);
+		if (r != 0)
+			break;
+		t_sleep_ns(1000000);
+	}
+	assert_int_equal(r, -EIO);
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+	assert_int_equal(coord_done(f->c, NULL), 1);
+}
+
+/* ---- S6 / S7 / B3 ------------------------------------------------------------------ */
+
+/* S6: fetch blocks until ready; fetch with a deadline times out first. */
+static void test_s6_fetch_blocks_and_times_out(void **state)
+{
+	struct fx *f = *state;
+	struct coord_rv *rv;
+	struct coord_error err;
+	struct opener o = { 100000000 };
+	pthread_t t;
+
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, &rv, NULL), 0);
+	assert_int_equal(coord_rv_fetch_timeout(rv, 20000000, NULL, NULL, &err), COORD_ETIMEDOUT);
+	assert_int_equal(coord_rv_state(rv), COORD_RV_NOT_READY);
+	pthread_create(&t, NULL, open_gate_later, &o);
+	/* parks on the futex (longer than the spin budget), then is woken */
+	assert_true(fetch_i32(rv) >= 0);
+	pthread_join(t, NULL);
+	coord_rv_put(rv);
+}
+
+/*
+ * S6: fetch of a cancelled value fails with CANCELLED (S7 state CANCELLED).
+ * As in the reference, workers go on running queued closures until a caller
+ * takes the error; join then cancels what is still queued.  One worker has
+ * 1000 x 100 us of work queued behind the failure, far more than a joiner
+ * needs to wake up, so some of it is cancelled.
+ */
+static void test_s6_fetch_cancelled(void **state)
+{
+	struct fx *f;
+	struct coord_rv *g, *q[1000];
+	struct coord_error err;
+	uint32_t us = 100;
+	int cancelled = 0, ready = 0;
+
+	setup_n((void **)&f, 1, 4096);
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), "f", 1, &g, NULL), 0);
+	for (int i = 0; i < 1000; i++)
+		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "sleep_us"), &us, sizeof(us),
+						&q[i], NULL), 0);
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_join(f->c, &err), -EIO);
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+	for (int i = 0; i < 1000; i++) {
+		int r = coord_rv_fetch(q[i], NULL, NULL, &err);
+
+		if (r == COORD_ECANCELLED) {
+			assert_int_equal(coord_rv_state(q[i]), COORD_RV_CANCELLED);
+			assert_int_equal(err.closure, coord_rv_id(q[i]));
+			cancelled++;
+		} else {
+			assert_int_equal(r, 0);
+			/* FIFO on one worker: nothing runs after a cancelled one */
+			assert_int_equal(cancelled, 0);
+			ready++;
+		}
+		coord_rv_put(q[i]);
+	}
+	assert_true(cancelled >= 1);
+	assert_int_equal(cancelled + ready, 1000);
+	coord_rv_put(g);
+	teardown((void **)&f);
+}
+
+/* B3: a batch fetch waits for all and reports each outcome. */
+static void test_b3_fetch_many(void **state)
+{
+	struct fx *f = *state;
+	uint32_t add = t_fn(f->c, "add");
+	struct coord_rv *rv[64];
+	struct coord_result res[64];
+
+	for (int64_t i = 0; i < 64; i++) {
+		int64_t ab[2] = { i, 1000 };
+
+		assert_int_equal(coord_schedule(f->c, add, ab, sizeof(ab), &rv[i], NULL), 0);
+	}
+	assert_int_equal(coord_rv_fetch_many(rv, 64, res, -1), 0);
+	for (int64_t i = 0; i < 64; i++) {
+		int64_t x;
+
+		assert_int_equal(res[i].code, 0);
+		assert_int_equal(res[i].len, sizeof(x));
+		memcpy(&x, res[i].val, sizeof(x));
+		assert_int_equal(x, i + 1000);
+		coord_rv_put(rv[i]);
+	}
+	/* and with a deadline that runs out */
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, &rv[0], NULL), 0);
+	assert_int_equal(coord_rv_fetch_many(rv, 1, res, 10000000), COORD_ETIMEDOUT);
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_rv_fetch_many(rv, 1, res, -1), 0);
+	coord_rv_put(rv[0]);
+}
+
+/* Results of every size come back intact (inline, pooled classes, malloc). */
+static void test_results_all_sizes(void **state)
+{
+	struct fx *f = *state;
+	uint32_t echo = t_fn(f->c, "echo");
+	size_t sizes[] = { 0, 1, 63, 64, 65, 4096, 100000, (1u << 20) + 7 };
+
+	for (size_t s = 0; s < ARRAY_SIZE(sizes); s++) {
+		unsigned char *buf = malloc(sizes[s] + 1);
+		struct coord_rv *rv;
+		const void *v;
+		size_t len;
+
+		for (size_t i = 0; i < sizes[s]; i++)
+			buf[i] = (unsigned char)(i * 7 + s);
+		assert_int_equal(coord_schedule(f->c, echo, buf, sizes[s], &rv, NULL), 0);
+		assert_int_equal(coord_rv_fetch(rv, &v, &len, NULL), 0);
+		assert_int_equal(len, sizes[s]);
+		if (len)
+			assert_memory_equal(v, buf, len);
+		coord_rv_put(rv);
+		free(buf);
+	}
+}
+
+/* ---- S8 / S9 -------------------------------------------------------------------- */
+
+/* S8/S9: a per-worker argument is, on worker i, worker i's own component,
+ * created lazily (once per worker, only where used). */
+static void test_s8_s9_per_worker_lazy(void **state)
+{
+	struct fx *f = *state;
+	uint32_t fn = t_fn(f->c, "pw_next");
+	struct coord_pw *pw;
+	struct coord_call call = { .fn = fn };
+	struct coord_rv *rv[300];
+	int64_t next[2] = { 0, 0 };
+	int64_t start = 100;
+
+	assert_int_equal(coord_per_worker_create(f->c, "counter", &start, sizeof(start), &pw,
+						 NULL), 0);
+	assert_int_equal(atomic_load(&t_creates[0]) + atomic_load(&t_creates[1]), 0); /* lazy */
+	call.pw = &pw;
+	call.npw = 1;
+	for (int i = 0; i < 300; i++)
+		assert_int_equal(coord_schedule_call(f->c, &call, &rv[i], NULL), 0);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	next[0] = next[1] = start;
+	for (int i = 0; i < 300; i++) {
+		struct {
+			int32_t worker, owner;
+			int64_t value;
+		} out;
+		const void *v;
+		size_t len;
+
+		assert_int_equal(coord_rv_fetch(rv[i], &v, &len, NULL), 0);
+		assert_int_equal(len, sizeof(out));
+		memcpy(&out, v, sizeof(out));
+		assert_int_equal(out.worker, out.owner); /* its own component */
+		assert_true(out.worker == 0 || out.worker == 1);
+		/* a worker runs its closures in order, so its counter is
+		 * contiguous across the closures it ran */
+		assert_true(out.value >= start);
+		next[out.worker]++;
+		coord_rv_put(rv[i]);
+	}
+	assert_int_equal(next[0] + next[1] - 2 * start, 300);
+	for (int w = 0; w < 2; w++)
+		assert_int_equal(atomic_load(&t_creates[w]), next[w] > start ? 1 : 0);
+	coord_per_worker_put(pw);
+}
+
+/* S9: a creator's failure fails the closure with an INPUT error wrapping the
+ * cause, and is an error of the coordinator like any other (S3). */
+static void test_s9_creation_failure_is_input_error(void **state)
+{
+	struct fx *f = *state;
+	struct coord_pw *pw;
+	struct coord_call call = { .fn = t_fn(f->c, "pw_next"), .npw = 1 };
+	struct coord_rv *rv;
+	struct coord_error err;
+
+	atomic_store(&t_create_fail, 1);
+	assert_int_equal(coord_per_worker_create(f->c, "counter", NULL, 0, &pw, NULL), 0);
+	call.pw = &pw;
+	assert_int_equal(coord_schedule_call(f->c, &call, &rv, NULL), 0);
+	assert_int_equal(coord_rv_fetch(rv, NULL, NULL, &err), COORD_EINPUT);
+	assert_int_equal(err.cause, -ENOSPC);
+	assert_non_null(strstr(err.msg, "counter"));
+	assert_non_null(strstr(err.msg, "refused"));
+	assert_int_equal(coord_join(f->c, &err), COORD_EINPUT);
+	assert_int_equal(atomic_load(&t_entered), 0); /* the function never ran */
+	coord_rv_put(rv);
+	coord_per_worker_put(pw);
+	/* an unknown creator is refused at once */
+	assert_int_equal(coord_per_worker_create(f->c, "nope", NULL, 0, &pw, &err), COORD_ENOFN);
+	assert_int_equal(coord_per_worker_create(f->c, "echo", NULL, 0, &pw, &err), COORD_ENOFN);
+}
+
+/* ---- S13 ------------------------------------------------------------------------ */
+
+/* S13: worker i waits min(delay * i, max); no max means no cap; env vars. */
+static void test_s13_stagger_formula_and_env(void **state)
+{
+	struct coord_opts o;
+
+	coord_opts_init(&o);
+	o.start_delay_ms = 100;
+	o.start_delay_max_ms = -1;
+	assert_int_equal(coord_stagger_ns(&o, 0), 0);
+	assert_int_equal(coord_stagger_ns(&o, 3), 300000000ull);
+	assert_int_equal(coord_stagger_ns(&o, 50), 5000000000ull); /* no cap */
+	o.start_delay_max_ms = 250;
+	assert_int_equal(coord_stagger_ns(&o, 1), 100000000ull);
+	assert_int_equal(coord_stagger_ns(&o, 3), 250000000ull);
+	o.start_delay_ms = 0;
+	assert_int_equal(coord_stagger_ns(&o, 7), 0);
+
+	/* From the seed's environment variables when the options say -1. */
+	struct coord_registry *reg = t_registry();
+	struct coord *c;
+
+	coord_opts_init(&o);
+	o.registry = reg;
+	o.inproc_workers = 3;
+	setenv("TF_COORDINATOR_SCHEDULE_START_DELAY", "0.05", 1);
+	setenv("TF_COORDINATOR_SCHEDULE_START_DELAY_MAX", "0.07", 1);
+	assert_int_equal(coord_create(NULL, &o, &c, NULL), 0);
+	assert_int_equal(c->opts.start_delay_ms, 50);
+	assert_int_equal(c->opts.start_delay_max_ms, 70);
+	assert_int_equal(c->workers[2].start_at_ns - c->created_ns, 70000000ull);
+	coord_destroy(c);
+	unsetenv("TF_COORDINATOR_SCHEDULE_START_DELAY");
+	unsetenv("TF_COORDINATOR_SCHEDULE_START_DELAY_MAX");
+	coord_registry_destroy(reg);
+}
+
+/* S13: end to end, no worker starts its first closure before its delay. */
+static void test_s13_stagger_observed(void **state)
+{
+	struct coord_registry *reg = t_registry();
+	struct coord_opts o;
+	struct coord *c;
+	uint32_t stamp;
+	uint64_t t0;
+
+	t_reset_counters();
+	coord_opts_init(&o);
+	o.registry = reg;
+	o.inproc_workers = 3;
+	o.start_delay_ms = 80;
+	o.start_delay_max_ms = -1;
+	t0 = t_now_ns();
+	assert_int_equal(coord_create(NULL, &o, &c, NULL), 0);
+	stamp = t_fn(c, "stamp");
+	for (int i = 0; i < 400; i++)
+		assert_int_equal(coord_schedule(c, stamp, NULL, 0, NULL, NULL), 0);
+	assert_int_equal(coord_join(c, NULL), 0);
+	for (int w = 0; w < 3; w++) {
+		uint64_t first = atomic_load(&t_first_ns[w]);
+
+		if (first) /* a worker may get nothing if the others drained all */
+			assert_true(first - t0 >= (uint64_t)w * 80000000ull);
+	}
+	assert_true(atomic_load(&t_first_ns[0]) != 0);
+	coord_destroy(c);
+	coord_registry_destroy(reg);
+}
+
+/* ---- S14 / S15 / B8 / misc --------------------------------------------------------- */
+
+/* S14: capacity 0 is unbounded: schedule never blocks, even past the ring. */
+static void test_s14_unbounded(void **state)
+{
+	struct fx *f;
+	uint32_t gated, echo;
+	const int n = COORD_RING_DEFAULT + 5000;
+
+	setup_n((void **)&f, 1, 0);
+	assert_true(f->c->unbounded);
+	gated = t_fn(f->c, "gated");
+	echo = t_fn(f->c, "echo");
+	assert_int_equal(coord_schedule(f->c, gated, NULL, 0, NULL, NULL), 0);
+	wait_entered(1);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(coord_schedule(f->c, echo, NULL, 0, NULL, NULL), 0);
+	assert_non_null(atomic_load(&f->c->overflow)); /* past the ring */
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), n + 1);
+	teardown((void **)&f);
+}
+
+/* S15: an unknown function is refused at schedule with a clear error. */
+static void test_s15_unknown_function_refused(void **state)
+{
+	struct fx *f = *state;
+	struct coord_error err;
+	struct coord_rv *rv = (void *)1;
+	uint32_t id;
+
+	assert_int_equal(coord_schedule(f->c, 12345, NULL, 0, &rv, &err), COORD_ENOFN);
+	assert_null(rv);
+	assert_non_null(strstr(err.msg, "12345"));
+	assert_int_equal(coord_fn_lookup(f->c, "no_such_fn", &id, &err), COORD_ENOFN);
+	assert_non_null(strstr(err.msg, "no_such_fn"));
+	/* a resource creator is not a schedulable function */
+	assert_int_equal(coord_fn_lookup(f->c, "counter", &id, &err), COORD_ENOFN);
+	/* nothing was queued, nothing failed later */
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_entered), 0);
+}
+
+/* B8: the function sees its attempt number (1 on the first run). */
+static void test_b8_attempt_visible(void **state)
+{
+	struct fx *f = *state;
+	struct coord_rv *rv;
+	const void *v;
+	uint32_t a;
+
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "attempt"), NULL, 0, &rv, NULL), 0);
+	assert_int_equal(coord_rv_fetch(rv, &v, NULL, NULL), 0);
+	memcpy(&a, v, sizeof(a));
+	assert_int_equal(a, 1);
+	coord_rv_put(rv);
+}
+
+/* Registry rules and option errors are clear and do not crash. */
+static void test_registry_and_options_errors(void **state)
+{
+	struct coord_registry *reg;
+	struct coord_opts o;
+	struct coord_error err;
+	struct coord *c;
+	char longname[100];
+
+	assert_int_equal(coord_registry_create(&reg), 0);
+	assert_int_equal(coord_registry_add(reg, "a", NULL), COORD_EINVAL);
+	assert_int_equal(coord_registry_add(reg, "", (coord_fn_t)1), COORD_EINVAL);
+	memset(longname, 'x', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	assert_int_equal(coord_registry_add(reg, longname, (coord_fn_t)1), COORD_EINVAL);
+	assert_int_equal(coord_registry_add(reg, "a", (coord_fn_t)1), 0);
+	assert_int_equal(coord_registry_add(reg, "a", (coord_fn_t)1), COORD_EINVAL);
+	coord_opts_init(&o);
+	assert_int_equal(coord_create(NULL, &o, &c, &err), COORD_EINVAL); /* no registry */
+	o.registry = reg;
+	o.transport = "carrier-pigeon";
+	assert_int_equal(coord_create(NULL, &o, &c, &err), COORD_EINVAL);
+	assert_non_null(strstr(err.msg, "carrier-pigeon"));
+	o.transport = "inproc";
+	o.inproc_workers = 0;
+	assert_int_equal(coord_create(NULL, &o, &c, &err), COORD_EINVAL);
+	coord_registry_destroy(reg);
+	assert_string_equal(coord_strerror(COORD_ECANCELLED),
+			    "cancelled: the closure was cancelled or its value aborted");
+}
+
+/* A spec's "worker" job sizes the in-process cluster. */
+static void test_spec_sizes_cluster(void **state)
+{
+	struct coord_registry *reg = t_registry();
+	struct coord_spec *spec;
+	struct coord_opts o;
+	struct coord *c;
+
+	assert_int_equal(coord_spec_local(3, 1, &spec), 0);
+	coord_opts_init(&o);
+	o.registry = reg;
+	assert_int_equal(coord_create(spec, &o, &c, NULL), 0);
+	assert_int_equal(coord_num_workers(c), 3);
+	coord_destroy(c);
+	coord_spec_destroy(spec);
+	coord_registry_destroy(reg);
+}
+
+/* Destroy with closures still queued cancels them and returns. */
+static void test_destroy_with_queued_work(void **state)
+{
+	struct fx *f;
+	struct coord_rv *rv[50];
+	uint32_t us = 1000;
+
+	setup_n((void **)&f, 1, 1024);
+	for (int i = 0; i < 50; i++)
+		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "sleep_us"), &us, sizeof(us),
+						&rv[i], NULL), 0);
+	/* values must be put before destroy (documented) */
+	for (int i = 0; i < 50; i++)
+		coord_rv_put(rv[i]);
+	teardown((void **)&f);
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+	assert_true(atomic_load(&t_exited) < 50);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup2, teardown)
+#define T1(fn) cmocka_unit_test_setup_teardown(fn, setup1, teardown)
+	const struct CMUnitTest tests[] = {
+		T(test_s1_schedule_returns_at_once),
+		cmocka_unit_test(test_s1_backpressure_tiny_ring),
+		T(test_s2_runs_on_any_worker),
+		T(test_s3_schedule_returns_error_nothing_executing),
+		T(test_s3_running_closure_keeps_outcome),
+		T(test_s3_only_first_error_returned),
+		T(test_s3_generation_taken_when_queued),
+		T(test_s4_join_waits_for_all),
+		T(test_s4_join_timeout),
+		T(test_s5_done),
+		T(test_s6_fetch_blocks_and_times_out),
+		cmocka_unit_test(test_s6_fetch_cancelled),
+		T(test_b3_fetch_many),
+		T1(test_results_all_sizes),
+		T(test_s8_s9_per_worker_lazy),
+		T(test_s9_creation_failure_is_input_error),
+		cmocka_unit_test(test_s13_stagger_formula_and_env),
+		cmocka_unit_test(test_s13_stagger_observed),
+		cmocka_unit_test(test_s14_unbounded),
+		T(test_s15_unknown_function_refused),
+		T(test_b8_attempt_visible),
+		cmocka_unit_test(test_registry_and_options_errors),
+		cmocka_unit_test(test_spec_sizes_cluster),
+		cmocka_unit_test(test_destroy_with_queued_work),
+	};
+
+	t_watchdog(300);
+	return cmocka_run_group_tests_name("coord", tests, NULL, NULL);
+}
