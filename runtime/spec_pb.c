@@ -92,7 +92,8 @@ int coord_spec_from_cluster_def(const void *buf, size_t len, struct coord_spec *
 	cd = tensorflow__cluster_def__unpack(NULL, len, buf ? buf : none);
 	if (!cd)
 		return coord_seterr(err, COORD_EINVAL,
-				    "%zu bytes are not a tensorflow.ClusterDef (or no memory)", len);
+				    "%zu bytes are not a tensorflow.ClusterDef (or no memory)",
+				    len);
 	r = coord_spec_new(&s, err);
 	for (size_t i = 0; r == 0 && i < cd->n_job; i++) {
 		const Tensorflow__JobDef *jd = cd->job[i];

@@ -328,10 +328,10 @@ int coord_slurm_tasks_per_node(const char *s, unsigned *counts, size_t nnodes,
 		}
 		for (unsigned long i = 0; i < rep; i++)
 			counts[used++] = (unsigned)c;
-		if (*p == ',')
+		if (*p == ',' && p[1])
 			p++;
 		else if (*p)
-			break;
+			break; /* junk or a trailing ',': refused below */
 	}
 	if (!p || *p || used != nnodes)
 		return coord_seterr(err, COORD_EINVAL, "SLURM_TASKS_PER_NODE '%.60s' does not "
@@ -392,7 +392,8 @@ static int layout(const struct coord_slurm_opts *o, unsigned long ntasks, unsign
 		if (!tpn)
 			tpn = (ntasks + nnodes - 1) / nnodes;
 		for (size_t i = 0; i < nnodes; i++)
-			counts[i] = (unsigned)(tpn < COORD_SPEC_MAX_INDEX ? tpn : COORD_SPEC_MAX_INDEX);
+			counts[i] = (unsigned)(tpn < COORD_SPEC_MAX_INDEX ? tpn
+								       : COORD_SPEC_MAX_INDEX);
 	}
 	/* Fill nodes in order; a node gets no more than its count. */
 	for (size_t i = 0; i < nnodes; i++) {
@@ -495,8 +496,9 @@ int coord_spec_resolve_slurm(const struct coord_slurm_opts *opts, struct coord_s
 			}
 			port = opts->port_base + slot;
 			if (node == nhosts || port > 65535) {
-				r = coord_seterr(err, COORD_EINVAL, "slurm: rank %lu needs port %lu "
-						 "on %s, above 65535", rank, port,
+				r = coord_seterr(err, COORD_EINVAL,
+						 "slurm: rank %lu needs port %lu on %s, above "
+						 "65535", rank, port,
 						 node < nhosts ? hosts[node] : "?");
 				break;
 			}

@@ -145,7 +145,8 @@ static void test_spec_absent_job_and_index(void **state)
 /* S16: task_indices are sorted; job_tasks fills gaps with NULL; as_dict sparse order. */
 static void test_spec_sparse_order_and_gaps(void **state)
 {
-	struct coord_spec *s = parse_ok("{\"w\": {\"10\": \"c:3\", \"2\": \"a:1\", \"7\": \"b:2\"}}");
+	struct coord_spec *s =
+		parse_ok("{\"w\": {\"10\": \"c:3\", \"2\": \"a:1\", \"7\": \"b:2\"}}");
 	const char *addrs[16];
 	int64_t idx[2];
 	size_t n;
@@ -232,7 +233,8 @@ static void test_spec_malformed(void **state)
 		{ "\"h:1\"", "not valid JSON" },
 		{ "{\"worker\": [\"h:1\"", "not valid JSON" },
 		{ "", "not valid JSON" },
-		{ "{\"worker\": [\"a:1\", 5]}", "job 'worker': task 1 is an integer, not an address" },
+		{ "{\"worker\": [\"a:1\", 5]}",
+		  "job 'worker': task 1 is an integer, not an address" },
 		{ "{\"worker\": [\"a:1\", [\"b:1\"]]}", "task 1 is a list, not an address" },
 		{ "{\"worker\": {\"1\": null}}", "job 'worker': task 1 is null" },
 		{ "{\"worker\": {\"-1\": \"a:1\"}}", "job 'worker': negative task index \"-1\"" },
@@ -396,7 +398,8 @@ static void test_spec_tf_config_malformed(void **state)
 		{ "{\"cluster\": {\"worker\": [\"h:1\"]}, \"task\": 3}", "\"task\" is an integer" },
 		{ "{\"cluster\": {\"worker\": [\"h:1\"]}, \"task\": {\"index\": 0}}",
 		  "has no string \"type\"" },
-		{ "{\"cluster\": {\"worker\": [\"h:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}",
+		{ "{\"cluster\": {\"worker\": [\"h:1\"]}, \"task\": {\"type\": \"ps\", "
+		  "\"index\": 0}}",
 		  "task type 'ps' is not a job of the cluster" },
 		{ "{\"cluster\": {\"worker\": [\"h:1\"]}, \"task\": {\"type\": \"worker\", "
 		  "\"index\": 1}}", "no task 1 in job 'worker'" },
@@ -532,6 +535,8 @@ static void test_spec_slurm_tasks_per_node(void **state)
 	assert_int_equal(coord_slurm_tasks_per_node("1,1,1,1,1", c, 4, NULL), COORD_EINVAL);
 	assert_int_equal(coord_slurm_tasks_per_node("2(3)", c, 1, NULL), COORD_EINVAL);
 	assert_int_equal(coord_slurm_tasks_per_node("x", c, 1, NULL), COORD_EINVAL);
+	assert_int_equal(coord_slurm_tasks_per_node("1,", c, 1, NULL), COORD_EINVAL);
+	assert_int_equal(coord_slurm_tasks_per_node("1,", c, 2, NULL), COORD_EINVAL);
 	assert_int_equal(coord_slurm_tasks_per_node("", c, 1, NULL), COORD_EINVAL);
 }
 

@@ -78,13 +78,20 @@ COORD_API COORD_NODISCARD int coord_spec_parse(const char *json, struct coord_sp
  * job is left out when @nps is 0.
  * @out: caller frees with coord_spec_destroy().
  *
+ * Concurrency: any thread.
+ *
  * Return: 0; COORD_EINVAL if @nworkers is 0 or a count exceeds
  * COORD_SPEC_MAX_INDEX + 1; COORD_ENOMEM.
  */
 COORD_API COORD_NODISCARD int coord_spec_local(unsigned nworkers, unsigned nps,
 					       struct coord_spec **out);
 
-/** coord_spec_destroy() - free a spec; NULL is ignored.  No reader may remain. */
+/**
+ * coord_spec_destroy() - free a spec and every string it handed out; NULL is
+ * ignored.
+ *
+ * Concurrency: no other thread may still read @spec.
+ */
 COORD_API void coord_spec_destroy(struct coord_spec *spec);
 
 /**
@@ -114,7 +121,12 @@ COORD_API COORD_NODISCARD int coord_spec_task_address(const struct coord_spec *s
 						      const char *job, int64_t index,
 						      const char **addr, struct coord_error *err);
 
-/** coord_spec_empty() - true when the spec has no job (a spec "is false"). */
+/**
+ * coord_spec_empty() - true when the spec has no job (a spec "is false");
+ * NULL is empty.  A job without tasks still makes the spec non-empty.
+ *
+ * Concurrency: any thread.
+ */
 COORD_API bool coord_spec_empty(const struct coord_spec *spec);
 
 /**
@@ -273,7 +285,10 @@ struct coord_slurm_opts {
 	size_t njobs;
 };
 
-/** coord_slurm_opts_init() - fill @opts with the defaults. */
+/**
+ * coord_slurm_opts_init() - fill caller-owned @opts with the defaults: port
+ * base 8888, tasks per node from the environment, one job "worker".
+ */
 COORD_API void coord_slurm_opts_init(struct coord_slurm_opts *opts);
 
 /**
