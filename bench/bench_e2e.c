@@ -26,6 +26,10 @@
  * round trip's function returns arg ^ 0x5a5a, checked on every fetch.  Any
  * discrepancy exits 1.
  *
+ * Knobs for exploring (not used by run.sh): BENCH_SPIN_NS and BENCH_BATCH
+ * in the environment set coord_opts.spin_ns and .batch of every coordinator
+ * made here; the values are printed in the titles.
+ *
  * Targets of the design issue (reported met / not_met, never asserted):
  *   throughput >= 10x the seed design's (each worker count);
  *   coord_schedule() median <= 100 ns;
@@ -112,6 +116,8 @@ struct env {
 	struct coord_registry *reg;
 	uint64_t n_tput, n_rtt;
 	unsigned repeats;
+	uint64_t spin_ns; /* of the last coordinator made, for the titles */
+	unsigned batch;
 };
 
 static struct coord *make_coord(struct env *e, unsigned nw, uint32_t *f_count, uint32_t *f_echo)
@@ -123,6 +129,12 @@ static struct coord *make_coord(struct env *e, unsigned nw, uint32_t *f_count, u
 	coord_opts_init(&opts);
 	opts.registry = e->reg;
 	opts.inproc_workers = nw;
+	if (getenv("BENCH_SPIN_NS"))
+		opts.spin_ns = strtoull(getenv("BENCH_SPIN_NS"), NULL, 10);
+	if (getenv("BENCH_BATCH"))
+		opts.batch = (unsigned)strtoul(getenv("BENCH_BATCH"), NULL, 10);
+	e->spin_ns = opts.spin_ns;
+	e->batch = opts.batch;
 	if (coord_create(NULL, &opts, &c, &err) || coord_fn_lookup(c, "count", f_count, &err) ||
 	    coord_fn_lookup(c, "echo", f_echo, &err)) {
 		fprintf(stderr, "coord setup: %s\n", err.msg);
@@ -290,6 +302,8 @@ int main(int argc, char **argv)
 			 " empty closures per repeat, schedule all then join, %u repeats", nw,
 			 nw > 1 ? "s" : "", e.n_tput, e.repeats);
 		bench_header(title, "closures/s; p99 = slow tail");
+		printf("# coord: spin_ns=%" PRIu64 " batch=%u; seed: %u worker threads\n",
+		       e.spin_ns, e.batch, nw);
 		bench_row("seed design mutex+cv (baseline)", &sst, &sst, true);
 		bench_row("coord inproc", &cst, &sst, true);
 		printf("SUMMARY bench_e2e config=throughput workers=%u closures=%" PRIu64
@@ -335,6 +349,7 @@ int main(int argc, char **argv)
 			 "one closure at a time, %" PRIu64 " per repeat, %u repeats", e.n_rtt,
 			 e.repeats);
 		bench_header(title, "us per round trip, every round trip a sample");
+		printf("# coord: spin_ns=%" PRIu64 " batch=%u\n", e.spin_ns, e.batch);
 		bench_row("seed design mutex+cv (baseline)", &sst, &sst, false);
 		bench_row("coord inproc", &cst, &sst, false);
 		printf("SUMMARY bench_e2e config=round_trip workers=1 round_trips=%" PRIu64
