@@ -23,7 +23,10 @@ ninja -C "$build" >/dev/null
 
 export COORD_LOG="${COORD_LOG:-error}"
 echo "# coord $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs," \
-	"$(uname -r), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	"$(uname -r), $(date -u +%Y-%m-%dT%H:%M:%SZ), loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+# Another busy process on a 2-CPU VM leaves one CPU to the bench: rates and
+# especially coord's round trip (its fetch spins spin_ns before sleeping)
+# then change a lot.  The load average above tells such runs apart.
 status=0
 for b in ring schedule e2e; do
 	echo "## bench_$b $*"
