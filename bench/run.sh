@@ -1,0 +1,41 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# bench/run.sh - build coord in release mode and run every benchmark, one at
+# a time, printing their tables and SUMMARY lines.
+#
+#   bench/run.sh            # from the source tree; build dir: build-bench
+#   BUILD=dir bench/run.sh  # another build dir
+#   bench/run.sh --quick    # extra arguments go to every bench
+#
+# Exits non-zero if a build fails or a bench finds a conservation error.
+# Speed is printed only; the machine may be shared and noisy.
+set -eu
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD:-build-bench}
+cd "$src"
+
+if [ ! -d "$build" ]; then
+	meson setup "$build" --buildtype=release
+fi
+meson configure "$build" -Dbuildtype=release >/dev/null
+ninja -C "$build" >/dev/null
+
+export COORD_LOG="${COORD_LOG:-error}"
+echo "# coord $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs," \
+	"$(uname -r), $(date -u +%Y-%m-%dT%H:%M:%SZ), loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+# Another busy process on a 2-CPU VM leaves one CPU to the bench: rates and
+# especially coord's round trip (its fetch spins spin_ns before sleeping)
+# then change a lot.  The load average above tells such runs apart.
+status=0
+for b in ring schedule e2e; do
+	echo "## bench_$b $*"
+	start=$(date +%s)
+	if ! "$build/bench/bench_$b" "$@"; then
+		echo "## bench_$b FAILED"
+		status=1
+	fi
+	echo "## bench_$b took $(( $(date +%s) - start )) s"
+	echo
+done
+exit $status

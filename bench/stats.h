@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench/stats.h - timing, percentiles, the table every bench prints, and the
+ * command line every bench takes.
+ *
+ * Output shape (mercury Testing/perf/na/na_perf.c, urcu test_urcu_wfcq.c):
+ *
+ *   # <title>
+ *   # impl            median      p99     min - max        x base
+ *   coord ring ...     12.3      10.1    9.8 - 13.0        3.41
+ *   SUMMARY <bench> <key=value ...>
+ *
+ * Every number in a row is computed from samples (one per repeat for rates,
+ * one per timed batch or call for latencies).  For a rate (higher is better)
+ * "p99" is the slow tail: the rate that 99% of the samples beat, i.e. the 1st
+ * percentile of the rate (= the 99th percentile of the time per operation).
+ * For a latency it is the ordinary 99th percentile.  "x base" is always the
+ * speed-up over the baseline row: > 1 means faster than the baseline.
+ */
+#ifndef COORD_BENCH_STATS_H
+#define COORD_BENCH_STATS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define bench_relax() __builtin_ia32_pause()
+#else
+#define bench_relax() __asm__ __volatile__("" ::: "memory")
+#endif
+
+static inline uint64_t bench_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * bench_backoff() - what a spinning thread does when its queue is empty or
+ * full: pause, and every 64th time yield the CPU, so that on a 2-core VM with
+ * more threads than cores the thread it waits for gets to run.  Every
+ * lock-free implementation in a bench uses this same policy.
+ */
+void bench_backoff(unsigned *n);
+
+/* A growable array of samples. */
+struct bench_samples {
+	double *v;
+	size_t n, cap;
+};
+
+void bench_samples_add(struct bench_samples *s, double x);
+void bench_samples_reset(struct bench_samples *s);
+void bench_samples_free(struct bench_samples *s);
+
+struct bench_stats {
+	double median, p99, min, max;
+	size_t n;
+};
+
+/* bench_percentile() - @p in [0, 100] of @sorted (ascending), interpolated. */
+double bench_percentile(const double *sorted, size_t n, double p);
+
+/*
+ * bench_summarize() - median, p99 (see the file comment: the slow tail, so
+ * the 1st percentile when @higher_better), min and max of @s.
+ */
+void bench_summarize(const struct bench_samples *s, bool higher_better, struct bench_stats *out);
+
+/* bench_header() - "# @title" then the column line; @unit names the values. */
+void bench_header(const char *title, const char *unit);
+
+/*
+ * bench_row() - one implementation's row.  @base is the baseline's stats
+ * (the baseline prints 1.00); the ratio is the speed-up over it.
+ */
+void bench_row(const char *name, const struct bench_stats *st, const struct bench_stats *base,
+	       bool higher_better);
+
+/* bench_speedup() - the "x base" value of bench_row(). */
+double bench_speedup(const struct bench_stats *st, const struct bench_stats *base,
+		     bool higher_better);
+
+/* Command line shared by every bench. */
+struct bench_args {
+	bool quick;       /* --quick: tiny sizes, for the bench-smoke suite */
+	unsigned repeats; /* --repeats=N (default 5, --quick 3) */
+};
+
+/* bench_parse_args() - parse argv; prints usage and exits 2 on a bad one. */
+void bench_parse_args(int argc, char **argv, struct bench_args *a);
+
+/*
+ * bench_check() - a conservation check: on false, print "FAIL: ..." to
+ * stderr and remember it; bench_exit_code() is then 1.  Never used for
+ * speed: benches print speed and assert only correctness.
+ */
+bool bench_check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int bench_exit_code(void);
+
+/* bench_met() - "met" / "not_met" for a target in a SUMMARY line. */
+static inline const char *bench_met(bool met)
+{
+	return met ? "met" : "not_met";
+}
+
+#endif /* COORD_BENCH_STATS_H */
