@@ -219,8 +219,9 @@ static void coord_rtt(struct coord *c, uint32_t fn, uint64_t n, struct bench_sam
 		coord_rv_put(rv);
 		if (s)
 			bench_samples_add(s, (double)(bench_now_ns() - t0));
-		if (!bench_check(got == (a ^ XOR), "coord round trip %" PRIu64 ": got %" PRId64
-				 " (len %zu)", i, got, len))
+		if (!bench_check(got == (a ^ XOR),
+				 "coord round trip %" PRIu64 ": got %" PRId64 " (len %zu)", i, got,
+				 len))
 			return;
 	}
 	if (coord_join(c, &err))
@@ -246,8 +247,8 @@ static void seed_rtt(uint64_t n, struct bench_samples *s)
 		seed_closure_put(cl);
 		if (s)
 			bench_samples_add(s, (double)(bench_now_ns() - t0));
-		if (!bench_check(got == ((int64_t)i ^ XOR), "seed round trip %" PRIu64
-				 ": got %" PRId64, i, got))
+		if (!bench_check(got == ((int64_t)i ^ XOR),
+				 "seed round trip %" PRIu64 ": got %" PRId64, i, got))
 			break;
 	}
 	seedq_wait(&q);
@@ -298,9 +299,10 @@ int main(int argc, char **argv)
 		bench_summarize(&ss, true, &sst);
 		ratio[nw] = bench_speedup(&cst, &sst, true);
 		tput_met &= ratio[nw] >= 10.0;
-		snprintf(title, sizeof(title), "bench_e2e throughput: %u worker%s, %" PRIu64
-			 " empty closures per repeat, schedule all then join, %u repeats", nw,
-			 nw > 1 ? "s" : "", e.n_tput, e.repeats);
+		snprintf(title, sizeof(title),
+			 "bench_e2e throughput: %u worker%s, %" PRIu64
+			 " empty closures per repeat, schedule all then join, %u repeats",
+			 nw, nw > 1 ? "s" : "", e.n_tput, e.repeats);
 		bench_header(title, "closures/s; p99 = slow tail");
 		printf("# coord: spin_ns=%" PRIu64 " batch=%u; seed: %u worker threads\n",
 		       e.spin_ns, e.batch, nw);
@@ -345,9 +347,10 @@ int main(int argc, char **argv)
 			ss.v[i] /= 1e3;
 		bench_summarize(&cs, false, &cst);
 		bench_summarize(&ss, false, &sst);
-		snprintf(title, sizeof(title), "bench_e2e round trip: 1 worker, schedule + fetch "
-			 "one closure at a time, %" PRIu64 " per repeat, %u repeats", e.n_rtt,
-			 e.repeats);
+		snprintf(title, sizeof(title),
+			 "bench_e2e round trip: 1 worker, schedule + fetch "
+			 "one closure at a time, %" PRIu64 " per repeat, %u repeats",
+			 e.n_rtt, e.repeats);
 		bench_header(title, "us per round trip, every round trip a sample");
 		printf("# coord: spin_ns=%" PRIu64 " batch=%u\n", e.spin_ns, e.batch);
 		bench_row("seed design mutex+cv (baseline)", &sst, &sst, false);

@@ -56,10 +56,8 @@
 enum impl { IMPL_SEED, IMPL_COORD1, IMPL_COORD32, IMPL_CK, IMPL_WFCQ, NIMPL };
 
 static const char *const impl_name[NIMPL] = {
-	[IMPL_SEED] = "seed mutex+cv queue (baseline)",
-	[IMPL_COORD1] = "coord ring pop max=1",
-	[IMPL_COORD32] = "coord ring pop batch=32",
-	[IMPL_CK] = "ck_ring mpmc",
+	[IMPL_SEED] = "seed mutex+cv queue (baseline)", [IMPL_COORD1] = "coord ring pop max=1",
+	[IMPL_COORD32] = "coord ring pop batch=32",	[IMPL_CK] = "ck_ring mpmc",
 	[IMPL_WFCQ] = "urcu wfcqueue (locked dequeue)",
 };
 
@@ -225,16 +223,18 @@ static void consume(struct thr *t, int64_t *last, uint64_t v)
 		return;
 	}
 	if ((int64_t)s <= last[p])
-		t->bad |= !bench_check(false, "%s: consumer %u: producer %" PRIu64 " out of order "
-				       "(%" PRIu64 " after %" PRId64 ")", impl_name[r->impl],
-				       t->id, p, s, last[p]);
+		t->bad |= !bench_check(false,
+				       "%s: consumer %u: producer %" PRIu64 " out of order "
+				       "(%" PRIu64 " after %" PRId64 ")",
+				       impl_name[r->impl], t->id, p, s, last[p]);
 	last[p] = (int64_t)s;
 	seen = (_Atomic uint8_t *)&r->seen[p][s];
 	/* Relaxed: a plain mark; two consumers racing on one slot is itself
 	 * the bug being looked for, and the final scan catches a lost mark. */
 	if (atomic_load_explicit(seen, memory_order_relaxed))
-		t->bad |= !bench_check(false, "%s: we dequeued twice: producer %" PRIu64
-				       " seq %" PRIu64, impl_name[r->impl], p, s);
+		t->bad |= !bench_check(false,
+				       "%s: we dequeued twice: producer %" PRIu64 " seq %" PRIu64,
+				       impl_name[r->impl], p, s);
 	atomic_store_explicit(seen, 1, memory_order_relaxed);
 	t->count++;
 }
@@ -375,8 +375,9 @@ static double run_once(struct run *r)
 	for (unsigned p = 0; p < r->nprod; p++)
 		for (uint64_t s = 0; s < r->per_prod; s++)
 			if (r->seen[p][s] != 1) {
-				bad |= !bench_check(false, "%s: producer %u seq %" PRIu64
-						    " never dequeued", impl_name[r->impl], p, s);
+				bad |= !bench_check(
+					false, "%s: producer %u seq %" PRIu64 " never dequeued",
+					impl_name[r->impl], p, s);
 				break;
 			}
 	if (bad)
@@ -415,15 +416,17 @@ static void run_config(unsigned nprod, unsigned ncons, uint64_t total_ops, unsig
 				bench_samples_add(&smp[i], mops);
 		}
 
-	snprintf(title, sizeof(title), "bench_ring: %uP/%uC, %" PRIu64 " values per run, "
-		 "capacity %u, %u repeats", nprod, ncons, r->per_prod * nprod, RING_CAP, repeats);
+	snprintf(title, sizeof(title),
+		 "bench_ring: %uP/%uC, %" PRIu64 " values per run, "
+		 "capacity %u, %u repeats",
+		 nprod, ncons, r->per_prod * nprod, RING_CAP, repeats);
 	bench_header(title, "Mops/s; p99 = slow tail");
 	for (unsigned i = 0; i < NIMPL; i++)
 		bench_summarize(&smp[i], true, &st[i]);
 	for (unsigned i = 0; i < NIMPL; i++)
 		bench_row(impl_name[i], &st[i], &st[IMPL_SEED], true);
-	printf("SUMMARY bench_ring config=%uP%uC values=%" PRIu64 " repeats=%u unit=Mops/s",
-	       nprod, ncons, r->per_prod * nprod, repeats);
+	printf("SUMMARY bench_ring config=%uP%uC values=%" PRIu64 " repeats=%u unit=Mops/s", nprod,
+	       ncons, r->per_prod * nprod, repeats);
 	for (unsigned i = 0; i < NIMPL; i++)
 		printf(" %s=%.3f", impl_key[i], st[i].median);
 	printf(" coord32_vs_seed=%.2fx coord1_vs_ck=%.2fx conservation=%s\n",

@@ -94,8 +94,8 @@ struct result {
 };
 
 /* One repeat of coord_schedule(); samples go to @res unless warming up. */
-static void coord_repeat(struct coord *c, uint32_t fn, uint64_t n, bool keep,
-			 struct result *res, bool warm)
+static void coord_repeat(struct coord *c, uint32_t fn, uint64_t n, bool keep, struct result *res,
+			 bool warm)
 {
 	struct coord_rv *rvs[BATCH];
 	struct coord_error err;
@@ -136,8 +136,9 @@ static void coord_repeat(struct coord *c, uint32_t fn, uint64_t n, bool keep,
 						    "%s: closure %" PRIu64 " returned %" PRId64,
 						    impl, i + k, got);
 				} else {
-					bench_check(false, "%s: fetch of closure %" PRIu64
-						    " failed: %s", impl, i + k, err.msg);
+					bench_check(false,
+						    "%s: fetch of closure %" PRIu64 " failed: %s",
+						    impl, i + k, err.msg);
 				}
 				coord_rv_put(rvs[k]);
 			}
@@ -240,7 +241,8 @@ int main(int argc, char **argv)
 		bench_summarize(&se.call_ns, false, &ss);
 		bench_summarize(&co.rate, true, &cr);
 		bench_summarize(&se.rate, true, &sr);
-		snprintf(title, sizeof(title), "bench_schedule: %s, %d workers draining, %" PRIu64
+		snprintf(title, sizeof(title),
+			 "bench_schedule: %s, %d workers draining, %" PRIu64
 			 " calls per repeat, %u repeats, batches of %d",
 			 keep ? "keep_rv" : "out=NULL", NWORKERS, n, a.repeats, BATCH);
 		bench_header(title, "ns per schedule() call");

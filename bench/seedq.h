@@ -32,8 +32,8 @@
 
 struct seedq {
 	pthread_mutex_t put_wait_lock; /* _put_wait_lock */
-	pthread_mutex_t lock;          /* _queue_lock */
-	pthread_cond_t queued;         /* _closures_queued_condition */
+	pthread_mutex_t lock;	       /* _queue_lock */
+	pthread_cond_t queued;	       /* _closures_queued_condition */
 	pthread_cond_t free_slot;      /* _queue_free_slot_condition */
 	pthread_cond_t stop_waiting;   /* _stop_waiting_condition */
 	pthread_cond_t no_inflight;    /* _no_inflight_closure_condition */

@@ -96,8 +96,8 @@ void bench_summarize(const struct bench_samples *s, bool higher_better, struct b
 void bench_header(const char *title, const char *unit)
 {
 	printf("# %s\n", title);
-	printf("# %-34s %12s %12s %25s %8s  (%s)\n", "impl", "median", "p99", "min - max",
-	       "x base", unit);
+	printf("# %-34s %12s %12s %25s %8s  (%s)\n", "impl", "median", "p99", "min - max", "x base",
+	       unit);
 }
 
 double bench_speedup(const struct bench_stats *st, const struct bench_stats *base,
@@ -120,9 +120,10 @@ void bench_row(const char *name, const struct bench_stats *st, const struct benc
 
 static void usage(const char *prog)
 {
-	fprintf(stderr, "usage: %s [--quick] [--repeats=N]\n"
-			"  --quick      tiny sizes (the bench-smoke suite)\n"
-			"  --repeats=N  timed repeats per implementation (default 5)\n",
+	fprintf(stderr,
+		"usage: %s [--quick] [--repeats=N]\n"
+		"  --quick      tiny sizes (the bench-smoke suite)\n"
+		"  --repeats=N  timed repeats per implementation (default 5)\n",
 		prog);
 }
 

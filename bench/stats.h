@@ -87,7 +87,7 @@ double bench_speedup(const struct bench_stats *st, const struct bench_stats *bas
 
 /* Command line shared by every bench. */
 struct bench_args {
-	bool quick;       /* --quick: tiny sizes, for the bench-smoke suite */
+	bool quick;	  /* --quick: tiny sizes, for the bench-smoke suite */
 	unsigned repeats; /* --repeats=N (default 5, --quick 3) */
 };
 

@@ -68,8 +68,8 @@ static int res_get(struct coord_exec_env *env, struct coord_ctx *ctx, const stru
 	return 0;
 }
 
-int coord_exec_closure(struct coord_exec_env *env, struct coord_closure *cl,
-		       struct coord_ctx *ctx, int *cause)
+int coord_exec_closure(struct coord_exec_env *env, struct coord_closure *cl, struct coord_ctx *ctx,
+		       int *cause)
 {
 	int r;
 

@@ -62,13 +62,16 @@ static inline uint64_t coord_deadline(int64_t timeout_ns)
  */
 static inline void coord_smp_mb(void)
 {
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpragmas"
 #pragma GCC diagnostic ignored "-Wtsan"
-	/* seq_cst fence: the F1/F2 edges of the eventcount and the
-	 * gen/inflight Dekker pair in the coordinator (see callers). */
+#endif
+	/* seq_cst fence: the F1/F2 edges of the eventcount (see callers). */
 	atomic_thread_fence(memory_order_seq_cst);
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 }
 
 /*
@@ -165,9 +168,8 @@ static inline void coord_ec_signal(struct coord_ec *ec)
 	while (w & COORD_EC_WAITERS) {
 		/* Release: publishes the condition to coord_ec_prepare(); bumps the
 		 * counter and clears WAITERS in one step (w is odd, w + 1 is even). */
-		if (atomic_compare_exchange_weak_explicit(&ec->word, &w, w + 1,
-							  memory_order_release,
-							  memory_order_relaxed)) {
+		if (atomic_compare_exchange_weak_explicit(
+			    &ec->word, &w, w + 1, memory_order_release, memory_order_relaxed)) {
 			coord_futex_wake_all(&ec->word);
 			return;
 		}

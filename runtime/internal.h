@@ -53,10 +53,10 @@ struct coord;
 struct coord_closure {
 	/* Written by schedule before the push (published by the ring's R1). */
 	struct coord *c;
-	uint64_t gen;     /* cancellation generation, taken when queued (S3) */
-	uint64_t id;      /* reuse << 32 | pool index: coord_rv_id() */
-	uint32_t idx;     /* pool index, fixed for the object's life */
-	uint32_t reuse;   /* times this object was handed out */
+	uint64_t gen;	/* cancellation generation, taken when queued (S3) */
+	uint64_t id;	/* reuse << 32 | pool index: coord_rv_id() */
+	uint32_t idx;	/* pool index, fixed for the object's life */
+	uint32_t reuse; /* times this object was handed out */
 	uint32_t fn;
 	uint32_t attempt; /* 1 + put-backs (B8); owner of the closure writes */
 	uint32_t args_len;
@@ -98,7 +98,7 @@ struct coord_registry {
 /* A per-worker resource handle (S9).  Immutable after creation but refs. */
 struct coord_pw {
 	struct coord *c;
-	uint64_t uid;     /* unique for the coordinator's life */
+	uint64_t uid;	  /* unique for the coordinator's life */
 	uint32_t creator; /* registry index of the creator */
 	uint32_t len;
 	void *args;
@@ -121,7 +121,7 @@ struct coord_worker {
 	int index;
 	_Atomic int state;
 	uint64_t start_at_ns; /* staggered start (S13) */
-	void *tp;             /* the transport's per-worker state */
+	void *tp;	      /* the transport's per-worker state */
 };
 
 struct coord_tp_ops;
@@ -142,9 +142,9 @@ struct coord {
 	bool unbounded;
 
 	struct coord_ec not_empty __cacheline_aligned; /* dispatchers sleep */
-	struct coord_ec not_full;                     /* schedule sleeps (S1) */
-	struct coord_ec idle;                         /* join: outstanding == 0 or error */
-	struct coord_ec drained;                      /* canceller: inflight == 0 */
+	struct coord_ec not_full;		       /* schedule sleeps (S1) */
+	struct coord_ec idle;			       /* join: outstanding == 0 or error */
+	struct coord_ec drained;		       /* canceller: inflight == 0 */
 	_Atomic uint32_t stopping;
 
 	struct coord_pool *closures;
@@ -205,7 +205,11 @@ COORD_HIDDEN void coord_dispatch_finish(struct coord_worker *w, struct coord_clo
 COORD_HIDDEN bool coord_rv_set_final(struct coord_closure *cl, uint32_t st);
 /* Drop one reference; the last one recycles the closure. */
 COORD_HIDDEN void coord_closure_put(struct coord_closure *cl);
-COORD_HIDDEN void coord_closure_free(struct coord_closure *cl);
+/* The two halves of coord_closure_put(), for batched returns: unref says
+ * whether that was the last reference; drop_contents releases the buffers
+ * and per-worker handles before the caller returns the object to the pool. */
+COORD_HIDDEN bool coord_closure_unref(struct coord_closure *cl);
+COORD_HIDDEN void coord_closure_drop_contents(struct coord_closure *cl);
 
 /* coord_closure_result_buf() - room for @len result bytes in @cl. */
 COORD_HIDDEN void *coord_closure_result_buf(struct coord_closure *cl, size_t len);

@@ -44,10 +44,9 @@ static void push_chain(struct coord_pool *p, uint32_t first, uint32_t last)
 		/* R1 (release): pairs with A1 in coord_pool_get(): the link and
 		 * everything the previous owner wrote to the objects happen-before
 		 * the next owner's use (P3: new tag). */
-		if (atomic_compare_exchange_weak_explicit(&p->head, &h,
-							  MK_HEAD(HEAD_TAG(h) + 1, first + 1),
-							  memory_order_release,
-							  memory_order_relaxed))
+		if (atomic_compare_exchange_weak_explicit(
+			    &p->head, &h, MK_HEAD(HEAD_TAG(h) + 1, first + 1), memory_order_release,
+			    memory_order_relaxed))
 			return;
 	}
 }
@@ -157,10 +156,9 @@ void *coord_pool_get(struct coord_pool *p)
 		next = atomic_load_explicit(link_of(p, idx1 - 1), memory_order_relaxed);
 		/* A1 (acquire on success): the object's previous owner's writes
 		 * (released by R1) happen-before ours. */
-		if (atomic_compare_exchange_weak_explicit(&p->head, &h,
-							  MK_HEAD(HEAD_TAG(h) + 1, next),
-							  memory_order_acquire,
-							  memory_order_acquire))
+		if (atomic_compare_exchange_weak_explicit(
+			    &p->head, &h, MK_HEAD(HEAD_TAG(h) + 1, next), memory_order_acquire,
+			    memory_order_acquire))
 			return coord_pool_obj(p, idx1 - 1);
 	}
 }
@@ -168,6 +166,18 @@ void *coord_pool_get(struct coord_pool *p)
 void coord_pool_put(struct coord_pool *p, uint32_t idx)
 {
 	push_chain(p, idx, idx);
+}
+
+void coord_pool_link(struct coord_pool *p, uint32_t idx, uint32_t next)
+{
+	/* Relaxed: the caller owns both objects; R1 in push_chain() publishes
+	 * the links with the chain. */
+	atomic_store_explicit(link_of(p, idx), next + 1, memory_order_relaxed);
+}
+
+void coord_pool_put_chain(struct coord_pool *p, uint32_t first, uint32_t last)
+{
+	push_chain(p, first, last);
 }
 
 /* --- byte buffers ---------------------------------------------------------- */

@@ -47,14 +47,21 @@ struct coord_pool {
  * when its slab is made (to store its index, say).
  */
 COORD_HIDDEN int coord_pool_create(size_t objsize, uint32_t slab_shift, uint32_t prealloc,
-				   void (*init)(void *obj, uint32_t idx, void *arg),
-				   void *init_arg, struct coord_pool **out);
+				   void (*init)(void *obj, uint32_t idx, void *arg), void *init_arg,
+				   struct coord_pool **out);
 COORD_HIDDEN void coord_pool_destroy(struct coord_pool *p);
 
 /* coord_pool_get() - an object, or NULL when memory is exhausted. */
 COORD_HIDDEN void *coord_pool_get(struct coord_pool *p);
 /* coord_pool_put() - return object @idx (its contents are not touched). */
 COORD_HIDDEN void coord_pool_put(struct coord_pool *p, uint32_t idx);
+/*
+ * Returning many at once: link each object the caller owns to the next with
+ * coord_pool_link(p, prev, next), then coord_pool_put_chain(p, first, last)
+ * pushes them all with one CAS.
+ */
+COORD_HIDDEN void coord_pool_link(struct coord_pool *p, uint32_t idx, uint32_t next);
+COORD_HIDDEN void coord_pool_put_chain(struct coord_pool *p, uint32_t first, uint32_t last);
 
 static inline void *coord_pool_obj(struct coord_pool *p, uint32_t idx)
 {

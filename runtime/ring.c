@@ -113,9 +113,8 @@ unsigned coord_ring_pop_batch_mc(struct coord_ring *r, void **out, unsigned max)
 		/* Relaxed: claims positions [pos, pos + n) (I3); the values were
 		 * acquired through A1 above and remain ours once the CAS holds,
 		 * since a producer cannot reuse a slot before R2. */
-		if (atomic_compare_exchange_weak_explicit(&r->tail, &pos, pos + n,
-							  memory_order_relaxed,
-							  memory_order_relaxed))
+		if (atomic_compare_exchange_weak_explicit(
+			    &r->tail, &pos, pos + n, memory_order_relaxed, memory_order_relaxed))
 			break;
 	}
 	for (unsigned i = 0; i < n; i++) {

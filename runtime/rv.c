@@ -89,8 +89,7 @@ bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
 		 * result fields written before it are visible to any thread that
 		 * sees the final state.  The CAS (not a plain store) reads the
 		 * RV_WAITER bit atomically and clears it. */
-		if (atomic_compare_exchange_weak_explicit(&cl->state, &w, st,
-							  memory_order_release,
+		if (atomic_compare_exchange_weak_explicit(&cl->state, &w, st, memory_order_release,
 							  memory_order_relaxed))
 			break;
 	}
@@ -119,7 +118,7 @@ static int rv_wait(struct coord_closure *cl, uint64_t deadline)
 		if (spin_until == 0)
 			spin_until = coord_now_ns() + cl->c->opts.spin_ns;
 		if (coord_now_ns() < spin_until && coord_now_ns() < deadline) {
-			cpu_relax();
+			coord_spin_pause(i);
 			continue;
 		}
 		if (!(w & RV_WAITER)) {
@@ -170,8 +169,8 @@ static int rv_outcome(struct coord_closure *cl, const void **val, size_t *len,
 	return cl->err_code;
 }
 
-int coord_rv_fetch_timeout(struct coord_rv *rv, int64_t timeout_ns, const void **val,
-			   size_t *len, struct coord_error *err)
+int coord_rv_fetch_timeout(struct coord_rv *rv, int64_t timeout_ns, const void **val, size_t *len,
+			   struct coord_error *err)
 {
 	struct coord_closure *cl = rv_cl(rv);
 	int r = rv_wait(cl, coord_deadline(timeout_ns));
@@ -204,7 +203,7 @@ int coord_rv_fetch_many(struct coord_rv *const *rvs, size_t n, struct coord_resu
 	return 0;
 }
 
-void coord_closure_free(struct coord_closure *cl)
+void coord_closure_drop_contents(struct coord_closure *cl)
 {
 	struct coord *c = cl->c;
 
@@ -212,16 +211,23 @@ void coord_closure_free(struct coord_closure *cl)
 		coord_per_worker_put(cl->pw[i]);
 	coord_buf_put(&c->bufs, cl->args, cl->args_cls);
 	coord_buf_put(&c->bufs, cl->res, cl->res_cls);
-	coord_pool_put(c->closures, cl->idx);
+	cl->args_cls = COORD_BUF_INLINE;
+	cl->res_cls = COORD_BUF_INLINE;
 }
 
-/* Drop one reference (V3). */
-void coord_closure_put(struct coord_closure *cl)
+bool coord_closure_unref(struct coord_closure *cl)
 {
 	/* acq_rel: release our uses of the closure to the thread that frees
 	 * it; acquire theirs if we are the one (V3). */
-	if (atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1)
-		coord_closure_free(cl);
+	return atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1;
+}
+
+void coord_closure_put(struct coord_closure *cl)
+{
+	if (coord_closure_unref(cl)) {
+		coord_closure_drop_contents(cl);
+		coord_pool_put(cl->c->closures, cl->idx);
+	}
 }
 
 void coord_rv_put(struct coord_rv *rv)

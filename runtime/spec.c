@@ -38,15 +38,16 @@ int coord_spec_check_job_name(const char *name, struct coord_error *err)
 		return coord_seterr(err, COORD_EINVAL, "job name '%.20s...' is longer than %d",
 				    name, COORD_SPEC_NAME_MAX - 1);
 	if (!isalpha((unsigned char)name[0]))
-		return coord_seterr(err, COORD_EINVAL,
-				    "job name '%s' does not start with a letter", name);
+		return coord_seterr(err, COORD_EINVAL, "job name '%s' does not start with a letter",
+				    name);
 	for (size_t i = 1; i < len; i++) {
 		unsigned char c = (unsigned char)name[i];
 
 		if (!isalnum(c) && c != '_' && c != '-')
 			return coord_seterr(err, COORD_EINVAL,
 					    "job name '%s' holds '%c' (allowed: letters, "
-					    "digits, '_', '-')", name, isprint(c) ? c : '?');
+					    "digits, '_', '-')",
+					    name, isprint(c) ? c : '?');
 	}
 	return 0;
 }
@@ -56,8 +57,7 @@ int coord_spec_check_job_name(const char *name, struct coord_error *err)
  * non-blank characters other than ':' (names and IPv4), or a bracketed IPv6
  * literal; the port is 1..65535 without sign or blanks.
  */
-static int check_address(const char *job, int64_t index, const char *addr,
-			 struct coord_error *err)
+static int check_address(const char *job, int64_t index, const char *addr, struct coord_error *err)
 {
 	const char *colon, *host_end;
 	unsigned long port = 0;
@@ -72,13 +72,15 @@ static int check_address(const char *job, int64_t index, const char *addr,
 		if (!isgraph((unsigned char)addr[i]))
 			return coord_seterr(err, COORD_EINVAL,
 					    "job '%s' task %lld: address '%s' holds a blank or "
-					    "control character", job, (long long)index, addr);
+					    "control character",
+					    job, (long long)index, addr);
 	if (addr[0] == '[') {
 		host_end = strchr(addr, ']');
 		if (!host_end || host_end == addr + 1)
 			return coord_seterr(err, COORD_EINVAL,
 					    "job '%s' task %lld: address '%s' has a bad [IPv6] "
-					    "host", job, (long long)index, addr);
+					    "host",
+					    job, (long long)index, addr);
 		colon = host_end + 1;
 		if (*colon != ':')
 			colon = NULL;
@@ -87,8 +89,8 @@ static int check_address(const char *job, int64_t index, const char *addr,
 		if (colon && strchr(colon + 1, ':'))
 			return coord_seterr(err, COORD_EINVAL,
 					    "job '%s' task %lld: address '%s' has several ':' "
-					    "(write IPv6 hosts as [addr]:port)", job,
-					    (long long)index, addr);
+					    "(write IPv6 hosts as [addr]:port)",
+					    job, (long long)index, addr);
 		if (colon == addr)
 			return coord_seterr(err, COORD_EINVAL,
 					    "job '%s' task %lld: address '%s' has no host", job,
@@ -324,8 +326,8 @@ int coord_spec_task_address(const struct coord_spec *spec, const char *job, int6
 		return no_job(spec, job, err);
 	t = find_task(j, index);
 	if (!t)
-		return coord_seterr(err, COORD_EINVAL, "no task %lld in job '%s'",
-				    (long long)index, job);
+		return coord_seterr(err, COORD_EINVAL, "no task %lld in job '%s'", (long long)index,
+				    job);
 	*addr = t->addr;
 	return 0;
 }

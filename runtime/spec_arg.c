@@ -44,21 +44,27 @@ static int from_slurm_arg(const char *opt, struct coord_spec **out, struct coord
 		unsigned long v;
 
 		if (!eq || !isdigit((unsigned char)eq[1]))
-			return coord_seterr(err, COORD_EINVAL, "--spec slurm: option '%.60s' is "
-					    "not NAME=NUMBER", tok);
+			return coord_seterr(err, COORD_EINVAL,
+					    "--spec slurm: option '%.60s' is "
+					    "not NAME=NUMBER",
+					    tok);
 		*eq = '\0';
 		v = strtoul(eq + 1, &end, 10);
 		if (*end || v > COORD_SPEC_MAX_INDEX + 1ul)
-			return coord_seterr(err, COORD_EINVAL, "--spec slurm: option '%.60s' has "
-					    "a bad number", tok);
+			return coord_seterr(err, COORD_EINVAL,
+					    "--spec slurm: option '%.60s' has "
+					    "a bad number",
+					    tok);
 		if (!strcmp(tok, "port")) {
 			o.port_base = (unsigned)v;
 		} else if (!strcmp(tok, "tasks_per_node")) {
 			o.tasks_per_node = (unsigned)v;
 		} else {
 			if (nj == SLURM_ARG_JOBS)
-				return coord_seterr(err, COORD_EINVAL, "--spec slurm: more than "
-						    "%d jobs", SLURM_ARG_JOBS);
+				return coord_seterr(err, COORD_EINVAL,
+						    "--spec slurm: more than "
+						    "%d jobs",
+						    SLURM_ARG_JOBS);
 			jobs[nj].name = tok;
 			jobs[nj].ntasks = (unsigned)v;
 			nj++;
@@ -80,8 +86,10 @@ static int from_file(const char *path, struct coord_spec **out, struct coord_err
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		r = -errno;
-		return coord_seterr(err, r, "--spec '%.100s' is not JSON, tf_config or slurm, and "
-				    "cannot be opened as a file: %s", path, coord_strerror(r));
+		return coord_seterr(err, r,
+				    "--spec '%.100s' is not JSON, tf_config or slurm, and "
+				    "cannot be opened as a file: %s",
+				    path, coord_strerror(r));
 	}
 	buf = malloc(COORD_SPEC_TEXT_MAX + 1);
 	if (!buf) {
@@ -103,8 +111,10 @@ static int from_file(const char *path, struct coord_spec **out, struct coord_err
 			break;
 		len += (size_t)n;
 		if (len > COORD_SPEC_TEXT_MAX) {
-			r = coord_seterr(err, COORD_EINVAL, "--spec file '%.100s' is larger than "
-					 "%u bytes", path, COORD_SPEC_TEXT_MAX);
+			r = coord_seterr(err, COORD_EINVAL,
+					 "--spec file '%.100s' is larger than "
+					 "%u bytes",
+					 path, COORD_SPEC_TEXT_MAX);
 			goto out;
 		}
 	}
@@ -144,8 +154,10 @@ int coord_spec_from_arg(const char *arg, struct coord_spec **out, struct coord_t
 		p++;
 	if (*p == '{') {
 		if (strlen(arg) > COORD_SPEC_TEXT_MAX)
-			return coord_seterr(err, COORD_EINVAL, "--spec JSON is longer than %u "
-					    "bytes", COORD_SPEC_TEXT_MAX);
+			return coord_seterr(err, COORD_EINVAL,
+					    "--spec JSON is longer than %u "
+					    "bytes",
+					    COORD_SPEC_TEXT_MAX);
 		return coord_spec_parse(arg, out, err);
 	}
 	if (!*p)

@@ -39,22 +39,22 @@ static const char *json_kind(const json_t *v)
 }
 
 /* A sparse key: decimal digits only, value 0..COORD_SPEC_MAX_INDEX. */
-static int parse_index_key(const char *job, const char *key, int64_t *out,
-			   struct coord_error *err)
+static int parse_index_key(const char *job, const char *key, int64_t *out, struct coord_error *err)
 {
 	int64_t v = 0;
 	size_t i = 0;
 
 	if (key[0] == '-' && key[1] >= '0' && key[1] <= '9')
-		return coord_seterr(err, COORD_EINVAL, "job '%s': negative task index \"%s\"",
-				    job, key);
+		return coord_seterr(err, COORD_EINVAL, "job '%s': negative task index \"%s\"", job,
+				    key);
 	if (key[0] == '\0')
 		return coord_seterr(err, COORD_EINVAL, "job '%s': empty task index", job);
 	for (; key[i]; i++) {
 		if (key[i] < '0' || key[i] > '9')
 			return coord_seterr(err, COORD_EINVAL,
 					    "job '%s': task index \"%.40s\" is not a decimal "
-					    "integer", job, key);
+					    "integer",
+					    job, key);
 		v = v * 10 + (key[i] - '0');
 		if (v > COORD_SPEC_MAX_INDEX)
 			return coord_seterr(err, COORD_EINVAL,
@@ -77,15 +77,18 @@ static int add_json_job(struct coord_spec *s, const char *name, json_t *tasks,
 		size_t n = json_array_size(tasks);
 
 		if (n > COORD_SPEC_MAX_INDEX + 1u)
-			return coord_seterr(err, COORD_EINVAL, "job '%s': %zu tasks, above the "
-					    "limit %d", name, n, COORD_SPEC_MAX_INDEX + 1);
+			return coord_seterr(err, COORD_EINVAL,
+					    "job '%s': %zu tasks, above the "
+					    "limit %d",
+					    name, n, COORD_SPEC_MAX_INDEX + 1);
 		for (size_t i = 0; i < n; i++) {
 			json_t *a = json_array_get(tasks, i);
 
 			if (!json_is_string(a))
 				return coord_seterr(err, COORD_EINVAL,
 						    "job '%s': task %zu is %s, not an address "
-						    "string", name, i, json_kind(a));
+						    "string",
+						    name, i, json_kind(a));
 			r = coord_spec_add_task(j, (int64_t)i, json_string_value(a), err);
 			if (r < 0)
 				return r;
@@ -96,7 +99,8 @@ static int add_json_job(struct coord_spec *s, const char *name, json_t *tasks,
 		const char *key;
 		json_t *a;
 
-		json_object_foreach(tasks, key, a) {
+		json_object_foreach(tasks, key, a)
+		{
 			int64_t index = 0;
 
 			r = parse_index_key(name, key, &index, err);
@@ -105,7 +109,8 @@ static int add_json_job(struct coord_spec *s, const char *name, json_t *tasks,
 			if (!json_is_string(a))
 				return coord_seterr(err, COORD_EINVAL,
 						    "job '%s': task %lld is %s, not an address "
-						    "string", name, (long long)index, json_kind(a));
+						    "string",
+						    name, (long long)index, json_kind(a));
 			r = coord_spec_add_task(j, index, json_string_value(a), err);
 			if (r < 0)
 				return r;
@@ -114,7 +119,8 @@ static int add_json_job(struct coord_spec *s, const char *name, json_t *tasks,
 	}
 	return coord_seterr(err, COORD_EINVAL,
 			    "job '%s' is %s; want a list of addresses or an object from task "
-			    "index to address", name, json_kind(tasks));
+			    "index to address",
+			    name, json_kind(tasks));
 }
 
 int coord_spec_from_json(json_t *root, const char *what, struct coord_spec **out,
@@ -132,7 +138,8 @@ int coord_spec_from_json(json_t *root, const char *what, struct coord_spec **out
 	r = coord_spec_new(&s, err);
 	if (r < 0)
 		return r;
-	json_object_foreach(root, name, tasks) {
+	json_object_foreach(root, name, tasks)
+	{
 		r = add_json_job(s, name, tasks, err);
 		if (r < 0)
 			goto err;
@@ -155,8 +162,10 @@ static int load(const char *text, const char *what, json_t **root, struct coord_
 		return coord_seterr(err, COORD_EINVAL, "%s: no text given", what);
 	*root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
 	if (!*root)
-		return coord_seterr(err, COORD_EINVAL, "%s is not valid JSON: %s (line %d, "
-				    "column %d)", what, je.text, je.line, je.column);
+		return coord_seterr(err, COORD_EINVAL,
+				    "%s is not valid JSON: %s (line %d, "
+				    "column %d)",
+				    what, je.text, je.line, je.column);
 	return 0;
 }
 
@@ -183,8 +192,8 @@ static void no_task(struct coord_task_id *self)
 	}
 }
 
-int coord_spec_from_tf_config(const char *text, struct coord_spec **out,
-			      struct coord_task_id *self, struct coord_error *err)
+int coord_spec_from_tf_config(const char *text, struct coord_spec **out, struct coord_task_id *self,
+			      struct coord_error *err)
 {
 	struct coord_spec *s = NULL;
 	json_t *root, *cluster, *task, *type, *index;

@@ -87,7 +87,8 @@ int coord_spec_from_cluster_def(const void *buf, size_t len, struct coord_spec *
 	int r;
 
 	if (!out || (!buf && len))
-		return coord_seterr(err, COORD_EINVAL, "coord_spec_from_cluster_def: no bytes "
+		return coord_seterr(err, COORD_EINVAL,
+				    "coord_spec_from_cluster_def: no bytes "
 				    "or no out pointer");
 	cd = tensorflow__cluster_def__unpack(NULL, len, buf ? buf : none);
 	if (!cd)

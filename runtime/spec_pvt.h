@@ -48,8 +48,8 @@ COORD_HIDDEN int coord_spec_new(struct coord_spec **out, struct coord_error *err
  * Add job @name (checked against the naming rule) and return it in @job;
  * @job stays valid until the next coord_spec_add_job() on @s.
  */
-COORD_HIDDEN int coord_spec_add_job(struct coord_spec *s, const char *name,
-				    struct spec_job **job, struct coord_error *err);
+COORD_HIDDEN int coord_spec_add_job(struct coord_spec *s, const char *name, struct spec_job **job,
+				    struct coord_error *err);
 
 /* Add task @index of @j at @addr (copied; index and address are checked). */
 COORD_HIDDEN int coord_spec_add_task(struct spec_job *j, int64_t index, const char *addr,

@@ -32,7 +32,7 @@ struct hl_range {
 };
 
 struct hl_group {
-	const char *text;  /* the literal before the bracket */
+	const char *text; /* the literal before the bracket */
 	size_t text_len;
 	struct hl_range *r;
 	size_t nr;
@@ -56,11 +56,15 @@ static int hl_number(const char **p, const char *end, unsigned long *v, int *wid
 		(*p)++;
 	}
 	if (*p == s)
-		return coord_seterr(err, COORD_EINVAL, "host list: expected a number in "
-				    "brackets at '%.20s'", s);
+		return coord_seterr(err, COORD_EINVAL,
+				    "host list: expected a number in "
+				    "brackets at '%.20s'",
+				    s);
 	if (*p < end && isdigit((unsigned char)**p))
-		return coord_seterr(err, COORD_EINVAL, "host list: number '%.20s' has more "
-				    "than %d digits", s, HL_DIGITS);
+		return coord_seterr(err, COORD_EINVAL,
+				    "host list: number '%.20s' has more "
+				    "than %d digits",
+				    s, HL_DIGITS);
 	*width = (int)(*p - s);
 	return 0;
 }
@@ -93,19 +97,23 @@ static int hl_ranges(const char *s, const char *end, size_t max, struct hl_group
 			if (r < 0)
 				return r;
 			if (x->hi < x->lo)
-				return coord_seterr(err, COORD_EINVAL, "host list: range %lu-%lu "
-						    "runs backwards", x->lo, x->hi);
+				return coord_seterr(err, COORD_EINVAL,
+						    "host list: range %lu-%lu "
+						    "runs backwards",
+						    x->lo, x->hi);
 		}
 		g->nr++;
 		if (x->hi - x->lo >= max || g->count + (x->hi - x->lo + 1) > max)
-			return coord_seterr(err, COORD_EINVAL,
-					    "host list: more than %zu hosts", max);
+			return coord_seterr(err, COORD_EINVAL, "host list: more than %zu hosts",
+					    max);
 		g->count += x->hi - x->lo + 1;
 		if (s == end)
 			return 0;
 		if (*s != ',')
-			return coord_seterr(err, COORD_EINVAL, "host list: unexpected '%c' in "
-					    "brackets", isprint((unsigned char)*s) ? *s : '?');
+			return coord_seterr(err, COORD_EINVAL,
+					    "host list: unexpected '%c' in "
+					    "brackets",
+					    isprint((unsigned char)*s) ? *s : '?');
 		s++;
 	}
 	return coord_seterr(err, COORD_EINVAL, "host list: trailing ',' in brackets");
@@ -155,13 +163,17 @@ static int hl_item(const char *s, const char *end, char **hosts, size_t *n, size
 		if (p == end)
 			break;
 		if (*p != '[') {
-			r = coord_seterr(err, COORD_EINVAL, "host list: unexpected '%c' in a "
-					 "host name", isprint((unsigned char)*p) ? *p : '?');
+			r = coord_seterr(err, COORD_EINVAL,
+					 "host list: unexpected '%c' in a "
+					 "host name",
+					 isprint((unsigned char)*p) ? *p : '?');
 			goto out;
 		}
 		if (ng == HL_GROUPS) {
-			r = coord_seterr(err, COORD_EINVAL, "host list: more than %d bracket "
-					 "groups in one name", HL_GROUPS);
+			r = coord_seterr(err, COORD_EINVAL,
+					 "host list: more than %d bracket "
+					 "groups in one name",
+					 HL_GROUPS);
 			goto out;
 		}
 		close = memchr(p, ']', (size_t)(end - p));
@@ -334,8 +346,10 @@ int coord_slurm_tasks_per_node(const char *s, unsigned *counts, size_t nnodes,
 			break; /* junk or a trailing ',': refused below */
 	}
 	if (!p || *p || used != nnodes)
-		return coord_seterr(err, COORD_EINVAL, "SLURM_TASKS_PER_NODE '%.60s' does not "
-				    "give a count for each of the %zu nodes", s ? s : "", nnodes);
+		return coord_seterr(err, COORD_EINVAL,
+				    "SLURM_TASKS_PER_NODE '%.60s' does not "
+				    "give a count for each of the %zu nodes",
+				    s ? s : "", nnodes);
 	return 0;
 }
 
@@ -350,8 +364,10 @@ static int env_uint(const char *name, unsigned long max, bool required, unsigned
 		return 1;
 	}
 	if (parse_uint(s, max, v) < 0)
-		return coord_seterr(err, COORD_EINVAL, "slurm: %s='%.40s' is not an integer in "
-				    "0..%lu", name, s, max);
+		return coord_seterr(err, COORD_EINVAL,
+				    "slurm: %s='%.40s' is not an integer in "
+				    "0..%lu",
+				    name, s, max);
 	return 0;
 }
 
@@ -376,8 +392,7 @@ static int layout(const struct coord_slurm_opts *o, unsigned long ntasks, unsign
 	int r;
 
 	if (!tpn) {
-		r = env_uint("SLURM_NTASKS_PER_NODE", COORD_SPEC_MAX_INDEX + 1ul, false, &tpn,
-			     err);
+		r = env_uint("SLURM_NTASKS_PER_NODE", COORD_SPEC_MAX_INDEX + 1ul, false, &tpn, err);
 		if (r < 0)
 			return r;
 		if (r > 0)
@@ -393,7 +408,7 @@ static int layout(const struct coord_slurm_opts *o, unsigned long ntasks, unsign
 			tpn = (ntasks + nnodes - 1) / nnodes;
 		for (size_t i = 0; i < nnodes; i++)
 			counts[i] = (unsigned)(tpn < COORD_SPEC_MAX_INDEX ? tpn
-								       : COORD_SPEC_MAX_INDEX);
+									  : COORD_SPEC_MAX_INDEX);
 	}
 	/* Fill nodes in order; a node gets no more than its count. */
 	for (size_t i = 0; i < nnodes; i++) {
@@ -403,8 +418,10 @@ static int layout(const struct coord_slurm_opts *o, unsigned long ntasks, unsign
 		cap += counts[i];
 	}
 	if (cap < ntasks)
-		return coord_seterr(err, COORD_EINVAL, "slurm: %zu nodes hold %lu tasks, fewer "
-				    "than SLURM_NTASKS=%lu", nnodes, cap, ntasks);
+		return coord_seterr(err, COORD_EINVAL,
+				    "slurm: %zu nodes hold %lu tasks, fewer "
+				    "than SLURM_NTASKS=%lu",
+				    nnodes, cap, ntasks);
 	return 0;
 }
 
@@ -439,8 +456,10 @@ int coord_spec_resolve_slurm(const struct coord_slurm_opts *opts, struct coord_s
 	if (r < 0)
 		return r;
 	if (ntasks == 0 || procid >= ntasks)
-		return coord_seterr(err, COORD_EINVAL, "slurm: SLURM_PROCID=%lu is not a rank of "
-				    "SLURM_NTASKS=%lu", procid, ntasks);
+		return coord_seterr(err, COORD_EINVAL,
+				    "slurm: SLURM_PROCID=%lu is not a rank of "
+				    "SLURM_NTASKS=%lu",
+				    procid, ntasks);
 	if (opts->port_base == 0 || opts->port_base > 65535)
 		return coord_seterr(err, COORD_EINVAL, "slurm: port base %u is not in 1..65535",
 				    opts->port_base);
@@ -472,8 +491,10 @@ int coord_spec_resolve_slurm(const struct coord_slurm_opts *opts, struct coord_s
 		sum += jobs[i].ntasks;
 	}
 	if (sum != ntasks) {
-		r = coord_seterr(err, COORD_EINVAL, "slurm: the jobs ask for %lu tasks but "
-				 "SLURM_NTASKS=%lu", sum, ntasks);
+		r = coord_seterr(err, COORD_EINVAL,
+				 "slurm: the jobs ask for %lu tasks but "
+				 "SLURM_NTASKS=%lu",
+				 sum, ntasks);
 		goto out;
 	}
 	qsort(jobs, opts->njobs, sizeof(*jobs), cmp_sjob);
@@ -498,8 +519,8 @@ int coord_spec_resolve_slurm(const struct coord_slurm_opts *opts, struct coord_s
 			if (node == nhosts || port > 65535) {
 				r = coord_seterr(err, COORD_EINVAL,
 						 "slurm: rank %lu needs port %lu on %s, above "
-						 "65535", rank, port,
-						 node < nhosts ? hosts[node] : "?");
+						 "65535",
+						 rank, port, node < nhosts ? hosts[node] : "?");
 				break;
 			}
 			snprintf(addr, sizeof(addr), "%s:%lu", hosts[node], port);

@@ -5,6 +5,7 @@
 #ifndef COORD_RUNTIME_UTIL_H
 #define COORD_RUNTIME_UTIL_H
 
+#include <sched.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -49,6 +50,20 @@ static inline void cpu_relax(void)
 #elif defined(__aarch64__)
 	__asm__ __volatile__("yield" ::: "memory");
 #endif
+}
+
+/*
+ * coord_spin_pause() - one step of a bounded spin: a pause, and every 64th
+ * step a sched_yield(), so a spinning waiter does not keep the thread it
+ * waits for off a CPU (2-core machines run the producer, the worker and the
+ * waiter on two CPUs).
+ */
+static inline void coord_spin_pause(unsigned step)
+{
+	if ((step & 63) == 0)
+		sched_yield();
+	else
+		cpu_relax();
 }
 
 #endif /* COORD_RUNTIME_UTIL_H */

@@ -34,8 +34,8 @@ uint32_t t_fn(struct coord *c, const char *name);
  */
 extern _Atomic long t_entered, t_exited;
 extern _Atomic long t_creates[64];
-extern _Atomic int t_create_fail; /* creators fail while non-zero */
-extern _Atomic int t_gate;        /* "gated" functions spin until non-zero */
+extern _Atomic int t_create_fail;	/* creators fail while non-zero */
+extern _Atomic int t_gate;		/* "gated" functions spin until non-zero */
 extern _Atomic uint64_t t_first_ns[64]; /* "stamp": first start per worker */
 void t_reset_counters(void);
 

@@ -326,7 +326,8 @@ static void test_s3_generation_taken_when_queued(void **state)
 		assert_int_equal(coord_schedule(f->c, fail, NULL, 0, NULL, NULL), 0);
 		assert_int_equal(coord_join(f->c, NULL), -EIO);
 		for (int i = 0; i < 64; i++)
-			assert_int_equal(coord_schedule(f->c, add, ab, sizeof(ab), &rv[i], NULL), 0);
+			assert_int_equal(coord_schedule(f->c, add, ab, sizeof(ab), &rv[i], NULL),
+					 0);
 		for (int i = 0; i < 64; i++) {
 			assert_int_equal(fetch_i64(rv[i]), 3);
 			coord_rv_put(rv[i]);
@@ -439,8 +440,9 @@ static void test_s6_fetch_cancelled(void **state)
 	setup_n((void **)&f, 1, 4096);
 	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), "f", 1, &g, NULL), 0);
 	for (int i = 0; i < 1000; i++)
-		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "sleep_us"), &us, sizeof(us),
-						&q[i], NULL), 0);
+		assert_int_equal(
+			coord_schedule(f->c, t_fn(f->c, "sleep_us"), &us, sizeof(us), &q[i], NULL),
+			0);
 	atomic_store(&t_gate, 1);
 	assert_int_equal(coord_join(f->c, &err), -EIO);
 	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
@@ -535,8 +537,8 @@ static void test_s8_s9_per_worker_lazy(void **state)
 	int64_t next[2] = { 0, 0 };
 	int64_t start = 100;
 
-	assert_int_equal(coord_per_worker_create(f->c, "counter", &start, sizeof(start), &pw,
-						 NULL), 0);
+	assert_int_equal(coord_per_worker_create(f->c, "counter", &start, sizeof(start), &pw, NULL),
+			 0);
 	assert_int_equal(atomic_load(&t_creates[0]) + atomic_load(&t_creates[1]), 0); /* lazy */
 	call.pw = &pw;
 	call.npw = 1;
@@ -783,8 +785,9 @@ static void test_destroy_with_queued_work(void **state)
 
 	setup_n((void **)&f, 1, 1024);
 	for (int i = 0; i < 50; i++)
-		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "sleep_us"), &us, sizeof(us),
-						&rv[i], NULL), 0);
+		assert_int_equal(
+			coord_schedule(f->c, t_fn(f->c, "sleep_us"), &us, sizeof(us), &rv[i], NULL),
+			0);
 	/* values must be put before destroy (documented) */
 	for (int i = 0; i < 50; i++)
 		coord_rv_put(rv[i]);

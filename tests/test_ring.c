@@ -115,7 +115,8 @@ static void *consumer(void *arg)
 		unsigned n = coord_ring_pop_batch_mc(&m->ring, out, 16);
 
 		if (n == 0) {
-			if (atomic_load(&m->done_producers) == PRODUCERS && coord_ring_empty(&m->ring))
+			if (atomic_load(&m->done_producers) == PRODUCERS &&
+			    coord_ring_empty(&m->ring))
 				break;
 			continue;
 		}

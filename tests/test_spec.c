@@ -27,16 +27,14 @@
 #include "spec_test_config.h"
 
 /* The seed's two examples, as JSON (the sparse key becomes a string). */
-static const char seed_dense[] =
-	"{\"worker\": [\"worker0.example.com:2222\",\n"
-	"              \"worker1.example.com:2222\",\n"
-	"              \"worker2.example.com:2222\"],\n"
-	" \"ps\": [\"ps0.example.com:2222\",\n"
-	"          \"ps1.example.com:2222\"]}";
-static const char seed_sparse[] =
-	"{\"worker\": {\"1\": \"worker1.example.com:2222\"},\n"
-	" \"ps\": [\"ps0.example.com:2222\",\n"
-	"          \"ps1.example.com:2222\"]}";
+static const char seed_dense[] = "{\"worker\": [\"worker0.example.com:2222\",\n"
+				 "              \"worker1.example.com:2222\",\n"
+				 "              \"worker2.example.com:2222\"],\n"
+				 " \"ps\": [\"ps0.example.com:2222\",\n"
+				 "          \"ps1.example.com:2222\"]}";
+static const char seed_sparse[] = "{\"worker\": {\"1\": \"worker1.example.com:2222\"},\n"
+				  " \"ps\": [\"ps0.example.com:2222\",\n"
+				  "          \"ps1.example.com:2222\"]}";
 
 static struct coord_spec *parse_ok(const char *json)
 {
@@ -145,8 +143,8 @@ static void test_spec_absent_job_and_index(void **state)
 /* S16: task_indices are sorted; job_tasks fills gaps with NULL; as_dict sparse order. */
 static void test_spec_sparse_order_and_gaps(void **state)
 {
-	struct coord_spec *s =
-		parse_ok("{\"w\": {\"10\": \"c:3\", \"2\": \"a:1\", \"7\": \"b:2\"}}");
+	struct coord_spec *s = parse_ok(
+		"{\"w\": {\"10\": \"c:3\", \"2\": \"a:1\", \"7\": \"b:2\"}}");
 	const char *addrs[16];
 	int64_t idx[2];
 	size_t n;
@@ -301,7 +299,10 @@ static void test_spec_addresses_accepted(void **state)
 static void test_spec_as_dict_round_trip(void **state)
 {
 	static const char *const inputs[] = {
-		seed_dense, seed_sparse, "{}", "{\"w\": {}}",
+		seed_dense,
+		seed_sparse,
+		"{}",
+		"{\"w\": {}}",
 		"{\"a\": {\"5\": \"x:1\", \"0\": \"y:2\"}, \"b\": [\"z:3\"]}",
 	};
 
@@ -370,15 +371,17 @@ static void test_spec_tf_config(void **state)
 	assert_string_equal(a, "host2:2222");
 	coord_spec_destroy(s);
 	/* No task: the spec alone. */
-	assert_int_equal(coord_spec_from_tf_config("{\"cluster\": {\"chief\": [\"c:1\"]}}", &s,
-						   &self, NULL), 0);
+	assert_int_equal(
+		coord_spec_from_tf_config("{\"cluster\": {\"chief\": [\"c:1\"]}}", &s, &self, NULL),
+		0);
 	assert_string_equal(self.job, "");
 	assert_int_equal(self.index, -1);
 	coord_spec_destroy(s);
 	/* No index: TensorFlow's default 0. */
 	assert_int_equal(coord_spec_from_tf_config("{\"cluster\": {\"chief\": [\"c:1\"]}, "
-						   "\"task\": {\"type\": \"chief\"}}", &s,
-						   &self, NULL), 0);
+						   "\"task\": {\"type\": \"chief\"}}",
+						   &s, &self, NULL),
+			 0);
 	assert_string_equal(self.job, "chief");
 	assert_int_equal(self.index, 0);
 	coord_spec_destroy(s);
@@ -402,9 +405,11 @@ static void test_spec_tf_config_malformed(void **state)
 		  "\"index\": 0}}",
 		  "task type 'ps' is not a job of the cluster" },
 		{ "{\"cluster\": {\"worker\": [\"h:1\"]}, \"task\": {\"type\": \"worker\", "
-		  "\"index\": 1}}", "no task 1 in job 'worker'" },
+		  "\"index\": 1}}",
+		  "no task 1 in job 'worker'" },
 		{ "{\"cluster\": {\"worker\": [\"h:1\"]}, \"task\": {\"type\": \"worker\", "
-		  "\"index\": \"0\"}}", "task index is a string, not an integer" },
+		  "\"index\": \"0\"}}",
+		  "task index is a string, not an integer" },
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
@@ -455,8 +460,9 @@ static void assert_hosts(const char *list, const char *const *want, size_t nwant
 /* Slurm host lists: ranges, padding, several groups, plain names. */
 static void test_spec_hostlist(void **state)
 {
-	static const char *const a[] = { "node01", "node02", "node03", "node04", "node07",
-					 "gpu-a" };
+	static const char *const a[] = {
+		"node01", "node02", "node03", "node04", "node07", "gpu-a"
+	};
 	static const char *const b[] = { "r1n1", "r1n2", "r1n3", "r2n1", "r2n2", "r2n3" };
 	static const char *const c[] = { "n8", "n9", "n10" };
 	static const char *const d[] = { "a", "b.example.com", "x009-ib", "x010-ib" };
@@ -509,8 +515,7 @@ static void test_spec_hostlist_malformed(void **state)
 				 err.msg, cases[i].msg);
 	}
 	/* The caller's maximum holds across items. */
-	assert_int_equal(coord_hostlist_expand("a[1-3],b[1-3]", 5, &hosts, &n, NULL),
-			 COORD_EINVAL);
+	assert_int_equal(coord_hostlist_expand("a[1-3],b[1-3]", 5, &hosts, &n, NULL), COORD_EINVAL);
 	assert_int_equal(coord_hostlist_expand("a[1-3],b[1-2]", 5, &hosts, &n, NULL), 0);
 	assert_int_equal(n, 5);
 	coord_hostlist_free(hosts, n);
@@ -540,8 +545,7 @@ static void test_spec_slurm_tasks_per_node(void **state)
 	assert_int_equal(coord_slurm_tasks_per_node("", c, 1, NULL), COORD_EINVAL);
 }
 
-static void slurm_env(const char *nodelist, const char *ntasks, const char *procid,
-		      const char *tpn)
+static void slurm_env(const char *nodelist, const char *ntasks, const char *procid, const char *tpn)
 {
 	unsetenv("SLURM_NODELIST");
 	unsetenv("SLURM_NTASKS_PER_NODE");
@@ -642,8 +646,7 @@ static void test_spec_slurm_jobs(void **state)
 	coord_spec_destroy(s);
 	/* The same through --spec. */
 	slurm_env("node[01-02]", "4", "1", NULL);
-	assert_int_equal(coord_spec_from_arg("slurm:port=9000,worker=3,ps=1", &s, &self, NULL),
-			 0);
+	assert_int_equal(coord_spec_from_arg("slurm:port=9000,worker=3,ps=1", &s, &self, NULL), 0);
 	assert_spec_json(s, "{\"ps\": [\"node01:9000\"], \"worker\": [\"node01:9001\", "
 			    "\"node02:9000\", \"node02:9001\"]}");
 	assert_string_equal(self.job, "worker");
@@ -685,8 +688,7 @@ static void test_spec_slurm_malformed(void **state)
 		slurm_env(cases[i].nodelist, cases[i].ntasks, cases[i].procid, cases[i].tpn);
 		r = coord_spec_from_arg(cases[i].arg, &s, NULL, &err);
 		if (r != COORD_EINVAL || s || !strstr(err.msg, cases[i].msg))
-			fail_msg("case %zu: r=%d msg '%s', want '%s'", i, r, err.msg,
-				 cases[i].msg);
+			fail_msg("case %zu: r=%d msg '%s', want '%s'", i, r, err.msg, cases[i].msg);
 	}
 	slurm_env(NULL, NULL, NULL, NULL);
 }
@@ -760,16 +762,16 @@ static void test_spec_cluster_def_round_trip(void **state)
 static void test_spec_cluster_def_malformed(void **state)
 {
 	/* Hand-made wire bytes: JobDef{name, tasks{key, value}}. */
-	static const uint8_t dup_job[] = { 0x0a, 0x03, 0x0a, 0x01, 'w', 0x0a, 0x03, 0x0a, 0x01,
-					   'w' };
-	static const uint8_t neg_key[] = { 0x0a, 0x15, 0x0a, 0x01, 'w', 0x12, 0x10, 0x08,
+	static const uint8_t dup_job[] = {
+		0x0a, 0x03, 0x0a, 0x01, 'w', 0x0a, 0x03, 0x0a, 0x01, 'w'
+	};
+	static const uint8_t neg_key[] = { 0x0a, 0x15, 0x0a, 0x01, 'w',	 0x12, 0x10, 0x08,
 					   0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-					   0xff, 0x01, 0x12, 0x03, 'h', ':', '1' };
-	static const uint8_t dup_key[] = { 0x0a, 0x15, 0x0a, 0x01, 'w', 0x12, 0x07, 0x08, 0x01,
-					   0x12, 0x03, 'h', ':', '1', 0x12, 0x07, 0x08, 0x01,
-					   0x12, 0x03, 'h', ':', '2' };
-	static const uint8_t empty_addr[] = { 0x0a, 0x07, 0x0a, 0x01, 'w', 0x12, 0x02, 0x08,
-					      0x01 };
+					   0xff, 0x01, 0x12, 0x03, 'h',	 ':',  '1' };
+	static const uint8_t dup_key[] = { 0x0a, 0x15, 0x0a, 0x01, 'w', 0x12, 0x07, 0x08,
+					   0x01, 0x12, 0x03, 'h',  ':', '1',  0x12, 0x07,
+					   0x08, 0x01, 0x12, 0x03, 'h', ':',  '2' };
+	static const uint8_t empty_addr[] = { 0x0a, 0x07, 0x0a, 0x01, 'w', 0x12, 0x02, 0x08, 0x01 };
 	static const uint8_t no_name[] = { 0x0a, 0x00 };
 	static const uint8_t truncated[] = { 0x0a, 0x09, 0x0a, 0x01 };
 	static const uint8_t garbage[] = { 0xff, 0xff, 0xff };
@@ -793,8 +795,7 @@ static void test_spec_cluster_def_malformed(void **state)
 		int r = coord_spec_from_cluster_def(cases[i].b, cases[i].n, &s, &err);
 
 		if (r != COORD_EINVAL || s || !strstr(err.msg, cases[i].msg))
-			fail_msg("case %zu: r=%d msg '%s', want '%s'", i, r, err.msg,
-				 cases[i].msg);
+			fail_msg("case %zu: r=%d msg '%s', want '%s'", i, r, err.msg, cases[i].msg);
 	}
 	/* Zero bytes are the empty cluster. */
 	{

@@ -99,8 +99,8 @@ COORD_API unsigned coord_num_workers(const struct coord *c);
  *
  * Return: 0; COORD_ENOFN with a message naming @name.
  */
-COORD_API COORD_NODISCARD int coord_fn_lookup(const struct coord *c, const char *name,
-					      uint32_t *id, struct coord_error *err);
+COORD_API COORD_NODISCARD int coord_fn_lookup(const struct coord *c, const char *name, uint32_t *id,
+					      struct coord_error *err);
 
 /**
  * struct coord_call - everything about one call; the general form of
@@ -177,8 +177,8 @@ COORD_API COORD_NODISCARD int coord_done(struct coord *c, struct coord_error *er
 /* RemoteValue states (S7), from coord_rv_state(). */
 enum coord_rv_state {
 	COORD_RV_NOT_READY = 0,
-	COORD_RV_READY = 1,     /* value or the closure's own error */
-	COORD_RV_ABORTED = 2,   /* worker lost, not handled yet */
+	COORD_RV_READY = 1,	/* value or the closure's own error */
+	COORD_RV_ABORTED = 2,	/* worker lost, not handled yet */
 	COORD_RV_CANCELLED = 3, /* cancelled (S3) */
 };
 

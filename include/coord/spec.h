@@ -137,8 +137,7 @@ COORD_API bool coord_spec_empty(const struct coord_spec *spec);
  *
  * Concurrency: any thread.  Return: the number of jobs (may exceed @cap).
  */
-COORD_API size_t coord_spec_jobs(const struct coord_spec *spec, const char **names,
-				 size_t cap);
+COORD_API size_t coord_spec_jobs(const struct coord_spec *spec, const char **names, size_t cap);
 
 /**
  * coord_spec_task_indices() - the task indices of @job, ascending.
@@ -165,9 +164,9 @@ COORD_API COORD_NODISCARD int coord_spec_task_indices(const struct coord_spec *s
  *
  * Return: 0; COORD_EINVAL if @job is not in @spec.
  */
-COORD_API COORD_NODISCARD int coord_spec_job_tasks(const struct coord_spec *spec,
-						   const char *job, const char **addrs,
-						   size_t cap, size_t *n, struct coord_error *err);
+COORD_API COORD_NODISCARD int coord_spec_job_tasks(const struct coord_spec *spec, const char *job,
+						   const char **addrs, size_t cap, size_t *n,
+						   struct coord_error *err);
 
 /**
  * coord_spec_as_dict() - the spec as JSON text, the shape coord_spec_parse()
@@ -234,8 +233,7 @@ COORD_API COORD_NODISCARD int coord_spec_from_cluster_def(const void *buf, size_
  *
  * Return: 0; COORD_EINVAL on malformed text; COORD_ENOMEM.
  */
-COORD_API COORD_NODISCARD int coord_spec_from_tf_config(const char *text,
-							struct coord_spec **out,
+COORD_API COORD_NODISCARD int coord_spec_from_tf_config(const char *text, struct coord_spec **out,
 							struct coord_task_id *self,
 							struct coord_error *err);
 

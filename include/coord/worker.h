@@ -48,8 +48,7 @@ typedef int (*coord_fn_t)(struct coord_ctx *ctx, const void *args, size_t len);
  * returns a negative code (message through coord_ctx_fail()), and every
  * closure that needed the resource fails with COORD_EINPUT wrapping it.
  */
-typedef int (*coord_res_create_t)(struct coord_ctx *ctx, const void *args, size_t len,
-				  void **res);
+typedef int (*coord_res_create_t)(struct coord_ctx *ctx, const void *args, size_t len, void **res);
 /** Frees a resource made by a coord_res_create_t; called on the worker. */
 typedef void (*coord_res_destroy_t)(void *res);
 
