@@ -199,11 +199,17 @@ static void test_s3_schedule_returns_error_nothing_executing(void **state)
 	int r = 0, n = 0, cancelled = 0, ready = 0;
 
 	assert_int_equal(coord_schedule(f->c, fail, NULL, 0, &frv, NULL), 0);
-	for (n = 0; n < 200; n++)
-		assert_int_equal(coord_schedule(f->c, sl, &us, sizeof(us), &rv[n], NULL), 0);
-	/* the failure has happened; sleeps are running or queued */
-	assert_int_equal(coord_rv_fetch(frv, NULL, NULL, NULL), -EIO);
-	r = coord_schedule(f->c, sl, &us, sizeof(us), &rv[n], &err);
+	/* queue sleeps; the failure may come back while we do (a slow build) */
+	for (n = 0; n < 200; n++) {
+		r = coord_schedule(f->c, sl, &us, sizeof(us), &rv[n], &err);
+		if (r < 0)
+			break;
+	}
+	if (r == 0) {
+		/* the failure has happened; sleeps are running or queued */
+		assert_int_equal(coord_rv_fetch(frv, NULL, NULL, NULL), -EIO);
+		r = coord_schedule(f->c, sl, &us, sizeof(us), &rv[n], &err);
+	}
 	assert_int_equal(r, -EIO);
 	assert_int_equal(err.code, -EIO);
 	assert_non_null(strstr(err.msg, "injected failure"));
@@ -226,7 +232,9 @@ static void test_s3_schedule_returns_error_nothing_executing(void **state)
 		coord_rv_put(rv[i]);
 	}
 	assert_int_equal(cancelled + ready, n);
-	assert_true(cancelled > 100); /* 200 x 500 us cannot have run yet */
+	/* n x 500 us on 2 workers cannot all have run while we scheduled */
+	if (n >= 8)
+		assert_true(cancelled >= 1);
 	/* the error was cleared: it is returned once */
 	assert_int_equal(coord_join(f->c, NULL), 0);
 	assert_int_equal(coord_done(f->c, NULL), 1);
@@ -295,12 +303,14 @@ static void test_s3_running_closure_keeps_outcome(void **state)
 static void test_s3_only_first_error_returned(void **state)
 {
 	struct fx *f = *state;
-	uint32_t fail = t_fn(f->c, "fail");
+	uint32_t gated = t_fn(f->c, "gated");
 	struct coord_rv *rv[8];
 	struct coord_error err;
 
+	/* eight failures held behind the gate, so all are queued first */
 	for (int i = 0; i < 8; i++)
-		assert_int_equal(coord_schedule(f->c, fail, NULL, 0, &rv[i], NULL), 0);
+		assert_int_equal(coord_schedule(f->c, gated, "f", 1, &rv[i], NULL), 0);
+	atomic_store(&t_gate, 1);
 	for (int i = 0; i < 8; i++) {
 		int r = coord_rv_fetch(rv[i], NULL, NULL, NULL);
 
