@@ -99,8 +99,10 @@ static void overflow_push_chain(struct coord *c, struct coord_closure *first,
 		/* R3 (release): pairs with A3 in queue_pop(): the closures'
 		 * contents and links are visible to the popper.  Push-one/pop-all
 		 * has no ABA: a pop takes the whole list. */
+		/* seq_cst rather than release: E3 in futex.h, as the ring's
+		 * head CAS, for coord_ec_signal_sc() in queue_push(). */
 	} while (!atomic_compare_exchange_weak_explicit(
-		&c->overflow, &h, first, memory_order_release, memory_order_relaxed));
+		&c->overflow, &h, first, memory_order_seq_cst, memory_order_relaxed));
 }
 
 static bool queue_empty(struct coord *c)
@@ -170,7 +172,8 @@ static void queue_push(struct coord *c, struct coord_closure *cl)
 		}
 		wait_not_full(c);
 	}
-	coord_ec_signal(&c->not_empty);
+	/* The push ended with a seq_cst RMW that makes queue_empty() false. */
+	coord_ec_signal_sc(&c->not_empty);
 }
 
 /* ---- completion, cancellation, the error slot ------------------------------ */

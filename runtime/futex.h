@@ -24,6 +24,12 @@
  *         sees WAITERS (fence F2 pairs with F1: store-load Dekker) and wakes.
  *     E2  A waiter sleeps only on the exact word value that has WAITERS set;
  *         any signal changes the counter, so FUTEX_WAIT returns EAGAIN.
+ *     E3  coord_ec_signal_sc() skips F2 when the signaler made the condition
+ *         true with a seq_cst RMW (the ring's head CAS): that RMW, its seq_cst
+ *         load of the word and the waiter's seq_cst flag CAS are all in the
+ *         single total order S, so if the load misses WAITERS the flag CAS
+ *         and then F1 come later in S, and the waiter's re-check (after F1)
+ *         observes the RMW.  On x86 this saves an mfence per schedule().
  *   The caller re-checks its condition between prepare and wait (that is the
  *   "condition" step above) and coord_ec_wait() re-checks the word only.
  *
@@ -135,11 +141,11 @@ static inline uint32_t coord_ec_prepare(struct coord_ec *ec)
 static inline int coord_ec_wait(struct coord_ec *ec, uint32_t v, uint64_t deadline)
 {
 	if (!(v & COORD_EC_WAITERS)) {
-		/* Relaxed CAS: failure means a signal moved the counter (E2): the
-		 * caller re-checks.  The fence below orders the flag store before
-		 * the condition re-load. */
+		/* seq_cst on success: E3 (coord_ec_signal_sc()) needs this flag
+		 * store in the single total order.  Failure means a signal moved
+		 * the counter (E2): the caller re-checks. */
 		if (!atomic_compare_exchange_strong_explicit(&ec->word, &v, v | COORD_EC_WAITERS,
-							     memory_order_relaxed,
+							     memory_order_seq_cst,
 							     memory_order_relaxed))
 			return 0;
 		v |= COORD_EC_WAITERS;
@@ -156,15 +162,8 @@ static inline int coord_ec_wait(struct coord_ec *ec, uint32_t v, uint64_t deadli
  * coord_ec_signal() - wake every sleeper, if any announced itself.
  * Call after making the condition true.  No system call without sleepers.
  */
-static inline void coord_ec_signal(struct coord_ec *ec)
+static inline void ec_wake_if_waiters(struct coord_ec *ec, uint32_t w)
 {
-	uint32_t w;
-
-	/* F2: pairs with F1 in coord_ec_wait() (E1): our condition store is
-	 * ordered before the WAITERS load below. */
-	coord_smp_mb();
-	/* Relaxed: ordered by F2; a stale value is fixed by the CAS below. */
-	w = atomic_load_explicit(&ec->word, memory_order_relaxed);
 	while (w & COORD_EC_WAITERS) {
 		/* Release: publishes the condition to coord_ec_prepare(); bumps the
 		 * counter and clears WAITERS in one step (w is odd, w + 1 is even). */
@@ -174,6 +173,25 @@ static inline void coord_ec_signal(struct coord_ec *ec)
 			return;
 		}
 	}
+}
+
+static inline void coord_ec_signal(struct coord_ec *ec)
+{
+	/* F2: pairs with F1 in coord_ec_wait() (E1): our condition store is
+	 * ordered before the WAITERS load below. */
+	coord_smp_mb();
+	/* Relaxed: ordered by F2; a stale value is fixed by the CAS loop. */
+	ec_wake_if_waiters(ec, atomic_load_explicit(&ec->word, memory_order_relaxed));
+}
+
+/*
+ * coord_ec_signal_sc() - coord_ec_signal() for a caller whose last write to
+ * the condition was a seq_cst read-modify-write (E3): no fence.
+ */
+static inline void coord_ec_signal_sc(struct coord_ec *ec)
+{
+	/* seq_cst: E3, after the caller's seq_cst RMW in the total order. */
+	ec_wake_if_waiters(ec, atomic_load_explicit(&ec->word, memory_order_seq_cst));
 }
 
 #endif /* COORD_RUNTIME_FUTEX_H */

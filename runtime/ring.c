@@ -65,10 +65,13 @@ int coord_ring_push_mp(struct coord_ring *r, void *v)
 		int64_t dif = (int64_t)(seq - pos);
 
 		if (dif == 0) {
-			/* Relaxed: claims position pos (I2); the slot contents are
-			 * published by R1, not by this CAS. */
+			/* seq_cst: claims position pos (I2); the slot contents are
+			 * published by R1, not by this CAS.  seq_cst (the same
+			 * lock cmpxchg as relaxed on x86) lets the coordinator wake
+			 * idle dispatchers without a fence (E3 in futex.h): they
+			 * see the ring non-empty by this head. */
 			if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1,
-								  memory_order_relaxed,
+								  memory_order_seq_cst,
 								  memory_order_relaxed))
 				break;
 		} else if (dif < 0) {
