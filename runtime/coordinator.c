@@ -29,11 +29,18 @@
  *       when the canceller returns, no closure of the old generation runs.
  *   C3  A closure takes its generation when it is queued, not when built.
  *   C4  err_state moves EMPTY -> WRITING -> SET (one failing closure, the
- *       first) -> TAKEN (one canceller) -> EMPTY.  Only the TAKEN owner reads
- *       the error record after WRITING's owner released it with SET.
+ *       first) -> TAKEN (one caller) -> EMPTY.  Only the TAKEN owner reads
+ *       the error record after WRITING's owner released it with SET; it
+ *       copies it, bumps gen and frees the slot before it drains and waits,
+ *       so WRITING and TAKEN last a few stores and others spin on them.
  *   C5  Old-generation closures that a canceller missed (pushed by a racing
  *       schedule that read gen before the bump) are cancelled by whichever
  *       dispatcher pops them: they never run.
+ *   C7  An error is recorded only for a closure of the current generation:
+ *       one of an older round, still running when that round's error was
+ *       taken, keeps its own outcome and its error is dropped (S3: only the
+ *       first error is returned); a closure of the new round that fails
+ *       while the canceller still drains is recorded for the next caller.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -210,14 +217,33 @@ static void cancel_one(struct coord *c, struct coord_closure *cl)
 static void record_error(struct coord *c, struct coord_worker *w, struct coord_closure *cl,
 			 int code, int cause, const char *msg)
 {
-	uint32_t e = ERR_EMPTY;
+	for (;;) {
+		/* Acquire: see the generation bumped before a canceller's EMPTY
+		 * (C4), for the check below. */
+		uint32_t e = atomic_load_explicit(&c->err_state, memory_order_acquire);
 
-	/* C4: acquire on success, so our writes below cannot move above the
-	 * claim; failure (an error is already there or being handled) drops
-	 * this one: only the first error is returned (S3). */
-	if (!atomic_compare_exchange_strong_explicit(&c->err_state, &e, ERR_WRITING,
-						     memory_order_acquire, memory_order_relaxed))
+		if (e == ERR_SET)
+			return; /* the first error wins (S3) */
+		if (e != ERR_EMPTY) {
+			cpu_relax(); /* WRITING or TAKEN: a few stores away (C4) */
+			continue;
+		}
+		/* C4: acquire on success, so our writes below cannot move above
+		 * the claim. */
+		if (atomic_compare_exchange_weak_explicit(&c->err_state, &e, ERR_WRITING,
+							  memory_order_acquire,
+							  memory_order_relaxed))
+			break;
+	}
+	/* C7: a closure of a generation whose error was already taken keeps
+	 * its own outcome, but its error is not the coordinator's.  Relaxed:
+	 * the claim above synchronized with the canceller's EMPTY, which it
+	 * stored after the bump. */
+	if (cl->gen < atomic_load_explicit(&c->gen, memory_order_relaxed)) {
+		/* Release: nothing written; hand the slot back. */
+		atomic_store_explicit(&c->err_state, ERR_EMPTY, memory_order_release);
 		return;
+	}
 	c->err.code = code;
 	c->err.cause = cause;
 	c->err.worker = w ? w->index : COORD_NO_WORKER;
@@ -233,20 +259,26 @@ static uint64_t inflight_sum(struct coord *c)
 	uint64_t s = 0;
 
 	for (unsigned i = 0; i < c->nworkers; i++)
-		/* D1 (seq_cst): after the gen bump in cancel_all(); see C2. */
+		/* D1 (seq_cst): after the gen bump in gen_bump(); see C2. */
 		s += atomic_load_explicit(&c->workers[i].inflight, memory_order_seq_cst);
 	return s;
 }
 
+static uint64_t gen_bump(struct coord *c)
+{
+	/* D1 (seq_cst): see C2.  New closures get the new generation; older
+	 * ones are cancelled. */
+	return atomic_fetch_add_explicit(&c->gen, 1, memory_order_seq_cst) + 1;
+}
+
 /*
- * cancel_all() - S3: cancel every queued closure, wait for those in flight.
- * Caller is the single canceller (TAKEN, or destroy).
+ * cancel_older() - S3: cancel every queued closure of a generation older
+ * than @g, then wait until no worker has one in flight.  Several threads may
+ * run this at once (two errors taken back to back); each pop is exclusive.
  */
-static void cancel_all(struct coord *c)
+static void cancel_older(struct coord *c, uint64_t g)
 {
 	struct coord_closure *buf[64], *keep = NULL, *keep_last = NULL;
-	/* D1 (seq_cst): see C2.  New closures get g; older ones are cancelled. */
-	uint64_t g = atomic_fetch_add_explicit(&c->gen, 1, memory_order_seq_cst) + 1;
 	/* Relaxed: a bound for the drain, so a producer that never stops
 	 * cannot keep us here; anything missed is cancelled by C5. */
 	uint64_t budget = atomic_load_explicit(&c->outstanding, memory_order_relaxed) + 64;
@@ -292,7 +324,7 @@ static int take_error(struct coord *c, struct coord_error *err)
 	for (;;) {
 		/* Acquire: pairs with the release stores of err_state (C4). */
 		uint32_t s = atomic_load_explicit(&c->err_state, memory_order_acquire);
-		uint32_t v;
+		uint64_t g;
 		int code;
 
 		if (s == ERR_EMPTY)
@@ -303,25 +335,21 @@ static int take_error(struct coord *c, struct coord_error *err)
 								     memory_order_acquire,
 								     memory_order_relaxed))
 				continue;
-			cancel_all(c);
 			code = c->err.code;
 			if (err)
 				*err = c->err;
-			/* C4 (release): our reads of the record are done. */
+			g = gen_bump(c);
+			/* C4 (release): our reads of the record are done, and the
+			 * bump is visible to record_error()'s check (C7).  The
+			 * slot is free again before we drain, so an error of the
+			 * new generation is kept for the next caller. */
 			atomic_store_explicit(&c->err_state, ERR_EMPTY, memory_order_release);
 			coord_ec_signal(&c->idle);
+			cancel_older(c, g);
 			return code;
 		}
-		/* WRITING or TAKEN by another thread: wait until it moves on. */
-		v = coord_ec_prepare(&c->idle);
-		/* Relaxed: compared for change only; the loop re-acquires. */
-		if (atomic_load_explicit(&c->err_state, memory_order_relaxed) != s)
-			continue;
-		if (s == ERR_WRITING) {
-			cpu_relax(); /* a few stores away from SET */
-			continue;
-		}
-		coord_ec_wait(&c->idle, v, COORD_FOREVER);
+		/* WRITING or TAKEN by another thread: a few stores away (C4). */
+		cpu_relax();
 	}
 }
 
@@ -760,14 +788,14 @@ void coord_destroy(struct coord *c)
 {
 	if (!c)
 		return;
-	cancel_all(c); /* queued: CANCELLED; in flight: finish first */
+	cancel_older(c, gen_bump(c)); /* queued: CANCELLED; in flight: finish */
 	/* Relaxed: the signals below carry it (their fences order it, E1). */
 	atomic_store_explicit(&c->stopping, 1, memory_order_relaxed);
 	coord_ec_signal(&c->not_empty);
 	coord_smp_mb(); /* stopping before the wake of stagger sleepers */
 	coord_futex_wake_all(&c->stopping);
 	c->tp->stop(c);
-	cancel_all(c);	   /* anything a dispatcher left (none expected) */
+	cancel_older(c, gen_bump(c)); /* anything left (none expected) */
 	urcu_bp_barrier(); /* every deferred closure release has run */
 	coord_bufs_fini(&c->bufs);
 	coord_pool_destroy(c->closures);

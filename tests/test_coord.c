@@ -13,7 +13,9 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -321,6 +323,142 @@ static void test_s3_only_first_error_returned(void **state)
 	assert_int_equal(coord_done(f->c, NULL), 1);
 	for (int i = 0; i < 8; i++)
 		coord_rv_put(rv[i]);
+}
+
+struct joiner {
+	struct coord *c;
+	int r;
+	struct coord_error err;
+};
+
+static void *join_thread(void *arg)
+{
+	struct joiner *j = arg;
+
+	j->r = coord_join(j->c, &j->err);
+	return NULL;
+}
+
+/* Parking a thread inside coord_schedule()'s argument copy: the arguments
+ * sit on a PROT_NONE page; the SIGSEGV handler waits for a release, then
+ * makes the page readable and returns, and the copy completes. */
+static _Atomic int park_parked, park_release;
+static void *park_page;
+
+static void park_on_segv(int sig, siginfo_t *si, void *uc)
+{
+	uint64_t until = t_now_ns() + 20000000000ull;
+
+	atomic_store(&park_parked, 1);
+	while (!atomic_load(&park_release) && t_now_ns() < until)
+		t_sleep_ns(100000);
+	mprotect(park_page, 4096, PROT_READ | PROT_WRITE);
+}
+
+struct parked_sched {
+	struct coord *c;
+	uint32_t fn;
+	struct coord_rv *rv;
+	int r;
+};
+
+static void *parked_schedule(void *arg)
+{
+	struct parked_sched *p = arg;
+
+	p->r = coord_schedule(p->c, p->fn, park_page, 8, &p->rv, NULL);
+	return NULL;
+}
+
+/*
+ * S3 (C7), regression (review of 78d83b0): a schedule() that passed its
+ * error check before a failure, and queued its closure after another
+ * thread's join took that failure and bumped the generation, belongs to
+ * the new round: when that closure fails while the joiner still waits for
+ * an old closure, its error is kept and returned by the next call.  (The
+ * old code held the error slot for the whole wait and dropped it.)
+ */
+static void test_s3_new_round_error_kept_while_cancelling(void **state)
+{
+	struct fx *f = *state;
+	struct coord_rv *g, *f1;
+	struct joiner j = { .c = f->c };
+	struct parked_sched ps = { .c = f->c, .fn = t_fn(f->c, "fail") };
+	struct sigaction sa = { 0 }, old;
+	uint64_t gen0, until;
+	struct coord_error err;
+	pthread_t t, ts;
+
+	park_page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(park_page != MAP_FAILED);
+	atomic_store(&park_parked, 0);
+	atomic_store(&park_release, 0);
+	sa.sa_sigaction = park_on_segv;
+	sa.sa_flags = SA_SIGINFO;
+	sigaction(SIGSEGV, &sa, &old);
+
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, &g, NULL), 0);
+	wait_entered(1); /* an old closure runs on one worker */
+	/* a scheduler passes its error check (none yet) and parks */
+	pthread_create(&ts, NULL, parked_schedule, &ps);
+	until = t_now_ns() + 10000000000ull;
+	while (!atomic_load(&park_parked) && t_now_ns() < until)
+		t_sleep_ns(100000);
+	assert_true(atomic_load(&park_parked));
+	/* the first failure, taken by a joiner that then waits for g */
+	gen0 = atomic_load(&f->c->gen);
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "fail"), NULL, 0, &f1, NULL), 0);
+	assert_int_equal(coord_rv_fetch(f1, NULL, NULL, NULL), -EIO);
+	pthread_create(&t, NULL, join_thread, &j);
+	while (atomic_load(&f->c->gen) == gen0 && t_now_ns() < until)
+		t_sleep_ns(100000);
+	assert_true(atomic_load(&f->c->gen) > gen0);
+	/* the parked scheduler now queues its closure in the new round */
+	atomic_store(&park_release, 1);
+	pthread_join(ts, NULL);
+	assert_int_equal(ps.r, 0);
+	assert_int_equal(coord_rv_fetch(ps.rv, NULL, NULL, NULL), -EIO);
+	assert_int_equal(j.r, 0); /* the joiner is still waiting for g ... */
+	atomic_store(&t_gate, 1);
+	pthread_join(t, NULL);
+	assert_int_equal(j.r, -EIO); /* ... and returns the first error */
+	assert_int_equal(j.err.closure, coord_rv_id(f1));
+	/* the new round's error was kept, and is returned once */
+	assert_int_equal(coord_join(f->c, &err), -EIO);
+	assert_int_equal(err.closure, coord_rv_id(ps.rv));
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(coord_rv_state(g), COORD_RV_READY); /* kept its outcome */
+	sigaction(SIGSEGV, &old, NULL);
+	munmap(park_page, 4096);
+	coord_rv_put(g);
+	coord_rv_put(f1);
+	coord_rv_put(ps.rv);
+}
+
+/* S3 (C7): an old-round closure still running when its round's error is
+ * taken keeps its own outcome, and its error is not returned later. */
+static void test_s3_old_round_error_not_returned(void **state)
+{
+	struct fx *f = *state;
+	struct coord_rv *g, *f1;
+	struct coord_error err;
+	struct opener o = { 100000000 };
+	pthread_t t;
+
+	/* g fails once the gate opens, after f1's error was taken */
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), "f", 1, &g, NULL), 0);
+	wait_entered(1);
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "fail"), NULL, 0, &f1, NULL), 0);
+	assert_int_equal(coord_rv_fetch(f1, NULL, NULL, NULL), -EIO);
+	pthread_create(&t, NULL, open_gate_later, &o);
+	assert_int_equal(coord_join(f->c, &err), -EIO); /* waits for g */
+	assert_int_equal(err.closure, coord_rv_id(f1));
+	pthread_join(t, NULL);
+	assert_int_equal(coord_rv_fetch(g, NULL, NULL, NULL), -EIO); /* its own outcome */
+	assert_int_equal(coord_join(f->c, NULL), 0);		     /* not returned */
+	assert_int_equal(coord_done(f->c, NULL), 1);
+	coord_rv_put(g);
+	coord_rv_put(f1);
 }
 
 /* S3 (C3): a closure takes its generation when it is queued: closures
@@ -818,6 +956,8 @@ int main(void)
 		T(test_s3_running_closure_keeps_outcome),
 		T(test_s3_only_first_error_returned),
 		T(test_s3_generation_taken_when_queued),
+		T(test_s3_new_round_error_kept_while_cancelling),
+		T(test_s3_old_round_error_not_returned),
 		T(test_s4_join_waits_for_all),
 		T(test_s4_join_timeout),
 		T(test_s5_done),

@@ -50,6 +50,29 @@ static void test_pool_grows_and_maps_indices(void **state)
 	coord_pool_destroy(p);
 }
 
+/* A chain returned with one CAS comes back object by object, none lost. */
+static void test_pool_put_chain(void **state)
+{
+	struct coord_pool *p;
+	struct obj *o[40];
+
+	assert_int_equal(coord_pool_create(sizeof(struct obj), 3, 0, obj_init, NULL, &p), 0);
+	for (int i = 0; i < 40; i++)
+		o[i] = coord_pool_get(p);
+	for (int i = 0; i + 1 < 40; i++)
+		coord_pool_link(p, o[i]->idx, o[i + 1]->idx);
+	coord_pool_put_chain(p, o[0]->idx, o[39]->idx);
+	uint32_t slabs = atomic_load(&p->nslabs);
+
+	for (int i = 0; i < 40; i++) {
+		struct obj *x = coord_pool_get(p);
+
+		assert_ptr_equal(x, o[i]); /* LIFO chain: first out is the head */
+	}
+	assert_int_equal(atomic_load(&p->nslabs), slabs); /* no growth needed */
+	coord_pool_destroy(p);
+}
+
 #define THREADS 4
 #define ROUNDS 200000
 
@@ -126,6 +149,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pool_grows_and_maps_indices),
+		cmocka_unit_test(test_pool_put_chain),
 		cmocka_unit_test(test_pool_concurrent_exclusive_ownership),
 		cmocka_unit_test(test_bufs_size_classes),
 	};
