@@ -93,59 +93,108 @@ uint64_t coord_stagger_ns(const struct coord_opts *o, unsigned i)
 	return (uint64_t)d * 1000000ull;
 }
 
-/* ---- the queue: ring + overflow stack -------------------------------------- */
+/* ---- the queue: ring + overflow FIFO ---------------------------------------- */
 
-static void overflow_push_chain(struct coord *c, struct coord_closure *first,
-				struct coord_closure *last)
+/*
+ * The overflow FIFO holds put-backs and, in unbounded mode, closures that
+ * did not fit in the ring.  It is off the fast path.  Producers push onto
+ * ov_in, a Treiber stack (push-one, take-all: no ABA); a consumer, under
+ * ov_lock, takes all of ov_in at once, reverses it onto the tail of ov_out
+ * and pops from ov_out's head: a two-stack FIFO, O(1) amortised.
+ * ov_count (Q1) is raised before a push and lowered after a pop, so it is
+ * never below the number of closures in the FIFO.
+ */
+
+/* Push @newest..@oldest (@n closures linked newest-first through next). */
+static void ov_push(struct coord *c, struct coord_closure *newest, struct coord_closure *oldest,
+		    int64_t n)
 {
-	/* Relaxed: the CAS below re-validates. */
-	struct coord_closure *h = atomic_load_explicit(&c->overflow, memory_order_relaxed);
+	struct coord_closure *h;
 
+	/* seq_cst: Q1 and E3 in futex.h: this RMW makes queue_empty() false
+	 * before the push lands, so coord_ec_signal_sc() needs no fence. */
+	atomic_fetch_add_explicit(&c->ov_count, n, memory_order_seq_cst);
+	/* Relaxed: the CAS below re-validates. */
+	h = atomic_load_explicit(&c->ov_in, memory_order_relaxed);
 	do {
-		last->next = h;
-		/* R3 (release): pairs with A3 in queue_pop(): the closures'
-		 * contents and links are visible to the popper.  Push-one/pop-all
-		 * has no ABA: a pop takes the whole list. */
-		/* seq_cst rather than release: E3 in futex.h, as the ring's
-		 * head CAS, for coord_ec_signal_sc() in queue_push(). */
-	} while (!atomic_compare_exchange_weak_explicit(
-		&c->overflow, &h, first, memory_order_seq_cst, memory_order_relaxed));
+		oldest->next = h;
+		/* R3 (release): pairs with A3 in ov_pop(): the closures and
+		 * their links are visible to the consumer that takes them. */
+	} while (!atomic_compare_exchange_weak_explicit(&c->ov_in, &h, newest, memory_order_release,
+							memory_order_relaxed));
+}
+
+static inline bool ov_empty(struct coord *c)
+{
+	/* Relaxed: a polling hint (Q1); ov_pop() decides under the lock. */
+	return atomic_load_explicit(&c->ov_count, memory_order_relaxed) <= 0;
+}
+
+/* Pop up to @max from the overflow FIFO.  @block: wait for ov_lock rather
+ * than leave it to the consumer that holds it. */
+static unsigned ov_pop(struct coord *c, struct coord_closure **out, unsigned max, bool block)
+{
+	unsigned n = 0;
+
+	if (ov_empty(c) || max == 0)
+		return 0;
+	if (block)
+		pthread_mutex_lock(&c->ov_lock);
+	else if (pthread_mutex_trylock(&c->ov_lock) != 0)
+		return 0;
+	if (!c->ov_out) {
+		/* A3 (acquire): pairs with R3 in ov_push(). */
+		struct coord_closure *h = atomic_exchange_explicit(&c->ov_in, NULL,
+								   memory_order_acquire);
+		struct coord_closure *rev = NULL, *nx;
+
+		while (h) { /* newest-first -> oldest-first */
+			nx = h->next;
+			h->next = rev;
+			rev = h;
+			h = nx;
+		}
+		c->ov_out = rev;
+	}
+	while (c->ov_out && n < max) {
+		out[n++] = c->ov_out;
+		c->ov_out = c->ov_out->next;
+	}
+	pthread_mutex_unlock(&c->ov_lock);
+	/* Release: Q1, lowered only after the closures left the FIFO. */
+	atomic_fetch_sub_explicit(&c->ov_count, n, memory_order_release);
+	return n;
 }
 
 static bool queue_empty(struct coord *c)
 {
-	/* Relaxed: a polling snapshot; emptiness is re-decided by popping. */
-	return coord_ring_empty(&c->ring) &&
-	       !atomic_load_explicit(&c->overflow, memory_order_relaxed);
+	return coord_ring_empty(&c->ring) && ov_empty(c);
 }
 
-static unsigned queue_pop(struct coord *c, struct coord_closure **out, unsigned max)
+/* Closures waiting, a snapshot for batch sizing. */
+static uint64_t queue_size(struct coord *c)
 {
-	unsigned n = coord_ring_pop_batch_mc(&c->ring, (void **)out, max);
-	struct coord_closure *h, *rev = NULL, *nx;
+	/* Relaxed: a sizing hint only. */
+	int64_t ov = atomic_load_explicit(&c->ov_count, memory_order_relaxed);
 
-	/* Relaxed: a hint; the exchange below decides. */
-	if (n == max || !atomic_load_explicit(&c->overflow, memory_order_relaxed))
-		return n;
-	/* A3 (acquire): pairs with R3 in overflow_push_chain(). */
-	h = atomic_exchange_explicit(&c->overflow, NULL, memory_order_acquire);
-	while (h) { /* newest-first -> oldest-first */
-		nx = h->next;
-		h->next = rev;
-		rev = h;
-		h = nx;
-	}
-	while (rev && n < max) {
-		out[n++] = rev;
-		rev = rev->next;
-	}
-	if (rev) {
-		struct coord_closure *last = rev;
+	return coord_ring_size(&c->ring) + (ov > 0 ? (uint64_t)ov : 0);
+}
 
-		while (last->next)
-			last = last->next;
-		overflow_push_chain(c, rev, last);
-	}
+/*
+ * queue_pop() - up to @max closures, oldest first.  Bounded mode: the
+ * overflow holds only put-backs, which were queued before anything in the
+ * ring, so it goes first.  Unbounded mode: producers divert to the overflow
+ * while it is non-empty (queue_push()), so the ring holds the older ones.
+ */
+static unsigned queue_pop(struct coord *c, struct coord_closure **out, unsigned max, bool block)
+{
+	unsigned n = 0;
+
+	if (!c->unbounded)
+		n = ov_pop(c, out, max, block);
+	n += coord_ring_pop_batch_mc(&c->ring, (void **)out + n, max - n);
+	if (c->unbounded && n < max)
+		n += ov_pop(c, out + n, max - n, block);
 	return n;
 }
 
@@ -172,14 +221,20 @@ static void wait_not_full(struct coord *c)
 
 static void queue_push(struct coord *c, struct coord_closure *cl)
 {
-	while (coord_ring_push_mp(&c->ring, cl) < 0) {
-		if (c->unbounded) {
-			overflow_push_chain(c, cl, cl);
-			break;
+	/* Unbounded: once closures overflowed, later ones queue behind them,
+	 * so the ring drains and the overflow is served (no starvation). */
+	if (c->unbounded && !ov_empty(c)) {
+		ov_push(c, cl, cl, 1);
+	} else {
+		while (coord_ring_push_mp(&c->ring, cl) < 0) {
+			if (c->unbounded) {
+				ov_push(c, cl, cl, 1);
+				break;
+			}
+			wait_not_full(c);
 		}
-		wait_not_full(c);
 	}
-	/* The push ended with a seq_cst RMW that makes queue_empty() false. */
+	/* Either push made queue_empty() false with a seq_cst RMW (E3). */
 	coord_ec_signal_sc(&c->not_empty);
 }
 
@@ -282,9 +337,19 @@ static void cancel_older(struct coord *c, uint64_t g)
 	/* Relaxed: a bound for the drain, so a producer that never stops
 	 * cannot keep us here; anything missed is cancelled by C5. */
 	uint64_t budget = atomic_load_explicit(&c->outstanding, memory_order_relaxed) + 64;
-	unsigned n;
+	unsigned n, spins = 0;
+	int64_t nkeep = 0;
 
-	while (budget > 0 && (n = queue_pop(c, buf, 64)) > 0) {
+	while (budget > 0) {
+		n = queue_pop(c, buf, 64, true);
+		if (n == 0) {
+			/* Empty, or a producer claimed a ring slot and has not
+			 * published it yet: it will, within a few instructions. */
+			if (queue_empty(c) || ++spins > 100000)
+				break;
+			coord_spin_pause(spins);
+			continue;
+		}
 		budget = budget > n ? budget - n : 0;
 		for (unsigned i = 0; i < n; i++) {
 			if (buf[i]->gen < g) {
@@ -295,20 +360,21 @@ static void cancel_older(struct coord *c, uint64_t g)
 			keep = buf[i];
 			if (!keep_last)
 				keep_last = buf[i];
+			nkeep++;
 		}
 	}
 	if (keep) {
-		overflow_push_chain(c, keep, keep_last);
-		coord_ec_signal(&c->not_empty);
+		ov_push(c, keep, keep_last, nkeep);
+		coord_ec_signal_sc(&c->not_empty);
 	}
 	coord_ec_signal(&c->not_full);
-	for (unsigned spins = 0;; spins++) {
+	for (unsigned i = 1;; i++) {
 		uint32_t v = coord_ec_prepare(&c->drained);
 
 		if (inflight_sum(c) == 0)
 			return;
-		if (spins < 1000) {
-			cpu_relax();
+		if (i < 1000) {
+			coord_spin_pause(i);
 			continue;
 		}
 		coord_ec_wait(&c->drained, v, COORD_FOREVER);
@@ -568,6 +634,7 @@ static void idle_wait(struct coord *c)
 unsigned coord_dispatch_take(struct coord_worker *w, struct coord_closure **out, unsigned max)
 {
 	struct coord *c = w->c;
+	unsigned idle = 0;
 
 	for (;;) {
 		unsigned n, k = 0, want;
@@ -582,11 +649,11 @@ unsigned coord_dispatch_take(struct coord_worker *w, struct coord_closure **out,
 		}
 		/* Take a fair share of the backlog, not all of it, so a worker
 		 * does not hoard closures while another is idle. */
-		backlog = coord_ring_size(&c->ring) / c->nworkers;
+		backlog = queue_size(c) / c->nworkers;
 		want = backlog < 1 ? 1 : backlog < max ? (unsigned)backlog : max;
 		/* D2 (seq_cst): reserve before the pop; see C2. */
 		atomic_fetch_add_explicit(&w->inflight, want, memory_order_seq_cst);
-		n = queue_pop(c, out, want);
+		n = queue_pop(c, out, want, false);
 		/* D2 (seq_cst): read gen after the reservation; see C2. */
 		g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
 		for (unsigned i = 0; i < n; i++) {
@@ -605,6 +672,8 @@ unsigned coord_dispatch_take(struct coord_worker *w, struct coord_closure **out,
 			coord_ec_signal(&c->not_full);
 		if (k)
 			return k;
+		if (n == 0)
+			coord_spin_pause(++idle); /* a slot claimed, not yet published */
 	}
 }
 
@@ -737,6 +806,7 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		c->opts.start_delay_max_ms = env_seconds_ms(
 			"TF_COORDINATOR_SCHEDULE_START_DELAY_MAX");
 	c->unbounded = opts->ring_capacity == 0;
+	pthread_mutex_init(&c->ov_lock, NULL);
 	if (c->unbounded)
 		coord_log(COORD_LOG_WARN,
 			  "ring capacity 0: the closure queue is unbounded; "
@@ -778,14 +848,51 @@ err_pool:
 err_ring:
 	coord_ring_fini(&c->ring);
 err_free:
+	pthread_mutex_destroy(&c->ov_lock);
 	free(c);
 	if (r == COORD_ENOMEM)
 		coord_seterr(err, r, "no memory for the coordinator");
 	return r;
 }
 
+/* The last of a coordinator's memory: pools, buffers and itself. */
+static void coord_free_memory(struct coord *c)
+{
+	coord_bufs_fini(&c->bufs);
+	coord_pool_destroy(c->closures);
+	free(c);
+}
+
+/* RemoteValues the user still holds: closures with a reference left. */
+static uint64_t count_held(struct coord *c)
+{
+	struct coord_pool *p = c->closures;
+	uint64_t held = 0;
+	/* Relaxed: no other thread uses the coordinator now (destroy). */
+	uint32_t nobj = atomic_load_explicit(&p->nslabs, memory_order_relaxed) << p->slab_shift;
+
+	for (uint32_t i = 0; i < nobj; i++) {
+		struct coord_closure *cl = coord_pool_obj(p, i);
+
+		/* Relaxed: as above. */
+		held += atomic_load_explicit(&cl->refs, memory_order_relaxed) != 0;
+	}
+	return held;
+}
+
+void coord_closure_release_dead(struct coord_closure *cl)
+{
+	struct coord *c = cl->c;
+
+	/* acq_rel: the last put sees every other put's use of the memory. */
+	if (atomic_fetch_sub_explicit(&c->held_after_destroy, 1, memory_order_acq_rel) == 1)
+		coord_free_memory(c);
+}
+
 void coord_destroy(struct coord *c)
 {
+	uint64_t held;
+
 	if (!c)
 		return;
 	cancel_older(c, gen_bump(c)); /* queued: CANCELLED; in flight: finish */
@@ -796,12 +903,30 @@ void coord_destroy(struct coord *c)
 	coord_futex_wake_all(&c->stopping);
 	c->tp->stop(c);
 	cancel_older(c, gen_bump(c)); /* anything left (none expected) */
-	urcu_bp_barrier(); /* every deferred closure release has run */
-	coord_bufs_fini(&c->bufs);
-	coord_pool_destroy(c->closures);
+	urcu_bp_barrier();	      /* every deferred closure release has run */
 	coord_ring_fini(&c->ring);
+	pthread_mutex_destroy(&c->ov_lock);
 	free(c->workers);
-	free(c);
+	c->workers = NULL;
+	c->nworkers = 0;
+	/*
+	 * RemoteValues the caller still holds are final now (ready or
+	 * cancelled) and stay readable: the pools live on until the last of
+	 * them is put (coord_closure_release_dead()).
+	 */
+	held = count_held(c);
+	if (held == 0) {
+		coord_free_memory(c);
+		return;
+	}
+	coord_log(COORD_LOG_INFO,
+		  "coord_destroy: %llu RemoteValues still held; their memory "
+		  "is freed by the last coord_rv_put()",
+		  (unsigned long long)held);
+	/* Relaxed: published to later puts by whatever hands them the handles
+	 * (the caller's own synchronization after destroy returns). */
+	atomic_store_explicit(&c->held_after_destroy, held, memory_order_relaxed);
+	atomic_store_explicit(&c->dead, true, memory_order_relaxed);
 }
 
 unsigned coord_num_workers(const struct coord *c)

@@ -8,7 +8,7 @@
  *
  * Lifetime of a closure (references in @refs):
  *   schedule:  taken from the pool, refs = 1 (runtime) + 1 if the caller wants
- *              the RemoteValue.  Queued on the ring (ring + overflow stack).
+ *              the RemoteValue.  Queued on the ring (or the overflow FIFO).
  *   dispatch:  a dispatcher pops it (counted in its worker's inflight), runs
  *              or sends it, and completes it: result, one state exchange,
  *              FUTEX_WAKE only if a fetcher parked.  Then the runtime ref goes.
@@ -65,7 +65,7 @@ struct coord_closure {
 	uint8_t npw;
 	void *args;
 	struct coord_pw *pw[COORD_MAX_PW];
-	struct coord_closure *next; /* overflow stack link, owner only */
+	struct coord_closure *next; /* overflow FIFO link */
 	struct rcu_head rcu;
 
 	/* RemoteValue (S7).  Result fields are written by the completer before
@@ -136,9 +136,12 @@ struct coord {
 	struct coord_error err;
 
 	struct coord_ring ring;
-	/* Put-backs and, when unbounded, overflow: a Treiber stack that is
-	 * pushed one node at a time and popped whole (xchg), so no ABA. */
-	_Atomic(struct coord_closure *) overflow __cacheline_aligned;
+	/* The overflow FIFO (coordinator.c): put-backs and, when unbounded,
+	 * what does not fit in the ring.  Off the fast path. */
+	_Atomic int64_t ov_count __cacheline_aligned;
+	_Atomic(struct coord_closure *) ov_in;
+	pthread_mutex_t ov_lock; /* guards ov_out */
+	struct coord_closure *ov_out;
 	bool unbounded;
 
 	struct coord_ec not_empty __cacheline_aligned; /* dispatchers sleep */
@@ -146,6 +149,9 @@ struct coord {
 	struct coord_ec idle;			       /* join: outstanding == 0 or error */
 	struct coord_ec drained;		       /* canceller: inflight == 0 */
 	_Atomic uint32_t stopping;
+	/* After coord_destroy() with RemoteValues still held (see there). */
+	_Atomic bool dead;
+	_Atomic uint64_t held_after_destroy;
 
 	struct coord_pool *closures;
 	struct coord_bufs bufs;
@@ -209,6 +215,8 @@ COORD_HIDDEN void coord_closure_put(struct coord_closure *cl);
  * whether that was the last reference; drop_contents releases the buffers
  * and per-worker handles before the caller returns the object to the pool. */
 COORD_HIDDEN bool coord_closure_unref(struct coord_closure *cl);
+/* The last put of a closure outliving its coordinator (c->dead). */
+COORD_HIDDEN void coord_closure_release_dead(struct coord_closure *cl);
 COORD_HIDDEN void coord_closure_drop_contents(struct coord_closure *cl);
 
 /* coord_closure_result_buf() - room for @len result bytes in @cl. */

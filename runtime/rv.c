@@ -224,10 +224,15 @@ bool coord_closure_unref(struct coord_closure *cl)
 
 void coord_closure_put(struct coord_closure *cl)
 {
-	if (coord_closure_unref(cl)) {
-		coord_closure_drop_contents(cl);
+	if (!coord_closure_unref(cl))
+		return;
+	coord_closure_drop_contents(cl);
+	/* Relaxed: set by coord_destroy() before the caller could hand this
+	 * handle to the thread that puts it (see there). */
+	if (unlikely(atomic_load_explicit(&cl->c->dead, memory_order_relaxed)))
+		coord_closure_release_dead(cl);
+	else
 		coord_pool_put(cl->c->closures, cl->idx);
-	}
 }
 
 void coord_rv_put(struct coord_rv *rv)

@@ -10,6 +10,7 @@
  *   gated     spins until t_gate != 0 (bounded 20 s), then returns worker index,
  *             or fails with -EIO if it was given any argument bytes
  *   attempt   result = coord_ctx_attempt() (uint32)
+ *   order     appends its int64 argument to t_order (one worker: run order)
  *   stamp     records the first start time per worker in t_first_ns, sleeps 1 ms
  *   pw_next   per-worker arg 0 is a counter resource: result = worker index
  *             (int32) and the counter's next value (int64)
@@ -31,6 +32,9 @@ _Atomic long t_creates[64];
 _Atomic int t_create_fail;
 _Atomic int t_gate;
 _Atomic uint64_t t_first_ns[64];
+int64_t *t_order;
+_Atomic long t_norder;
+long t_order_cap;
 
 uint64_t t_now_ns(void)
 {
@@ -139,6 +143,19 @@ static int f_attempt(struct coord_ctx *ctx, const void *args, size_t len)
 	EXIT(coord_ctx_set_result(ctx, &a, sizeof(a)));
 }
 
+static int f_order(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	int64_t x = -1;
+	long i = atomic_fetch_add(&t_norder, 1);
+
+	ENTER();
+	if (len == sizeof(x))
+		memcpy(&x, args, sizeof(x));
+	if (t_order && i < t_order_cap)
+		t_order[i] = x;
+	EXIT(0);
+}
+
 static int f_stamp(struct coord_ctx *ctx, const void *args, size_t len)
 {
 	int w = coord_ctx_worker(ctx);
@@ -201,7 +218,7 @@ struct coord_registry *t_registry(void)
 	    coord_registry_add(r, "add", f_add) || coord_registry_add(r, "sleep_us", f_sleep_us) ||
 	    coord_registry_add(r, "fail", f_fail) || coord_registry_add(r, "gated", f_gated) ||
 	    coord_registry_add(r, "attempt", f_attempt) ||
-	    coord_registry_add(r, "stamp", f_stamp) ||
+	    coord_registry_add(r, "stamp", f_stamp) || coord_registry_add(r, "order", f_order) ||
 	    coord_registry_add(r, "pw_next", f_pw_next) ||
 	    coord_registry_add_resource(r, "counter", r_counter, free)) {
 		fprintf(stderr, "t_registry failed\n");

@@ -37,6 +37,9 @@ extern _Atomic long t_creates[64];
 extern _Atomic int t_create_fail;	/* creators fail while non-zero */
 extern _Atomic int t_gate;		/* "gated" functions spin until non-zero */
 extern _Atomic uint64_t t_first_ns[64]; /* "stamp": first start per worker */
+extern int64_t *t_order;		/* "order": arguments in run order (t_order_cap max) */
+extern _Atomic long t_norder;
+extern long t_order_cap;
 void t_reset_counters(void);
 
 #endif

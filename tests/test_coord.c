@@ -818,25 +818,39 @@ static void test_s13_stagger_observed(void **state)
 
 /* ---- S14 / S15 / B8 / misc --------------------------------------------------------- */
 
-/* S14: capacity 0 is unbounded: schedule never blocks, even past the ring. */
+/*
+ * S14: capacity 0 is unbounded: schedule never blocks, even past the ring,
+ * and the queue stays FIFO across the overflow (regression, review of
+ * 78d83b0: the overflow was a stack, drained in quadratic time and out of
+ * order, and could starve under sustained load).
+ */
 static void test_s14_unbounded(void **state)
 {
 	struct fx *f;
-	uint32_t gated, echo;
-	const int n = COORD_RING_DEFAULT + 5000;
+	uint32_t gated, order;
+	const long n = COORD_RING_DEFAULT + 50000;
 
 	setup_n((void **)&f, 1, 0);
 	assert_true(f->c->unbounded);
+	t_order = calloc((size_t)n, sizeof(*t_order));
+	t_order_cap = n;
+	atomic_store(&t_norder, 0);
 	gated = t_fn(f->c, "gated");
-	echo = t_fn(f->c, "echo");
+	order = t_fn(f->c, "order");
 	assert_int_equal(coord_schedule(f->c, gated, NULL, 0, NULL, NULL), 0);
 	wait_entered(1);
-	for (int i = 0; i < n; i++)
-		assert_int_equal(coord_schedule(f->c, echo, NULL, 0, NULL, NULL), 0);
-	assert_non_null(atomic_load(&f->c->overflow)); /* past the ring */
+	for (int64_t i = 0; i < n; i++)
+		assert_int_equal(coord_schedule(f->c, order, &i, sizeof(i), NULL, NULL), 0);
+	assert_true(atomic_load(&f->c->ov_count) > 0); /* past the ring */
 	atomic_store(&t_gate, 1);
 	assert_int_equal(coord_join(f->c, NULL), 0);
 	assert_int_equal(atomic_load(&t_exited), n + 1);
+	assert_int_equal(atomic_load(&t_norder), n);
+	for (long i = 0; i < n; i++)
+		if (t_order[i] != i)
+			fail_msg("run order broken at %ld: got %lld", i, (long long)t_order[i]);
+	free(t_order);
+	t_order = NULL;
 	teardown((void **)&f);
 }
 
@@ -924,24 +938,45 @@ static void test_spec_sizes_cluster(void **state)
 	coord_registry_destroy(reg);
 }
 
-/* Destroy with closures still queued cancels them and returns. */
-static void test_destroy_with_queued_work(void **state)
+/*
+ * Destroy with closures still queued cancels them and returns; the values
+ * the caller holds outlive the coordinator, final and readable, and the last
+ * put frees their memory (regression, review of 78d83b0: use after free).
+ */
+static void test_destroy_with_queued_work_values_outlive(void **state)
 {
 	struct fx *f;
-	struct coord_rv *rv[50];
+	struct coord_rv *rv[50], *ok;
+	struct coord_pw *pw;
 	uint32_t us = 1000;
+	int64_t ab[2] = { 40, 2 };
+	int ran = 0, cancelled = 0;
 
 	setup_n((void **)&f, 1, 1024);
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "add"), ab, sizeof(ab), &ok, NULL), 0);
+	assert_int_equal(fetch_i64(ok), 42);
+	assert_int_equal(coord_per_worker_create(f->c, "counter", NULL, 0, &pw, NULL), 0);
 	for (int i = 0; i < 50; i++)
 		assert_int_equal(
 			coord_schedule(f->c, t_fn(f->c, "sleep_us"), &us, sizeof(us), &rv[i], NULL),
 			0);
-	/* values must be put before destroy (documented) */
+	teardown((void **)&f); /* the coordinator is gone; the values are not */
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+	assert_int_equal(fetch_i64(ok), 42);
+	assert_int_equal(coord_rv_state(ok), COORD_RV_READY);
+	for (int i = 0; i < 50; i++) {
+		int r = coord_rv_fetch(rv[i], NULL, NULL, NULL);
+
+		assert_true(r == 0 || r == COORD_ECANCELLED);
+		ran += r == 0;
+		cancelled += r == COORD_ECANCELLED;
+	}
+	assert_int_equal(ran + 1, atomic_load(&t_exited)); /* + the add */
+	assert_true(cancelled > 0);
 	for (int i = 0; i < 50; i++)
 		coord_rv_put(rv[i]);
-	teardown((void **)&f);
-	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
-	assert_true(atomic_load(&t_exited) < 50);
+	coord_per_worker_put(pw);
+	coord_rv_put(ok); /* the last put frees the coordinator's memory */
 }
 
 int main(void)
@@ -974,7 +1009,7 @@ int main(void)
 		T(test_b8_attempt_visible),
 		cmocka_unit_test(test_registry_and_options_errors),
 		cmocka_unit_test(test_spec_sizes_cluster),
-		cmocka_unit_test(test_destroy_with_queued_work),
+		cmocka_unit_test(test_destroy_with_queued_work_values_outlive),
 	};
 
 	t_watchdog(300);

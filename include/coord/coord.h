@@ -81,12 +81,15 @@ COORD_API COORD_NODISCARD int coord_create(const struct coord_spec *spec,
 					   struct coord_error *err);
 
 /**
- * coord_destroy() - stop workers and free everything.  Queued closures are
- * cancelled and in-flight ones finish first.  RemoteValues the caller still
- * holds stay readable until coord_rv_put(), which must come before this call
- * returns... or after: handles outlive the coordinator.  NULL is ignored.
+ * coord_destroy() - stop the workers and free the coordinator.  Queued
+ * closures are cancelled; those in flight finish first.  RemoteValues the
+ * caller still holds outlive it: they are final (ready or cancelled), stay
+ * readable, and the last coord_rv_put() frees the memory they share.
+ * Per-worker handles (coord_per_worker_put()) outlive it too.  NULL is
+ * ignored.
  *
- * Concurrency: no other call on @c may be running or start.
+ * Concurrency: no other call on @c may be running or start.  Handles put
+ * after this returns may be put from any thread.
  */
 COORD_API void coord_destroy(struct coord *c);
 
