@@ -14,12 +14,24 @@
  *              FUTEX_WAKE only if a fetcher parked.  Then the runtime ref goes.
  *   cancel:    a queued closure of an old generation is made CANCELLED by
  *              whoever pops it (canceller or dispatcher); its runtime ref is
- *              dropped through call_rcu (epoch reclamation), since a
- *              transport may still resolve its id inside a read-side section.
+ *              dropped through call_rcu (epoch reclamation).
  *   free:      refs == 0: buffers back to their size classes, the closure
  *              back to the pool.  Pool memory is type-stable: a stale pointer
  *              reads a recycled closure, never unmapped memory, and the
  *              closure id (index, reuse count) tells the two apart.
+ *
+ * What the epoch deferral protects, and what it does not (yet).  In-process,
+ * only the thread that popped a closure ever touches it until it is final,
+ * so no reader can race a recycle.  The networked transports resolve result
+ * frames by closure id (pool index + reuse count): a late frame for a closure
+ * that was cancelled, or put back and finished elsewhere, must not complete
+ * the object's next life.  The rule they follow: look up and complete inside
+ * urcu_bp_read_lock(), check the id and attempt, and complete with a CAS
+ * from NOT_READY; every path that drops the runtime reference of a closure
+ * that a transport may still resolve (cancel today; put-back and late-result
+ * paths with the tcp transport) goes through call_rcu, so the object cannot
+ * be recycled under such a reader.  coord_destroy() runs urcu_bp_barrier()
+ * before it frees the pools.
  */
 #ifndef COORD_RUNTIME_INTERNAL_H
 #define COORD_RUNTIME_INTERNAL_H
