@@ -14,14 +14,14 @@
  *   The first failing closure records the coordinator's error (a CAS on
  *   err_state).  The next schedule/join/done that sees it becomes the
  *   canceller: it bumps `gen`, drains the queue cancelling every closure of
- *   an older generation, waits for every worker's inflight to reach zero,
+ *   an older generation, waits for every dispatcher's inflight to reach zero,
  *   then hands the error to its caller and clears it (S3-S5).
  *
  * Invariants
  *   C1  outstanding = closures scheduled and not yet final.  It is raised
  *       before the push and dropped after the RemoteValue is final, so
  *       outstanding == 0 means no function is running (S5).
- *   C2  A dispatcher raises w->inflight (seq_cst, D2) before it pops and reads
+ *   C2  A dispatcher raises d->inflight (seq_cst, D2) before it pops and reads
  *       gen (seq_cst, D2) after; the canceller bumps gen (seq_cst, D1) before
  *       it reads inflight (seq_cst, D1).  In the single total order of these
  *       seq_cst operations, either the dispatcher sees the new gen and
@@ -269,8 +269,8 @@ static void cancel_one(struct coord *c, struct coord_closure *cl)
 	urcu_bp_call_rcu(&cl->rcu, rcu_put_cb);
 }
 
-static void record_error(struct coord *c, struct coord_worker *w, struct coord_closure *cl,
-			 int code, int cause, const char *msg)
+static void record_error(struct coord *c, int worker, struct coord_closure *cl, int code, int cause,
+			 const char *msg)
 {
 	for (;;) {
 		/* Acquire: see the generation bumped before a canceller's EMPTY
@@ -301,7 +301,7 @@ static void record_error(struct coord *c, struct coord_worker *w, struct coord_c
 	}
 	c->err.code = code;
 	c->err.cause = cause;
-	c->err.worker = w ? w->index : COORD_NO_WORKER;
+	c->err.worker = worker;
 	c->err.closure = cl->id;
 	snprintf(c->err.msg, sizeof(c->err.msg), "%s", msg ? msg : coord_strerror(code));
 	/* C4 (release): publishes the record to the canceller's acquire CAS. */
@@ -313,9 +313,9 @@ static uint64_t inflight_sum(struct coord *c)
 {
 	uint64_t s = 0;
 
-	for (unsigned i = 0; i < c->nworkers; i++)
+	for (unsigned i = 0; i < c->ndisp; i++)
 		/* D1 (seq_cst): after the gen bump in gen_bump(); see C2. */
-		s += atomic_load_explicit(&c->workers[i].inflight, memory_order_seq_cst);
+		s += atomic_load_explicit(&c->disp[i].inflight, memory_order_seq_cst);
 	return s;
 }
 
@@ -631,14 +631,48 @@ static void idle_wait(struct coord *c)
 	}
 }
 
-unsigned coord_dispatch_take(struct coord_worker *w, struct coord_closure **out, unsigned max)
+/* One attempt at taking closures: reserve, pop, drop stale ones (C2, C5). */
+static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out, unsigned max,
+			  unsigned *popped)
 {
-	struct coord *c = w->c;
+	struct coord *c = d->c;
+	unsigned n, k = 0, want;
+	uint64_t g, backlog;
+
+	/* Take a fair share of the backlog, not all of it, so a dispatcher
+	 * does not hoard closures while another is idle. */
+	backlog = queue_size(c) / c->ndisp;
+	want = backlog < 1 ? 1 : backlog < max ? (unsigned)backlog : max;
+	/* D2 (seq_cst): reserve before the pop; see C2. */
+	atomic_fetch_add_explicit(&d->inflight, want, memory_order_seq_cst);
+	n = queue_pop(c, out, want, false);
+	/* D2 (seq_cst): read gen after the reservation; see C2. */
+	g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
+	for (unsigned i = 0; i < n; i++) {
+		if (out[i]->gen < g)
+			cancel_one(c, out[i]); /* C5 */
+		else
+			out[k++] = out[i];
+	}
+	if (want > k) {
+		/* Release: our cancellations happen-before the canceller's D1
+		 * load that sees the lower count. */
+		atomic_fetch_sub_explicit(&d->inflight, want - k, memory_order_release);
+		coord_ec_signal(&c->drained);
+	}
+	if (n && !c->unbounded)
+		coord_ec_signal(&c->not_full);
+	*popped = n;
+	return k;
+}
+
+unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **out, unsigned max)
+{
+	struct coord *c = d->c;
 	unsigned idle = 0;
 
 	for (;;) {
-		unsigned n, k = 0, want;
-		uint64_t g, backlog;
+		unsigned k, n;
 
 		/* Relaxed: stop is also signalled through not_empty. */
 		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
@@ -647,29 +681,7 @@ unsigned coord_dispatch_take(struct coord_worker *w, struct coord_closure **out,
 			idle_wait(c);
 			continue;
 		}
-		/* Take a fair share of the backlog, not all of it, so a worker
-		 * does not hoard closures while another is idle. */
-		backlog = queue_size(c) / c->nworkers;
-		want = backlog < 1 ? 1 : backlog < max ? (unsigned)backlog : max;
-		/* D2 (seq_cst): reserve before the pop; see C2. */
-		atomic_fetch_add_explicit(&w->inflight, want, memory_order_seq_cst);
-		n = queue_pop(c, out, want, false);
-		/* D2 (seq_cst): read gen after the reservation; see C2. */
-		g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
-		for (unsigned i = 0; i < n; i++) {
-			if (out[i]->gen < g)
-				cancel_one(c, out[i]); /* C5 */
-			else
-				out[k++] = out[i];
-		}
-		if (want > k) {
-			/* Release: our cancellations happen-before the canceller's
-			 * D1 load that sees the lower count. */
-			atomic_fetch_sub_explicit(&w->inflight, want - k, memory_order_release);
-			coord_ec_signal(&c->drained);
-		}
-		if (n && !c->unbounded)
-			coord_ec_signal(&c->not_full);
+		k = take_once(d, out, max, &n);
 		if (k)
 			return k;
 		if (n == 0)
@@ -677,23 +689,65 @@ unsigned coord_dispatch_take(struct coord_worker *w, struct coord_closure **out,
 	}
 }
 
-bool coord_dispatch_stale(struct coord_worker *w, struct coord_closure *cl)
+unsigned coord_dispatch_try_take(struct coord_dispatcher *d, struct coord_closure **out,
+				 unsigned max)
 {
-	/* Relaxed: an early-out only; C2 is what guarantees nothing old runs
+	unsigned n;
+
+	/* Relaxed: as in coord_dispatch_take(). */
+	if (max == 0 || queue_empty(d->c) ||
+	    atomic_load_explicit(&d->c->stopping, memory_order_relaxed))
+		return 0;
+	return take_once(d, out, max, &n);
+}
+
+bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl)
+{
+	/* Relaxed: an early-out (C5); C2 is what guarantees nothing old runs
 	 * after the canceller returns. */
-	return cl->gen < atomic_load_explicit(&w->c->gen, memory_order_relaxed);
+	return cl->gen < atomic_load_explicit(&c->gen, memory_order_relaxed);
 }
 
-void coord_dispatch_cancel(struct coord_worker *w, struct coord_closure *cl)
+void coord_dispatch_cancel(struct coord_dispatcher *d, struct coord_closure *cl)
 {
-	cancel_one(w->c, cl);
+	cancel_one(d->c, cl);
 	/* Release: as in coord_dispatch_finish(). */
-	atomic_fetch_sub_explicit(&w->inflight, 1, memory_order_release);
-	coord_ec_signal(&w->c->drained);
+	atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_release);
+	coord_ec_signal(&d->c->drained);
 }
 
-void coord_dispatch_complete(struct coord_worker *w, struct coord_closure *cl, int code, int cause,
-			     const char *msg)
+void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **cls, unsigned n)
+{
+	struct coord *c = d->c;
+	struct coord_closure *newest = NULL, *oldest = NULL;
+	int64_t nb = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct coord_closure *cl = cls[i];
+
+		if (coord_dispatch_stale(c, cl)) {
+			cancel_one(c, cl);
+			continue;
+		}
+		cl->attempt++; /* B8: the next run sees attempt + 1 */
+		cl->next = newest;
+		newest = cl;
+		if (!oldest)
+			oldest = cl;
+		nb++;
+	}
+	if (newest)
+		ov_push(c, newest, oldest, nb);
+	/* Release: the closures are back on the queue (or cancelled) before
+	 * a canceller's D1 load sees the lower count. */
+	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);
+	coord_ec_signal(&c->drained);
+	if (newest)
+		coord_ec_signal_sc(&c->not_empty); /* ov_push's RMW (E3) */
+}
+
+void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl, int worker,
+			     int code, int cause, const char *msg)
 {
 	uint32_t st = COORD_RV_READY;
 
@@ -706,16 +760,17 @@ void coord_dispatch_complete(struct coord_worker *w, struct coord_closure *cl, i
 			memcpy(b, m, len);
 		cl->err_code = code;
 		cl->err_cause = cause;
-		cl->err_worker = w->index;
+		cl->err_worker = worker;
 		st = COORD_RV_READY | RV_READY_ERR;
-		record_error(w->c, w, cl, code, cause, m);
+		record_error(d->c, worker, cl, code, cause, m);
 	}
 	coord_rv_set_final(cl, st);
 }
 
-void coord_dispatch_finish(struct coord_worker *w, struct coord_closure **cls, unsigned n)
+void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
+			   struct coord_closure **cls, unsigned n)
 {
-	struct coord *c = w->c;
+	struct coord *c = d->c;
 
 	uint32_t first = 0, last = 0;
 	unsigned nfree = 0;
@@ -737,11 +792,12 @@ void coord_dispatch_finish(struct coord_worker *w, struct coord_closure **cls, u
 	}
 	if (nfree)
 		coord_pool_put_chain(c->closures, first, last);
-	/* Relaxed: a statistic. */
-	atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);
+	if (w)
+		/* Relaxed: a statistic. */
+		atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);
 	/* Release: the completed closures happen-before a canceller's D1 load
 	 * that sees the lower count. */
-	atomic_fetch_sub_explicit(&w->inflight, n, memory_order_release);
+	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);
 	outstanding_sub(c, n);
 	coord_ec_signal(&c->drained);
 }
@@ -833,12 +889,25 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		c->workers[i].index = (int)i;
 		c->workers[i].start_at_ns = c->created_ns + coord_stagger_ns(&c->opts, i);
 	}
+	c->ndisp = tp->ndispatchers(c);
+	c->disp = aligned_alloc(CACHELINE, sizeof(*c->disp) * c->ndisp);
+	if (!c->disp) {
+		r = COORD_ENOMEM;
+		goto err_workers;
+	}
+	memset(c->disp, 0, sizeof(*c->disp) * c->ndisp);
+	for (unsigned i = 0; i < c->ndisp; i++) {
+		c->disp[i].c = c;
+		c->disp[i].index = i;
+	}
 	r = tp->start(c, err);
 	if (r < 0)
-		goto err_workers;
+		goto err_disp;
 	*out = c;
 	return 0;
 
+err_disp:
+	free(c->disp);
 err_workers:
 	free(c->workers);
 err_bufs:
@@ -907,8 +976,10 @@ void coord_destroy(struct coord *c)
 	coord_ring_fini(&c->ring);
 	pthread_mutex_destroy(&c->ov_lock);
 	free(c->workers);
+	free(c->disp);
 	c->workers = NULL;
-	c->nworkers = 0;
+	c->disp = NULL;
+	c->nworkers = c->ndisp = 0;
 	/*
 	 * RemoteValues the caller still holds are final now (ready or
 	 * cancelled) and stay readable: the pools live on until the last of

@@ -9,7 +9,7 @@
  * Lifetime of a closure (references in @refs):
  *   schedule:  taken from the pool, refs = 1 (runtime) + 1 if the caller wants
  *              the RemoteValue.  Queued on the ring (or the overflow FIFO).
- *   dispatch:  a dispatcher pops it (counted in its worker's inflight), runs
+ *   dispatch:  a dispatcher pops it (counted in its inflight), runs
  *              or sends it, and completes it: result, one state exchange,
  *              FUTEX_WAKE only if a fetcher parked.  Then the runtime ref goes.
  *   cancel:    a queued closure of an old generation is made CANCELLED by
@@ -126,14 +126,25 @@ enum coord_worker_state {
 
 /* The coordinator's view of one worker. */
 struct coord_worker {
-	/* Written by its dispatcher per batch, summed by the canceller. */
-	_Atomic uint64_t inflight __cacheline_aligned;
-	_Atomic uint64_t executed; /* closures completed here (metrics) */
+	_Atomic uint64_t executed __cacheline_aligned; /* completed here (metrics) */
 	struct coord *c __cacheline_aligned;
 	int index;
 	_Atomic int state;
 	uint64_t start_at_ns; /* staggered start (S13) */
 	void *tp;	      /* the transport's per-worker state */
+};
+
+/*
+ * A dispatcher: a thread (or event loop) that takes closures from the queue
+ * and gets them run, for one worker (inproc) or many (tcp).  @inflight
+ * counts the closures it took and has not finished, cancelled or put back;
+ * the canceller sums it over all dispatchers (C2).
+ */
+struct coord_dispatcher {
+	_Atomic uint64_t inflight __cacheline_aligned;
+	struct coord *c __cacheline_aligned;
+	unsigned index;
+	void *tp; /* the transport's per-dispatcher state */
 };
 
 struct coord_tp_ops;
@@ -173,6 +184,8 @@ struct coord {
 
 	unsigned nworkers;
 	struct coord_worker *workers;
+	unsigned ndisp;
+	struct coord_dispatcher *disp;
 	const struct coord_tp_ops *tp;
 	void *tp_state;
 	uint64_t created_ns;
@@ -186,37 +199,50 @@ static inline struct coord_closure *rv_cl(const struct coord_rv *rv)
 /* --- the dispatch interface (runtime/coordinator.c) ------------------------ */
 
 /*
- * coord_dispatch_take() - wait for work for worker @w and take up to @max
- * runnable closures into @out.  Spins for opts.spin_ns, then sleeps.
- * Closures of an old generation are cancelled here and not returned.  Each
- * returned closure counts in @w->inflight until coord_dispatch_finish().
+ * coord_dispatch_take() - wait for work and take up to @max runnable
+ * closures into @out.  Spins for opts.spin_ns, then sleeps.  Closures of an
+ * old generation are cancelled here and not returned.  Each returned closure
+ * counts in @d->inflight until it is finished, cancelled or put back.
  * Return: how many; 0 only when the coordinator is stopping.
- * Concurrency: the dispatcher of @w only.
+ * Concurrency: the thread of @d only.
  */
-COORD_HIDDEN unsigned coord_dispatch_take(struct coord_worker *w, struct coord_closure **out,
+COORD_HIDDEN unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **out,
 					  unsigned max);
+/* coord_dispatch_try_take() - the same without waiting: 0 when there is none. */
+COORD_HIDDEN unsigned coord_dispatch_try_take(struct coord_dispatcher *d,
+					      struct coord_closure **out, unsigned max);
 
 /*
  * coord_dispatch_complete() - make @cl final with @code (0 = value already
- * set with coord_closure_set_result(), else an error whose message, if any,
- * is @msg).  A failure records the coordinator's first error (S3).
- * Does not drop counts: call coord_dispatch_finish() for the batch.
+ * set with coord_closure_result_buf(), else an error whose message, if any,
+ * is @msg), run on worker @worker.  A failure records the coordinator's
+ * first error (S3).  Does not drop counts: coord_dispatch_finish() does.
  */
-COORD_HIDDEN void coord_dispatch_complete(struct coord_worker *w, struct coord_closure *cl,
-					  int code, int cause, const char *msg);
+COORD_HIDDEN void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl,
+					  int worker, int code, int cause, const char *msg);
 
 /* coord_dispatch_stale() - @cl belongs to a cancelled generation: do not
  * start it; coord_dispatch_cancel() it instead (S3). */
-COORD_HIDDEN bool coord_dispatch_stale(struct coord_worker *w, struct coord_closure *cl);
+COORD_HIDDEN bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl);
 /* coord_dispatch_cancel() - make a taken @cl CANCELLED and retire it,
  * inflight count included.  Every taken closure ends in exactly one of
- * coord_dispatch_finish() (after complete) or this. */
-COORD_HIDDEN void coord_dispatch_cancel(struct coord_worker *w, struct coord_closure *cl);
+ * coord_dispatch_finish() (after complete), this, or put back. */
+COORD_HIDDEN void coord_dispatch_cancel(struct coord_dispatcher *d, struct coord_closure *cl);
 
-/* coord_dispatch_finish() - @n closures of @w are final: drop inflight,
- * outstanding and their runtime references; wake joiners/cancellers. */
-COORD_HIDDEN void coord_dispatch_finish(struct coord_worker *w, struct coord_closure **cls,
-					unsigned n);
+/* coord_dispatch_finish() - @n closures taken by @d are final: drop inflight,
+ * outstanding and their runtime references; wake joiners/cancellers.
+ * @w (may be NULL) is credited with them in the metrics. */
+COORD_HIDDEN void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
+					struct coord_closure **cls, unsigned n);
+
+/*
+ * coord_dispatch_put_back() - S2/S10: @n closures taken by @d did not run to
+ * completion (their worker was lost): each goes back on the queue with its
+ * attempt number raised (B8), unless its generation was cancelled meanwhile
+ * (then it is cancelled).  Their RemoteValues stay NOT_READY.
+ */
+COORD_HIDDEN void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **cls,
+					  unsigned n);
 
 /* runtime/rv.c: make @cl final with state @st (a RemoteValue state, or
  * READY|RV_READY_ERR); false if it already was (late result: dropped). */
@@ -280,12 +306,14 @@ COORD_HIDDEN void coord_exec_env_fini(struct coord_exec_env *env);
 /*
  * The transport ops table (rdma-core verbs_context_ops style).  A transport
  * owns its threads; they call the dispatch interface above.
+ *   ndispatchers: how many dispatchers (c->disp[]) it drives.
  *   start: connect/launch every worker of @c; 0 or -errno with @err.
  *   stop:  the coordinator is stopping (stopping == 1, dispatchers woken);
  *          join the transport's threads and free its state.
  */
 struct coord_tp_ops {
 	const char *name;
+	unsigned (*ndispatchers)(const struct coord *c);
 	int (*start)(struct coord *c, struct coord_error *err);
 	void (*stop)(struct coord *c);
 };

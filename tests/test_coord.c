@@ -889,6 +889,44 @@ static void test_b8_attempt_visible(void **state)
 	coord_rv_put(rv);
 }
 
+/*
+ * S2/B8: a closure whose worker was lost goes back on the queue and runs
+ * again with its attempt number raised; its RemoteValue stays NOT_READY
+ * meanwhile.  The test acts as a dispatcher that takes a closure and loses it.
+ */
+static void test_s2_b8_put_back_runs_again(void **state)
+{
+	struct fx *f = *state;
+	struct coord_dispatcher d = { .c = f->c };
+	struct coord_closure *taken[4];
+	struct coord_rv *g[2], *rv;
+	const void *v;
+	uint32_t a;
+	unsigned n = 0;
+
+	/* keep both workers busy so the closure stays queued for us */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, &g[i], NULL),
+				 0);
+	wait_entered(2);
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "attempt"), NULL, 0, &rv, NULL), 0);
+	for (int i = 0; i < 1000 && n == 0; i++)
+		n = coord_dispatch_try_take(&d, taken, 4);
+	assert_int_equal(n, 1);
+	assert_ptr_equal(taken[0], (struct coord_closure *)rv);
+	coord_dispatch_put_back(&d, taken, n); /* its worker was lost */
+	assert_int_equal(atomic_load(&d.inflight), 0);
+	assert_int_equal(coord_rv_state(rv), COORD_RV_NOT_READY);
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_rv_fetch(rv, &v, NULL, NULL), 0);
+	memcpy(&a, v, sizeof(a));
+	assert_int_equal(a, 2);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_rv_put(rv);
+	coord_rv_put(g[0]);
+	coord_rv_put(g[1]);
+}
+
 /* Registry rules and option errors are clear and do not crash. */
 static void test_registry_and_options_errors(void **state)
 {
@@ -1007,6 +1045,7 @@ int main(void)
 		cmocka_unit_test(test_s14_unbounded),
 		T(test_s15_unknown_function_refused),
 		T(test_b8_attempt_visible),
+		T(test_s2_b8_put_back_runs_again),
 		cmocka_unit_test(test_registry_and_options_errors),
 		cmocka_unit_test(test_spec_sizes_cluster),
 		cmocka_unit_test(test_destroy_with_queued_work_values_outlive),

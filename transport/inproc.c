@@ -33,8 +33,9 @@ static void stagger_wait(struct coord_worker *w)
 
 static void *inproc_main(void *arg)
 {
-	struct coord_worker *w = arg;
-	struct coord *c = w->c;
+	struct coord_dispatcher *d = arg;
+	struct coord *c = d->c;
+	struct coord_worker *w = &c->workers[d->index];
 	struct inproc_worker *iw = w->tp;
 	struct coord_closure **batch, **done;
 	unsigned n;
@@ -44,7 +45,7 @@ static void *inproc_main(void *arg)
 	if (!batch || !done)
 		coord_die("inproc worker batch", ENOMEM);
 	stagger_wait(w);
-	while ((n = coord_dispatch_take(w, batch, c->opts.batch)) > 0) {
+	while ((n = coord_dispatch_take(d, batch, c->opts.batch)) > 0) {
 		unsigned nd = 0;
 
 		for (unsigned i = 0; i < n; i++) {
@@ -52,15 +53,16 @@ static void *inproc_main(void *arg)
 			struct coord_ctx ctx;
 			int code, cause;
 
-			if (coord_dispatch_stale(w, cl)) {
-				coord_dispatch_cancel(w, cl); /* S3: not started */
+			if (coord_dispatch_stale(c, cl)) {
+				coord_dispatch_cancel(d, cl); /* S3: not started */
 				continue;
 			}
 			code = coord_exec_closure(&iw->env, cl, &ctx, &cause);
-			coord_dispatch_complete(w, cl, code, cause, ctx.has_msg ? ctx.msg : NULL);
+			coord_dispatch_complete(d, cl, w->index, code, cause,
+						ctx.has_msg ? ctx.msg : NULL);
 			done[nd++] = cl;
 		}
-		coord_dispatch_finish(w, done, nd);
+		coord_dispatch_finish(d, w, done, nd);
 	}
 	coord_exec_env_fini(&iw->env);
 	free(batch);
@@ -91,7 +93,7 @@ static int inproc_start(struct coord *c, struct coord_error *err)
 		iws[i].env.reg = c->reg;
 		iws[i].env.worker = (int)i;
 		c->workers[i].tp = &iws[i];
-		r = pthread_create(&iws[i].thread, NULL, inproc_main, &c->workers[i]);
+		r = pthread_create(&iws[i].thread, NULL, inproc_main, &c->disp[i]);
 		if (r) {
 			/* Relaxed: published to the started threads by the wakes. */
 			atomic_store_explicit(&c->stopping, 1, memory_order_relaxed);
@@ -106,8 +108,15 @@ static int inproc_start(struct coord *c, struct coord_error *err)
 	return 0;
 }
 
+/* One dispatcher per worker: each worker thread is its own dispatcher. */
+static unsigned inproc_ndispatchers(const struct coord *c)
+{
+	return c->nworkers;
+}
+
 const struct coord_tp_ops coord_tp_inproc = {
 	.name = "inproc",
+	.ndispatchers = inproc_ndispatchers,
 	.start = inproc_start,
 	.stop = inproc_stop,
 };
