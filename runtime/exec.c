@@ -34,21 +34,28 @@ static struct coord_res_slot *res_slot(struct coord_exec_env *env, uint64_t uid)
 }
 
 /* Make (lazily, once per worker life) the resource of @pw; 0 or its error. */
-static int res_get(struct coord_exec_env *env, struct coord_ctx *ctx, const struct coord_pw *pw,
+static int res_get(struct coord_exec_env *env, struct coord_ctx *ctx, const struct coord_pw_ref *pw,
 		   void **res)
 {
-	const struct coord_fn_entry *f = &env->reg->fns[pw->creator];
-	struct coord_res_slot *s = res_slot(env, pw->uid);
+	const struct coord_fn_entry *f;
+	struct coord_res_slot *s;
 	struct coord_ctx cctx;
 	int r;
 
+	if (pw->creator >= env->reg->n || !env->reg->fns[pw->creator].create) {
+		snprintf(ctx->msg, sizeof(ctx->msg), "worker %d has no resource creator %u",
+			 env->worker, pw->creator);
+		ctx->has_msg = 1;
+		return COORD_ENOFN;
+	}
+	f = &env->reg->fns[pw->creator];
+	s = res_slot(env, pw->uid);
 	if (!s)
 		return COORD_ENOMEM;
 	if (s->code == 1) {
 		memset(&cctx, 0, sizeof(cctx));
 		cctx.env = env;
-		cctx.closure_id = ctx->closure_id;
-		cctx.attempt = 1;
+		cctx.call = ctx->call;
 		s->res = NULL;
 		s->creator = pw->creator;
 		r = f->create(&cctx, pw->args, pw->len, &s->res);
@@ -68,28 +75,33 @@ static int res_get(struct coord_exec_env *env, struct coord_ctx *ctx, const stru
 	return 0;
 }
 
-int coord_exec_closure(struct coord_exec_env *env, struct coord_closure *cl, struct coord_ctx *ctx,
-		       int *cause)
+int coord_exec(struct coord_exec_env *env, const struct coord_exec_call *call,
+	       coord_result_buf_t result_buf, void *sink, struct coord_ctx *ctx, int *cause)
 {
 	int r;
 
 	ctx->env = env;
-	ctx->cl = cl;
-	ctx->closure_id = cl->id;
-	ctx->attempt = cl->attempt;
-	ctx->npw = cl->npw;
+	ctx->call = call;
+	ctx->result_buf = result_buf;
+	ctx->sink = sink;
 	ctx->has_msg = 0;
 	*cause = 0;
+	if (call->fn >= env->reg->n || !env->reg->fns[call->fn].fn) {
+		snprintf(ctx->msg, sizeof(ctx->msg), "worker %d has no function %u", env->worker,
+			 call->fn);
+		ctx->has_msg = 1;
+		return COORD_ENOFN;
+	}
 	/* S8/S9: the per-worker argument becomes this worker's component, made
 	 * before the function runs; a failure is an INPUT error wrapping it. */
-	for (unsigned i = 0; i < cl->npw; i++) {
-		r = res_get(env, ctx, cl->pw[i], &ctx->pw[i]);
+	for (unsigned i = 0; i < call->npw; i++) {
+		r = res_get(env, ctx, &call->pw[i], &ctx->pw[i]);
 		if (r < 0) {
 			*cause = r;
 			return COORD_EINPUT;
 		}
 	}
-	r = env->reg->fns[cl->fn].fn(ctx, cl->args, cl->args_len);
+	r = env->reg->fns[call->fn].fn(ctx, call->args, call->len);
 	return r < 0 ? r : 0;
 }
 
@@ -119,9 +131,7 @@ int coord_ctx_set_result(struct coord_ctx *ctx, const void *p, size_t len)
 
 void *coord_ctx_result_buf(struct coord_ctx *ctx, size_t len)
 {
-	if (!ctx->cl)
-		return NULL;
-	return coord_closure_result_buf(ctx->cl, len);
+	return ctx->result_buf ? ctx->result_buf(ctx->sink, len) : NULL;
 }
 
 int coord_ctx_fail(struct coord_ctx *ctx, int code, const char *fmt, ...)
@@ -137,7 +147,7 @@ int coord_ctx_fail(struct coord_ctx *ctx, int code, const char *fmt, ...)
 
 unsigned coord_ctx_attempt(const struct coord_ctx *ctx)
 {
-	return ctx->attempt;
+	return ctx->call ? ctx->call->attempt : 1;
 }
 
 int coord_ctx_worker(const struct coord_ctx *ctx)
@@ -147,15 +157,15 @@ int coord_ctx_worker(const struct coord_ctx *ctx)
 
 uint64_t coord_ctx_closure(const struct coord_ctx *ctx)
 {
-	return ctx->closure_id;
+	return ctx->call ? ctx->call->id : COORD_NO_CLOSURE;
 }
 
 void *coord_ctx_per_worker(const struct coord_ctx *ctx, unsigned i)
 {
-	return i < ctx->npw ? ctx->pw[i] : NULL;
+	return ctx->call && i < ctx->call->npw ? ctx->pw[i] : NULL;
 }
 
 unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx)
 {
-	return ctx->npw;
+	return ctx->call ? ctx->call->npw : 0;
 }

@@ -281,24 +281,48 @@ struct coord_exec_env {
 	uint32_t nres, capres;
 };
 
+/* A per-worker argument as a worker sees it: which resource, made how. */
+struct coord_pw_ref {
+	uint64_t uid;
+	uint32_t creator; /* registry index of the creator on this worker */
+	uint32_t len;
+	const void *args;
+};
+
+/* One call to run on a worker, whatever carried it there. */
+struct coord_exec_call {
+	uint64_t id;
+	uint32_t fn; /* registry index on this worker */
+	uint32_t attempt;
+	const void *args;
+	uint32_t len;
+	unsigned npw;
+	struct coord_pw_ref pw[COORD_MAX_PW];
+};
+
+/* Where a function's result bytes go: a closure (inproc) or a frame. */
+typedef void *(*coord_result_buf_t)(void *sink, size_t len);
+
 struct coord_ctx {
 	struct coord_exec_env *env;
-	struct coord_closure *cl; /* in-process: the result goes straight here */
-	uint64_t closure_id;
-	unsigned attempt;
-	unsigned npw;
+	const struct coord_exec_call *call;
+	coord_result_buf_t result_buf;
+	void *sink;
 	void *pw[COORD_MAX_PW];
 	int has_msg;
 	char msg[COORD_ERRMSG_LEN];
 };
 
 /*
- * coord_exec_closure() - run @cl's function on @env's worker: make missing
- * per-worker resources first (S9), then call it.  Returns the function's
- * code (or COORD_EINPUT with *cause and @ctx->msg set).
+ * coord_exec() - run @call on @env's worker: make missing per-worker
+ * resources first (S9), then call the function; its result goes through
+ * @result_buf(@sink, len).  Returns the function's code, or COORD_EINPUT
+ * with *cause and @ctx->msg set, or COORD_ENOFN for an index that is not a
+ * function here.
  */
-COORD_HIDDEN int coord_exec_closure(struct coord_exec_env *env, struct coord_closure *cl,
-				    struct coord_ctx *ctx, int *cause);
+COORD_HIDDEN int coord_exec(struct coord_exec_env *env, const struct coord_exec_call *call,
+			    coord_result_buf_t result_buf, void *sink, struct coord_ctx *ctx,
+			    int *cause);
 COORD_HIDDEN void coord_exec_env_fini(struct coord_exec_env *env);
 
 /* --- transports ------------------------------------------------------------ */

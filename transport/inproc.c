@@ -20,6 +20,11 @@ struct inproc_worker {
 	struct coord_exec_env env;
 };
 
+static void *closure_result_buf(void *sink, size_t len)
+{
+	return coord_closure_result_buf(sink, len);
+}
+
 /* Sleep until @w's staggered start (S13), or until the coordinator stops. */
 static void stagger_wait(struct coord_worker *w)
 {
@@ -50,6 +55,7 @@ static void *inproc_main(void *arg)
 
 		for (unsigned i = 0; i < n; i++) {
 			struct coord_closure *cl = batch[i];
+			struct coord_exec_call call;
 			struct coord_ctx ctx;
 			int code, cause;
 
@@ -57,7 +63,19 @@ static void *inproc_main(void *arg)
 				coord_dispatch_cancel(d, cl); /* S3: not started */
 				continue;
 			}
-			code = coord_exec_closure(&iw->env, cl, &ctx, &cause);
+			call.id = cl->id;
+			call.fn = cl->fn;
+			call.attempt = cl->attempt;
+			call.args = cl->args;
+			call.len = cl->args_len;
+			call.npw = cl->npw;
+			for (unsigned k = 0; k < cl->npw; k++) {
+				call.pw[k].uid = cl->pw[k]->uid;
+				call.pw[k].creator = cl->pw[k]->creator;
+				call.pw[k].len = cl->pw[k]->len;
+				call.pw[k].args = cl->pw[k]->args;
+			}
+			code = coord_exec(&iw->env, &call, closure_result_buf, cl, &ctx, &cause);
 			coord_dispatch_complete(d, cl, w->index, code, cause,
 						ctx.has_msg ? ctx.msg : NULL);
 			done[nd++] = cl;
