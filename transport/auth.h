@@ -80,8 +80,8 @@ struct coord_key {
 /**
  * coord_key_load() - load the cluster key from its configured source.
  * @file: key file path, or NULL to use the environment; borrowed for the call.
- * @key:  filled on return; key->set is false if no key is configured or on
- *        failure.
+ * @key:  caller-owned, not NULL; filled on return; key->set is false if no
+ *        key is configured or on failure (and then the struct is all zero).
  * @err:  optional detail on failure.
  *
  * Sources, first that is configured wins: @file; the file named by
@@ -103,7 +103,7 @@ struct coord_key {
  * at info level.
  *
  * Return: 0 (a key loaded, or none configured); COORD_EINVAL a malformed key,
- * a key file open to group/others or not a regular file; -errno from open()
+ * a key file open to group/others or not a regular file, @key NULL; -errno from open()
  * or read() (e.g. -ENOENT).  Detail in @err.
  */
 COORD_HIDDEN int coord_key_load(const char *file, struct coord_key *key, struct coord_error *err);
