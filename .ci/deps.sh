@@ -3,7 +3,7 @@
 # and this machine lacks.  Sourced by tests/run.sh, examples/run.sh, .ci/run.
 coord_deps=(meson ninja-build pkg-config gcc clang libclang-rt-14-dev clang-format
 	liburcu-dev libck-dev liburing-dev libcmocka-dev libjansson-dev
-	libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+	libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libsodium-dev
 	libibverbs-dev librdmacm-dev)
 
 coord_install_deps() {
