@@ -63,6 +63,9 @@ void coord_opts_init(struct coord_opts *o)
 	o->start_delay_max_ms = -1;
 	o->spin_ns = 50000;
 	o->batch = 32;
+	o->window = 128;
+	o->max_frame = 16u << 20;
+	o->connect_timeout_ms = 5000;
 }
 
 /* Seconds (a decimal number) from the environment, as ms; -1 if unset. */
@@ -172,7 +175,7 @@ static bool queue_empty(struct coord *c)
 }
 
 /* Closures waiting, a snapshot for batch sizing. */
-static uint64_t queue_size(struct coord *c)
+uint64_t coord_queue_size(struct coord *c)
 {
 	/* Relaxed: a sizing hint only. */
 	int64_t ov = atomic_load_explicit(&c->ov_count, memory_order_relaxed);
@@ -236,6 +239,30 @@ static void queue_push(struct coord *c, struct coord_closure *cl)
 	}
 	/* Either push made queue_empty() false with a seq_cst RMW (E3). */
 	coord_ec_signal_sc(&c->not_empty);
+	/* seq_cst: the same Dekker pair as E3, with a transport event loop
+	 * that registers in loop_sleepers and then re-checks the queue
+	 * (coord_loop_sleep()).  A plain load on x86. */
+	if (unlikely(atomic_load_explicit(&c->loop_sleepers, memory_order_seq_cst)))
+		c->tp->wake(c);
+}
+
+bool coord_loop_sleep(struct coord *c)
+{
+	/* seq_cst: pairs with the load in queue_push() (see there). */
+	atomic_fetch_add_explicit(&c->loop_sleepers, 1, memory_order_seq_cst);
+	coord_smp_mb(); /* the registration before the re-check below */
+	if (!queue_empty(c)) {
+		coord_loop_wake_done(c);
+		return false;
+	}
+	return true;
+}
+
+void coord_loop_wake_done(struct coord *c)
+{
+	/* Relaxed: only producers read it, and a stale non-zero costs one
+	 * spurious wake. */
+	atomic_fetch_sub_explicit(&c->loop_sleepers, 1, memory_order_relaxed);
 }
 
 /* ---- completion, cancellation, the error slot ------------------------------ */
@@ -425,6 +452,24 @@ static inline bool error_pending(struct coord *c)
 	return atomic_load_explicit(&c->err_state, memory_order_relaxed) != ERR_EMPTY;
 }
 
+void coord_report_unavailable(struct coord *c, int worker, const char *msg)
+{
+	struct coord_closure none = { .id = COORD_NO_CLOSURE }, *buf[64];
+	unsigned n;
+
+	/* Relaxed: see coord_schedule_call(); the error below wakes joiners. */
+	atomic_store_explicit(&c->unavailable, true, memory_order_relaxed);
+	/* Relaxed: a generation no older than current, so C7 keeps it. */
+	none.gen = atomic_load_explicit(&c->gen, memory_order_relaxed);
+	record_error(c, worker, &none, COORD_EUNAVAILABLE, 0, msg);
+	/* Nothing will ever run what is queued: cancel it now, so fetches
+	 * return instead of waiting for ever.  (No wait for in-flight ones:
+	 * with no worker there are none, and a transport thread calls this.) */
+	while ((n = queue_pop(c, buf, 64, true)) > 0)
+		for (unsigned i = 0; i < n; i++)
+			cancel_one(c, buf[i]);
+}
+
 /* ---- schedule / join / done ------------------------------------------------- */
 
 int coord_fn_lookup(const struct coord *c, const char *name, uint32_t *id, struct coord_error *err)
@@ -451,6 +496,10 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 		if (r < 0)
 			return r;
 	}
+	/* Relaxed: a hint set once by the transport when its last worker
+	 * went down; closures would wait for ever. */
+	if (unlikely(atomic_load_explicit(&c->unavailable, memory_order_relaxed)))
+		return coord_seterr(err, COORD_EUNAVAILABLE, "no worker is available");
 	/* S15: refuse what cannot run, here and not on a worker. */
 	if (unlikely(call->fn >= c->reg->n || !c->reg->fns[call->fn].fn))
 		return coord_seterr(err, COORD_ENOFN,
@@ -641,7 +690,7 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 
 	/* Take a fair share of the backlog, not all of it, so a dispatcher
 	 * does not hoard closures while another is idle. */
-	backlog = queue_size(c) / c->ndisp;
+	backlog = coord_queue_size(c) / c->ndisp;
 	want = backlog < 1 ? 1 : backlog < max ? (unsigned)backlog : max;
 	/* D2 (seq_cst): reserve before the pop; see C2. */
 	atomic_fetch_add_explicit(&d->inflight, want, memory_order_seq_cst);
@@ -817,7 +866,7 @@ static void closure_init(void *obj, uint32_t idx, void *arg)
 
 static const struct coord_tp_ops *find_transport(const char *name)
 {
-	static const struct coord_tp_ops *const all[] = { &coord_tp_inproc };
+	static const struct coord_tp_ops *const all[] = { &coord_tp_inproc, &coord_tp_tcp };
 
 	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
 		if (!strcmp(all[i]->name, name ? name : "inproc"))
@@ -839,8 +888,8 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 				    "an out pointer are required");
 	tp = find_transport(opts->transport);
 	if (!tp)
-		return coord_seterr(err, COORD_EINVAL, "unknown transport '%s' (known: inproc)",
-				    opts->transport);
+		return coord_seterr(err, COORD_EINVAL,
+				    "unknown transport '%s' (known: inproc, tcp)", opts->transport);
 	nw = spec ? (unsigned)coord_spec_num_tasks(spec, "worker") : opts->inproc_workers;
 	if (nw == 0 || nw > 65536)
 		return coord_seterr(err, COORD_EINVAL,
@@ -900,7 +949,9 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		c->disp[i].c = c;
 		c->disp[i].index = i;
 	}
+	c->spec = spec;
 	r = tp->start(c, err);
+	c->spec = NULL;
 	if (r < 0)
 		goto err_disp;
 	*out = c;

@@ -168,6 +168,8 @@ struct coord {
 	bool unbounded;
 
 	struct coord_ec not_empty __cacheline_aligned; /* dispatchers sleep */
+	_Atomic uint32_t loop_sleepers;		       /* event loops asleep in the kernel */
+	_Atomic bool unavailable;		       /* no worker left (transport) */
 	struct coord_ec not_full;		       /* schedule sleeps (S1) */
 	struct coord_ec idle;			       /* join: outstanding == 0 or error */
 	struct coord_ec drained;		       /* canceller: inflight == 0 */
@@ -188,6 +190,7 @@ struct coord {
 	struct coord_dispatcher *disp;
 	const struct coord_tp_ops *tp;
 	void *tp_state;
+	const struct coord_spec *spec; /* borrowed: valid only inside coord_create() */
 	uint64_t created_ns;
 };
 
@@ -331,6 +334,8 @@ COORD_HIDDEN void coord_exec_env_fini(struct coord_exec_env *env);
  * The transport ops table (rdma-core verbs_context_ops style).  A transport
  * owns its threads; they call the dispatch interface above.
  *   ndispatchers: how many dispatchers (c->disp[]) it drives.
+ *   wake:  an event loop registered with coord_loop_sleep() must look at
+ *          the queue again (called by schedule(); keep it cheap).
  *   start: connect/launch every worker of @c; 0 or -errno with @err.
  *   stop:  the coordinator is stopping (stopping == 1, dispatchers woken);
  *          join the transport's threads and free its state.
@@ -340,8 +345,25 @@ struct coord_tp_ops {
 	unsigned (*ndispatchers)(const struct coord *c);
 	int (*start)(struct coord *c, struct coord_error *err);
 	void (*stop)(struct coord *c);
+	void (*wake)(struct coord *c);
 };
 
 extern const struct coord_tp_ops coord_tp_inproc;
+extern const struct coord_tp_ops coord_tp_tcp;
+
+/*
+ * Event loops that sleep in the kernel (io_uring) rather than on the queue's
+ * futex: coord_loop_sleep() registers the caller and returns true if it may
+ * sleep (the queue is still empty); producers then call ops->wake().  After
+ * the sleep, coord_loop_wake_done().
+ */
+COORD_HIDDEN bool coord_loop_sleep(struct coord *c);
+/* coord_queue_size() - closures waiting (a snapshot). */
+COORD_HIDDEN uint64_t coord_queue_size(struct coord *c);
+COORD_HIDDEN void coord_loop_wake_done(struct coord *c);
+
+/* coord_report_unavailable() - the transport lost its last worker: the next
+ * caller gets COORD_EUNAVAILABLE (and schedule() refuses from now on). */
+COORD_HIDDEN void coord_report_unavailable(struct coord *c, int worker, const char *msg);
 
 #endif /* COORD_RUNTIME_INTERNAL_H */

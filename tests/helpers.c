@@ -17,8 +17,11 @@
  *   counter   resource creator: an int64 counter starting at args (int64 or 0)
  * Every function counts t_entered/t_exited.
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +30,47 @@
 
 #include "helpers.h"
 
-_Atomic long t_entered, t_exited;
-_Atomic long t_creates[64];
-_Atomic int t_create_fail;
-_Atomic int t_gate;
-_Atomic uint64_t t_first_ns[64];
-int64_t *t_order;
-_Atomic long t_norder;
-long t_order_cap;
+struct t_shared *t_sh;
+static char t_shm_path[64];
+
+static void t_shared_unlink(void)
+{
+	if (t_shm_path[0])
+		unlink(t_shm_path);
+}
+
+/* Map the counters: the file named by COORD_TEST_SHM (a worker process
+ * started by a test), or a new one whose name children inherit. */
+__attribute__((constructor)) static void t_shared_init(void)
+{
+	const char *path = getenv("COORD_TEST_SHM");
+	int fd;
+
+	if (path) {
+		fd = open(path, O_RDWR | O_CLOEXEC);
+	} else {
+		snprintf(t_shm_path, sizeof(t_shm_path), "/dev/shm/coord-test-XXXXXX");
+		fd = mkstemp(t_shm_path);
+		if (fd < 0) {
+			snprintf(t_shm_path, sizeof(t_shm_path), "/tmp/coord-test-XXXXXX");
+			fd = mkstemp(t_shm_path);
+		}
+		if (fd >= 0 && ftruncate(fd, sizeof(struct t_shared)) == 0) {
+			setenv("COORD_TEST_SHM", t_shm_path, 1);
+			atexit(t_shared_unlink);
+		}
+	}
+	if (fd < 0) {
+		perror("test counters");
+		abort();
+	}
+	t_sh = mmap(NULL, sizeof(struct t_shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (t_sh == MAP_FAILED) {
+		perror("test counters mmap");
+		abort();
+	}
+}
 
 uint64_t t_now_ns(void)
 {
@@ -76,6 +112,7 @@ void t_reset_counters(void)
 	atomic_store(&t_gate, 0);
 	for (int i = 0; i < 64; i++)
 		atomic_store(&t_first_ns[i], 0);
+	atomic_store(&t_norder, 0);
 }
 
 #define ENTER() atomic_fetch_add(&t_entered, 1)
@@ -151,7 +188,7 @@ static int f_order(struct coord_ctx *ctx, const void *args, size_t len)
 	ENTER();
 	if (len == sizeof(x))
 		memcpy(&x, args, sizeof(x));
-	if (t_order && i < t_order_cap)
+	if (i >= 0 && i < T_ORDER_MAX)
 		t_order[i] = x;
 	EXIT(0);
 }
@@ -210,20 +247,140 @@ static int r_counter(struct coord_ctx *ctx, const void *args, size_t len, void *
 	return 0;
 }
 
-struct coord_registry *t_registry(void)
+int t_register(struct coord_registry *r)
 {
-	struct coord_registry *r;
-
-	if (coord_registry_create(&r) || coord_registry_add(r, "echo", f_echo) ||
-	    coord_registry_add(r, "add", f_add) || coord_registry_add(r, "sleep_us", f_sleep_us) ||
+	if (coord_registry_add(r, "echo", f_echo) || coord_registry_add(r, "add", f_add) ||
+	    coord_registry_add(r, "sleep_us", f_sleep_us) ||
 	    coord_registry_add(r, "fail", f_fail) || coord_registry_add(r, "gated", f_gated) ||
 	    coord_registry_add(r, "attempt", f_attempt) ||
 	    coord_registry_add(r, "stamp", f_stamp) || coord_registry_add(r, "order", f_order) ||
 	    coord_registry_add(r, "pw_next", f_pw_next) ||
-	    coord_registry_add_resource(r, "counter", r_counter, free)) {
+	    coord_registry_add_resource(r, "counter", r_counter, free))
+		return -1;
+	return 0;
+}
+
+struct coord_registry *t_registry(void)
+{
+	struct coord_registry *r;
+
+	if (coord_registry_create(&r) || t_register(r)) {
 		fprintf(stderr, "t_registry failed\n");
 		abort();
 	}
+	return r;
+}
+
+/* ---- transports: inproc, or coord-worker processes over tcp ---------------------- */
+
+const char *t_transport = "inproc";
+
+#define T_MAX_PROCS 8
+static pid_t t_pids[T_MAX_PROCS];
+static unsigned t_ports[T_MAX_PROCS], t_nprocs;
+
+int t_workers_start(unsigned n)
+{
+	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
+
+	if (!bin || !fns) {
+		fprintf(stderr, "COORD_WORKER_BIN and COORD_TESTFNS must be set\n");
+		return -1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	for (t_nprocs = 0; t_nprocs < n && t_nprocs < T_MAX_PROCS; t_nprocs++) {
+		int p[2];
+		pid_t pid;
+		char line[128];
+		FILE *f;
+
+		if (pipe(p) < 0)
+			return -1;
+		pid = fork();
+		if (pid == 0) {
+			dup2(p[1], 1);
+			close(p[0]);
+			close(p[1]);
+			execl(bin, bin, "--fns", fns, "--listen", "127.0.0.1:0", "--log", "error",
+			      (char *)NULL);
+			_exit(127);
+		}
+		close(p[1]);
+		f = fdopen(p[0], "r");
+		/* Bounded: the worker prints its port at once or dies (EOF). */
+		alarm(20);
+		if (!f || !fgets(line, sizeof(line), f) ||
+		    sscanf(line, "coord-worker listening on port %u", &t_ports[t_nprocs]) != 1) {
+			fprintf(stderr, "coord-worker did not start\n");
+			kill(pid, SIGKILL);
+			return -1;
+		}
+		alarm(0);
+		fclose(f);
+		t_pids[t_nprocs] = pid;
+	}
+	return 0;
+}
+
+void t_workers_stop(void)
+{
+	for (unsigned i = 0; i < t_nprocs; i++) {
+		int st;
+		uint64_t until = t_now_ns() + 5000000000ull;
+
+		kill(t_pids[i], SIGTERM);
+		while (waitpid(t_pids[i], &st, WNOHANG) == 0 && t_now_ns() < until)
+			t_sleep_ns(1000000);
+		if (waitpid(t_pids[i], &st, WNOHANG) == 0) {
+			kill(t_pids[i], SIGKILL);
+			waitpid(t_pids[i], &st, 0);
+		}
+	}
+	t_nprocs = 0;
+}
+
+char *t_spec_json(unsigned nworkers)
+{
+	size_t cap = 32 + (size_t)nworkers * 24;
+	char *s = malloc(cap);
+	size_t off = 0;
+
+	off += (size_t)snprintf(s + off, cap - off, "{\"worker\": [");
+	for (unsigned i = 0; i < nworkers; i++)
+		off += (size_t)snprintf(s + off, cap - off, "%s\"127.0.0.1:%u\"", i ? ", " : "",
+					t_ports[i % (t_nprocs ? t_nprocs : 1)]);
+	snprintf(s + off, cap - off, "]}");
+	return s;
+}
+
+void t_opts(struct coord_opts *o, struct coord_registry *reg)
+{
+	coord_opts_init(o);
+	o->registry = reg;
+	o->transport = t_transport;
+	o->start_delay_ms = 0;
+	o->start_delay_max_ms = -1;
+	/* tcp: a few closures in flight per worker, so queues behave as the
+	 * contract tests expect (what is sent to a worker runs, S3) */
+	o->window = 4;
+}
+
+int t_create(struct coord_opts *o, unsigned nworkers, struct coord **c, struct coord_error *err)
+{
+	struct coord_spec *spec = NULL;
+	char *json;
+	int r;
+
+	if (strcmp(t_transport, "tcp") != 0) {
+		o->inproc_workers = nworkers;
+		return coord_create(NULL, o, c, err);
+	}
+	json = t_spec_json(nworkers);
+	r = coord_spec_parse(json, &spec, err);
+	free(json);
+	if (r == 0)
+		r = coord_create(spec, o, c, err);
+	coord_spec_destroy(spec);
 	return r;
 }
 
@@ -233,13 +390,9 @@ struct coord *t_coord(struct coord_registry *reg, unsigned nworkers, unsigned ca
 	struct coord_error err;
 	struct coord *c;
 
-	coord_opts_init(&o);
-	o.registry = reg;
-	o.inproc_workers = nworkers;
+	t_opts(&o, reg);
 	o.ring_capacity = cap;
-	o.start_delay_ms = 0;
-	o.start_delay_max_ms = -1;
-	if (coord_create(NULL, &o, &c, &err)) {
+	if (t_create(&o, nworkers, &c, &err)) {
 		fprintf(stderr, "t_coord: %s\n", err.msg);
 		abort();
 	}

@@ -28,18 +28,50 @@ struct coord *t_coord(struct coord_registry *reg, unsigned nworkers, unsigned ca
 uint32_t t_fn(struct coord *c, const char *name);
 
 /*
- * Counters the standard functions update (atomics):
+ * Counters the standard functions update (atomics), in shared memory that
+ * coord-worker processes started by the tests map too (COORD_TEST_SHM), so a
+ * test reads them and opens gates whatever the transport:
  *   t_entered / t_exited   - every function, on entry and exit
  *   t_creates[w]           - resource creations on worker w
  */
-extern _Atomic long t_entered, t_exited;
-extern _Atomic long t_creates[64];
-extern _Atomic int t_create_fail;	/* creators fail while non-zero */
-extern _Atomic int t_gate;		/* "gated" functions spin until non-zero */
-extern _Atomic uint64_t t_first_ns[64]; /* "stamp": first start per worker */
-extern int64_t *t_order;		/* "order": arguments in run order (t_order_cap max) */
-extern _Atomic long t_norder;
-extern long t_order_cap;
+#define T_ORDER_MAX 400000
+struct t_shared {
+	_Atomic long entered, exited;
+	_Atomic long creates[64];
+	_Atomic int create_fail; /* creators fail while non-zero */
+	_Atomic int gate;        /* "gated" functions wait until non-zero */
+	_Atomic uint64_t first_ns[64];
+	_Atomic long norder;
+	int64_t order[T_ORDER_MAX];
+};
+extern struct t_shared *t_sh;
+#define t_entered (t_sh->entered)
+#define t_exited (t_sh->exited)
+#define t_creates (t_sh->creates)
+#define t_create_fail (t_sh->create_fail)
+#define t_gate (t_sh->gate)
+#define t_first_ns (t_sh->first_ns)
+#define t_norder (t_sh->norder)
+#define t_order (t_sh->order)
 void t_reset_counters(void);
+
+/* Register the standard functions into @reg (also coord_register_fns()). */
+int t_register(struct coord_registry *reg);
+
+/*
+ * The transport the t_coord() of this test binary uses: "inproc" (default)
+ * or "tcp", where workers are coord-worker processes started by
+ * t_workers_start() (COORD_WORKER_BIN, COORD_TESTFNS from meson).
+ */
+extern const char *t_transport;
+/* Start @n coord-worker processes on ephemeral loopback ports; 0 or -1. */
+int t_workers_start(unsigned n);
+void t_workers_stop(void);
+/* A JSON spec of @nworkers workers spread over the started processes. */
+char *t_spec_json(unsigned nworkers);
+/* Options for a coordinator of this test binary's transport. */
+void t_opts(struct coord_opts *o, struct coord_registry *reg);
+/* Create with @o over @nworkers workers of this transport; 0 or the error. */
+int t_create(struct coord_opts *o, unsigned nworkers, struct coord **c, struct coord_error *err);
 
 #endif

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,7 +138,17 @@ static void test_s1_backpressure_tiny_ring(void **state)
 	struct bp_arg a;
 	pthread_t t;
 
-	setup_n((void **)&f, 1, 4);
+	struct coord_opts o;
+
+	/* one closure in flight on the worker (tcp's window), four in the ring */
+	f = calloc(1, sizeof(*f));
+	t_reset_counters();
+	f->reg = t_registry();
+	t_opts(&o, f->reg);
+	o.ring_capacity = 4;
+	o.window = 1;
+	o.batch = 1;
+	assert_int_equal(t_create(&o, 1, &f->c, NULL), 0);
 	a.c = f->c;
 	a.fn = t_fn(f->c, "gated");
 	a.n = 40;
@@ -794,13 +805,11 @@ static void test_s13_stagger_observed(void **state)
 	uint64_t t0;
 
 	t_reset_counters();
-	coord_opts_init(&o);
-	o.registry = reg;
-	o.inproc_workers = 3;
+	t_opts(&o, reg);
 	o.start_delay_ms = 80;
 	o.start_delay_max_ms = -1;
 	t0 = t_now_ns();
-	assert_int_equal(coord_create(NULL, &o, &c, NULL), 0);
+	assert_int_equal(t_create(&o, 3, &c, NULL), 0);
 	stamp = t_fn(c, "stamp");
 	for (int i = 0; i < 400; i++)
 		assert_int_equal(coord_schedule(c, stamp, NULL, 0, NULL, NULL), 0);
@@ -832,8 +841,7 @@ static void test_s14_unbounded(void **state)
 
 	setup_n((void **)&f, 1, 0);
 	assert_true(f->c->unbounded);
-	t_order = calloc((size_t)n, sizeof(*t_order));
-	t_order_cap = n;
+	assert_true(n <= T_ORDER_MAX);
 	atomic_store(&t_norder, 0);
 	gated = t_fn(f->c, "gated");
 	order = t_fn(f->c, "order");
@@ -849,8 +857,6 @@ static void test_s14_unbounded(void **state)
 	for (long i = 0; i < n; i++)
 		if (t_order[i] != i)
 			fail_msg("run order broken at %ld: got %lld", i, (long long)t_order[i]);
-	free(t_order);
-	t_order = NULL;
 	teardown((void **)&f);
 }
 
@@ -1017,40 +1023,55 @@ static void test_destroy_with_queued_work_values_outlive(void **state)
 	coord_rv_put(ok); /* the last put frees the coordinator's memory */
 }
 
+static int tcp_group_setup(void **state)
+{
+	t_transport = "tcp";
+	return t_workers_start(2) == 0 ? 0 : -1;
+}
+
+static int tcp_group_teardown(void **state)
+{
+	t_workers_stop();
+	t_transport = "inproc";
+	return 0;
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup2, teardown)
 #define T1(fn) cmocka_unit_test_setup_teardown(fn, setup1, teardown)
-	const struct CMUnitTest tests[] = {
-		T(test_s1_schedule_returns_at_once),
-		cmocka_unit_test(test_s1_backpressure_tiny_ring),
-		T(test_s2_runs_on_any_worker),
-		T(test_s3_schedule_returns_error_nothing_executing),
-		T(test_s3_running_closure_keeps_outcome),
-		T(test_s3_only_first_error_returned),
-		T(test_s3_generation_taken_when_queued),
-		T(test_s3_new_round_error_kept_while_cancelling),
-		T(test_s3_old_round_error_not_returned),
-		T(test_s4_join_waits_for_all),
-		T(test_s4_join_timeout),
-		T(test_s5_done),
-		T(test_s6_fetch_blocks_and_times_out),
-		cmocka_unit_test(test_s6_fetch_cancelled),
-		T(test_b3_fetch_many),
-		T1(test_results_all_sizes),
-		T(test_s8_s9_per_worker_lazy),
-		T(test_s9_creation_failure_is_input_error),
-		cmocka_unit_test(test_s13_stagger_formula_and_env),
-		cmocka_unit_test(test_s13_stagger_observed),
-		cmocka_unit_test(test_s14_unbounded),
-		T(test_s15_unknown_function_refused),
-		T(test_b8_attempt_visible),
+/* The contract, once per transport (one configuration table). */
+#define CONTRACT_TESTS                                                                             \
+	T(test_s1_schedule_returns_at_once), cmocka_unit_test(test_s1_backpressure_tiny_ring),     \
+		T(test_s2_runs_on_any_worker),                                                     \
+		T(test_s3_schedule_returns_error_nothing_executing),                               \
+		T(test_s3_running_closure_keeps_outcome), T(test_s3_only_first_error_returned),    \
+		T(test_s3_generation_taken_when_queued),                                           \
+		T(test_s3_new_round_error_kept_while_cancelling),                                  \
+		T(test_s3_old_round_error_not_returned), T(test_s4_join_waits_for_all),            \
+		T(test_s4_join_timeout), T(test_s5_done), T(test_s6_fetch_blocks_and_times_out),   \
+		cmocka_unit_test(test_s6_fetch_cancelled), T(test_b3_fetch_many),                  \
+		T1(test_results_all_sizes), T(test_s8_s9_per_worker_lazy),                         \
+		T(test_s9_creation_failure_is_input_error),                                        \
+		cmocka_unit_test(test_s13_stagger_observed), cmocka_unit_test(test_s14_unbounded), \
+		T(test_s15_unknown_function_refused), T(test_b8_attempt_visible),                  \
+		cmocka_unit_test(test_destroy_with_queued_work_values_outlive)
+	const struct CMUnitTest inproc_tests[] = {
+		CONTRACT_TESTS,
+		/* in-process only: they reach into the runtime or its options */
 		T(test_s2_b8_put_back_runs_again),
+		cmocka_unit_test(test_s13_stagger_formula_and_env),
 		cmocka_unit_test(test_registry_and_options_errors),
 		cmocka_unit_test(test_spec_sizes_cluster),
-		cmocka_unit_test(test_destroy_with_queued_work_values_outlive),
 	};
+	const struct CMUnitTest tcp_tests[] = { CONTRACT_TESTS };
+	int failed;
 
-	t_watchdog(300);
-	return cmocka_run_group_tests_name("coord", tests, NULL, NULL);
+	t_watchdog(600);
+	if (getenv("T_FILTER")) /* run only the tests matching this pattern */
+		cmocka_set_test_filter(getenv("T_FILTER"));
+	failed = cmocka_run_group_tests_name("coord/inproc", inproc_tests, NULL, NULL);
+	failed += cmocka_run_group_tests_name("coord/tcp", tcp_tests, tcp_group_setup,
+					      tcp_group_teardown);
+	return failed;
 }

@@ -132,9 +132,15 @@ static unsigned inproc_ndispatchers(const struct coord *c)
 	return c->nworkers;
 }
 
+/* In-process dispatchers sleep on the queue's futex, never in the kernel. */
+static void inproc_wake(struct coord *c)
+{
+}
+
 const struct coord_tp_ops coord_tp_inproc = {
 	.name = "inproc",
 	.ndispatchers = inproc_ndispatchers,
+	.wake = inproc_wake,
 	.start = inproc_start,
 	.stop = inproc_stop,
 };

@@ -232,9 +232,9 @@ int coord_wire_get_hello(const struct coord_wire_hdr *h, const void *payload,
 	else
 		out->status = get16(p + 6);
 	out->role = p[8];
-	for (int i = 9; i < 16; i++)
-		if (p[i])
-			return -EPROTO;
+	if (p[9] || p[10] || p[11])
+		return -EPROTO;
+	out->task = get32(p + 12);
 	memcpy(out->nonce, p + 16, COORD_WIRE_NONCE);
 	if (h->type == COORD_WIRE_HELLO_ACK)
 		memcpy(out->mac, p + 48, COORD_WIRE_MAC);
@@ -428,6 +428,7 @@ int coord_wire_put_hello(struct coord_wire_writer *w, uint16_t type,
 	put16(p + 4, h->vmin);
 	put16(p + 6, ack ? h->status : h->vmax);
 	p[8] = h->role;
+	put32(p + 12, h->task);
 	memcpy(p + 16, h->nonce, COORD_WIRE_NONCE);
 	if (ack)
 		memcpy(p + 48, h->mac, COORD_WIRE_MAC);

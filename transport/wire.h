@@ -16,9 +16,11 @@
  *             u32 reserved  0
  *
  *   HELLO      client -> server   u32 magic, u16 vmin, u16 vmax, u8 role,
- *                                 u8 pad[7], u8 nonce[32]              (count 1)
+ *                                 u8 pad[3], u32 task, u8 nonce[32]    (count 1)
  *   HELLO_ACK  server -> client   u32 magic, u16 version, u16 status, u8 role,
- *                                 u8 pad[7], u8 nonce[32], u8 mac[32]  (count 1)
+ *                                 u8 pad[3], u32 task, u8 nonce[32], u8 mac[32]
+ *                                 (count 1)
+ *              task: the worker index this connection serves (HELLO), echoed.
  *   AUTH       client -> server   u8 mac[32]                           (count 1)
  *   FN_TABLE   coordinator -> worker: count x { u32 id, u16 len, name[len] }
  *   REQ        coordinator -> worker: count x request
@@ -125,6 +127,7 @@ struct coord_wire_hello {
 	uint16_t vmin, vmax; /* HELLO; in HELLO_ACK vmin is the chosen version */
 	uint16_t status;     /* HELLO_ACK only */
 	uint8_t role;
+	uint32_t task;
 	uint8_t nonce[COORD_WIRE_NONCE];
 	uint8_t mac[COORD_WIRE_MAC]; /* HELLO_ACK only */
 };

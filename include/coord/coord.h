@@ -35,7 +35,8 @@ struct coord_pw;
  * struct coord_opts - coordinator options; fill with coord_opts_init().
  * @registry:        functions and resource creators; borrowed, must outlive
  *                   the coordinator.  Required.
- * @transport:       "inproc" (default).
+ * @transport:       "inproc" (default) or "tcp" (workers are coord-worker
+ *                   processes at the addresses of @spec's "worker" job).
  * @inproc_workers:  workers of the in-process transport when @spec is NULL
  *                   (default 2).
  * @ring_capacity:   closure ring slots, rounded up to a power of two;
@@ -49,6 +50,13 @@ struct coord_pw;
  * @spin_ns:         how long a waiter spins before it sleeps on a futex
  *                   (default 50000).  Dispatchers use the same budget.
  * @batch:           closures a dispatcher takes at once (default 32).
+ * @tcp_loops:       tcp: io_uring event loops (threads), each owning a share
+ *                   of the worker connections; 0 = min(workers, 2).
+ * @window:          tcp: closures in flight per worker connection (128).
+ * @max_frame:       tcp: largest frame sent or accepted (16 MiB).
+ * @connect_timeout_ms: tcp: per worker, connect + handshake (5000).
+ * @key_file:        tcp: cluster key file; NULL = $COORD_CLUSTER_KEY_FILE,
+ *                   then $COORD_CLUSTER_KEY, then none (loopback workers).
  * @flags:           reserved, 0.
  */
 struct coord_opts {
@@ -60,6 +68,11 @@ struct coord_opts {
 	int64_t start_delay_max_ms;
 	uint64_t spin_ns;
 	unsigned batch;
+	unsigned tcp_loops;
+	unsigned window;
+	uint32_t max_frame;
+	int connect_timeout_ms;
+	const char *key_file;
 	uint64_t flags;
 };
 

@@ -139,6 +139,65 @@ COORD_API void *coord_ctx_per_worker(const struct coord_ctx *ctx, unsigned i);
 /** coord_ctx_num_per_worker() - how many per-worker arguments the closure has. */
 COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
 
+/* --- serving functions to coordinators over the network ------------------ */
+
+/**
+ * struct coord_server_opts - options of coord_worker_serve(); fill with
+ * coord_server_opts_init().
+ * @registry:   the functions to serve (required); borrowed for the call.
+ * @listen:     "host:port" to listen on; port 0 picks a free one.  Without a
+ *              cluster key only loopback addresses are allowed (B5).
+ * @key_file:   the cluster key file; NULL means $COORD_CLUSTER_KEY_FILE, then
+ *              $COORD_CLUSTER_KEY (hex), then none.
+ * @max_frame:  the largest frame accepted, bytes (default 16 MiB).
+ * @handshake_ms: time a new peer has to complete the handshake (5000).
+ * @partial_ms: time a peer has to finish a frame it started (10000): a peer
+ *              that sends half a frame and stops is closed.
+ * @stop_fd:    the server returns once this descriptor is readable (a pipe
+ *              or eventfd written from a SIGTERM handler, say); -1 = never.
+ * @on_listen:  called once listening, with the bound port and @arg.
+ */
+struct coord_server_opts {
+	const struct coord_registry *registry;
+	const char *listen;
+	const char *key_file;
+	uint32_t max_frame;
+	int handshake_ms;
+	int partial_ms;
+	int stop_fd;
+	void (*on_listen)(unsigned port, void *arg);
+	void *arg;
+};
+
+/** coord_server_opts_init() - defaults as documented above. */
+COORD_API void coord_server_opts_init(struct coord_server_opts *o);
+
+/**
+ * coord_worker_serve() - serve the registry's functions to coordinators.
+ *
+ * Each accepted connection, once it passes the handshake (version, role,
+ * cluster key), is one worker of the coordinator that opened it, with its
+ * own per-worker resources; it runs that coordinator's closures in order
+ * and sends the results back in batches.  A peer that is not coord, speaks
+ * another version, lacks the key, or sends a malformed frame gets an ERROR
+ * frame when possible, its connection is closed and the reason logged; the
+ * server keeps serving everyone else.
+ *
+ * Concurrency: blocks the calling thread until @o->stop_fd is readable; one
+ * thread per connection.  Return: 0 after a stop; a negative code if it cannot listen.
+ */
+COORD_API COORD_NODISCARD int coord_worker_serve(const struct coord_server_opts *o,
+						 struct coord_error *err);
+
+/*
+ * A shared object given to coord-worker (--fns) registers its functions
+ * through this exported entry point (the same table the coordinator uses):
+ *
+ *	int coord_register_fns(struct coord_registry *reg);
+ */
+#define COORD_REGISTER_FNS_SYMBOL "coord_register_fns"
+typedef int (*coord_register_fns_t)(struct coord_registry *reg);
+
 #ifdef __cplusplus
 }
 #endif

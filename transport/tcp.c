@@ -1,0 +1,876 @@
+// SPDX-License-Identifier: MIT
+/*
+ * transport/tcp.c - the tcp transport, coordinator side: workers are
+ * coord-worker processes (or coord_worker_serve() in users' binaries).
+ *
+ * Threading model.  A few io_uring event loops (opts.tcp_loops, default
+ * min(workers, 2)), each a dispatcher that owns a share of the worker
+ * connections and does all their I/O, rather than a thread per worker: on
+ * these 2-core machines the thread count, not the work, is what a few
+ * hundred workers would cost, and one loop keeps many connections busy with
+ * one submit per batch.  A loop:
+ *   1. takes up to min(batch, credit) closures, credit being the free
+ *      in-flight slots (opts.window per connection) of its live connections;
+ *      it blocks on the queue's futex only when nothing is in flight, and
+ *      otherwise takes without waiting;
+ *   2. spreads them over its connections round-robin, encodes one REQ frame
+ *      per connection into that connection's output buffer and starts the
+ *      sends: one io_uring_submit() for the whole batch;
+ *   3. sleeps in io_uring for completions (registered in loop_sleepers so
+ *      that schedule() wakes it through an eventfd when new work arrives);
+ *   4. reaps every completion at once: RECV completions are parsed into RES
+ *      frames whose results complete the RemoteValues directly (the result
+ *      bytes are copied once, from the receive buffer into the closure);
+ *      then one coord_dispatch_finish() for all of them.
+ * Receives use one buffer per connection (grown to the largest frame), not
+ * provided-buffer rings: a frame may span many segments and must be whole
+ * before it is parsed; liburing 2.3's fixed buffers do not apply to recv.
+ *
+ * In flight.  Each connection has `window` slots; a request carries
+ * (slot, sequence) as its closure id, and a result must name a slot in use
+ * with the same sequence and the closure's attempt, or the worker is
+ * misbehaving and its connection is failed.  Only the loop touches its
+ * connections: no locks, no atomics on this state.
+ *
+ * Failure.  EOF, a socket error or a bad frame fail the connection: the
+ * closures in flight on it go back on the queue (attempt + 1, S2), its
+ * worker is marked down, and the others go on (B2).  Reconnection is the
+ * recovery thread's (issue 4).  When the last worker is lost, the
+ * coordinator reports UNAVAILABLE instead of leaving closures to wait for
+ * ever.
+ */
+#include <errno.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "runtime/internal.h"
+#include "transport/sock.h"
+
+enum { OP_RECV = 0, OP_SEND = 1, OP_EFD = 2, OP_MASK = 3 };
+
+struct tcp_loop;
+
+struct tcp_conn {
+	struct tcp_loop *loop;
+	struct coord_worker *w;
+	int fd;
+	bool up;
+	bool idle;	  /* up with nothing in flight: counted in tcp.idle */
+	unsigned pending; /* submitted sqes not yet completed */
+	char peer[80];
+	/* receiving: bytes [0, rlen) of rbuf are unparsed */
+	uint8_t *rbuf;
+	size_t rcap, rlen;
+	/* sending: sbuf is in the kernel's hands while sending; obuf fills */
+	uint8_t *sbuf, *obuf;
+	size_t scap, slen, ssent, ocap;
+	bool sending;
+	struct coord_wire_writer ow; /* writer over obuf */
+	/* in flight */
+	struct coord_closure **slots;
+	uint32_t *seq;
+	uint32_t *freel;
+	unsigned nfree, window;
+};
+
+struct tcp_loop {
+	struct coord_dispatcher *d;
+	struct tcp *t;
+	pthread_t thread;
+	bool started;
+	struct io_uring ring;
+	struct tcp_conn **conns;
+	unsigned nconns, rr;
+	int efd;
+	uint64_t efd_val;
+	_Atomic bool armed; /* asleep in io_uring; the next schedule writes efd */
+	uint64_t inflight;  /* taken by this loop and not yet finished */
+	struct coord_closure **batch, **done;
+	unsigned ndone, done_cap;
+};
+
+struct tcp {
+	struct coord *c;
+	struct coord_key key;
+	struct tcp_conn *conns;
+	struct tcp_loop *loops;
+	unsigned nloops;
+	_Atomic unsigned up;
+	_Atomic int idle; /* connections up with nothing in flight, all loops */
+};
+
+/* Keep tcp.idle in step with @k's in-flight count (loop thread only). */
+static void conn_idle_update(struct tcp_conn *k)
+{
+	bool idle = k->up && k->nfree == k->window;
+
+	if (idle != k->idle) {
+		k->idle = idle;
+		/* Relaxed: a placement hint for the other loops. */
+		atomic_fetch_add_explicit(&k->loop->t->idle, idle ? 1 : -1, memory_order_relaxed);
+	}
+}
+
+static inline uint64_t ud(void *p, unsigned op)
+{
+	return (uint64_t)(uintptr_t)p | op;
+}
+
+static unsigned tcp_nloops(const struct coord *c)
+{
+	unsigned n = c->opts.tcp_loops ? c->opts.tcp_loops : 2;
+
+	return n < c->nworkers ? n : c->nworkers;
+}
+
+static unsigned tcp_ndispatchers(const struct coord *c)
+{
+	return tcp_nloops(c);
+}
+
+/* ---- sqes ------------------------------------------------------------------------ */
+
+static struct io_uring_sqe *get_sqe(struct tcp_loop *l)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+
+	if (!sqe) { /* full: hand what we have to the kernel and retry */
+		io_uring_submit(&l->ring);
+		sqe = io_uring_get_sqe(&l->ring);
+		if (!sqe)
+			coord_die("io_uring sqe", EBUSY);
+	}
+	return sqe;
+}
+
+static void arm_recv(struct tcp_conn *k)
+{
+	struct io_uring_sqe *sqe = get_sqe(k->loop);
+
+	io_uring_prep_recv(sqe, k->fd, k->rbuf + k->rlen, k->rcap - k->rlen, 0);
+	io_uring_sqe_set_data64(sqe, ud(k, OP_RECV));
+	k->pending++;
+}
+
+static void arm_send(struct tcp_conn *k)
+{
+	struct io_uring_sqe *sqe = get_sqe(k->loop);
+
+	io_uring_prep_send(sqe, k->fd, k->sbuf + k->ssent, k->slen - k->ssent, MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, ud(k, OP_SEND));
+	k->pending++;
+}
+
+static void arm_efd(struct tcp_loop *l)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+
+	io_uring_prep_read(sqe, l->efd, &l->efd_val, sizeof(l->efd_val), 0);
+	io_uring_sqe_set_data64(sqe, ud(l, OP_EFD));
+}
+
+/* Swap the filled output buffer in and send it, if no send is running. */
+static void kick_send(struct tcp_conn *k)
+{
+	uint8_t *b;
+	size_t cap;
+
+	if (k->sending || !k->up || k->ow.len == 0)
+		return;
+	if (k->ow.frame != SIZE_MAX)
+		coord_wire_end(&k->ow);
+	b = k->sbuf;
+	cap = k->scap;
+	k->sbuf = k->obuf;
+	k->scap = k->ocap;
+	k->slen = k->ow.len;
+	k->ssent = 0;
+	k->obuf = b;
+	k->ocap = cap;
+	coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
+	k->sending = true;
+	arm_send(k);
+}
+
+/* ---- failure ------------------------------------------------------------------------ */
+
+static void conn_fail(struct tcp_conn *k, const char *why)
+{
+	struct tcp_loop *l = k->loop;
+	struct coord *c = l->t->c;
+	struct coord_closure *back[256];
+	unsigned n = 0, total = 0;
+
+	if (!k->up)
+		return;
+	k->up = false;
+	conn_idle_update(k);
+	/* Release: the worker's state is read by metrics and recovery. */
+	atomic_store_explicit(&k->w->state, COORD_WORKER_DOWN, memory_order_release);
+	for (unsigned s = 0; s < k->window; s++) {
+		if (!k->slots[s])
+			continue;
+		back[n++] = k->slots[s];
+		k->slots[s] = NULL;
+		k->freel[k->nfree++] = s;
+		total++;
+		if (n == ARRAY_SIZE(back)) {
+			coord_dispatch_put_back(l->d, back, n);
+			n = 0;
+		}
+	}
+	if (n)
+		coord_dispatch_put_back(l->d, back, n);
+	l->inflight -= total;
+	coord_log(COORD_LOG_WARN, "worker %d (%s) lost: %s; %u closures put back", k->w->index,
+		  k->peer, why, total);
+	shutdown(k->fd, SHUT_RDWR); /* pending recv/send complete now */
+	/* Relaxed: a count; the last one down reports (once). */
+	if (atomic_fetch_sub_explicit(&l->t->up, 1, memory_order_relaxed) == 1)
+		coord_report_unavailable(c, k->w->index, "every worker is lost");
+}
+
+/* ---- results ------------------------------------------------------------------------ */
+
+/* Retire the completed closures in one go (counts, references, wakes). */
+static void finish_done(struct tcp_loop *l)
+{
+	if (!l->ndone)
+		return;
+	coord_dispatch_finish(l->d, NULL, l->done, l->ndone);
+	l->inflight -= l->ndone;
+	l->ndone = 0;
+}
+
+static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
+{
+	struct tcp_loop *l = k->loop;
+	struct coord_wire_iter it;
+	struct coord_wire_res r;
+	int rc;
+
+	coord_wire_iter_init(&it, h, payload);
+	while ((rc = coord_wire_next_res(&it, &r)) == 1) {
+		uint32_t slot = (uint32_t)r.closure_id, seq = (uint32_t)(r.closure_id >> 32);
+		struct coord_closure *cl;
+
+		if (slot >= k->window || !k->slots[slot] || k->seq[slot] != seq)
+			return -EBADSLT; /* a result for nothing we sent */
+		cl = k->slots[slot];
+		if (r.attempt != cl->attempt || r.code > 0)
+			return -EPROTO;
+		k->slots[slot] = NULL;
+		k->freel[k->nfree++] = slot;
+		conn_idle_update(k);
+		if (r.code == 0) {
+			void *b = coord_closure_result_buf(cl, r.len);
+
+			if (b || r.len == 0) {
+				if (r.len)
+					memcpy(b, r.data, r.len);
+				coord_dispatch_complete(l->d, cl, k->w->index, 0, 0, NULL);
+			} else {
+				coord_dispatch_complete(l->d, cl, k->w->index, COORD_ENOMEM, 0,
+							"no memory for the result");
+			}
+		} else {
+			char msg[COORD_ERRMSG_LEN];
+			size_t n = r.len < sizeof(msg) - 1 ? r.len : sizeof(msg) - 1;
+
+			memcpy(msg, r.data, n);
+			msg[n] = 0;
+			coord_dispatch_complete(l->d, cl, k->w->index, r.code, r.cause,
+						n ? msg : NULL);
+		}
+		/* Relaxed: a statistic. */
+		atomic_fetch_add_explicit(&k->w->executed, 1, memory_order_relaxed);
+		l->done[l->ndone++] = cl;
+		if (l->ndone == l->done_cap)
+			finish_done(l);
+	}
+	return rc;
+}
+
+/* Parse every whole frame received on @k; then receive more. */
+static void on_recv(struct tcp_conn *k, int res)
+{
+	struct coord *c = k->loop->t->c;
+	size_t off = 0;
+	int r = 0;
+
+	if (res <= 0) {
+		conn_fail(k, res == 0 ? "connection closed by the worker" : strerror(-res));
+		return;
+	}
+	k->rlen += (size_t)res;
+	for (;;) {
+		struct coord_wire_hdr h;
+		size_t need;
+
+		r = coord_wire_parse_hdr(k->rbuf + off, k->rlen - off, c->opts.max_frame, &h);
+		if (r == -EAGAIN) {
+			r = 0;
+			break;
+		}
+		if (r < 0)
+			break;
+		need = COORD_WIRE_HDR + (size_t)h.len;
+		if (k->rlen - off < need) {
+			if (need > k->rcap) { /* a frame larger than the buffer */
+				uint8_t *b;
+
+				memmove(k->rbuf, k->rbuf + off, k->rlen - off);
+				k->rlen -= off;
+				off = 0;
+				b = realloc(k->rbuf, need);
+				if (!b) {
+					r = -ENOMEM;
+					break;
+				}
+				k->rbuf = b;
+				k->rcap = need;
+			}
+			break;
+		}
+		switch (h.type) {
+		case COORD_WIRE_RES:
+			r = on_res_frame(k, &h, k->rbuf + off + COORD_WIRE_HDR);
+			break;
+		case COORD_WIRE_PONG:
+			break;
+		case COORD_WIRE_ERROR: {
+			int32_t code;
+			const char *m = "";
+			uint16_t len = 0;
+			char why[200];
+
+			coord_wire_get_error(&h, k->rbuf + off + COORD_WIRE_HDR, &code, &m, &len);
+			snprintf(why, sizeof(why), "the worker closed: %.*s", (int)len, m);
+			conn_fail(k, why);
+			return;
+		}
+		default:
+			r = -EPROTO;
+		}
+		if (r < 0)
+			break;
+		off += need;
+	}
+	if (r < 0) {
+		char why[160];
+
+		snprintf(why, sizeof(why), "bad frame from the worker (%s)",
+			 r == -EBADSLT ? "a result for no closure sent" : strerror(-r));
+		coord_send_error(k->fd, r, why);
+		conn_fail(k, why);
+		return;
+	}
+	memmove(k->rbuf, k->rbuf + off, k->rlen - off);
+	k->rlen -= off;
+	arm_recv(k);
+}
+
+static void on_send(struct tcp_conn *k, int res)
+{
+	if (res < 0) {
+		conn_fail(k, strerror(-res));
+		return;
+	}
+	k->ssent += (size_t)res;
+	if (k->ssent < k->slen) {
+		arm_send(k); /* partial send: the rest */
+		return;
+	}
+	k->sending = false;
+	kick_send(k);
+}
+
+/* ---- requests ------------------------------------------------------------------------- */
+
+/* Add @cl to @k's output; false if it cannot be sent (too large). */
+static bool enqueue_req(struct tcp_conn *k, struct coord_closure *cl)
+{
+	struct coord *c = k->loop->t->c;
+	struct coord_wire_req q = { .attempt = cl->attempt,
+				    .fn = cl->fn,
+				    .len = cl->args_len,
+				    .args = cl->args,
+				    .npw = cl->npw };
+	uint32_t slot = k->freel[--k->nfree];
+	size_t need;
+
+	k->seq[slot]++;
+	q.closure_id = (uint64_t)k->seq[slot] << 32 | slot;
+	for (unsigned i = 0; i < cl->npw; i++) {
+		q.pw[i].uid = cl->pw[i]->uid;
+		q.pw[i].creator = cl->pw[i]->creator;
+		q.pw[i].len = cl->pw[i]->len;
+		q.pw[i].args = cl->pw[i]->args;
+	}
+	need = coord_wire_req_size(&q);
+	if (need + COORD_WIRE_HDR > c->opts.max_frame) {
+		k->freel[k->nfree++] = slot;
+		return false;
+	}
+	/* Close the open frame if this request would push it past the limit. */
+	if (k->ow.frame != SIZE_MAX && k->ow.len - k->ow.frame + need > c->opts.max_frame)
+		coord_wire_end(&k->ow);
+	if (k->ow.cap - k->ow.len < need + COORD_WIRE_HDR) { /* grow obuf */
+		size_t cap = (k->ow.len + need + COORD_WIRE_HDR) * 2;
+		uint8_t *b = realloc(k->obuf, cap);
+
+		if (!b) {
+			k->freel[k->nfree++] = slot;
+			return false;
+		}
+		k->obuf = b;
+		k->ocap = cap;
+		k->ow.buf = b;
+		k->ow.cap = cap;
+	}
+	if (k->ow.frame == SIZE_MAX)
+		coord_wire_begin(&k->ow, COORD_WIRE_REQ);
+	if (coord_wire_put_req(&k->ow, &q) < 0)
+		coord_die("wire encoder", ENOSPC); /* room was made above */
+	k->slots[slot] = cl;
+	conn_idle_update(k);
+	return true;
+}
+
+/*
+ * The live connection with the fewest closures in flight (ties: round
+ * robin) whose start time has come.  Least-loaded, not plain round robin, so
+ * a closure does not wait behind a long one while another worker is idle
+ * (S2: any available worker).
+ */
+static struct tcp_conn *pick(struct tcp_loop *l, uint64_t now)
+{
+	struct tcp_conn *best = NULL;
+	unsigned besti = 0;
+
+	for (unsigned i = 0; i < l->nconns; i++) {
+		unsigned j = (l->rr + i) % l->nconns;
+		struct tcp_conn *k = l->conns[j];
+
+		if (k->up && k->nfree && k->w->start_at_ns <= now &&
+		    (!best || k->nfree > best->nfree)) {
+			best = k;
+			besti = j;
+		}
+	}
+	if (best)
+		l->rr = (besti + 1) % l->nconns;
+	return best;
+}
+
+/* Free slots on live connections that may start now; *@next_start gets the
+ * earliest staggered start still to come (S13), or 0. */
+static unsigned credit(struct tcp_loop *l, uint64_t now, uint64_t *next_start, bool *has_idle)
+{
+	unsigned n = 0;
+
+	*next_start = 0;
+	*has_idle = false;
+	for (unsigned i = 0; i < l->nconns; i++) {
+		struct tcp_conn *k = l->conns[i];
+
+		if (!k->up)
+			continue;
+		if (k->w->start_at_ns > now) {
+			if (!*next_start || k->w->start_at_ns < *next_start)
+				*next_start = k->w->start_at_ns;
+			continue;
+		}
+		n += k->nfree;
+		*has_idle |= k->nfree == k->window;
+	}
+	return n;
+}
+
+static void dispatch(struct tcp_loop *l, unsigned n)
+{
+	struct coord *c = l->t->c;
+	uint64_t now = coord_now_ns();
+
+	l->inflight += n;
+	for (unsigned i = 0; i < n; i++) {
+		struct coord_closure *cl = l->batch[i];
+		struct tcp_conn *k;
+
+		if (coord_dispatch_stale(c, cl)) {
+			coord_dispatch_cancel(l->d, cl); /* S3: not started */
+			l->inflight--;
+			continue;
+		}
+		k = pick(l, now);
+		if (!k) { /* lost a connection meanwhile: back on the queue */
+			coord_dispatch_put_back(l->d, &l->batch[i], 1);
+			l->inflight--;
+			continue;
+		}
+		if (!enqueue_req(k, cl)) {
+			coord_dispatch_complete(l->d, cl, k->w->index, -EMSGSIZE, 0,
+						"arguments too large for one frame");
+			l->done[l->ndone++] = cl;
+			if (l->ndone == l->done_cap)
+				finish_done(l);
+		}
+	}
+	for (unsigned i = 0; i < l->nconns; i++)
+		kick_send(l->conns[i]);
+}
+
+/* ---- the loop ------------------------------------------------------------------------- */
+
+static void *loop_main(void *arg)
+{
+	struct tcp_loop *l = arg;
+	struct coord *c = l->t->c;
+	unsigned max_batch = c->opts.batch;
+
+	arm_efd(l);
+	for (unsigned i = 0; i < l->nconns; i++)
+		arm_recv(l->conns[i]);
+	io_uring_submit(&l->ring);
+	for (;;) {
+		struct io_uring_cqe *cqe;
+		uint64_t now = coord_now_ns(), next_start;
+		bool has_idle;
+		unsigned cr = credit(l, now, &next_start, &has_idle), head, seen = 0, n = 0;
+		/* Placement across loops: a loop whose workers are all busy
+		 * queues more on them only when there is more work than idle
+		 * workers elsewhere, so a closure does not wait behind a long
+		 * one while another worker is idle (S2).  Relaxed: a hint. */
+		bool may_take = cr > 0 &&
+				(has_idle ||
+				 coord_queue_size(c) > (uint64_t)atomic_load_explicit(
+							       &l->t->idle, memory_order_relaxed));
+
+		/* Relaxed: stop is also signalled through the eventfd and not_empty. */
+		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
+			break;
+		if (may_take) {
+			unsigned max = cr < max_batch ? cr : max_batch;
+
+			n = l->inflight == 0 && !next_start
+				    ? coord_dispatch_take(l->d, l->batch, max)
+				    : coord_dispatch_try_take(l->d, l->batch, max);
+			if (n)
+				dispatch(l, n);
+			/* Relaxed: a blocking take returns 0 only when stopping. */
+			else if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
+				break;
+		}
+		if (n == 0) {
+			/* Nothing taken: wait for completions, or new work if we
+			 * have room for it, or the next staggered start. */
+			bool reg = false;
+			struct __kernel_timespec ts;
+
+			if (may_take) {
+				/* Relaxed: ordered by coord_loop_sleep()'s RMW and
+				 * fence; tcp_wake() exchanges it. */
+				atomic_store_explicit(&l->armed, true, memory_order_relaxed);
+				reg = coord_loop_sleep(c);
+			}
+			if (may_take && !reg) {
+				/* Relaxed: disarm; a racing wake only costs a
+				 * spurious eventfd read. */
+				atomic_store_explicit(&l->armed, false, memory_order_relaxed);
+				io_uring_submit(&l->ring); /* work arrived: go round */
+				goto reap;
+			}
+			if (next_start) {
+				uint64_t d = next_start > now ? next_start - now : 0;
+
+				ts.tv_sec = (long long)(d / 1000000000ull);
+				ts.tv_nsec = (long long)(d % 1000000000ull);
+				io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
+			} else {
+				io_uring_submit_and_wait(&l->ring, 1);
+			}
+			if (reg) {
+				coord_loop_wake_done(c);
+				/* Relaxed: as above. */
+				atomic_store_explicit(&l->armed, false, memory_order_relaxed);
+			}
+		} else {
+			io_uring_submit(&l->ring);
+		}
+	reap:
+		io_uring_for_each_cqe(&l->ring, head, cqe)
+		{
+			uint64_t u = io_uring_cqe_get_data64(cqe);
+			unsigned op = u & OP_MASK;
+			void *p = (void *)(uintptr_t)(u & ~(uint64_t)OP_MASK);
+
+			seen++;
+			if (op == OP_EFD) {
+				arm_efd(l);
+				continue;
+			}
+			((struct tcp_conn *)p)->pending--;
+			if (op == OP_RECV) {
+				if (((struct tcp_conn *)p)->up)
+					on_recv(p, cqe->res);
+			} else if (((struct tcp_conn *)p)->up) {
+				on_send(p, cqe->res);
+			}
+		}
+		io_uring_cq_advance(&l->ring, seen);
+		finish_done(l);
+	}
+	finish_done(l);
+	return NULL;
+}
+
+/* ---- set-up and tear-down --------------------------------------------------------- */
+
+static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
+		     struct coord_error *err)
+{
+	struct coord *c = t->c;
+	struct coord_frame_reader rd;
+	const char *addr;
+	uint8_t *fb;
+	size_t fcap = 64;
+	struct coord_wire_writer fw;
+	int r;
+
+	k->w = w;
+	k->fd = -1;
+	r = coord_spec_task_address(c->spec, "worker", w->index, &addr, err);
+	if (r < 0)
+		return r;
+	snprintf(k->peer, sizeof(k->peer), "%s", addr);
+	r = coord_sock_connect(addr, c->opts.connect_timeout_ms, &k->fd, err);
+	if (r < 0)
+		return r;
+	r = coord_frame_reader_init(&rd, k->fd, c->opts.max_frame);
+	if (r < 0)
+		return coord_seterr(err, r, "no memory");
+	r = coord_handshake_client(&rd, &t->key, COORD_ROLE_COORDINATOR, (uint32_t)w->index,
+				   c->opts.connect_timeout_ms, addr, err);
+	coord_frame_reader_fini(&rd);
+	if (r < 0)
+		return r;
+	/* The function table: our ids, by name (the worker maps them). */
+	for (uint32_t i = 0; i < c->reg->n; i++)
+		fcap += 6 + strlen(c->reg->fns[i].name);
+	fb = malloc(fcap + COORD_WIRE_HDR);
+	if (!fb)
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	coord_wire_writer_init(&fw, fb, fcap + COORD_WIRE_HDR);
+	coord_wire_begin(&fw, COORD_WIRE_FN_TABLE);
+	for (uint32_t i = 0; i < c->reg->n; i++)
+		coord_wire_put_fn(&fw, i, c->reg->fns[i].name);
+	coord_wire_end(&fw);
+	r = coord_sock_send_all(k->fd, fb, fw.len);
+	free(fb);
+	if (r < 0)
+		return coord_seterr(err, r, "%s: cannot send the function table: %s", addr,
+				    strerror(-r));
+	k->window = c->opts.window;
+	k->rcap = k->scap = k->ocap = 64 * 1024;
+	k->rbuf = malloc(k->rcap);
+	k->sbuf = malloc(k->scap);
+	k->obuf = malloc(k->ocap);
+	k->slots = calloc(k->window, sizeof(*k->slots));
+	k->seq = calloc(k->window, sizeof(*k->seq));
+	k->freel = calloc(k->window, sizeof(*k->freel));
+	if (!k->rbuf || !k->sbuf || !k->obuf || !k->slots || !k->seq || !k->freel)
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a connection");
+	for (unsigned s = 0; s < k->window; s++)
+		k->freel[s] = k->window - 1 - s;
+	k->nfree = k->window;
+	coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
+	k->up = true;
+	k->idle = true;
+	/* Relaxed: before the loops start (pthread_create orders it). */
+	atomic_fetch_add_explicit(&t->idle, 1, memory_order_relaxed);
+	return 0;
+}
+
+static void conn_close(struct tcp_conn *k)
+{
+	if (k->fd >= 0)
+		close(k->fd);
+	free(k->rbuf);
+	free(k->sbuf);
+	free(k->obuf);
+	free(k->slots);
+	free(k->seq);
+	free(k->freel);
+}
+
+static void tcp_free(struct tcp *t)
+{
+	struct coord *c = t->c;
+
+	for (unsigned i = 0; t->loops && i < t->nloops; i++) {
+		struct tcp_loop *l = &t->loops[i];
+
+		if (l->ring.ring_fd > 0)
+			io_uring_queue_exit(&l->ring);
+		if (l->efd >= 0)
+			close(l->efd);
+		free(l->conns);
+		free(l->batch);
+		free(l->done);
+	}
+	for (unsigned i = 0; t->conns && i < c->nworkers; i++)
+		conn_close(&t->conns[i]);
+	free(t->conns);
+	free(t->loops);
+	coord_key_wipe(&t->key);
+	free(t);
+	c->tp_state = NULL;
+}
+
+/* schedule() saw a loop asleep in the kernel: one eventfd write per sleep,
+ * not per schedule (the exchange disarms it). */
+static void tcp_wake(struct coord *c)
+{
+	struct tcp *t = c->tp_state;
+	uint64_t one = 1;
+
+	for (unsigned i = 0; t && i < t->nloops; i++)
+		/* Acquire/release: pairs with the loop's store of armed; only
+		 * one waker writes per sleep. */
+		if (atomic_exchange_explicit(&t->loops[i].armed, false, memory_order_acq_rel))
+			(void)!write(t->loops[i].efd, &one, sizeof(one));
+}
+
+/* Stopping: wake every loop, armed or not. */
+static void tcp_wake_all(struct tcp *t)
+{
+	uint64_t one = 1;
+
+	for (unsigned i = 0; i < t->nloops; i++)
+		(void)!write(t->loops[i].efd, &one, sizeof(one));
+}
+
+static void tcp_stop(struct coord *c)
+{
+	struct tcp *t = c->tp_state;
+
+	if (!t)
+		return;
+	tcp_wake_all(t);
+	for (unsigned i = 0; i < t->nloops; i++)
+		if (t->loops[i].started)
+			pthread_join(t->loops[i].thread, NULL);
+	/* Anything still in flight will never complete: put it back, so
+	 * destroy's final cancel retires it. */
+	for (unsigned i = 0; i < c->nworkers; i++) {
+		struct tcp_conn *k = &t->conns[i];
+
+		for (unsigned s = 0; k->slots && s < k->window; s++)
+			if (k->slots[s]) {
+				coord_dispatch_put_back(k->loop->d, &k->slots[s], 1);
+				k->slots[s] = NULL;
+			}
+		if (k->up && k->fd >= 0)
+			coord_send_error(k->fd, 0, "coordinator shutting down");
+	}
+	tcp_free(t);
+}
+
+static int tcp_start(struct coord *c, struct coord_error *err)
+{
+	struct tcp *t;
+	int r;
+
+	if (!c->spec)
+		return coord_seterr(err, COORD_EINVAL,
+				    "the tcp transport needs a spec with a "
+				    "\"worker\" job");
+	if (c->opts.window == 0 || c->opts.window > 65536 || c->opts.max_frame < 4096 ||
+	    c->opts.max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
+		return coord_seterr(err, COORD_EINVAL,
+				    "tcp: window must be 1..65536 and "
+				    "max_frame 4 KiB..1 GiB");
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	t->c = c;
+	c->tp_state = t;
+	r = coord_key_load(c->opts.key_file, &t->key, err);
+	if (r < 0)
+		goto fail;
+	t->nloops = c->ndisp;
+	t->conns = calloc(c->nworkers, sizeof(*t->conns));
+	t->loops = calloc(t->nloops, sizeof(*t->loops));
+	if (!t->conns || !t->loops) {
+		r = coord_seterr(err, COORD_ENOMEM, "no memory");
+		goto fail;
+	}
+	for (unsigned i = 0; i < c->nworkers; i++)
+		t->conns[i].fd = -1;
+	for (unsigned i = 0; i < t->nloops; i++) {
+		struct tcp_loop *l = &t->loops[i];
+		unsigned nconn = (c->nworkers - i + t->nloops - 1) / t->nloops;
+		unsigned entries = 8;
+
+		while (entries < 2 * nconn + 8)
+			entries <<= 1;
+		l->t = t;
+		l->d = &c->disp[i];
+		l->d->tp = l;
+		l->efd = eventfd(0, EFD_CLOEXEC);
+		l->conns = calloc(nconn, sizeof(*l->conns));
+		l->batch = calloc(c->opts.batch, sizeof(*l->batch));
+		l->done_cap = c->opts.batch;
+		l->done = calloc(l->done_cap, sizeof(*l->done));
+		if (l->efd < 0 || !l->conns || !l->batch || !l->done) {
+			r = coord_seterr(err, COORD_ENOMEM, "no memory for an event loop");
+			goto fail;
+		}
+		r = io_uring_queue_init(entries, &l->ring, 0);
+		if (r < 0) {
+			l->ring.ring_fd = -1;
+			coord_seterr(err, r, "io_uring_queue_init: %s", strerror(-r));
+			goto fail;
+		}
+	}
+	for (unsigned i = 0; i < c->nworkers; i++) {
+		struct tcp_loop *l = &t->loops[i % t->nloops];
+		struct tcp_conn *k = &t->conns[i];
+
+		k->loop = l;
+		l->conns[l->nconns++] = k;
+		r = conn_open(t, k, &c->workers[i], err);
+		if (r < 0)
+			goto fail;
+	}
+	/* Relaxed: written before the loops start (pthread_create orders it). */
+	atomic_store_explicit(&t->up, c->nworkers, memory_order_relaxed);
+	for (unsigned i = 0; i < t->nloops; i++) {
+		r = -pthread_create(&t->loops[i].thread, NULL, loop_main, &t->loops[i]);
+		if (r < 0) {
+			coord_seterr(err, r, "cannot start an event loop");
+			tcp_stop(c);
+			return r;
+		}
+		t->loops[i].started = true;
+	}
+	return 0;
+fail:
+	tcp_free(t);
+	return r;
+}
+
+const struct coord_tp_ops coord_tp_tcp = {
+	.name = "tcp",
+	.ndispatchers = tcp_ndispatchers,
+	.start = tcp_start,
+	.stop = tcp_stop,
+	.wake = tcp_wake,
+};
