@@ -778,6 +778,7 @@ static int load(struct coord_varstore *vs, int dfd, const char *dir, uint64_t st
 	struct ent *ents = NULL;
 	uint32_t n = 0;
 	struct stat st;
+	uint64_t limit;
 	int fd, ret;
 
 	ckpt_name(name, sizeof(name), step);
@@ -797,11 +798,11 @@ static int load(struct coord_varstore *vs, int dfd, const char *dir, uint64_t st
 		ret = coord_seterr(err, -EBADMSG, "checkpoint '%s': not a regular file", path);
 		goto out;
 	}
-	if ((vs->opts.max_ckpt_bytes && (uint64_t)st.st_size > vs->opts.max_ckpt_bytes) ||
-	    (uint64_t)st.st_size > SIZE_MAX / 2) {
+	limit = vs->opts.max_ckpt_bytes ? vs->opts.max_ckpt_bytes : SIZE_MAX / 2;
+	if ((uint64_t)st.st_size > limit) {
 		ret = coord_seterr(err, -EFBIG,
 				   "checkpoint '%s': %lld bytes, over the limit of %" PRIu64, path,
-				   (long long)st.st_size, vs->opts.max_ckpt_bytes);
+				   (long long)st.st_size, limit);
 		goto out;
 	}
 	buf = malloc(st.st_size ? (size_t)st.st_size : 1);

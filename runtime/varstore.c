@@ -10,7 +10,7 @@
  *   forbids locks only on the schedule/fetch path).
  *
  * Locking: row stripes.
- *   Each variable has nstripes = min(64, rows) mutexes, stripe s covering
+ *   Each variable has nstripes = min(32, rows) mutexes, stripe s covering
  *   rows [s * rows_per_stripe, (s + 1) * rows_per_stripe).  An op locks the
  *   stripes its rows fall in, in ascending order, does its whole copy or
  *   add, and unlocks.  So every op is atomic with respect to every other op
@@ -22,6 +22,10 @@
  *   not spinlocks: a whole-variable op on a 2^28-element variable holds its
  *   locks for a long time, and with more threads than CPUs a preempted
  *   spinlock holder stalls every spinner; glibc's mutex spins briefly first.
+ *   Why 32 stripes: a whole-variable op holds all of them, plus save_lock or
+ *   names_lock in a checkpoint; TSan's deadlock detector tracks at most 64
+ *   mutexes held by one thread, and 32 rows ranges already let scatter_adds
+ *   to different parts of a table run in parallel.
  *
  * Name resolution: once, then ids.
  *   create and lookup take names_lock (a chained hash table of names).  Data
@@ -516,6 +520,7 @@ int coord_var_info(struct coord_varstore *vs, uint32_t id, struct coord_var_info
 	coord_vs_unlock(v, 0, 0);
 	if (deleted)
 		return deleted_err(v, "info", err);
+	memset(info, 0, sizeof(*info)); /* padding too: callers may compare */
 	memcpy(info->name, v->name, sizeof(info->name));
 	info->ndim = v->ndim;
 	memcpy(info->dims, v->dims, sizeof(info->dims));

@@ -367,8 +367,9 @@ COORD_HIDDEN uint32_t coord_crc32c_sw(uint32_t crc, const void *p, size_t len);
 #include <stdatomic.h>
 #include <stdbool.h>
 
-/* Row stripes per variable: at most this many locks, one per row range. */
-#define COORD_VAR_STRIPES 64
+/* Row stripes per variable: at most this many locks, one per row range
+ * (at most 64: scatter_add keeps a 64-bit mask of them). */
+#define COORD_VAR_STRIPES 32
 #define COORD_VS_CHUNK_SHIFT 10
 #define COORD_VS_CHUNK (1u << COORD_VS_CHUNK_SHIFT)
 #define COORD_VS_NCHUNKS (COORD_VAR_MAX_VARS >> COORD_VS_CHUNK_SHIFT)

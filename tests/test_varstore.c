@@ -355,7 +355,7 @@ static void *reader(void *p)
 static void test_varstore_concurrent_assign_add(void **state)
 {
 	struct coord_varstore *vs = new_store(5);
-	uint64_t d[2] = { 64, 4 }; /* 64 rows: 64 stripes, each add takes all */
+	uint64_t d[2] = { 64, 4 }; /* 64 rows: 32 stripes, each add takes all */
 	struct cargs a[NTHREADS + 1];
 	pthread_t th[NTHREADS + 1];
 	_Atomic int stop = 0;
@@ -558,6 +558,100 @@ static void test_varstore_checkpoint_round_trip(void **state)
 
 	coord_varstore_destroy(vs);
 	coord_varstore_destroy(back);
+	rm_dir(dir);
+}
+
+struct dargs {
+	struct coord_varstore *vs;
+	uint32_t id;
+	long bad;
+};
+
+/* Deletes and re-creates "churn" while its old id is in use elsewhere. */
+static void *churner(void *p)
+{
+	struct dargs *a = p;
+	uint64_t d[1] = { 8 };
+	uint32_t id;
+
+	for (int i = 0; i < 200; i++) {
+		if (coord_varstore_lookup(a->vs, "churn", &id, NULL) ||
+		    coord_var_delete(a->vs, id, NULL) ||
+		    coord_varstore_var_create(a->vs, "churn", 1, d, NULL, &id, NULL))
+			a->bad++;
+	}
+	return NULL;
+}
+
+static void *churn_user(void *p)
+{
+	struct dargs *a = p;
+	float one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, out[8];
+	int64_t idx = 3;
+
+	for (int i = 0; i < 2000; i++) {
+		int r1 = coord_var_assign_add(a->vs, a->id, 0, 8, one, NULL);
+		int r2 = coord_var_read(a->vs, a->id, 0, 8, out, NULL);
+		int r3 = coord_var_scatter_add(a->vs, a->id, &idx, 1, one, NULL);
+
+		if ((r1 && r1 != -ENOENT) || (r2 && r2 != -ENOENT) || (r3 && r3 != -ENOENT))
+			a->bad++;
+	}
+	return NULL;
+}
+
+/* Saves while adders run (each checkpoint holds a consistent small
+ * variable) and while another variable is deleted and re-created under
+ * users of its first id: no race, no crash, only 0 or -ENOENT / -EAGAIN. */
+static void test_varstore_save_during_updates(void **state)
+{
+	struct coord_varstore *vs = new_store(2), *back;
+	struct coord_error e = { 0 };
+	uint64_t d[2] = { 64, 4 }, d8[1] = { 8 }, step;
+	struct cargs a[NTHREADS];
+	struct dargs da = { 0 }, du = { 0 };
+	pthread_t th[NTHREADS], tc, tu;
+	char *dir = mk_dir();
+	uint32_t id = mk(vs, "acc", 2, d, NULL), cid = mk(vs, "churn", 1, d8, NULL);
+	float out[256];
+	int saved = 0;
+
+	da.vs = du.vs = vs;
+	du.id = cid;
+	for (int t = 0; t < NTHREADS; t++) {
+		a[t] = (struct cargs){ .vs = vs, .id = id, .t = t };
+		assert_int_equal(pthread_create(&th[t], NULL, adder, &a[t]), 0);
+	}
+	assert_int_equal(pthread_create(&tc, NULL, churner, &da), 0);
+	assert_int_equal(pthread_create(&tu, NULL, churn_user, &du), 0);
+	for (int s = 1; s <= 5; s++) {
+		int r = coord_varstore_save(vs, dir, (uint64_t)s, &e);
+
+		if (r == -EAGAIN)
+			assert_non_null(strstr(e.msg, "'churn'"));
+		else
+			assert_int_equal(r, 0);
+		saved += r == 0;
+	}
+	for (int t = 0; t < NTHREADS; t++)
+		pthread_join(th[t], NULL);
+	pthread_join(tc, NULL);
+	pthread_join(tu, NULL);
+	for (int t = 0; t < NTHREADS; t++)
+		assert_int_equal(a[t].bad, 0);
+	assert_int_equal(da.bad, 0);
+	assert_int_equal(du.bad, 0);
+	if (saved) {
+		back = new_store(2);
+		assert_int_equal(coord_varstore_restore(back, dir, &step, &e), 0);
+		assert_int_equal(coord_varstore_lookup(back, "acc", &id, &e), 0);
+		assert_int_equal(coord_var_read(back, id, 0, 256, out, &e), 0);
+		for (int j = 1; j < 256; j++)
+			assert_true(out[j] == out[0]);
+		assert_true(out[0] >= 0.0f && out[0] <= (float)(NTHREADS * NITERS));
+		coord_varstore_destroy(back);
+	}
+	coord_varstore_destroy(vs);
 	rm_dir(dir);
 }
 
@@ -908,6 +1002,7 @@ int main(void)
 		cmocka_unit_test(test_varstore_concurrent_assign_add),
 		cmocka_unit_test(test_varstore_concurrent_scatter_add),
 		cmocka_unit_test(test_varstore_checkpoint_round_trip),
+		cmocka_unit_test(test_varstore_save_during_updates),
 		cmocka_unit_test(test_varstore_checkpoint_latest_and_keep),
 		cmocka_unit_test(test_varstore_checkpoint_after_crash),
 		cmocka_unit_test(test_varstore_checkpoint_corrupt_refused),
