@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,6 +299,9 @@ int t_workers_start(unsigned n)
 			return -1;
 		pid = fork();
 		if (pid == 0) {
+			/* die with the test, so a failed test leaves no worker
+			 * holding the test runner's pipes */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			dup2(p[1], 1);
 			close(p[0]);
 			close(p[1]);

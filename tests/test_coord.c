@@ -338,7 +338,7 @@ static void test_s3_only_first_error_returned(void **state)
 
 struct joiner {
 	struct coord *c;
-	int r;
+	_Atomic int r; /* 1 while the join runs */
 	struct coord_error err;
 };
 
@@ -346,7 +346,7 @@ static void *join_thread(void *arg)
 {
 	struct joiner *j = arg;
 
-	j->r = coord_join(j->c, &j->err);
+	atomic_store(&j->r, coord_join(j->c, &j->err));
 	return NULL;
 }
 
@@ -393,7 +393,7 @@ static void test_s3_new_round_error_kept_while_cancelling(void **state)
 {
 	struct fx *f = *state;
 	struct coord_rv *g, *f1;
-	struct joiner j = { .c = f->c };
+	struct joiner j = { .c = f->c, .r = 1 };
 	struct parked_sched ps = { .c = f->c, .fn = t_fn(f->c, "fail") };
 	struct sigaction sa = { 0 }, old;
 	uint64_t gen0, until;
@@ -429,10 +429,10 @@ static void test_s3_new_round_error_kept_while_cancelling(void **state)
 	pthread_join(ts, NULL);
 	assert_int_equal(ps.r, 0);
 	assert_int_equal(coord_rv_fetch(ps.rv, NULL, NULL, NULL), -EIO);
-	assert_int_equal(j.r, 0); /* the joiner is still waiting for g ... */
+	assert_int_equal(atomic_load(&j.r), 1); /* the joiner still waits for g ... */
 	atomic_store(&t_gate, 1);
 	pthread_join(t, NULL);
-	assert_int_equal(j.r, -EIO); /* ... and returns the first error */
+	assert_int_equal(atomic_load(&j.r), -EIO); /* ... and returns the first error */
 	assert_int_equal(j.err.closure, coord_rv_id(f1));
 	/* the new round's error was kept, and is returned once */
 	assert_int_equal(coord_join(f->c, &err), -EIO);
