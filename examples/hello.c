@@ -4,7 +4,10 @@
  * schedule them on an in-process cluster, see an error cancel what was
  * queued, and print the results.
  *
- *   build/examples/hello
+ *   build/examples/hello                      in-process workers
+ *   build/examples/hello --spec cluster.json  coord-worker processes over tcp
+ *                                             (their --fns must register
+ *                                             square, slow and fail)
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,8 +40,9 @@ static int fail(struct coord_ctx *ctx, const void *args, size_t len)
 	return coord_ctx_fail(ctx, -EIO, "worker %d: the disk is on fire", coord_ctx_worker(ctx));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	struct coord_spec *spec = NULL;
 	struct coord_registry *reg;
 	struct coord_opts opts;
 	struct coord_error err;
@@ -53,7 +57,20 @@ int main(void)
 	coord_opts_init(&opts);
 	opts.registry = reg;
 	opts.inproc_workers = 2;
-	if (coord_create(NULL, &opts, &c, &err)) {
+	if (argc == 3 && !strcmp(argv[1], "--spec")) {
+		/* a JSON file or text, `tf_config` or `slurm`: its "worker" job are
+		 * coord-worker processes serving this program's functions (built
+		 * as a shared object), reached over tcp */
+		if (coord_spec_from_arg(argv[2], &spec, NULL, &err)) {
+			fprintf(stderr, "--spec: %s\n", err.msg);
+			return 1;
+		}
+		opts.transport = "tcp";
+	} else if (argc != 1) {
+		fprintf(stderr, "usage: %s [--spec SPEC]\n", argv[0]);
+		return 2;
+	}
+	if (coord_create(spec, &opts, &c, &err)) {
 		fprintf(stderr, "coord_create: %s\n", err.msg);
 		return 1;
 	}
@@ -61,7 +78,7 @@ int main(void)
 	    coord_fn_lookup(c, "slow", &f_slow, &err) || coord_fn_lookup(c, "fail", &f_fail, &err))
 		return 1;
 
-	printf("== %u in-process workers\n", coord_num_workers(c));
+	printf("== %u %s workers\n", coord_num_workers(c), spec ? "tcp" : "in-process");
 	for (int64_t i = 0; i < 8; i++)
 		if (coord_schedule(c, f_square, &i, sizeof(i), &rv[i], &err))
 			return 1;
@@ -95,6 +112,7 @@ int main(void)
 	printf("schedule(999): %s\n", err.msg);
 
 	coord_destroy(c);
+	coord_spec_destroy(spec);
 	coord_registry_destroy(reg);
 	return 0;
 }

@@ -39,7 +39,7 @@ struct t_shared {
 	_Atomic long entered, exited;
 	_Atomic long creates[64];
 	_Atomic int create_fail; /* creators fail while non-zero */
-	_Atomic int gate;        /* "gated" functions wait until non-zero */
+	_Atomic int gate;	 /* "gated" functions wait until non-zero */
 	_Atomic uint64_t first_ns[64];
 	_Atomic long norder;
 	int64_t order[T_ORDER_MAX];
