@@ -544,14 +544,13 @@ static void *loop_main(void *arg)
 		uint64_t now = coord_now_ns(), next_start;
 		bool has_idle;
 		unsigned cr = credit(l, now, &next_start, &has_idle), head, seen = 0, n = 0;
+		/* Relaxed: a placement hint (tcp.idle), read once per round. */
+		int idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
 		/* Placement across loops: a loop whose workers are all busy
 		 * queues more on them only when there is more work than idle
 		 * workers elsewhere, so a closure does not wait behind a long
-		 * one while another worker is idle (S2).  Relaxed: a hint. */
-		bool may_take = cr > 0 &&
-				(has_idle ||
-				 coord_queue_size(c) > (uint64_t)atomic_load_explicit(
-							       &l->t->idle, memory_order_relaxed));
+		 * one while another worker is idle (S2). */
+		bool may_take = cr > 0 && (has_idle || coord_queue_size(c) > (uint64_t)idle);
 
 		/* Relaxed: stop is also signalled through the eventfd and not_empty. */
 		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
