@@ -305,8 +305,9 @@ int t_workers_start(unsigned n)
 			dup2(p[1], 1);
 			close(p[0]);
 			close(p[1]);
-			execl(bin, bin, "--fns", fns, "--listen", "127.0.0.1:0", "--log", "error",
-			      (char *)NULL);
+			execl(bin, bin, "--fns", fns, "--listen", "127.0.0.1:0", "--log",
+			      getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error",
+			      "--partial-ms", "500", (char *)NULL);
 			_exit(127);
 		}
 		close(p[1]);
@@ -341,6 +342,11 @@ void t_workers_stop(void)
 		}
 	}
 	t_nprocs = 0;
+}
+
+unsigned t_worker_port(unsigned i)
+{
+	return i < t_nprocs ? t_ports[i] : 0;
 }
 
 char *t_spec_json(unsigned nworkers)

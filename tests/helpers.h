@@ -67,6 +67,8 @@ extern const char *t_transport;
 /* Start @n coord-worker processes on ephemeral loopback ports; 0 or -1. */
 int t_workers_start(unsigned n);
 void t_workers_stop(void);
+/* The port of started worker process @i. */
+unsigned t_worker_port(unsigned i);
 /* A JSON spec of @nworkers workers spread over the started processes. */
 char *t_spec_json(unsigned nworkers);
 /* Options for a coordinator of this test binary's transport. */

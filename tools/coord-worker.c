@@ -58,6 +58,7 @@ int main(int argc, char **argv)
 					    { "max-frame", required_argument, NULL, 'm' },
 					    { "log", required_argument, NULL, 'v' },
 					    { "help", no_argument, NULL, 'h' },
+					    { "partial-ms", required_argument, NULL, 'p' },
 					    { NULL, 0, NULL, 0 } };
 	const char *fns = NULL, *spec_arg = NULL, *listen = NULL;
 	struct coord_server_opts o;
@@ -92,6 +93,9 @@ int main(int argc, char **argv)
 			break;
 		case 'v':
 			setenv("COORD_LOG", optarg, 1);
+			break;
+		case 'p':
+			o.partial_ms = (int)strtol(optarg, NULL, 10);
 			break;
 		case 'h':
 			usage(stdout);

@@ -241,6 +241,8 @@ static void *conn_main(void *arg)
 				   k->peer, &err);
 	if (r < 0) {
 		coord_log(COORD_LOG_WARN, "refused %s", err.msg);
+		if (r != -EPIPE && r != -EACCES) /* -EACCES already said so */
+			coord_send_error(k->fd, r, err.msg);
 		goto out;
 	}
 	k->env.reg = o->registry;

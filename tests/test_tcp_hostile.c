@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_tcp_hostile.c - hostile peers against a real coord-worker
+ * (design.md §6, B5; the tcp issue's hostile-input tests).
+ *
+ * One coord-worker serves a healthy coordinator that keeps closures in
+ * flight from a background thread, while raw sockets on loopback send
+ * garbage, a frame with a huge length, a truncated frame, a wrong magic, a
+ * wrong version, half a frame and then nothing (slowloris), and a proof
+ * from a peer that holds no key.  Each bad connection must be closed by the
+ * server (with an ERROR frame or a refusing HELLO_ACK where it can), and the
+ * healthy coordinator must lose nothing: every closure completes with the
+ * right value.  Bounded in count and time.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "transport/wire.h"
+#include "helpers.h"
+
+struct healthy {
+	struct coord *c;
+	uint32_t add;
+	_Atomic int stop;
+	_Atomic long ok, wrong;
+};
+
+/* Keep a stream of closures going until told to stop; check each value. */
+static void *healthy_main(void *arg)
+{
+	struct healthy *h = arg;
+	uint64_t deadline = t_now_ns() + 60000000000ull;
+
+	for (int64_t i = 0; !atomic_load(&h->stop) && t_now_ns() < deadline; i++) {
+		struct coord_rv *rv[16];
+		struct coord_result res[16];
+
+		for (int k = 0; k < 16; k++) {
+			int64_t ab[2] = { i, k };
+
+			if (coord_schedule(h->c, h->add, ab, sizeof(ab), &rv[k], NULL) != 0) {
+				atomic_fetch_add(&h->wrong, 1);
+				return NULL;
+			}
+		}
+		if (coord_rv_fetch_many(rv, 16, res, 30000000000ll) != 0) {
+			atomic_fetch_add(&h->wrong, 16);
+			return NULL;
+		}
+		for (int k = 0; k < 16; k++) {
+			int64_t x = -1;
+
+			if (res[k].code == 0 && res[k].len == sizeof(x))
+				memcpy(&x, res[k].val, sizeof(x));
+			if (x == i + k)
+				atomic_fetch_add(&h->ok, 1);
+			else
+				atomic_fetch_add(&h->wrong, 1);
+			coord_rv_put(rv[k]);
+		}
+	}
+	return NULL;
+}
+
+static int dial(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	a.sin_port = htons((uint16_t)t_worker_port(0));
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+/* Read until the server closes (bounded); returns the bytes received. */
+static size_t drain_until_closed(int fd, uint8_t *buf, size_t cap, int timeout_ms)
+{
+	size_t n = 0;
+	uint64_t until = t_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+		uint64_t now = t_now_ns();
+
+		if (now >= until)
+			fail_msg("the server did not close a hostile connection in %d ms",
+				 timeout_ms);
+		if (poll(&p, 1, (int)((until - now) / 1000000ull) + 1) <= 0)
+			continue;
+		r = recv(fd, buf + n, cap - n, 0);
+		if (r <= 0)
+			return n;
+		n += (size_t)r;
+		if (n == cap)
+			n = 0; /* keep reading; only the close matters then */
+	}
+}
+
+static void send_raw(int fd, const void *p, size_t n)
+{
+	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+/* A valid HELLO frame into @b (version range @vmin..@vmax, magic @magic). */
+static size_t hello(uint8_t *b, size_t cap, uint32_t magic, uint16_t vmin, uint16_t vmax)
+{
+	struct coord_wire_writer w;
+	struct coord_wire_hello h = {
+		.magic = magic, .vmin = vmin, .vmax = vmax, .role = COORD_ROLE_COORDINATOR
+	};
+
+	coord_wire_writer_init(&w, b, cap);
+	assert_int_equal(coord_wire_put_hello(&w, COORD_WIRE_HELLO, &h), 0);
+	return w.len;
+}
+
+static void test_hostile_peers_refused_healthy_served(void **state)
+{
+	struct coord_registry *reg = t_registry();
+	struct healthy h = { 0 };
+	struct coord_opts o;
+	pthread_t t;
+	uint8_t buf[4096], b[256];
+	size_t n;
+	int fd;
+
+	t_reset_counters();
+	t_opts(&o, reg);
+	o.window = 8;
+	assert_int_equal(t_create(&o, 2, &h.c, NULL), 0);
+	h.add = t_fn(h.c, "add");
+	pthread_create(&t, NULL, healthy_main, &h);
+
+	/* 1. garbage instead of a handshake */
+	fd = dial();
+	memset(b, 0xa5, sizeof(b));
+	send_raw(fd, b, sizeof(b));
+	drain_until_closed(fd, buf, sizeof(buf), 5000);
+	close(fd);
+
+	/* 2. a frame header announcing 4 GiB */
+	fd = dial();
+	memset(b, 0, 16);
+	memset(b, 0xff, 4);
+	b[4] = COORD_WIRE_HELLO;
+	send_raw(fd, b, 16);
+	n = drain_until_closed(fd, buf, sizeof(buf), 5000);
+	assert_true(n >= COORD_WIRE_HDR); /* an ERROR frame came first */
+	assert_int_equal(buf[4], COORD_WIRE_ERROR);
+	close(fd);
+
+	/* 3. a truncated HELLO, then the peer closes */
+	fd = dial();
+	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, 1, 1);
+	send_raw(fd, b, n / 2);
+	shutdown(fd, SHUT_WR);
+	drain_until_closed(fd, buf, sizeof(buf), 5000);
+	close(fd);
+
+	/* 4. not coord: wrong magic */
+	fd = dial();
+	n = hello(b, sizeof(b), 0x12345678, 1, 1);
+	send_raw(fd, b, n);
+	drain_until_closed(fd, buf, sizeof(buf), 5000);
+	close(fd);
+
+	/* 5. a version we do not speak: refused with a HELLO_ACK saying so */
+	fd = dial();
+	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, 7, 9);
+	send_raw(fd, b, n);
+	n = drain_until_closed(fd, buf, sizeof(buf), 5000);
+	{
+		struct coord_wire_hdr hd;
+		struct coord_wire_hello ack;
+
+		assert_int_equal(coord_wire_parse_hdr(buf, n, 1 << 20, &hd), 0);
+		assert_int_equal(hd.type, COORD_WIRE_HELLO_ACK);
+		assert_int_equal(coord_wire_get_hello(&hd, buf + COORD_WIRE_HDR, &ack), 0);
+		assert_int_equal(ack.status, COORD_WIRE_BAD_VERSION);
+	}
+	close(fd);
+
+	/* 6. slowloris: half a frame, then nothing (the worker runs with
+	 * --partial-ms 500) */
+	fd = dial();
+	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, 1, 1);
+	send_raw(fd, b, 10);
+	drain_until_closed(fd, buf, sizeof(buf), 8000);
+	close(fd);
+
+	/* 7. a peer that sends a proof although the server holds no key */
+	fd = dial();
+	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, 1, 1);
+	send_raw(fd, b, n);
+	{
+		struct coord_wire_writer w;
+		uint8_t mac[COORD_WIRE_MAC];
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		assert_true(poll(&p, 1, 5000) == 1); /* its HELLO_ACK */
+		assert_true(recv(fd, buf, sizeof(buf), 0) > 0);
+		memset(mac, 0x42, sizeof(mac));
+		coord_wire_writer_init(&w, b, sizeof(b));
+		assert_int_equal(coord_wire_put_auth(&w, mac), 0);
+		send_raw(fd, b, w.len);
+	}
+	n = drain_until_closed(fd, buf, sizeof(buf), 5000);
+	assert_true(n >= COORD_WIRE_HDR);
+	assert_int_equal(buf[4], COORD_WIRE_ERROR);
+	close(fd);
+
+	/* the healthy coordinator was served throughout, and lost nothing */
+	atomic_store(&h.stop, 1);
+	pthread_join(t, NULL);
+	assert_int_equal(atomic_load(&h.wrong), 0);
+	assert_true(atomic_load(&h.ok) > 0);
+	assert_int_equal(coord_join(h.c, NULL), 0);
+	coord_destroy(h.c);
+	coord_registry_destroy(reg);
+}
+
+static int group_setup(void **state)
+{
+	t_transport = "tcp";
+	return t_workers_start(1) == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	t_workers_stop();
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hostile_peers_refused_healthy_served),
+	};
+
+	t_watchdog(120);
+	return cmocka_run_group_tests_name("tcp_hostile", tests, group_setup, group_teardown);
+}
