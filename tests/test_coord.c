@@ -60,27 +60,30 @@ static int teardown(void **state)
 	return 0;
 }
 
-static int64_t fetch_i64(struct coord_rv *rv)
+/* Fetch a value that must succeed and be exactly @n bytes into @out. */
+static void fetch_exact(struct coord_rv *rv, void *out, size_t n)
 {
 	const void *v;
 	size_t len;
-	int64_t x;
 
 	assert_int_equal(coord_rv_fetch(rv, &v, &len, NULL), 0);
-	assert_int_equal(len, sizeof(x));
-	memcpy(&x, v, sizeof(x));
+	assert_int_equal(len, n);
+	memcpy(out, v, n);
+}
+
+static int64_t fetch_i64(struct coord_rv *rv)
+{
+	int64_t x;
+
+	fetch_exact(rv, &x, sizeof(x));
 	return x;
 }
 
 static int32_t fetch_i32(struct coord_rv *rv)
 {
-	const void *v;
-	size_t len;
 	int32_t x;
 
-	assert_int_equal(coord_rv_fetch(rv, &v, &len, NULL), 0);
-	assert_int_equal(len, sizeof(x));
-	memcpy(&x, v, sizeof(x));
+	fetch_exact(rv, &x, sizeof(x));
 	return x;
 }
 

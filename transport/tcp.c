@@ -123,16 +123,12 @@ static inline uint64_t ud(void *p, unsigned op)
 	return (uint64_t)(uintptr_t)p | op;
 }
 
-static unsigned tcp_nloops(const struct coord *c)
+/* One dispatcher per event loop: opts.tcp_loops, default 2, at most one per worker. */
+static unsigned tcp_ndispatchers(const struct coord *c)
 {
 	unsigned n = c->opts.tcp_loops ? c->opts.tcp_loops : 2;
 
 	return n < c->nworkers ? n : c->nworkers;
-}
-
-static unsigned tcp_ndispatchers(const struct coord *c)
-{
-	return tcp_nloops(c);
 }
 
 /* ---- sqes ------------------------------------------------------------------------ */
