@@ -1,0 +1,532 @@
+#!/usr/bin/env bash
+# tests/rdma/rig.sh - the soft-RoCE rig: run RDMA tests in a qemu guest that
+# has rdma_rxe, on a machine whose own kernel has no RDMA and no KVM.
+#
+#   bash tests/rdma/rig.sh selftest                 # verbs_smoke + ib_send_lat + ib_read_lat
+#   bash tests/rdma/rig.sh run -- ./build/tests/rdma/verbs_smoke -n 100
+#   bash tests/rdma/rig.sh run -c 'CMD1' -c 'CMD2'   # each a busybox-sh command line
+#   bash tests/rdma/rig.sh run -f cmds.txt           # one command a line, # comments
+#   bash tests/rdma/rig.sh deps | kernel | help
+#
+# How it works
+#  1. deps: apt-get installs what is missing of coord_rig_deps (.ci/deps.sh):
+#     qemu-system-x86 busybox-static cpio kmod iproute2 ibverbs-utils
+#     ibverbs-providers rdmacm-utils perftest; nothing when all are there.
+#  2. kernel: Debian's own kernel (the package linux-image-amd64 depends on
+#     today, or $RIG_KPKG) is fetched with `apt-get download`, unpacked with
+#     dpkg -x and depmod -b into $RIG_CACHE (default /var/cache/coord-rig),
+#     once; nothing is installed into the host's /boot or /lib/modules.
+#  3. initramfs: busybox-static, the modules rdma_rxe and rdma_ucm need (the
+#     order from modprobe --show-depends: virtio NIC, crc32_generic, udp
+#     tunnels, ib_core, ib_uverbs, rdma_rxe, rdma_cm, rdma_ucm, ib_umad), the
+#     `rdma` tool, ibv_devinfo, the rxe provider and its .driver file, and
+#     every program or file the commands name (words that are host files, or
+#     host programs that are not busybox applets), each ELF with its ldd
+#     closure plus libgcc_s (which glibc dlopen()s).  Files keep their host
+#     paths and the guest starts in the host's working directory, so relative
+#     and absolute paths mean the same inside; --file adds more.
+#  4. boot: qemu-system-x86_64 under TCG, 2 vCPUs, 2 GiB, user-mode NIC with
+#     restrict=on (nothing leaves the VM).  The guest's /init
+#     (guest-init.sh) loads the modules, sets eth0 to 10.0.2.15, runs
+#     `rdma link add rxe0 type rxe netdev eth0`, waits for the port to be
+#     ACTIVE, then runs each command under a per-command limit.
+#  5. results: the commands' stdout+stderr go to the guest's ttyS1, which qemu
+#     writes to a host file that is streamed live; marker lines (@@RIG BEGIN n,
+#     @@RIG END n rc=X secs=Y, @@RIG DONE) carry the exit codes.  The kernel
+#     console (ttyS0) is kept apart and shown when something goes wrong.
+#
+# Exit status: 0 every command passed; 1 a command failed or timed out
+# (rc 137); 2 usage; 3 the rig failed (guest did not come up, rxe setup failed,
+# kernel oops, VM timeout).  Every wait is bounded: boot ($RIG_BOOT_TIMEOUT,
+# 120 s), each command ($RIG_TIMEOUT or --timeout, 300 s), the whole VM
+# (boot + commands x limit + 30 s).
+#
+# Time here (2 vCPUs, no KVM): qemu start to rxe0 ACTIVE about 6.5 s; a
+# trivial run about 10 s with everything cached; selftest about 30 s; the
+# first run on a fresh machine adds apt (about 15-60 s) and the kernel fetch
+# and unpack (about 6 s, 70 MB download, 400 MB in the cache).
+#
+# Natively (no rig): on a host with an RDMA NIC, or a kernel with rdma_rxe
+# (`modprobe rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev eth0`), run
+# the same binaries directly: `meson test -C build --suite rdma`, or
+# build/tests/rdma/verbs_smoke [-d DEV] [-a ADDR]; tests/rdma/perftest_pair.sh
+# takes RIG_DEV, RIG_ADDR and RIG_GID.  See tests/rdma/README.md.
+#
+# Environment: RIG_CACHE, RIG_KPKG (pin a kernel package), RIG_SMP (2),
+# RIG_MEM (MiB, 2048), RIG_TIMEOUT, RIG_BOOT_TIMEOUT, RIG_VM_TIMEOUT,
+# RIG_KEEP=1 (keep the work dir), BUILD_DIR (selftest; default build).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+PATH=$PATH:/usr/sbin:/sbin
+prog=rig
+
+say() {
+	printf '%s: %s\n' "$prog" "$*" >&2
+}
+
+die() {
+	say "$*"
+	exit 3
+}
+
+usage() {
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
+	exit 2
+}
+
+now() {
+	echo "$EPOCHREALTIME"
+}
+
+# elapsed T0 [T1]: seconds between two $EPOCHREALTIME stamps, 1 decimal.
+elapsed() {
+	awk -v a="$1" -v b="${2:-$EPOCHREALTIME}" 'BEGIN { printf "%.1f", b - a }'
+}
+
+# ---- 1. host packages
+
+rig_deps() {
+	# shellcheck source=SCRIPTDIR/../../.ci/deps.sh
+	. "$repo/.ci/deps.sh"
+	coord_install_deps "${coord_rig_deps[@]}"
+	local t
+	for t in qemu-system-x86_64 busybox cpio depmod modprobe gzip rdma ibv_devinfo; do
+		command -v "$t" >/dev/null || die "$t not found after installing: ${coord_rig_deps[*]}"
+	done
+	# busybox-static's /bin/busybox: a dynamic one would need its libs too.
+	local out
+	out=$(ldd "$(command -v busybox)" 2>&1 || true)
+	[[ $out == *"not a dynamic executable"* ]] || die "busybox is not static (install busybox-static)"
+}
+
+# ---- 2. the guest kernel
+
+cache=${RIG_CACHE:-/var/cache/coord-rig}
+
+# The kernel package linux-image-amd64 depends on today (the ABI number drifts).
+kpkg_resolve() {
+	apt-cache depends linux-image-amd64 2>/dev/null |
+		awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }' || true
+}
+
+# Sets kver and kdir; fetches and unpacks the kernel when not yet cached.
+rig_kernel() {
+	local kpkg=${RIG_KPKG:-} tmp deb lockfd
+	mkdir -p "$cache" 2>/dev/null || cache=${XDG_CACHE_HOME:-$HOME/.cache}/coord-rig
+	mkdir -p "$cache"
+	[ -n "$kpkg" ] || kpkg=$(kpkg_resolve)
+	if [ -z "$kpkg" ]; then
+		say "no apt lists; apt-get update"
+		apt-get update -qq || true
+		kpkg=$(kpkg_resolve)
+	fi
+	if [ -z "$kpkg" ]; then
+		# Offline, no lists: the newest kernel already unpacked.
+		kdir=$(find "$cache" -maxdepth 2 -name .ready -printf '%h\n' | sort -V | tail -n 1)
+		[ -n "$kdir" ] || die "cannot resolve linux-image-amd64 (apt-cache) and no kernel in $cache"
+		kver=${kdir##*/}
+		say "apt cannot resolve linux-image-amd64; using the cached $kver"
+		return 0
+	fi
+	kver=${kpkg#linux-image-}
+	kdir=$cache/$kver
+	[ -f "$kdir/.ready" ] && return 0
+
+	# One unpacker at a time; a concurrent run waits (10 min at most).
+	exec {lockfd}>"$cache/.lock"
+	flock -w 600 "$lockfd" || die "$cache/.lock held for 10 min"
+	if [ ! -f "$kdir/.ready" ]; then
+		local t0
+		t0=$(now)
+		tmp=$cache/.tmp.$$
+		rm -rf "$tmp" "$kdir"
+		mkdir -p "$tmp/deb"
+		if ! (cd "$tmp/deb" && apt-get download -q -o APT::Sandbox::User=root "$kpkg"); then
+			say "apt-get download $kpkg failed; apt-get update and resolve again"
+			apt-get update -qq || true
+			[ -n "${RIG_KPKG:-}" ] || kpkg=$(kpkg_resolve)
+			[ -n "$kpkg" ] || die "cannot resolve linux-image-amd64"
+			kver=${kpkg#linux-image-}
+			kdir=$cache/$kver
+			(cd "$tmp/deb" && apt-get download -q -o APT::Sandbox::User=root "$kpkg") ||
+				die "apt-get download $kpkg failed"
+		fi
+		deb=$(find "$tmp/deb" -name '*.deb' | head -n 1)
+		dpkg-deb -x "$deb" "$tmp/root"
+		[ -f "$tmp/root/boot/vmlinuz-$kver" ] || die "$deb has no boot/vmlinuz-$kver"
+		# The .deb ships no modules.dep: depmod normally runs at install.
+		depmod -b "$tmp/root" "$kver"
+		rm -rf "$tmp/deb"
+		mv "$tmp/root" "$kdir"
+		rmdir "$tmp"
+		touch "$kdir/.ready"
+		say "kernel $kver unpacked into $kdir in $(elapsed "$t0") s"
+	fi
+	exec {lockfd}>&-
+}
+
+# ---- 3. the initramfs
+
+# Modules to load, dependencies first (modprobe --show-depends on the
+# unpacked tree).  Everything else they need is built into Debian's kernel.
+rig_modules=(virtio_pci virtio_net crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs
+	rdma_rxe configfs ib_cm iw_cm rdma_cm rdma_ucm ib_umad)
+
+declare -A applet=() added=()
+root=
+
+# add_file HOSTPATH GUESTPATH: copy (dereferenced) unless already there;
+# an ELF file brings its ldd closure.
+add_file() {
+	local src=$1 dst=$2
+	[ -z "${added[$dst]:-}" ] || return 0
+	added[$dst]=1
+	mkdir -p "$root$(dirname "$dst")"
+	cp -L "$src" "$root$dst"
+	if [ -f "$src" ] && [ "$(head -c 4 "$src")" = $'\177ELF' ]; then
+		add_libs "$src"
+	fi
+}
+
+# add_libs ELF: every library ldd lists (the dynamic loader included).
+add_libs() {
+	local out lib
+	out=$(ldd "$1" 2>&1 || true)
+	[[ $out != *"not found"* ]] || die "$1: missing libraries: $(grep 'not found' <<<"$out" | tr -s ' \t' ' ')"
+	while read -r lib; do
+		[ -n "$lib" ] && add_file "$lib" "$lib"
+	done < <(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' <<<"$out")
+}
+
+# add_word WORD: a command's word that names a host file (relative to the
+# working directory or absolute) or a host program that busybox lacks.
+add_word() {
+	local w=$1 p
+	case $w in
+	*/*)
+		[ -f "$w" ] || return 0
+		case $w in
+		/*) add_file "$w" "$w" ;;
+		*) add_file "$w" "$PWD/$w" ;;
+		esac
+		;;
+	-* | *=*) ;;
+	*)
+		[ -z "${applet[$w]:-}" ] || return 0
+		p=$(type -P "$w" || true)
+		[ -z "$p" ] || add_file "$p" "/usr/bin/$w"
+		;;
+	esac
+}
+
+# add_tree PATH: a file or a whole directory, at the same path in the guest.
+add_tree() {
+	local p f
+	p=$(realpath -s "$1")
+	[ -e "$p" ] || die "--file $1: no such file or directory"
+	if [ -d "$p" ]; then
+		while IFS= read -r -d '' f; do
+			add_file "$f" "$f"
+		done < <(find "$p" -type f -print0)
+	else
+		add_file "$p" "$p"
+	fi
+}
+
+# rig_initramfs WORKDIR: builds WORKDIR/initrd.gz from cmds[] and files[].
+rig_initramfs() {
+	local w=$1 a line i m words ko
+	root=$w/root
+	mkdir -p "$root"/{bin,sbin,etc,dev,proc,sys,tmp,run,root,rig} "$root"/usr/{bin,sbin,lib64}
+	mkdir -p "$root/usr/lib/x86_64-linux-gnu"
+	# Merged /usr as on bookworm: ldd prints /lib/x86_64-linux-gnu/... and /lib64/ld-linux...
+	ln -s usr/lib "$root/lib"
+	ln -s usr/lib64 "$root/lib64"
+
+	cp "$(command -v busybox)" "$root/bin/busybox"
+	while read -r a; do
+		applet[$a]=1
+		[ "$a" = busybox ] || ln -s busybox "$root/bin/$a"
+	done < <(busybox --list)
+	ln -s ../bin/busybox "$root/sbin/modprobe" # the kernel's request_module() runs it
+
+	# Modules, in load order, at their paths; depmod on the initramfs itself.
+	# -a: without it modprobe reads the names after the first as its parameters.
+	: >"$root/rig/modules"
+	while read -r line; do
+		[[ $line == insmod\ * ]] || continue
+		ko=${line#insmod }
+		ko=${ko%% *}
+		m=${ko#"$kdir"}
+		grep -qxF "$m" "$root/rig/modules" && continue
+		mkdir -p "$root$(dirname "$m")"
+		cp "$ko" "$root$m"
+		echo "$m" >>"$root/rig/modules"
+	done < <(modprobe -a -d "$kdir" -S "$kver" --show-depends "${rig_modules[@]}")
+	cp "$kdir/lib/modules/$kver"/modules.{order,builtin,builtin.modinfo} "$root/lib/modules/$kver/"
+	depmod -b "$root" "$kver"
+
+	# The rdma tool creates rxe0 (6.1 has no rdma_rxe "add" parameter); the
+	# rxe provider and its .driver file are dlopen()ed / read at run time, and
+	# glibc dlopen()s libgcc_s for pthread_exit: ldd lists none of them.
+	add_file "$(type -P rdma)" /usr/bin/rdma
+	add_file "$(type -P ibv_devinfo)" /usr/bin/ibv_devinfo
+	add_file /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so \
+		/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+	add_file /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/rxe.driver
+	add_file /lib/x86_64-linux-gnu/libgcc_s.so.1 /lib/x86_64-linux-gnu/libgcc_s.so.1
+	printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
+	printf 'root:x:0:\n' >"$root/etc/group"
+
+	for a in "${files[@]}"; do
+		add_tree "$a"
+	done
+	i=0
+	for line in "${cmds[@]}"; do
+		i=$((i + 1))
+		printf '%s\n' "$line" >"$root/rig/cmd.$i"
+		read -ra words <<<"${line//[;&|()<>\`]/ }"
+		for a in "${words[@]}"; do
+			add_word "${a//[\"\']/}"
+		done
+	done
+	echo "$i" >"$root/rig/ncmds"
+	echo "$cmd_timeout" >"$root/rig/timeout"
+	mkdir -p "$root$PWD"
+	echo "$PWD" >"$root/rig/cwd"
+	cp "$here/guest-init.sh" "$root/init"
+	chmod 755 "$root/init"
+
+	(cd "$root" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -1 >"$w/initrd.gz"
+}
+
+# ---- 4 + 5. boot, stream, collect
+
+# rig_boot WORKDIR: runs qemu; sets t_ready (seconds from qemu start to
+# READY, empty if never) and boot_failed (a reason, empty if it came up).
+rig_boot() {
+	local w=$1 qpid spid t0 deadline out st i
+	: >"$w/out.log"
+	: >"$w/console.log"
+	t0=$(now)
+	timeout -k 5 "$vm_timeout" qemu-system-x86_64 -machine pc -accel tcg,thread=multi \
+		-cpu max -smp "${RIG_SMP:-2}" -m "${RIG_MEM:-2048}" \
+		-display none -no-reboot -nodefaults \
+		-chardev "file,id=con,path=$w/console.log" -serial chardev:con \
+		-chardev "file,id=out,path=$w/out.log" -serial chardev:out \
+		-netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0,mac=52:54:0a:00:02:0f \
+		-kernel "$kdir/boot/vmlinuz-$kver" -initrd "$w/initrd.gz" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable" \
+		</dev/null >"$w/qemu.log" 2>&1 &
+	qpid=$!
+	# Live output; tail --pid polls once a second unless -s says otherwise.
+	tail -n +1 -s 0.2 -F --pid="$qpid" "$w/out.log" 2>/dev/null | sed -u 's/\r$//' &
+	spid=$!
+
+	t_ready=
+	boot_failed=
+	deadline=$(awk -v t="$t0" -v b="$boot_timeout" 'BEGIN { print t + b }')
+	st=running
+	# Bounded: the boot deadline, then qemu's own timeout (vm_timeout + 5 s).
+	while kill -0 "$qpid" 2>/dev/null; do
+		if [ -z "$t_ready" ] && [ $st = running ]; then
+			out=$(<"$w/out.log")
+			if [[ $out == *"@@RIG READY"* ]]; then
+				t_ready=$(elapsed "$t0")
+			elif [[ $out == *"@@RIG SETUP-FAILED"* ]]; then
+				st=setup-failed # the guest powers off by itself
+			elif awk -v d="$deadline" -v n="$EPOCHREALTIME" 'BEGIN { exit !(n > d) }'; then
+				boot_failed="no RDMA-ready guest within $boot_timeout s"
+				kill "$qpid" 2>/dev/null || true
+				break
+			fi
+		fi
+		sleep 0.1
+	done
+	wait "$qpid" && qrc=0 || qrc=$?
+	for i in $(seq 30); do
+		kill -0 "$spid" 2>/dev/null || break
+		[ "$i" -lt 30 ] || kill "$spid" 2>/dev/null || true
+		sleep 0.1
+	done
+	wait "$spid" 2>/dev/null || true
+	t_qemu=$(elapsed "$t0")
+	[ "$qrc" -ne 124 ] || boot_failed="${boot_failed:-the VM hit its ${vm_timeout} s limit}"
+	if [ -z "$boot_failed" ] && [ "$qrc" -ne 0 ] && [ "$qrc" -ne 124 ] && [ -z "$t_ready" ]; then
+		boot_failed="qemu exited with $qrc: $(tail -n 5 "$w/qemu.log")"
+	fi
+}
+
+# rig_report WORKDIR: the verdict from the markers; returns the exit status.
+rig_report() {
+	local w=$1 out line i rc secs fail=0 rigfail=0 ready
+	out=$(sed 's/\r$//' "$w/out.log")
+	ready=$(grep -m1 '^@@RIG READY' <<<"$out" || true)
+	echo
+	say "---- summary (work dir $w)"
+	if [ -n "$boot_failed" ] || [ -z "$ready" ]; then
+		rigfail=1
+		line=$(grep -m1 '^@@RIG SETUP-FAILED' <<<"$out" || true)
+		say "FAIL: the guest did not come up: ${line#@@RIG }${boot_failed:+$boot_failed}"
+	else
+		say "RDMA ready ${t_ready} s after qemu started (guest ${ready#@@RIG READY })"
+	fi
+	for ((i = 1; i <= ${#cmds[@]}; i++)); do
+		line=$(grep -m1 "^@@RIG END $i " <<<"$out" || true)
+		if [ -z "$line" ]; then
+			say "  [$i] did not finish      ${cmds[i - 1]}"
+			fail=1
+			continue
+		fi
+		rc=${line#*rc=}
+		rc=${rc%% *}
+		secs=${line#*secs=}
+		printf '%s:   [%d] rc=%-3s %6s s  %s\n' "$prog" "$i" "$rc" "$secs" "${cmds[i - 1]}" >&2
+		[ "$rc" = 0 ] || fail=1
+		[ "$rc" != 137 ] || say "      (137: killed at the ${cmd_timeout} s limit, or SIGKILL)"
+	done
+	if [ $rigfail = 0 ]; then
+		grep -q '^@@RIG DONE' <<<"$out" || {
+			say "FAIL: the guest stopped before running every command"
+			rigfail=1
+		}
+	fi
+	if grep -qE 'Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU' "$w/console.log"; then
+		say "FAIL: the guest kernel reported a bug:"
+		rigfail=1
+	fi
+	if [ $rigfail = 1 ]; then
+		say "last lines of the guest console ($w/console.log):"
+		tail -n 25 "$w/console.log" | sed 's/\r$//; s/^/    /' >&2
+	fi
+	say "qemu ran ${t_qemu} s; whole run $(elapsed "$t_start") s"
+	if [ $rigfail = 1 ]; then
+		return 3
+	elif [ $fail = 1 ]; then
+		say "FAIL: a command failed"
+		return 1
+	fi
+	say "PASS: ${#cmds[@]} command(s)"
+	return 0
+}
+
+rig_run() {
+	local w status
+	[ ${#cmds[@]} -gt 0 ] || {
+		say "run: no command (-- CMD..., -c CMD or -f FILE)"
+		exit 2
+	}
+	cmd_timeout=${cmd_timeout:-${RIG_TIMEOUT:-300}}
+	boot_timeout=${RIG_BOOT_TIMEOUT:-120}
+	vm_timeout=${RIG_VM_TIMEOUT:-$((boot_timeout + ${#cmds[@]} * cmd_timeout + 30))}
+	rig_deps
+	rig_kernel
+	w=$(mktemp -d "${TMPDIR:-/tmp}/coord-rig.XXXXXX")
+	rig_initramfs "$w"
+	say "kernel $kver; initramfs $(du -k "$w/initrd.gz" | cut -f1) KiB; $(elapsed "$t_start") s so far; booting (limits: boot ${boot_timeout} s, each command ${cmd_timeout} s, VM ${vm_timeout} s)"
+	local i
+	for ((i = 1; i <= ${#cmds[@]}; i++)); do
+		say "  [$i] ${cmds[i - 1]}"
+	done
+	rig_boot "$w"
+	rig_report "$w" && status=0 || status=$?
+	if [ $status = 0 ] && [ -z "${RIG_KEEP:-}" ]; then
+		rm -rf "$w"
+	else
+		say "work dir kept: $w (console.log, out.log, root/)"
+	fi
+	return $status
+}
+
+# Quote one word for the guest's busybox sh.
+shquote() {
+	local s=$1
+	printf "'%s'" "${s//\'/\'\\\'\'}"
+}
+
+parse_run_args() {
+	local q a
+	while [ $# -gt 0 ]; do
+		case $1 in
+		-c)
+			[ $# -ge 2 ] || usage
+			cmds+=("$2")
+			shift 2
+			;;
+		-f)
+			[ $# -ge 2 ] || usage
+			[ -f "$2" ] || die "-f $2: no such file"
+			while IFS= read -r a || [ -n "$a" ]; do
+				[[ $a =~ ^[[:space:]]*(#|$) ]] || cmds+=("$a")
+			done <"$2"
+			shift 2
+			;;
+		--file)
+			[ $# -ge 2 ] || usage
+			files+=("$2")
+			shift 2
+			;;
+		--timeout)
+			[ $# -ge 2 ] || usage
+			cmd_timeout=$2
+			shift 2
+			;;
+		--)
+			shift
+			[ $# -gt 0 ] || usage
+			q=
+			for a in "$@"; do
+				q+="${q:+ }$(shquote "$a")"
+			done
+			cmds+=("$q")
+			break
+			;;
+		*) usage ;;
+		esac
+	done
+}
+
+# ---- selftest
+
+rig_selftest() {
+	local build=${BUILD_DIR:-build}
+	cd "$repo"
+	if [ ! -f "$build/build.ninja" ]; then
+		# shellcheck source=SCRIPTDIR/../../.ci/deps.sh
+		. .ci/deps.sh
+		coord_install_deps
+		# shellcheck disable=SC2086 # MESON_ARGS is a list of words
+		meson setup "$build" ${MESON_ARGS:-}
+	fi
+	ninja -C "$build" tests/rdma/verbs_smoke >/dev/null
+	cmds=(
+		"ibv_devinfo -d rxe0"
+		"$build/tests/rdma/verbs_smoke -a 10.0.2.15 -n 1000"
+		"sh tests/rdma/perftest_pair.sh ib_send_lat -n 1000"
+		"sh tests/rdma/perftest_pair.sh ib_read_lat -n 1000"
+	)
+	rig_run
+}
+
+t_start=$(now)
+cmds=()
+files=()
+cmd_timeout=
+case ${1:-help} in
+deps) rig_deps ;;
+kernel)
+	rig_deps
+	rig_kernel
+	echo "$kdir/boot/vmlinuz-$kver"
+	;;
+run)
+	shift
+	parse_run_args "$@"
+	rig_run
+	;;
+selftest) rig_selftest ;;
+help | -h | --help) usage ;;
+*) usage ;;
+esac
