@@ -312,6 +312,13 @@ static void *server_main(void *arg)
 		goto out;
 	/* The client READs our buffer without us, then disconnects. */
 	ret = cm_wait(s, RDMA_CM_EVENT_DISCONNECTED, NULL, NULL, 0);
+	/*
+	 * Answer the DREQ: until this side disconnects too, the client's
+	 * rdma_disconnect() waits for the CM's DREQ timeout (over 10 s on rxe)
+	 * before it sees its own DISCONNECTED.
+	 */
+	if (!ret && rdma_disconnect(s->id))
+		ret = -errno;
 out:
 	sv->ret = ret;
 	return NULL;
