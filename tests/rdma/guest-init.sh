@@ -23,7 +23,8 @@ mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /tmp
+# No tmpfs on /tmp: the initramfs is writable already, and host files under
+# /tmp (a build dir there, say) are in it at their own paths.
 
 # ttyS1: no output post-processing (\n stays \n), no echo.
 stty -F /dev/ttyS1 raw -echo 2>/dev/null
