@@ -116,6 +116,10 @@ rig_kernel() {
 	local kpkg=${RIG_KPKG:-} tmp deb lockfd
 	mkdir -p "$cache" 2>/dev/null || cache=${XDG_CACHE_HOME:-$HOME/.cache}/coord-rig
 	mkdir -p "$cache"
+	# apt-cache takes 0.7-2 s: reuse the last answer while apt's lists are unchanged.
+	if [ -z "$kpkg" ] && [ -f "$cache/.kpkg" ] && [ "$cache/.kpkg" -nt /var/lib/apt/lists ]; then
+		kpkg=$(<"$cache/.kpkg")
+	fi
 	[ -n "$kpkg" ] || kpkg=$(kpkg_resolve)
 	if [ -z "$kpkg" ]; then
 		say "no apt lists; apt-get update"
@@ -132,6 +136,7 @@ rig_kernel() {
 	fi
 	kver=${kpkg#linux-image-}
 	kdir=$cache/$kver
+	[ -n "${RIG_KPKG:-}" ] || echo "$kpkg" >"$cache/.kpkg"
 	[ -f "$kdir/.ready" ] && return 0
 
 	# One unpacker at a time; a concurrent run waits (10 min at most).
@@ -177,17 +182,18 @@ rig_modules=(virtio_pci virtio_net crc32_generic udp_tunnel ip6_udp_tunnel ib_co
 declare -A applet=() added=()
 root=
 
-# add_file HOSTPATH GUESTPATH: copy (dereferenced) unless already there;
-# an ELF file brings its ldd closure.
+# add_file HOSTPATH GUESTPATH [lib]: copy (dereferenced) unless already
+# there; an ELF file brings its ldd closure (not for "lib": ldd's list of a
+# program is already transitive).
 add_file() {
-	local src=$1 dst=$2
+	local src=$1 dst=$2 kind=${3:-}
 	[ -z "${added[$dst]:-}" ] || return 0
 	added[$dst]=1
-	mkdir -p "$root$(dirname "$dst")"
+	local magic=
+	mkdir -p "$root${dst%/*}"
 	cp -L "$src" "$root$dst"
-	if [ -f "$src" ] && [ "$(head -c 4 "$src")" = $'\177ELF' ]; then
-		add_libs "$src"
-	fi
+	[ -n "$kind" ] || [ ! -f "$src" ] || LC_ALL=C read -r -N 4 magic <"$src" || true
+	[ "$magic" != $'\177ELF' ] || add_libs "$src"
 }
 
 # add_libs ELF: every library ldd lists (the dynamic loader included).
@@ -196,7 +202,7 @@ add_libs() {
 	out=$(ldd "$1" 2>&1 || true)
 	[[ $out != *"not found"* ]] || die "$1: missing libraries: $(grep 'not found' <<<"$out" | tr -s ' \t' ' ')"
 	while read -r lib; do
-		[ -n "$lib" ] && add_file "$lib" "$lib"
+		[ -z "$lib" ] || add_file "$lib" "$lib" lib
 	done < <(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' <<<"$out")
 }
 
@@ -245,12 +251,15 @@ rig_initramfs() {
 	ln -s usr/lib "$root/lib"
 	ln -s usr/lib64 "$root/lib64"
 
-	cp "$(command -v busybox)" "$root/bin/busybox"
+	# busybox --install links to where the binary finds itself
+	# (/proc/self/exe), so the guest gets the binary at that same path.
+	a=$(readlink -f "$(command -v busybox)")
+	add_file "$a" "$a"
+	busybox --install -s "$root/bin"
 	while read -r a; do
 		applet[$a]=1
-		[ "$a" = busybox ] || ln -s busybox "$root/bin/$a"
 	done < <(busybox --list)
-	ln -s ../bin/busybox "$root/sbin/modprobe" # the kernel's request_module() runs it
+	ln -s ../bin/modprobe "$root/sbin/modprobe" # the kernel's request_module() runs it
 
 	# Modules, in load order, at their paths; depmod on the initramfs itself.
 	# -a: without it modprobe reads the names after the first as its parameters.
@@ -260,8 +269,9 @@ rig_initramfs() {
 		ko=${line#insmod }
 		ko=${ko%% *}
 		m=${ko#"$kdir"}
-		grep -qxF "$m" "$root/rig/modules" && continue
-		mkdir -p "$root$(dirname "$m")"
+		[ -z "${added[$m]:-}" ] || continue
+		added[$m]=1
+		mkdir -p "$root${m%/*}"
 		cp "$ko" "$root$m"
 		echo "$m" >>"$root/rig/modules"
 	done < <(modprobe -a -d "$kdir" -S "$kver" --show-depends "${rig_modules[@]}")
@@ -327,7 +337,7 @@ rig_boot() {
 
 	t_ready=
 	boot_failed=
-	deadline=$(awk -v t="$t0" -v b="$boot_timeout" 'BEGIN { print t + b }')
+	deadline=$(awk -v t="$t0" -v b="$boot_timeout" 'BEGIN { printf "%.3f", t + b }')
 	st=running
 	# Bounded: the boot deadline, then qemu's own timeout (vm_timeout + 5 s).
 	while kill -0 "$qpid" 2>/dev/null; do
@@ -371,7 +381,7 @@ rig_report() {
 		line=$(grep -m1 '^@@RIG SETUP-FAILED' <<<"$out" || true)
 		say "FAIL: the guest did not come up: ${line#@@RIG }${boot_failed:+$boot_failed}"
 	else
-		say "RDMA ready ${t_ready} s after qemu started (guest ${ready#@@RIG READY })"
+		say "RDMA ready ${t_ready} s after qemu started (guest uptime ${ready#*uptime=} s)"
 	fi
 	for ((i = 1; i <= ${#cmds[@]}; i++)); do
 		line=$(grep -m1 "^@@RIG END $i " <<<"$out" || true)
@@ -421,11 +431,16 @@ rig_run() {
 	cmd_timeout=${cmd_timeout:-${RIG_TIMEOUT:-300}}
 	boot_timeout=${RIG_BOOT_TIMEOUT:-120}
 	vm_timeout=${RIG_VM_TIMEOUT:-$((boot_timeout + ${#cmds[@]} * cmd_timeout + 30))}
+	local t1 t2 t3
 	rig_deps
+	t1=$(now)
 	rig_kernel
+	t2=$(now)
 	w=$(mktemp -d "${TMPDIR:-/tmp}/coord-rig.XXXXXX")
 	rig_initramfs "$w"
-	say "kernel $kver; initramfs $(du -k "$w/initrd.gz" | cut -f1) KiB; $(elapsed "$t_start") s so far; booting (limits: boot ${boot_timeout} s, each command ${cmd_timeout} s, VM ${vm_timeout} s)"
+	t3=$(now)
+	say "kernel $kver; initramfs $(du -k "$w/initrd.gz" | cut -f1) KiB; before boot: deps $(elapsed "$t_start" "$t1") s, kernel $(elapsed "$t1" "$t2") s, initramfs $(elapsed "$t2" "$t3") s"
+	say "booting; limits: boot ${boot_timeout} s, each command ${cmd_timeout} s, VM ${vm_timeout} s"
 	local i
 	for ((i = 1; i <= ${#cmds[@]}; i++)); do
 		say "  [$i] ${cmds[i - 1]}"
