@@ -56,6 +56,7 @@
 # RIG_MEM (MiB, 2048), RIG_TIMEOUT, RIG_BOOT_TIMEOUT, RIG_VM_TIMEOUT,
 # RIG_KEEP=1 (keep the work dir), BUILD_DIR (selftest; default build).
 set -euo pipefail
+export LC_ALL=C # $EPOCHREALTIME and awk's numbers with a '.', whatever the locale
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -331,9 +332,11 @@ rig_boot() {
 		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable" \
 		</dev/null >"$w/qemu.log" 2>&1 &
 	qpid=$!
+	running+=("$qpid")
 	# Live output; tail --pid polls once a second unless -s says otherwise.
 	tail -n +1 -s 0.2 -F --pid="$qpid" "$w/out.log" 2>/dev/null | sed -u 's/\r$//' &
 	spid=$!
+	running+=("$spid")
 
 	t_ready=
 	boot_failed=
@@ -384,7 +387,8 @@ rig_report() {
 		say "RDMA ready ${t_ready} s after qemu started (guest uptime ${ready#*uptime=} s)"
 	fi
 	for ((i = 1; i <= ${#cmds[@]}; i++)); do
-		line=$(grep -m1 "^@@RIG END $i " <<<"$out" || true)
+		# Anywhere in a line: the command's last line may lack its newline.
+		line=$(grep -m1 -o "@@RIG END $i rc=[0-9]* secs=[0-9.]*" <<<"$out" || true)
 		if [ -z "$line" ]; then
 			say "  [$i] did not finish      ${cmds[i - 1]}"
 			fail=1
@@ -398,7 +402,7 @@ rig_report() {
 		[ "$rc" != 137 ] || say "      (137: killed at the ${cmd_timeout} s limit, or SIGKILL)"
 	done
 	if [ $rigfail = 0 ]; then
-		grep -q '^@@RIG DONE' <<<"$out" || {
+		grep -q '@@RIG DONE' <<<"$out" || {
 			say "FAIL: the guest stopped before running every command"
 			rigfail=1
 		}
@@ -432,6 +436,7 @@ rig_run() {
 	boot_timeout=${RIG_BOOT_TIMEOUT:-120}
 	vm_timeout=${RIG_VM_TIMEOUT:-$((boot_timeout + ${#cmds[@]} * cmd_timeout + 30))}
 	local t1 t2 t3
+	[ "$(uname -m)" = x86_64 ] || die "x86_64 hosts only (the guest runs the host's binaries)"
 	rig_deps
 	t1=$(now)
 	rig_kernel
@@ -524,6 +529,18 @@ rig_selftest() {
 	)
 	rig_run
 }
+
+# On any exit (^C included) qemu and the log streamer go too.
+running=()
+cleanup() {
+	local p
+	for p in "${running[@]}"; do
+		kill "$p" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 t_start=$(now)
 cmds=()
