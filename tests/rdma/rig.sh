@@ -3,6 +3,7 @@
 # has rdma_rxe, on a machine whose own kernel has no RDMA and no KVM.
 #
 #   bash tests/rdma/rig.sh selftest                 # verbs_smoke + ib_send_lat + ib_read_lat
+#   bash tests/rdma/rig.sh selftest -f suite.txt    # the same, then more, in one boot
 #   bash tests/rdma/rig.sh run -- ./build/tests/rdma/verbs_smoke -n 100
 #   bash tests/rdma/rig.sh run -c 'CMD1' -c 'CMD2'   # each a busybox-sh command line
 #   bash tests/rdma/rig.sh run -f cmds.txt           # one command a line, # comments
@@ -512,7 +513,6 @@ parse_run_args() {
 
 rig_selftest() {
 	local build=${BUILD_DIR:-build}
-	cd "$repo"
 	if [ ! -f "$build/build.ninja" ]; then
 		# shellcheck source=SCRIPTDIR/../../.ci/deps.sh
 		. .ci/deps.sh
@@ -521,11 +521,13 @@ rig_selftest() {
 		meson setup "$build" ${MESON_ARGS:-}
 	fi
 	ninja -C "$build" tests/rdma/verbs_smoke >/dev/null
+	# The rig's own checks first, then any commands given (same boot).
 	cmds=(
 		"ibv_devinfo -d rxe0"
 		"$build/tests/rdma/verbs_smoke -a 10.0.2.15 -n 1000"
 		"sh tests/rdma/perftest_pair.sh ib_send_lat -n 1000"
 		"sh tests/rdma/perftest_pair.sh ib_read_lat -n 1000"
+		${cmds[@]+"${cmds[@]}"}
 	)
 	rig_run
 }
@@ -558,7 +560,12 @@ run)
 	parse_run_args "$@"
 	rig_run
 	;;
-selftest) rig_selftest ;;
+selftest)
+	shift
+	cd "$repo" # the selftest and any commands added to it run from the repo's root
+	parse_run_args "$@"
+	rig_selftest
+	;;
 help | -h | --help) usage ;;
 *) usage ;;
 esac

@@ -160,37 +160,63 @@ static int cm_wait(struct side *s, enum rdma_cm_event_type want, struct rdma_cm_
 }
 
 /*
- * Busy-poll @s->cq for one completion, at most WAIT_MS; it must be a
- * successful @op.  Return: 0; -ETIMEDOUT; -EIO (logged).
+ * Busy-poll @s->cq, at most WAIT_MS, until one successful completion of each
+ * of @ops[0..@n) has arrived, in any order: with a SEND and a RECV both
+ * posted, the peer's answer can complete the RECV before the SEND's own
+ * completion is polled.
+ * @recv_len: if not NULL, gets the byte count of the RECV completion.
+ * Return: 0; -ETIMEDOUT; -EIO on an error or unexpected completion (logged).
  */
-static int cq_wait(struct side *s, enum ibv_wc_opcode op, struct ibv_wc *wc)
+static int cq_wait(struct side *s, const enum ibv_wc_opcode *ops, int n, uint32_t *recv_len)
 {
 	double end = now_s() + WAIT_MS / 1000.0;
+	bool seen[4] = { false };
 	unsigned int spins = 0;
-	int n;
+	struct ibv_wc wc;
+	int got = 0, r, i;
 
-	while ((n = ibv_poll_cq(s->cq, 1, wc)) == 0) {
-		/* Two threads share two vCPUs in the rig: let the peer run. */
-		if ((++spins & 63) == 0) {
-			if (now_s() > end) {
-				fprintf(stderr, "verbs_smoke: %s: no completion within %d ms\n",
-					s->name, WAIT_MS);
-				return -ETIMEDOUT;
-			}
-			sched_yield();
+	if (n > 4)
+		return -EINVAL;
+	while (got < n) {
+		r = ibv_poll_cq(s->cq, 1, &wc);
+		if (r < 0) {
+			fprintf(stderr, "verbs_smoke: %s: ibv_poll_cq: %d\n", s->name, r);
+			return -EIO;
 		}
-	}
-	if (n < 0) {
-		fprintf(stderr, "verbs_smoke: %s: ibv_poll_cq: %d\n", s->name, n);
-		return -EIO;
-	}
-	if (wc->status != IBV_WC_SUCCESS || wc->opcode != op) {
-		fprintf(stderr, "verbs_smoke: %s: completion %s, opcode %d, want opcode %d\n",
-			s->name, ibv_wc_status_str(wc->status), wc->opcode, op);
-		return -EIO;
+		if (r == 0) {
+			/* Two threads share two vCPUs in the rig: let the peer run. */
+			if ((++spins & 63) == 0) {
+				if (now_s() > end) {
+					fprintf(stderr,
+						"verbs_smoke: %s: %d of %d completions within %d "
+						"ms\n",
+						s->name, got, n, WAIT_MS);
+					return -ETIMEDOUT;
+				}
+				sched_yield();
+			}
+			continue;
+		}
+		for (i = 0; i < n; i++)
+			if (!seen[i] && ops[i] == wc.opcode)
+				break;
+		if (wc.status != IBV_WC_SUCCESS || i == n) {
+			fprintf(stderr, "verbs_smoke: %s: unexpected completion: %s, opcode %d\n",
+				s->name, ibv_wc_status_str(wc.status), wc.opcode);
+			return -EIO;
+		}
+		seen[i] = true;
+		got++;
+		if (wc.opcode == IBV_WC_RECV && recv_len)
+			*recv_len = wc.byte_len;
 	}
 	return 0;
 }
+
+#define CQ_WAIT(s, len, ...)                                                                       \
+	cq_wait(s, (const enum ibv_wc_opcode[]){ __VA_ARGS__ },                                    \
+		sizeof((const enum ibv_wc_opcode[]){ __VA_ARGS__ }) / sizeof(enum ibv_wc_opcode),  \
+		len)
 
 /* PD, CQ, registered buffer and RC QP on @s->id. Return: 0 or -errno. */
 static int side_setup(struct side *s)
@@ -263,7 +289,7 @@ static void *server_main(void *arg)
 	struct side *s = &sv->s;
 	struct smoke_priv priv;
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
-	struct ibv_wc wc;
+	uint32_t len = 0;
 	int ret;
 
 	ret = cm_wait(s, RDMA_CM_EVENT_CONNECT_REQUEST, &s->id, NULL, 0);
@@ -293,12 +319,11 @@ static void *server_main(void *arg)
 	ret = cm_wait(s, RDMA_CM_EVENT_ESTABLISHED, NULL, NULL, 0);
 	if (ret)
 		goto out;
-	ret = cq_wait(s, IBV_WC_RECV, &wc);
+	ret = CQ_WAIT(s, &len, IBV_WC_RECV);
 	if (ret)
 		goto out;
-	if (wc.byte_len != MSG_LEN) {
-		fprintf(stderr, "verbs_smoke: server: received %u bytes, want %d\n", wc.byte_len,
-			MSG_LEN);
+	if (len != MSG_LEN) {
+		fprintf(stderr, "verbs_smoke: server: received %u bytes, want %d\n", len, MSG_LEN);
 		ret = -EBADMSG;
 		goto out;
 	}
@@ -307,7 +332,7 @@ static void *server_main(void *arg)
 		goto out;
 	ret = post_one(s, IBV_WR_SEND, 0, 0);
 	if (!ret)
-		ret = cq_wait(s, IBV_WC_SEND, &wc);
+		ret = CQ_WAIT(s, NULL, IBV_WC_SEND);
 	if (ret)
 		goto out;
 	/* The client READs our buffer without us, then disconnects. */
@@ -385,7 +410,7 @@ static int client_run(struct side *c, struct sockaddr *dst, int nreads)
 				      .retry_count = 7,
 				      .rnr_retry_count = 7 };
 	struct smoke_priv priv;
-	struct ibv_wc wc;
+	uint32_t len = 0;
 	uint64_t raddr;
 	uint32_t rkey;
 	double t0, t1;
@@ -425,18 +450,18 @@ static int client_run(struct side *c, struct sockaddr *dst, int nreads)
 
 	ret = post_one(c, IBV_WR_SEND, 0, 0);
 	if (!ret)
-		ret = cq_wait(c, IBV_WC_SEND, &wc);
-	if (!ret)
-		ret = cq_wait(c, IBV_WC_RECV, &wc);
+		ret = CQ_WAIT(c, &len, IBV_WC_SEND, IBV_WC_RECV);
 	if (ret)
 		return ret;
+	if (len != MSG_LEN)
+		return -EBADMSG;
 	ret = check("client: SEND/RECV server->client", c->buf + BUF_RECV, MSG_LEN, 'C');
 	if (ret)
 		return ret;
 
 	ret = post_one(c, IBV_WR_RDMA_READ, raddr, rkey);
 	if (!ret)
-		ret = cq_wait(c, IBV_WC_RDMA_READ, &wc);
+		ret = CQ_WAIT(c, NULL, IBV_WC_RDMA_READ);
 	if (ret)
 		return ret;
 	ret = check("client: RDMA READ of the server's buffer", c->buf + BUF_READ, MSG_LEN, 'B');
@@ -447,7 +472,7 @@ static int client_run(struct side *c, struct sockaddr *dst, int nreads)
 	for (int i = 0; i < nreads; i++) {
 		ret = post_one(c, IBV_WR_RDMA_READ, raddr, rkey);
 		if (!ret)
-			ret = cq_wait(c, IBV_WC_RDMA_READ, &wc);
+			ret = CQ_WAIT(c, NULL, IBV_WC_RDMA_READ);
 		if (ret)
 			return ret;
 	}
@@ -557,8 +582,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	ret = client_run(&c, (struct sockaddr *)&addr, nreads);
-	if (ret)
+	if (ret) {
 		fprintf(stderr, "verbs_smoke: FAIL: client: %s\n", strerror(-ret));
+		/* Best effort, so the server stops waiting for us. */
+		if (c.id)
+			rdma_disconnect(c.id);
+	}
 	pthread_join(th, NULL);
 	if (sv.ret)
 		fprintf(stderr, "verbs_smoke: FAIL: server: %s\n", strerror(-sv.ret));
