@@ -124,14 +124,15 @@ rig_kernel() {
 	fi
 	[ -n "$kpkg" ] || kpkg=$(kpkg_resolve)
 	if [ -z "$kpkg" ]; then
-		say "no apt lists; apt-get update"
+		say "apt-cache cannot resolve linux-image-amd64; apt-get update"
 		apt-get update -qq || true
 		kpkg=$(kpkg_resolve)
 	fi
 	if [ -z "$kpkg" ]; then
 		# Offline, no lists: the newest kernel already unpacked.
-		kdir=$(find "$cache" -maxdepth 2 -name .ready -printf '%h\n' | sort -V | tail -n 1)
-		[ -n "$kdir" ] || die "cannot resolve linux-image-amd64 (apt-cache) and no kernel in $cache"
+		kdir=$(printf '%s\n' "$cache"/*/.ready | sort -V | tail -n 1)
+		kdir=${kdir%/.ready}
+		[ -f "$kdir/.ready" ] || die "cannot resolve linux-image-amd64 (apt-cache) and no kernel in $cache"
 		kver=${kdir##*/}
 		say "apt cannot resolve linux-image-amd64; using the cached $kver"
 		return 0
