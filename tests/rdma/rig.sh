@@ -116,8 +116,10 @@ kpkg_resolve() {
 # Sets kver and kdir; fetches and unpacks the kernel when not yet cached.
 rig_kernel() {
 	local kpkg=${RIG_KPKG:-} tmp deb lockfd
-	mkdir -p "$cache" 2>/dev/null || cache=${XDG_CACHE_HOME:-$HOME/.cache}/coord-rig
-	mkdir -p "$cache"
+	if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
+		cache=${XDG_CACHE_HOME:-$HOME/.cache}/coord-rig # not root
+		mkdir -p "$cache"
+	fi
 	# apt-cache takes 0.7-2 s: reuse the last answer while apt's lists are unchanged.
 	if [ -z "$kpkg" ] && [ -f "$cache/.kpkg" ] && [ "$cache/.kpkg" -nt /var/lib/apt/lists ]; then
 		kpkg=$(<"$cache/.kpkg")
@@ -149,7 +151,8 @@ rig_kernel() {
 		local t0
 		t0=$(now)
 		tmp=$cache/.tmp.$$
-		rm -rf "$tmp" "$kdir"
+		# Under the lock, any other .tmp.* is what a killed run left.
+		rm -rf "$cache"/.tmp.* "$kdir"
 		mkdir -p "$tmp/deb"
 		if ! (cd "$tmp/deb" && apt-get download -q -o APT::Sandbox::User=root "$kpkg"); then
 			say "apt-get download $kpkg failed; apt-get update and resolve again"
@@ -158,6 +161,12 @@ rig_kernel() {
 			[ -n "$kpkg" ] || die "cannot resolve linux-image-amd64"
 			kver=${kpkg#linux-image-}
 			kdir=$cache/$kver
+			[ -n "${RIG_KPKG:-}" ] || echo "$kpkg" >"$cache/.kpkg"
+			if [ -f "$kdir/.ready" ]; then
+				rm -rf "$tmp"
+				exec {lockfd}>&-
+				return 0
+			fi
 			(cd "$tmp/deb" && apt-get download -q -o APT::Sandbox::User=root "$kpkg") ||
 				die "apt-get download $kpkg failed"
 		fi
@@ -166,7 +175,7 @@ rig_kernel() {
 		[ -f "$tmp/root/boot/vmlinuz-$kver" ] || die "$deb has no boot/vmlinuz-$kver"
 		# The .deb ships no modules.dep: depmod normally runs at install.
 		depmod -b "$tmp/root" "$kver"
-		rm -rf "$tmp/deb"
+		rm -rf "$tmp/deb" "$kdir"
 		mv "$tmp/root" "$kdir"
 		rmdir "$tmp"
 		touch "$kdir/.ready"
