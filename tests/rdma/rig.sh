@@ -9,6 +9,13 @@
 #   bash tests/rdma/rig.sh run -f cmds.txt           # one command a line, # comments
 #   bash tests/rdma/rig.sh deps | kernel | help
 #
+# run (and selftest) options: -c 'LINE' and -f FILE add commands (busybox sh
+# lines; no bash, no python in the guest); -- CMD [ARG...] adds one, quoted,
+# and ends the options; --file PATH copies more into the guest (a directory:
+# all of it; e.g. a coord-worker or a .so a test finds through an environment
+# variable); --timeout SECS is the per-command limit.  Host programs that
+# busybox also has (ip, ls, ...) are used only when named by their path.
+#
 # How it works
 #  1. deps: apt-get installs what is missing of coord_rig_deps (.ci/deps.sh):
 #     qemu-system-x86 busybox-static cpio kmod iproute2 ibverbs-utils
