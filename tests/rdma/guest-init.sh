@@ -59,7 +59,8 @@ while read -r m; do
 done </rig/modules
 
 ip link set lo up || fail "ip link set lo up"
-# virtio_net's probe finishes after insmod returns: wait for eth0, 10 s at most.
+# eth0 is normally there once insmod virtio_net returns; should the probe be
+# deferred, wait for it, 10 s at most.
 i=0
 while [ ! -e /sys/class/net/eth0 ]; do
 	i=$((i + 1))
