@@ -49,10 +49,11 @@
 # 120 s), each command ($RIG_TIMEOUT or --timeout, 300 s), the whole VM
 # (boot + commands x limit + 30 s).
 #
-# Time here (2 vCPUs, no KVM): qemu start to rxe0 ACTIVE about 6.5 s; a
-# trivial run about 10 s with everything cached; selftest about 30 s; the
-# first run on a fresh machine adds apt (about 15-60 s) and the kernel fetch
-# and unpack (about 6 s, 70 MB download, 400 MB in the cache).
+# Time here (2 vCPUs, no KVM, the host shared with other jobs, load 4-9):
+# 0.5-2 s before qemu starts; qemu start to rxe0 ACTIVE 9.5-25 s (about 6.5 s
+# on a quiet machine); a trivial run 10-24 s; selftest 23-40 s.  The first
+# run on a fresh machine adds the apt install (14 s here) and the kernel
+# (70 MB download, unpack, depmod: 8-10 s; 400 MB in the cache).
 #
 # Natively (no rig): on a host with an RDMA NIC, or a kernel with rdma_rxe
 # (`modprobe rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev eth0`), run
