@@ -420,6 +420,10 @@ rig_report() {
 		[ "$rc" = 0 ] || fail=1
 		[ "$rc" != 137 ] || say "      (137: killed at the ${cmd_timeout} s limit, or SIGKILL)"
 	done
+	# Benchmarks' one-line results (perftest_pair.sh prints them), once more.
+	while IFS= read -r line; do
+		say "  $line"
+	done < <(grep '^SUMMARY ' <<<"$out" || true)
 	if [ $rigfail = 0 ]; then
 		grep -q '@@RIG DONE' <<<"$out" || {
 			say "FAIL: the guest stopped before running every command"
