@@ -28,8 +28,9 @@
 #     order from modprobe --show-depends: virtio NIC, crc32_generic, udp
 #     tunnels, ib_core, ib_uverbs, rdma_rxe, rdma_cm, rdma_ucm, ib_umad), the
 #     `rdma` tool, ibv_devinfo, the rxe provider and its .driver file, and
-#     every program or file the commands name (words that are host files, or
-#     host programs that are not busybox applets), each ELF with its ldd
+#     every program or file the commands name (words that are host files,
+#     also after NAME= or --opt=, or host programs that are not busybox
+#     applets), each ELF with its ldd
 #     closure plus libgcc_s (which glibc dlopen()s).  Files keep their host
 #     paths and the guest starts in the host's working directory, so relative
 #     and absolute paths mean the same inside; --file adds more.
@@ -227,10 +228,14 @@ add_libs() {
 }
 
 # add_word WORD: a command's word that names a host file (relative to the
-# working directory or absolute) or a host program that busybox lacks.
+# working directory or absolute; also after NAME= or --opt=, as in
+# COORD_WORKER_BIN=/path/coord-worker) or a host program that busybox lacks.
 add_word() {
 	local w=$1 p
 	case $w in
+	*=*/*)
+		add_word "${w#*=}"
+		;;
 	*/*)
 		[ -f "$w" ] || return 0
 		case $w in
