@@ -1,15 +1,17 @@
 #!/bin/sh
 # tests/rdma/perftest_pair.sh - run one perftest tool as server and client on
-# one RDMA device (rxe0 in the rig: it loops back to itself) and print its
-# typical latency.  Guest side of rig.sh (busybox sh); also runs natively.
+# one RDMA device (rxe0 in the rig: it loops back to itself) and print one
+# SUMMARY line: typical latency (*_lat) or average bandwidth (*_bw).  Guest
+# side of rig.sh (busybox sh); also runs natively.
 #
 #   sh tests/rdma/perftest_pair.sh ib_send_lat -n 1000
+#   sh tests/rdma/perftest_pair.sh ib_send_bw -n 1000 -s 65536
 #   RIG_DEV=mlx5_0 RIG_ADDR=192.168.1.5 RIG_GID=3 sh tests/rdma/perftest_pair.sh ib_read_lat
 #
 # The server is started first; the client starts once the server's TCP
-# out-of-band port is listening (bounded wait; not with -R, whose rdma_cm port
-# never shows in /proc/net/tcp).  Exit: the client's status, or 1 if the
-# server never listened or failed.
+# out-of-band port is listening (bounded wait), or with -R (rdma_cm, whose
+# port never shows in /proc/net/tcp) after a fixed 3 s.  Exit: the client's
+# status, or 1 if the server never listened or failed.
 set -u
 [ $# -ge 1 ] || {
 	echo "usage: perftest_pair.sh TOOL [ARGS...]" >&2
@@ -28,18 +30,30 @@ opts="-d $dev -x $gid -F -p $port"
 "$tool" $opts "$@" >"$log.server" 2>&1 &
 spid=$!
 
-hexport=$(printf '%04X' "$port")
-i=0
-while ! grep -q ":$hexport [0-9A-F]*:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
-	i=$((i + 1))
-	if [ $i -gt 100 ] || ! kill -0 $spid 2>/dev/null; then
-		echo "perftest_pair: $tool server did not listen on port $port within 20 s:"
-		kill $spid 2>/dev/null
-		cat "$log.server"
-		exit 1
-	fi
-	sleep 0.2
-done
+server_gone() {
+	echo "perftest_pair: $tool server did not listen on port $port within $1:"
+	kill $spid 2>/dev/null
+	cat "$log.server"
+	exit 1
+}
+
+case " $* " in
+*" -R "*)
+	sleep 3 # rdma_cm's port never shows in /proc/net/tcp
+	kill -0 $spid 2>/dev/null || server_gone "3 s"
+	;;
+*)
+	hexport=$(printf '%04X' "$port")
+	i=0
+	while ! grep -q ":$hexport [0-9A-F]*:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+		i=$((i + 1))
+		if [ $i -gt 100 ] || ! kill -0 $spid 2>/dev/null; then
+			server_gone "20 s"
+		fi
+		sleep 0.2
+	done
+	;;
+esac
 
 # shellcheck disable=SC2086
 "$tool" $opts "$@" "$addr" >"$log.client" 2>&1
@@ -62,13 +76,19 @@ if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
 	exit 1
 fi
 
-# One greppable line: the row under the header that names t_typical.
+# One greppable line from the row under the results header.
 awk -v tool="$tool" '
-	/t_typical/ { hdr = 1; next }
-	hdr && $1 ~ /^[0-9]+$/ {
+	/t_typical/ { lat = 1; next }
+	/BW average/ { bw = 1; next }
+	lat && $1 ~ /^[0-9]+$/ {
 		printf "SUMMARY %s %s B: t_typical %s us, t_avg %s us, 99%% %s us (%s iterations)\n",
 		       tool, $1, $5, $6, $8, $2
 		found = 1; exit
 	}
-	END { if (!found) { print "perftest_pair: no latency row in the output"; exit 1 } }
+	bw && $1 ~ /^[0-9]+$/ {
+		printf "SUMMARY %s %s B: BW average %s MB/s, peak %s MB/s, %s Mpps (%s iterations)\n",
+		       tool, $1, $4, $3, $5, $2
+		found = 1; exit
+	}
+	END { if (!found) { print "perftest_pair: no result row in the output"; exit 1 } }
 ' "$log.client"
