@@ -52,7 +52,7 @@
 #
 # Time here (2 vCPUs, no KVM, the host shared with other jobs, load 4-9):
 # 0.5-2 s before qemu starts; qemu start to rxe0 ACTIVE 9.5-25 s (about 6.5 s
-# on a quiet machine); a trivial run 10-24 s; selftest 23-40 s.  The first
+# on a quiet machine); a trivial run 10-24 s; selftest 16-40 s.  The first
 # run on a fresh machine adds the apt install (14 s here) and the kernel
 # (70 MB download, unpack, depmod: 8-10 s; 400 MB in the cache).
 #
