@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "runtime/ps.h"
 
 enum { ERR_EMPTY, ERR_WRITING, ERR_SET, ERR_TAKEN };
 
@@ -66,6 +67,8 @@ void coord_opts_init(struct coord_opts *o)
 	o->window = 128;
 	o->max_frame = 16u << 20;
 	o->connect_timeout_ms = 5000;
+	o->inproc_ps = 1;
+	o->ps_timeout_ms = 30000;
 }
 
 /* Seconds (a decimal number) from the environment, as ms; -1 if unset. */
@@ -949,6 +952,9 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		c->disp[i].c = c;
 		c->disp[i].index = i;
 	}
+	r = coord_ps_setup(c, spec, err); /* before start: tcp tells workers */
+	if (r < 0)
+		goto err_disp;
 	c->spec = spec;
 	r = tp->start(c, err);
 	c->spec = NULL;
@@ -958,6 +964,7 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	return 0;
 
 err_disp:
+	coord_ps_destroy(c->ps);
 	free(c->disp);
 err_workers:
 	free(c->workers);
@@ -1022,6 +1029,8 @@ void coord_destroy(struct coord *c)
 	coord_smp_mb(); /* stopping before the wake of stagger sleepers */
 	coord_futex_wake_all(&c->stopping);
 	c->tp->stop(c);
+	coord_ps_destroy(c->ps); /* no function runs any more */
+	c->ps = NULL;
 	cancel_older(c, gen_bump(c)); /* anything left (none expected) */
 	urcu_bp_barrier();	      /* every deferred closure release has run */
 	coord_ring_fini(&c->ring);

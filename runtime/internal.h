@@ -191,6 +191,7 @@ struct coord {
 	const struct coord_tp_ops *tp;
 	void *tp_state;
 	const struct coord_spec *spec; /* borrowed: valid only inside coord_create() */
+	struct coord_ps *ps;	       /* parameter servers (runtime/ps.h), or NULL */
 	uint64_t created_ns;
 };
 
@@ -280,6 +281,7 @@ struct coord_res_slot {
 struct coord_exec_env {
 	const struct coord_registry *reg;
 	int worker;
+	struct coord_ps *ps; /* the ps tasks its functions reach (runtime/ps.h) */
 	struct coord_res_slot *res;
 	uint32_t nres, capres;
 };

@@ -110,6 +110,7 @@ static int inproc_start(struct coord *c, struct coord_error *err)
 	for (unsigned i = 0; i < c->nworkers; i++) {
 		iws[i].env.reg = c->reg;
 		iws[i].env.worker = (int)i;
+		iws[i].env.ps = c->ps;
 		c->workers[i].tp = &iws[i];
 		r = pthread_create(&iws[i].thread, NULL, inproc_main, &c->disp[i]);
 		if (r) {

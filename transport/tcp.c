@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "runtime/internal.h"
+#include "runtime/ps.h"
 #include "transport/sock.h"
 
 enum { OP_RECV = 0, OP_SEND = 1, OP_EFD = 2, OP_MASK = 3 };
@@ -651,22 +652,31 @@ static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
 	r = coord_frame_reader_init(&rd, k->fd, c->opts.max_frame);
 	if (r < 0)
 		return coord_seterr(err, r, "no memory");
-	r = coord_handshake_client(&rd, &t->key, COORD_ROLE_COORDINATOR, (uint32_t)w->index,
-				   c->opts.connect_timeout_ms, addr, err);
+	r = coord_handshake_client(&rd, &t->key, COORD_ROLE_COORDINATOR, COORD_ROLE_WORKER,
+				   (uint32_t)w->index, c->opts.connect_timeout_ms, addr, err);
 	coord_frame_reader_fini(&rd);
 	if (r < 0)
 		return r;
 	/* The function table: our ids, by name (the worker maps them). */
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		fcap += 6 + strlen(c->reg->fns[i].name);
-	fb = malloc(fcap + COORD_WIRE_HDR);
+	/* Then where the ps tasks are (runtime/ps.h), if there are any. */
+	for (unsigned i = 0; c->ps && c->ps->remote && i < c->ps->nps; i++)
+		fcap += 6 + strlen(coord_psc_addr(c->ps->remote, i));
+	fb = malloc(fcap + 2 * COORD_WIRE_HDR);
 	if (!fb)
 		return coord_seterr(err, COORD_ENOMEM, "no memory");
-	coord_wire_writer_init(&fw, fb, fcap + COORD_WIRE_HDR);
+	coord_wire_writer_init(&fw, fb, fcap + 2 * COORD_WIRE_HDR);
 	coord_wire_begin(&fw, COORD_WIRE_FN_TABLE);
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		coord_wire_put_fn(&fw, i, c->reg->fns[i].name);
 	coord_wire_end(&fw);
+	if (c->ps && c->ps->remote && c->ps->nps) {
+		coord_wire_begin(&fw, COORD_WIRE_PS_TABLE);
+		for (unsigned i = 0; i < c->ps->nps; i++)
+			coord_wire_put_addr(&fw, i, coord_psc_addr(c->ps->remote, i));
+		coord_wire_end(&fw);
+	}
 	r = coord_sock_send_all(k->fd, fb, fw.len);
 	free(fb);
 	if (r < 0)

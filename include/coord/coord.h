@@ -57,6 +57,10 @@ struct coord_pw;
  * @connect_timeout_ms: tcp: per worker, connect + handshake (5000).
  * @key_file:        tcp: cluster key file; NULL = $COORD_CLUSTER_KEY_FILE,
  *                   then $COORD_CLUSTER_KEY, then none (loopback workers).
+ * @inproc_ps:       ps tasks of the inproc transport when @spec has no "ps"
+ *                   job (default 1); see coord/var.h.
+ * @ps_timeout_ms:   tcp: how long a variable operation waits for its ps
+ *                   (default 30000), then fails with COORD_ETIMEDOUT.
  * @flags:           reserved, 0.
  */
 struct coord_opts {
@@ -73,6 +77,8 @@ struct coord_opts {
 	uint32_t max_frame;
 	int connect_timeout_ms;
 	const char *key_file;
+	unsigned inproc_ps;
+	int ps_timeout_ms;
 	uint64_t flags;
 };
 
