@@ -159,12 +159,12 @@ static int op_scatter(struct coord_varstore *vs, const struct coord_ps_op *op,
 		return coord_seterr(err, COORD_EINVAL, "scatter_add on scalar '%s'", info.name);
 	rowlen = info.nelem / info.dims[0];
 	if (op->n > UINT32_MAX / 8 || op->n * (8 + 4 * rowlen) != total)
-		return coord_seterr(err, COORD_EINVAL,
-				    "scatter_add on '%s' (rows of %llu): %llu indices need %llu "
-				    "data bytes, got %llu",
-				    info.name, (unsigned long long)rowlen, (unsigned long long)op->n,
-				    (unsigned long long)(op->n * (8 + 4 * rowlen)),
-				    (unsigned long long)total);
+		return coord_seterr(
+			err, COORD_EINVAL,
+			"scatter_add on '%s' (rows of %llu): %llu indices need %llu "
+			"data bytes, got %llu",
+			info.name, (unsigned long long)rowlen, (unsigned long long)op->n,
+			(unsigned long long)(op->n * (8 + 4 * rowlen)), (unsigned long long)total);
 	ib = 8 * (size_t)op->n;
 	rb = (size_t)(total - ib);
 	/* Local calls pass indices and rows apart; a frame has them together. */
@@ -184,12 +184,12 @@ static int op_scatter(struct coord_varstore *vs, const struct coord_ps_op *op,
 static int ps_dir(const struct coord_ps_op *op, unsigned task, bool make, char *path, size_t cap,
 		  struct coord_error *err)
 {
-	if (op->name_len == 0 || op->name_len > COORD_PS_DIR_MAX || memchr(op->name, 0, op->name_len))
+	if (op->name_len == 0 || op->name_len > COORD_PS_DIR_MAX ||
+	    memchr(op->name, 0, op->name_len))
 		return coord_seterr(err, COORD_EINVAL, "checkpoint: bad directory name");
 	snprintf(path, cap, "%.*s/ps-%u", (int)op->name_len, op->name, task);
 	if (make && mkdir(path, 0755) < 0 && errno != EEXIST)
-		return coord_seterr(err, -errno, "checkpoint: mkdir %s: %s", path,
-				    strerror(errno));
+		return coord_seterr(err, -errno, "checkpoint: mkdir %s: %s", path, strerror(errno));
 	return 0;
 }
 
@@ -312,8 +312,7 @@ static int local_emit(void *arg, const void *p, size_t len)
 	return 0;
 }
 
-int coord_ps_run(struct coord_ps *ps, struct coord_ps_op *ops, unsigned n,
-		 struct coord_error *err)
+int coord_ps_run(struct coord_ps *ps, struct coord_ps_op *ops, unsigned n, struct coord_error *err)
 {
 	struct coord_ps_scratch s = { 0 };
 	struct coord_error e;
@@ -484,7 +483,7 @@ static int checkpoint(struct coord_ps *ps, uint16_t opc, const char *dir, uint64
 		      uint64_t *out, struct coord_error *err)
 {
 	struct coord_ps_op small[8], *ops = small;
-	uint8_t (*res)[8] = NULL;
+	uint8_t(*res)[8] = NULL;
 	size_t len = dir ? strlen(dir) : 0;
 	unsigned n = ps ? ps->nps : 0;
 	int r;
@@ -595,8 +594,7 @@ int coord_var_lookup(struct coord *c, const char *name, coord_var_t *var,
 	return var_lookup(c->ps, name, var, shape, err);
 }
 
-int coord_var_batch(struct coord *c, struct coord_var_op *ops, unsigned n,
-		    struct coord_error *err)
+int coord_var_batch(struct coord *c, struct coord_var_op *ops, unsigned n, struct coord_error *err)
 {
 	if (!c)
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
@@ -606,13 +604,15 @@ int coord_var_batch(struct coord *c, struct coord_var_op *ops, unsigned n,
 int coord_var_read(struct coord *c, coord_var_t var, uint64_t off, uint64_t n, float *out,
 		   struct coord_error *err)
 {
-	struct coord_var_op op = { .op = COORD_VAR_READ, .var = var, .off = off, .n = n, .dst = out };
+	struct coord_var_op op = {
+		.op = COORD_VAR_READ, .var = var, .off = off, .n = n, .dst = out
+	};
 
 	return coord_var_batch(c, &op, 1, err);
 }
 
-int coord_var_assign(struct coord *c, coord_var_t var, uint64_t off, uint64_t n,
-		     const float *src, struct coord_error *err)
+int coord_var_assign(struct coord *c, coord_var_t var, uint64_t off, uint64_t n, const float *src,
+		     struct coord_error *err)
 {
 	struct coord_var_op op = {
 		.op = COORD_VAR_ASSIGN, .var = var, .off = off, .n = n, .src = src
@@ -621,8 +621,7 @@ int coord_var_assign(struct coord *c, coord_var_t var, uint64_t off, uint64_t n,
 	return coord_var_batch(c, &op, 1, err);
 }
 
-int coord_checkpoint_save(struct coord *c, const char *dir, uint64_t step,
-			  struct coord_error *err)
+int coord_checkpoint_save(struct coord *c, const char *dir, uint64_t step, struct coord_error *err)
 {
 	if (!c)
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
@@ -662,10 +661,11 @@ int coord_ctx_var_batch(struct coord_ctx *ctx, struct coord_var_op *ops, unsigne
 	return ctx_err(ctx, var_batch(ctx->env->ps, ops, n, &e), &e);
 }
 
-int coord_ctx_var_read(struct coord_ctx *ctx, coord_var_t var, uint64_t off, uint64_t n,
-		       float *out)
+int coord_ctx_var_read(struct coord_ctx *ctx, coord_var_t var, uint64_t off, uint64_t n, float *out)
 {
-	struct coord_var_op op = { .op = COORD_VAR_READ, .var = var, .off = off, .n = n, .dst = out };
+	struct coord_var_op op = {
+		.op = COORD_VAR_READ, .var = var, .off = off, .n = n, .dst = out
+	};
 
 	return coord_ctx_var_batch(ctx, &op, 1);
 }

@@ -104,7 +104,8 @@ struct coord_ps {
  * coord_ps_local_create() - @nps in-process stores.  Any thread.
  * Return: 0; COORD_ENOMEM.
  */
-COORD_HIDDEN int coord_ps_local_create(unsigned nps, struct coord_ps **out, struct coord_error *err);
+COORD_HIDDEN int coord_ps_local_create(unsigned nps, struct coord_ps **out,
+				       struct coord_error *err);
 /* coord_ps_destroy() - free (local stores, or the remote client). */
 COORD_HIDDEN void coord_ps_destroy(struct coord_ps *ps);
 

@@ -504,7 +504,7 @@ static int deleted_err(struct coord_var *v, const char *op, struct coord_error *
 }
 
 int coord_vs_info(struct coord_varstore *vs, uint32_t id, struct coord_var_info *info,
-		   struct coord_error *err)
+		  struct coord_error *err)
 {
 	struct coord_var *v;
 	bool deleted;
@@ -577,25 +577,25 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 }
 
 int coord_vs_read(struct coord_varstore *vs, uint32_t id, size_t off, size_t n, float *out,
-		   struct coord_error *err)
+		  struct coord_error *err)
 {
 	return range_op(vs, id, off, n, out, NULL, OP_READ, err);
 }
 
 int coord_vs_assign(struct coord_varstore *vs, uint32_t id, size_t off, size_t n, const float *src,
-		     struct coord_error *err)
+		    struct coord_error *err)
 {
 	return range_op(vs, id, off, n, NULL, src, OP_ASSIGN, err);
 }
 
 int coord_vs_assign_add(struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
-			 const float *delta, struct coord_error *err)
+			const float *delta, struct coord_error *err)
 {
 	return range_op(vs, id, off, n, NULL, delta, OP_ADD, err);
 }
 
 int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t *indices,
-			  size_t nidx, const float *updates, struct coord_error *err)
+			 size_t nidx, const float *updates, struct coord_error *err)
 {
 	struct coord_var *v;
 	uint64_t mask = 0;

@@ -169,8 +169,8 @@ COORD_HIDDEN uint32_t coord_varstore_count(struct coord_varstore *vs);
  * Return: 0; -EINVAL NULL argument; -ENOENT unknown or deleted id.
  */
 COORD_HIDDEN COORD_NODISCARD int coord_vs_info(struct coord_varstore *vs, uint32_t id,
-						struct coord_var_info *info,
-						struct coord_error *err);
+					       struct coord_var_info *info,
+					       struct coord_error *err);
 
 /**
  * coord_vs_read() - copy elements [@off, @off + @n) of @id into @out.
@@ -188,16 +188,16 @@ COORD_HIDDEN COORD_NODISCARD int coord_vs_info(struct coord_varstore *vs, uint32
  * Return: 0; -EINVAL NULL buffer or range outside the variable; -ENOENT.
  */
 COORD_HIDDEN COORD_NODISCARD int coord_vs_read(struct coord_varstore *vs, uint32_t id, size_t off,
-						size_t n, float *out, struct coord_error *err);
+					       size_t n, float *out, struct coord_error *err);
 
 /**
  * coord_vs_assign() - set elements [@off, @off + @n) of @id to @src.
  * @src: borrowed for the call, @n floats.
  * Other parameters, atomicity and return as coord_vs_read().
  */
-COORD_HIDDEN COORD_NODISCARD int coord_vs_assign(struct coord_varstore *vs, uint32_t id,
-						  size_t off, size_t n, const float *src,
-						  struct coord_error *err);
+COORD_HIDDEN COORD_NODISCARD int coord_vs_assign(struct coord_varstore *vs, uint32_t id, size_t off,
+						 size_t n, const float *src,
+						 struct coord_error *err);
 
 /**
  * coord_vs_assign_add() - add @delta elementwise to elements
@@ -207,8 +207,8 @@ COORD_HIDDEN COORD_NODISCARD int coord_vs_assign(struct coord_varstore *vs, uint
  * adds are never lost.
  */
 COORD_HIDDEN COORD_NODISCARD int coord_vs_assign_add(struct coord_varstore *vs, uint32_t id,
-						      size_t off, size_t n, const float *delta,
-						      struct coord_error *err);
+						     size_t off, size_t n, const float *delta,
+						     struct coord_error *err);
 
 /**
  * coord_vs_scatter_add() - add row @updates[k] to row @indices[k] of @id.
@@ -229,9 +229,9 @@ COORD_HIDDEN COORD_NODISCARD int coord_vs_assign_add(struct coord_varstore *vs, 
  * -ERANGE an index outside [0, dims[0]) (named in @err); -ENOENT.
  */
 COORD_HIDDEN COORD_NODISCARD int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id,
-						       const int64_t *indices, size_t nidx,
-						       const float *updates,
-						       struct coord_error *err);
+						      const int64_t *indices, size_t nidx,
+						      const float *updates,
+						      struct coord_error *err);
 
 /**
  * coord_vs_delete() - delete variable @id and free its data.
@@ -247,7 +247,7 @@ COORD_HIDDEN COORD_NODISCARD int coord_vs_scatter_add(struct coord_varstore *vs,
  * Return: 0; -ENOENT unknown or already deleted.
  */
 COORD_HIDDEN COORD_NODISCARD int coord_vs_delete(struct coord_varstore *vs, uint32_t id,
-						  struct coord_error *err);
+						 struct coord_error *err);
 
 /**
  * coord_varstore_save() - write every live variable to @dir/ckpt-<@step>.coord

@@ -15,7 +15,14 @@
  *   pw_next   per-worker arg 0 is a counter resource: result = worker index
  *             (int32) and the counter's next value (int64)
  *   counter   resource creator: an int64 counter starting at args (int64 or 0)
- * Every function counts t_entered/t_exited.
+ * Every function counts t_entered/t_exited (not the var_* ones):
+ *   var_add     struct t_var_args: [off, off+n) += val through the ctx
+ *   var_read    struct t_var_args: result = floats [off, off+n)
+ *   var_scatter struct t_var_args (off = row length) + int64 idx[n]:
+ *               rows idx[k] += val
+ *   var_lookup  args a name: result = { handle, nelem } (uint64 x 2)
+ *   var_batch   struct t_var_args: one batch of += val and a read; result
+ *               = what the read saw
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -28,6 +35,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <coord/var.h>
 
 #include "helpers.h"
 
@@ -248,8 +257,113 @@ static int r_counter(struct coord_ctx *ctx, const void *args, size_t len, void *
 	return 0;
 }
 
+/* ---- variables (coord/var.h) -------------------------------------------------------- */
+
+/* args: struct t_var_args; every element of [off, off + n) += val (n <= 64). */
+static int f_var_add(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	float d[64];
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_add: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_add: n > 64");
+	for (uint64_t i = 0; i < a.n; i++)
+		d[i] = a.val;
+	return coord_ctx_var_assign_add(ctx, a.var, a.off, a.n, d);
+}
+
+/* args: struct t_var_args; result: elements [off, off + n) (n <= 64). */
+static int f_var_read(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	float v[64];
+	int r;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_read: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_read: n > 64");
+	r = coord_ctx_var_read(ctx, a.var, a.off, a.n, v);
+	return r < 0 ? r : coord_ctx_set_result(ctx, v, 4 * a.n);
+}
+
+/* args: struct t_var_args (off = row length, n = indices) + int64 idx[n];
+ * every updated row gets val in each element. */
+static int f_var_scatter(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	int64_t idx[16];
+	float rows[16 * 16];
+
+	memcpy(&a, args, len < sizeof(a) ? len : sizeof(a));
+	if (len < sizeof(a) || a.n > 16 || a.off > 16 || len != sizeof(a) + 8 * a.n)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_scatter: bad args");
+	memcpy(idx, (const uint8_t *)args + sizeof(a), 8 * a.n);
+	for (uint64_t i = 0; i < a.n * a.off; i++)
+		rows[i] = a.val;
+	return coord_ctx_var_scatter_add(ctx, a.var, idx, a.n, a.off, rows);
+}
+
+/* args: a variable name; result: its handle, as the worker resolves it. */
+static int f_var_lookup(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	char name[COORD_VAR_NAME_LEN + 1];
+	struct coord_var_shape sh;
+	coord_var_t v;
+	uint64_t out[2];
+	int r;
+
+	if (len == 0 || len > COORD_VAR_NAME_LEN)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_lookup: bad name");
+	memcpy(name, args, len);
+	name[len] = 0;
+	r = coord_ctx_var_lookup(ctx, name, &v, &sh);
+	if (r < 0)
+		return r;
+	out[0] = v;
+	out[1] = sh.nelem;
+	return coord_ctx_set_result(ctx, out, sizeof(out));
+}
+
+/* args: struct t_var_args; one batch: += val on [off, off+n), then read
+ * the same range (one frame); result: what the read saw. */
+static int f_var_batch(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	float d[64], v[64];
+	struct coord_var_op ops[2];
+	int r;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_batch: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_batch: n > 64");
+	for (uint64_t i = 0; i < a.n; i++)
+		d[i] = a.val;
+	memset(ops, 0, sizeof(ops));
+	ops[0] = (struct coord_var_op){
+		.op = COORD_VAR_ASSIGN_ADD, .var = a.var, .off = a.off, .n = a.n, .src = d
+	};
+	ops[1] = (struct coord_var_op){
+		.op = COORD_VAR_READ, .var = a.var, .off = a.off, .n = a.n, .dst = v
+	};
+	r = coord_ctx_var_batch(ctx, ops, 2);
+	return r < 0 ? r : coord_ctx_set_result(ctx, v, 4 * a.n);
+}
+
 int t_register(struct coord_registry *r)
 {
+	if (coord_registry_add(r, "var_add", f_var_add) ||
+	    coord_registry_add(r, "var_read", f_var_read) ||
+	    coord_registry_add(r, "var_scatter", f_var_scatter) ||
+	    coord_registry_add(r, "var_lookup", f_var_lookup) ||
+	    coord_registry_add(r, "var_batch", f_var_batch))
+		return -1;
 	if (coord_registry_add(r, "echo", f_echo) || coord_registry_add(r, "add", f_add) ||
 	    coord_registry_add(r, "sleep_us", f_sleep_us) ||
 	    coord_registry_add(r, "fail", f_fail) || coord_registry_add(r, "gated", f_gated) ||
@@ -280,48 +394,77 @@ const char *t_transport = "inproc";
 static pid_t t_pids[T_MAX_PROCS];
 static unsigned t_ports[T_MAX_PROCS], t_nprocs;
 
+pid_t t_spawn(char *const argv[], const char *banner, unsigned *port)
+{
+	char fmt[96], line[128];
+	int p[2];
+	pid_t pid;
+	FILE *f;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (pipe(p) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		/* die with the test, so a failed test leaves no server holding
+		 * the test runner's pipes */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(p[1], 1);
+		close(p[0]);
+		close(p[1]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	f = fdopen(p[0], "r");
+	snprintf(fmt, sizeof(fmt), "%s listening on port %%u", banner);
+	/* Bounded: the server prints its port at once or dies (EOF). */
+	alarm(20);
+	if (!f || !fgets(line, sizeof(line), f) || sscanf(line, fmt, port) != 1) {
+		fprintf(stderr, "%s did not start\n", argv[0]);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		if (f)
+			fclose(f);
+		alarm(0);
+		return -1;
+	}
+	alarm(0);
+	fclose(f);
+	return pid;
+}
+
+void t_reap(pid_t pid)
+{
+	int st;
+	uint64_t until = t_now_ns() + 5000000000ull;
+
+	kill(pid, SIGTERM);
+	while (waitpid(pid, &st, WNOHANG) == 0 && t_now_ns() < until)
+		t_sleep_ns(1000000);
+	if (waitpid(pid, &st, WNOHANG) == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+}
+
 int t_workers_start(unsigned n)
 {
 	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
+	const char *log = getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error";
 
 	if (!bin || !fns) {
 		fprintf(stderr, "COORD_WORKER_BIN and COORD_TESTFNS must be set\n");
 		return -1;
 	}
-	signal(SIGPIPE, SIG_IGN);
 	for (t_nprocs = 0; t_nprocs < n && t_nprocs < T_MAX_PROCS; t_nprocs++) {
-		int p[2];
-		pid_t pid;
-		char line[128];
-		FILE *f;
+		char *argv[] = { (char *)bin,	"--fns", (char *)fns, "--listen",
+				 "127.0.0.1:0", "--log", (char *)log, "--partial-ms",
+				 "500",		NULL };
+		pid_t pid = t_spawn(argv, "coord-worker", &t_ports[t_nprocs]);
 
-		if (pipe(p) < 0)
+		if (pid < 0)
 			return -1;
-		pid = fork();
-		if (pid == 0) {
-			/* die with the test, so a failed test leaves no worker
-			 * holding the test runner's pipes */
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			dup2(p[1], 1);
-			close(p[0]);
-			close(p[1]);
-			execl(bin, bin, "--fns", fns, "--listen", "127.0.0.1:0", "--log",
-			      getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error",
-			      "--partial-ms", "500", (char *)NULL);
-			_exit(127);
-		}
-		close(p[1]);
-		f = fdopen(p[0], "r");
-		/* Bounded: the worker prints its port at once or dies (EOF). */
-		alarm(20);
-		if (!f || !fgets(line, sizeof(line), f) ||
-		    sscanf(line, "coord-worker listening on port %u", &t_ports[t_nprocs]) != 1) {
-			fprintf(stderr, "coord-worker did not start\n");
-			kill(pid, SIGKILL);
-			return -1;
-		}
-		alarm(0);
-		fclose(f);
 		t_pids[t_nprocs] = pid;
 	}
 	return 0;
@@ -329,18 +472,8 @@ int t_workers_start(unsigned n)
 
 void t_workers_stop(void)
 {
-	for (unsigned i = 0; i < t_nprocs; i++) {
-		int st;
-		uint64_t until = t_now_ns() + 5000000000ull;
-
-		kill(t_pids[i], SIGTERM);
-		while (waitpid(t_pids[i], &st, WNOHANG) == 0 && t_now_ns() < until)
-			t_sleep_ns(1000000);
-		if (waitpid(t_pids[i], &st, WNOHANG) == 0) {
-			kill(t_pids[i], SIGKILL);
-			waitpid(t_pids[i], &st, 0);
-		}
-	}
+	for (unsigned i = 0; i < t_nprocs; i++)
+		t_reap(t_pids[i]);
 	t_nprocs = 0;
 }
 

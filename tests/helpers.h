@@ -6,6 +6,7 @@
 #define COORD_TESTS_HELPERS_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <coord/coord.h>
 
@@ -55,6 +56,15 @@ extern struct t_shared *t_sh;
 #define t_order (t_sh->order)
 void t_reset_counters(void);
 
+/* Arguments of the var_* test functions (helpers.c). */
+struct t_var_args {
+	uint64_t var;
+	uint64_t off;
+	uint64_t n;
+	float val;
+	uint32_t pad;
+};
+
 /* Register the standard functions into @reg (also coord_register_fns()). */
 int t_register(struct coord_registry *reg);
 
@@ -64,6 +74,13 @@ int t_register(struct coord_registry *reg);
  * t_workers_start() (COORD_WORKER_BIN, COORD_TESTFNS from meson).
  */
 extern const char *t_transport;
+/*
+ * t_spawn() - run @argv (a server) with stdout on a pipe, wait for its
+ * "<@banner> listening on port P" line; its pid (*@port = P) or -1.  The
+ * child dies with the test (PDEATHSIG).  t_reap(): SIGTERM, then SIGKILL.
+ */
+pid_t t_spawn(char *const argv[], const char *banner, unsigned *port);
+void t_reap(pid_t pid);
 /* Start @n coord-worker processes on ephemeral loopback ports; 0 or -1. */
 int t_workers_start(unsigned n);
 void t_workers_stop(void);

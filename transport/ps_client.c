@@ -99,9 +99,8 @@ static void wait_error(struct psc_wait *w, int code, const char *msg, size_t len
 
 	/* Acq_rel CAS: one writer of the message; the waiter reads it after
 	 * left reaches 0 (release below, acquire in the waiter). */
-	if (w->err && atomic_compare_exchange_strong_explicit(&w->has_err, &no, 1,
-							      memory_order_acq_rel,
-							      memory_order_relaxed))
+	if (w->err && atomic_compare_exchange_strong_explicit(
+			      &w->has_err, &no, 1, memory_order_acq_rel, memory_order_relaxed))
 		coord_seterr(w->err, code, "%.*s", (int)(len < 200 ? len : 200), msg);
 }
 
@@ -193,7 +192,8 @@ static void *reader_main(void *arg)
 
 		r = coord_frame_read(&rd, -1, 10000, &h, &payload);
 		if (r < 0) {
-			why = r == -EPIPE ? "connection closed by the ps" : "read failed or bad frame";
+			why = r == -EPIPE ? "connection closed by the ps"
+					  : "read failed or bad frame";
 			break;
 		}
 		if (h.type == COORD_WIRE_ERROR) {
@@ -251,17 +251,19 @@ static int conn_up(struct psc_conn *k, struct coord_error *err)
 		r = coord_frame_reader_init(&rd, fd, k->p->max_frame);
 		if (r == 0) {
 			r = coord_handshake_client(&rd, &k->p->key, k->p->role, COORD_ROLE_PS,
-						   k->task, k->p->connect_timeout_ms, k->addr,
-						   err);
+						   k->task, k->p->connect_timeout_ms, k->addr, err);
 			coord_frame_reader_fini(&rd);
 		}
 	}
 	if (r < 0) {
 		if (fd >= 0)
 			close(fd);
+		char why[COORD_ERRMSG_LEN];
+
+		snprintf(why, sizeof(why), "%s", err && err->msg[0] ? err->msg : strerror(-r));
 		pthread_mutex_unlock(&k->conn_lock);
-		return coord_seterr(err, COORD_EUNAVAILABLE, "ps task %u (%s): %s", k->task,
-				    k->addr, err && err->msg[0] ? err->msg : strerror(-r));
+		return coord_seterr(err, COORD_EUNAVAILABLE, "ps task %u unreachable: %s", k->task,
+				    why);
 	}
 	pthread_mutex_lock(&k->lock);
 	k->fd = fd;
@@ -329,8 +331,7 @@ static int out_room(struct psc_conn *k, size_t need)
 	return 0;
 }
 
-static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait *w,
-		    uint32_t *slot)
+static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait *w, uint32_t *slot)
 {
 	struct coord_wire_vreq q = { .op = op->op,
 				     .name_len = op->name_len,
@@ -404,8 +405,7 @@ static void flush(struct psc_conn *k)
 
 /* ---- running a batch ------------------------------------------------------------------ */
 
-int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
-		  struct coord_error *err)
+int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, struct coord_error *err)
 {
 	struct psc_wait w = { .err = err };
 	uint32_t small[16], *slot = small;

@@ -389,7 +389,8 @@ int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key
 	if (r == 0 && (ack.role != server_role || ack.task != task))
 		return coord_seterr(err, -EPROTO,
 				    "%s is a %s serving task %u, not the %s of task %u we expected",
-				    peer, role_name(ack.role), ack.task, role_name(server_role), task);
+				    peer, role_name(ack.role), ack.task, role_name(server_role),
+				    task);
 	if (r < 0)
 		return coord_seterr(err, r, "%s: cannot send AUTH: %s", peer, strerror(-r));
 	return 0;

@@ -81,7 +81,7 @@ struct conn {
 
 struct srv {
 	const struct coord_server_opts *o;
-	uint8_t role; /* COORD_ROLE_WORKER or COORD_ROLE_PS */
+	uint8_t role;		   /* COORD_ROLE_WORKER or COORD_ROLE_PS */
 	struct coord_varstore *vs; /* ps: the variables */
 	struct coord_key key;
 	_Atomic int stopping;
@@ -536,6 +536,10 @@ static void *conn_main(void *arg)
 		}
 	}
 out:
+	/* Here, not in conn_free(): reap() holds s->lock, ps_release takes it. */
+	ps_release(k->s, k->ps);
+	k->ps = NULL;
+	k->env.ps = NULL;
 	shutdown(k->fd, SHUT_RDWR);
 	/* Release: the acceptor reaps us only after everything above. */
 	atomic_store_explicit(&k->done, 1, memory_order_release);
@@ -547,7 +551,6 @@ static void conn_free(struct conn *k)
 	close(k->fd);
 	coord_frame_reader_fini(&k->rd);
 	coord_exec_env_fini(&k->env);
-	ps_release(k->s, k->ps);
 	free(k->scratch.buf);
 	free(k->fnmap);
 	free(k->out);

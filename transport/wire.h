@@ -202,8 +202,8 @@ COORD_HIDDEN int coord_wire_next_req(struct coord_wire_iter *it, struct coord_wi
 COORD_HIDDEN int coord_wire_next_res(struct coord_wire_iter *it, struct coord_wire_res *r);
 COORD_HIDDEN int coord_wire_next_fn(struct coord_wire_iter *it, uint32_t *id, const char **name,
 				    uint16_t *len);
-COORD_HIDDEN int coord_wire_next_addr(struct coord_wire_iter *it, uint32_t *task,
-				      const char **addr, uint16_t *len);
+COORD_HIDDEN int coord_wire_next_addr(struct coord_wire_iter *it, uint32_t *task, const char **addr,
+				      uint16_t *len);
 COORD_HIDDEN int coord_wire_next_vreq(struct coord_wire_iter *it, struct coord_wire_vreq *r);
 COORD_HIDDEN int coord_wire_next_vres(struct coord_wire_iter *it, struct coord_wire_vres *r);
 

@@ -124,8 +124,8 @@ COORD_API COORD_NODISCARD int coord_var_lookup(struct coord *c, const char *name
  * frame per ps task.  Each op's @code tells how it went.
  * Return: 0 if all succeeded, else the first failure's code (message in @err).
  */
-COORD_API COORD_NODISCARD int coord_var_batch(struct coord *c, struct coord_var_op *ops,
-					      unsigned n, struct coord_error *err);
+COORD_API COORD_NODISCARD int coord_var_batch(struct coord *c, struct coord_var_op *ops, unsigned n,
+					      struct coord_error *err);
 
 /** coord_var_read() - read elements [@off, @off + @n) into @out. */
 COORD_API COORD_NODISCARD int coord_var_read(struct coord *c, coord_var_t var, uint64_t off,
@@ -143,8 +143,8 @@ COORD_API COORD_NODISCARD int coord_var_assign(struct coord *c, coord_var_t var,
  * same path (a shared or local file system).
  * Return: 0; an error naming the ps task and file that failed.
  */
-COORD_API COORD_NODISCARD int coord_checkpoint_save(struct coord *c, const char *dir,
-						    uint64_t step, struct coord_error *err);
+COORD_API COORD_NODISCARD int coord_checkpoint_save(struct coord *c, const char *dir, uint64_t step,
+						    struct coord_error *err);
 
 /**
  * coord_checkpoint_restore() - every ps task loads its newest checkpoint
