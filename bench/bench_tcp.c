@@ -37,7 +37,9 @@
  *               connections (a spec listing 4 coord-worker processes 64
  *               times each; each spec task is one connection, i.e. one
  *               worker thread in a coord-worker), against the same
- *               coordinator set-up with 2 connections (2 processes).
+ *               coordinator set-up with 2 connections (2 processes).  An
+ *               extra row, not the target: the same 256 connections with
+ *               8 closures in flight each.
  * Implementations alternate within each repeat; round 0 warms up and is
  * not counted.
  *
@@ -83,6 +85,7 @@
 #define WINDOW 256 /* opts.window: never below the closures in flight */
 #define SCALE_CONNS 256
 #define SCALE_INFLIGHT 256
+#define SCALE_DEEP 8 /* the extra row: this many in flight per connection */
 #define TPUT_TARGET 2e6
 #define RTT_TARGET 1.2
 #define SCALE_TARGET 0.80
@@ -470,13 +473,13 @@ int main(int argc, char **argv)
 	struct coord_rv **rvs;
 	struct bench_samples rate[3][NF] = { 0 }, cpu[3][NF] = { 0 }, pp_rate = { 0 },
 			     pp_cpu = { 0 }, rtt = { 0 }, pp_lat = { 0 }, rtt_p50 = { 0 },
-			     pp_p50 = { 0 }, ps_lat = { 0 }, ps_p50 = { 0 }, srate[2] = { 0 },
-			     scpu[2] = { 0 };
+			     pp_p50 = { 0 }, ps_lat = { 0 }, ps_p50 = { 0 }, srate[3] = { 0 },
+			     scpu[3] = { 0 };
 	struct bench_stats st, pp_rate_st, pp_cpu_st, rtt_st, pp_st, r50_st, p50_st, ps_st, ps50_st,
-		sst[2];
+		sst[3];
 	size_t req_bytes, res_bytes;
 	uint64_t dur_ns, n_rtt, t_start = bench_now_ns();
-	unsigned scale_conns;
+	unsigned scale_conns, scale_f[3];
 	double best256 = 0, rtt_ratio, spin_ratio, scale_ratio;
 	char title[300];
 
@@ -502,8 +505,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_tcp: registry set-up failed\n");
 		return 1;
 	}
-	rvs = calloc(SCALE_INFLIGHT > inflight[NF - 1] ? SCALE_INFLIGHT : inflight[NF - 1],
-		     sizeof(*rvs));
+	scale_f[0] = scale_f[1] = SCALE_INFLIGHT;
+	scale_f[2] = SCALE_DEEP * scale_conns;
+	rvs = calloc(scale_f[2] > inflight[NF - 1] ? scale_f[2] : inflight[NF - 1], sizeof(*rvs));
 	if (!rvs)
 		return 1;
 	for (unsigned w = 1; w <= 2; w++)
@@ -547,8 +551,8 @@ int main(int argc, char **argv)
 	scale:
 		if (only && strcmp(only, "scale"))
 			continue;
-		for (unsigned s = 0; s < 2; s++) {
-			coord_window(cs[s], fs[s], SCALE_INFLIGHT, dur_ns, rvs, &r, &c);
+		for (unsigned s = 0; s < 3; s++) {
+			coord_window(cs[s ? 1 : 0], fs[s ? 1 : 0], scale_f[s], dur_ns, rvs, &r, &c);
 			if (rep) {
 				bench_samples_add(&srate[s], r);
 				bench_samples_add(&scpu[s], c);
@@ -647,6 +651,7 @@ int main(int argc, char **argv)
 	/* 5. scale */
 	summarize(&srate[0], true, 1.0, &sst[0]);
 	summarize(&srate[1], true, 1.0, &sst[1]);
+	summarize(&srate[2], true, 1.0, &sst[2]);
 	scale_ratio = bench_speedup(&sst[1], &sst[0], true);
 	snprintf(title, sizeof(title),
 		 "bench_tcp scale: %d in flight, one coordinator (tcp_loops=%d window=%d); %u "
@@ -658,11 +663,18 @@ int main(int argc, char **argv)
 	bench_row("2 connections (base)", &sst[0], &sst[0], true);
 	snprintf(title, sizeof(title), "%u connections", scale_conns);
 	bench_row(title, &sst[1], &sst[0], true);
-	for (unsigned s = 0; s < 2; s++) {
+	snprintf(title, sizeof(title), "%u conns, %u in flight (not target)", scale_conns,
+		 scale_f[2]);
+	bench_row(title, &sst[2], &sst[0], true);
+	printf("# the last row: %d in flight per connection, so that frames carry several "
+	       "closures again\n",
+	       SCALE_DEEP);
+	for (unsigned s = 0; s < 3; s++) {
 		summarize(&scpu[s], false, 1.0, &st);
-		printf("# coordinator CPU per closure, %u connections: median %.0f ns, p99 %.0f, "
-		       "min - max %.0f - %.0f\n",
-		       s ? scale_conns : 2, st.median, st.p99, st.min, st.max);
+		printf("# coordinator CPU per closure, %u connections, %u in flight: median %.0f "
+		       "ns, "
+		       "p99 %.0f, min - max %.0f - %.0f\n",
+		       s ? scale_conns : 2, scale_f[s], st.median, st.p99, st.min, st.max);
 	}
 	printf("SUMMARY bench_tcp config=scale conns=%u base_conns=2 closures_per_s=%.0f "
 	       "base_closures_per_s=%.0f ratio=%.2f target_ge_0.80=%s\n",
@@ -689,7 +701,7 @@ int main(int argc, char **argv)
 	bench_samples_free(&pp_p50);
 	bench_samples_free(&ps_lat);
 	bench_samples_free(&ps_p50);
-	for (unsigned s = 0; s < 2; s++) {
+	for (unsigned s = 0; s < 3; s++) {
 		bench_samples_free(&srate[s]);
 		bench_samples_free(&scpu[s]);
 	}
