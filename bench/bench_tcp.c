@@ -574,7 +574,7 @@ int main(int argc, char **argv)
 		 "%u repeats; tcp_loops=%d window=%d batch=%u spin_ns=%" PRIu64,
 		 (double)dur_ns / 1e6, a.repeats, LOOPS, WINDOW, batch, spin_ns);
 	bench_header(title, "closures/s; p99 = slow tail; x base = over the ping-pong's rate");
-	bench_row("blocking ping-pong, 1 in flight (base)", &pp_rate_st, &pp_rate_st, true);
+	bench_row("blocking ping-pong (base)", &pp_rate_st, &pp_rate_st, true);
 	for (unsigned w = 1; w <= 2; w++)
 		for (unsigned k = 0; k < NF; k++) {
 			char name[64];
@@ -600,8 +600,7 @@ int main(int argc, char **argv)
 		 "bench_tcp coordinator CPU per closure: getrusage(RUSAGE_SELF) user+sys over "
 		 "each throughput repeat / closures (workers are other processes)");
 	bench_header(title, "CPU ns per closure; x base = ping-pong client's CPU / coord's");
-	bench_row("blocking ping-pong client, per round trip (base)", &pp_cpu_st, &pp_cpu_st,
-		  false);
+	bench_row("ping-pong client, per RT (base)", &pp_cpu_st, &pp_cpu_st, false);
 	for (unsigned w = 1; w <= 2; w++)
 		for (unsigned k = 0; k < NF; k++) {
 			char name[64];
@@ -663,8 +662,7 @@ int main(int argc, char **argv)
 	bench_row("2 connections (base)", &sst[0], &sst[0], true);
 	snprintf(title, sizeof(title), "%u connections", scale_conns);
 	bench_row(title, &sst[1], &sst[0], true);
-	snprintf(title, sizeof(title), "%u conns, %u in flight (not target)", scale_conns,
-		 scale_f[2]);
+	snprintf(title, sizeof(title), "%u conns, %u in flight (info)", scale_conns, scale_f[2]);
 	bench_row(title, &sst[2], &sst[0], true);
 	printf("# the last row: %d in flight per connection, so that frames carry several "
 	       "closures again\n",
