@@ -12,7 +12,9 @@
  *   1. takes up to min(batch, credit) closures, credit being the free
  *      in-flight slots (opts.window per connection) of its live connections;
  *      it blocks on the queue's futex only when nothing is in flight, and
- *      otherwise takes without waiting;
+ *      otherwise takes without waiting; while batches come whole, credit
+ *      is left and there is more work than idle workers, it takes more
+ *      before sending, so a connection gets one frame per round;
  *   2. spreads them over its connections round-robin, encodes one REQ frame
  *      per connection into that connection's output buffer and starts the
  *      sends: one io_uring_submit() for the whole batch;
@@ -520,8 +522,6 @@ static void dispatch(struct tcp_loop *l, unsigned n)
 				finish_done(l);
 		}
 	}
-	for (unsigned i = 0; i < l->nconns; i++)
-		kick_send(l->conns[i]);
 }
 
 /* ---- the loop ------------------------------------------------------------------------- */
@@ -563,6 +563,24 @@ static void *loop_main(void *arg)
 			/* Relaxed: a blocking take returns 0 only when stopping. */
 			else if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
 				break;
+			/* While whole batches come and credit is left, take more
+			 * before sending: one frame (one send) per connection per
+			 * round, not one per batch.  Past the first batch only
+			 * while there is more work than idle workers elsewhere. */
+			for (unsigned got = n; got == max && cr > got;) {
+				cr -= got;
+				max = cr < max_batch ? cr : max_batch;
+				/* Relaxed: a placement hint (tcp.idle), as above. */
+				idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
+				if (coord_queue_size(c) <= (uint64_t)idle)
+					break;
+				got = coord_dispatch_try_take(l->d, l->batch, max);
+				if (got)
+					dispatch(l, got);
+				n += got;
+			}
+			for (unsigned i = 0; n && i < l->nconns; i++)
+				kick_send(l->conns[i]);
 		}
 		if (n == 0) {
 			/* Nothing taken: wait for completions, or new work if we
