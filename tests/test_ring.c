@@ -93,7 +93,7 @@ struct prod_arg {
 static void *producer(void *arg)
 {
 	struct prod_arg *pa = arg;
-	uint64_t deadline = t_now_ns() + 30000000000ull;
+	uint64_t deadline = t_now_ns() + 120000000000ull; /* TSan on a loaded 2-vCPU VM */
 
 	for (uintptr_t s = 0; s < PER_PRODUCER && t_now_ns() < deadline;) {
 		/* value: producer in the top bits, sequence below; never NULL */
@@ -108,7 +108,7 @@ static void *consumer(void *arg)
 {
 	struct mpmc *m = arg;
 	uintptr_t last[PRODUCERS] = { 0 };
-	uint64_t deadline = t_now_ns() + 30000000000ull;
+	uint64_t deadline = t_now_ns() + 120000000000ull; /* TSan on a loaded 2-vCPU VM */
 	void *out[16];
 
 	while (t_now_ns() < deadline) {
