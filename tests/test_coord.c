@@ -174,17 +174,26 @@ static void test_s1_backpressure_tiny_ring(void **state)
 
 /* ---- S2 ---------------------------------------------------------------------- */
 
-/* S2: closures run on any available worker, each exactly once here. */
+/*
+ * S2: closures run on any available worker, each exactly once here.  The
+ * closures wait on a gate, so the first worker to start one cannot take the
+ * rest: the other must run some, however the threads are scheduled.
+ */
 static void test_s2_runs_on_any_worker(void **state)
 {
 	struct fx *f = *state;
-	uint32_t fn = t_fn(f->c, "sleep_us");
+	uint32_t fn = t_fn(f->c, "gated");
 	struct coord_rv *rv[200];
 	int per_worker[2] = { 0, 0 };
-	uint32_t us = 200;
+	uint64_t until = t_now_ns() + 20000000000ull;
 
 	for (int i = 0; i < 200; i++)
-		assert_int_equal(coord_schedule(f->c, fn, &us, sizeof(us), &rv[i], NULL), 0);
+		assert_int_equal(coord_schedule(f->c, fn, NULL, 0, &rv[i], NULL), 0);
+	/* one closure blocks each worker: two entered means both workers run */
+	while (atomic_load(&t_entered) < 2 && t_now_ns() < until)
+		t_sleep_ns(1000000);
+	assert_true(atomic_load(&t_entered) >= 2);
+	atomic_store(&t_gate, 1);
 	assert_int_equal(coord_join(f->c, NULL), 0);
 	for (int i = 0; i < 200; i++) {
 		int32_t w = fetch_i32(rv[i]);
