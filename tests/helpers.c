@@ -16,6 +16,8 @@
  *             (int32) and the counter's next value (int64)
  *   counter   resource creator: an int64 counter starting at args (int64 or 0)
  * Every function counts t_entered/t_exited (not the var_* ones):
+ *   sleep_attempt  uint32 us: stores its pid in running_pid, sleeps; result
+ *               = { attempt, worker } (uint32 x 2)
  *   var_add     struct t_var_args: [off, off+n) += val through the ctx
  *   var_read    struct t_var_args: result = floats [off, off+n)
  *   var_scatter struct t_var_args (off = row length) + int64 idx[n]:
@@ -25,6 +27,7 @@
  *               = what the read saw
  */
 #include <fcntl.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -123,6 +126,7 @@ void t_reset_counters(void)
 	for (int i = 0; i < 64; i++)
 		atomic_store(&t_first_ns[i], 0);
 	atomic_store(&t_norder, 0);
+	atomic_store(&t_sh->running_pid, 0);
 }
 
 #define ENTER() atomic_fetch_add(&t_entered, 1)
@@ -180,6 +184,22 @@ static int f_gated(struct coord_ctx *ctx, const void *args, size_t len)
 	if (len > 0)
 		EXIT(coord_ctx_fail(ctx, -EIO, "gated failure on worker %d", w));
 	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
+}
+
+/* args: uint32 microseconds; records its pid, sleeps; result: { attempt,
+ * worker index } (uint32 x 2). */
+static int f_sleep_attempt(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	uint32_t us, out[2];
+
+	if (len != sizeof(us))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "sleep_attempt: want uint32 us");
+	memcpy(&us, args, sizeof(us));
+	atomic_store(&t_sh->running_pid, (int)getpid());
+	t_sleep_ns((uint64_t)us * 1000);
+	out[0] = coord_ctx_attempt(ctx);
+	out[1] = (uint32_t)coord_ctx_worker(ctx);
+	return coord_ctx_set_result(ctx, out, sizeof(out));
 }
 
 static int f_attempt(struct coord_ctx *ctx, const void *args, size_t len)
@@ -359,6 +379,7 @@ static int f_var_batch(struct coord_ctx *ctx, const void *args, size_t len)
 int t_register(struct coord_registry *r)
 {
 	if (coord_registry_add(r, "var_add", f_var_add) ||
+	    coord_registry_add(r, "sleep_attempt", f_sleep_attempt) ||
 	    coord_registry_add(r, "var_read", f_var_read) ||
 	    coord_registry_add(r, "var_scatter", f_var_scatter) ||
 	    coord_registry_add(r, "var_lookup", f_var_lookup) ||
@@ -446,6 +467,64 @@ void t_reap(pid_t pid)
 		kill(pid, SIGKILL);
 		waitpid(pid, &st, 0);
 	}
+}
+
+/* ---- network namespaces (partitions) ------------------------------------------- */
+
+static int t_sh_cmd(const char *fmt, ...)
+{
+	char cmd[512];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return st == 0 ? 0 : -1;
+}
+
+int t_netns_create(struct t_netns *n, unsigned idx)
+{
+	unsigned id = ((unsigned)getpid() * 7 + idx) % 250 + 1;
+
+	memset(n, 0, sizeof(*n));
+	if (geteuid() != 0 || t_sh_cmd("ip netns list >/dev/null 2>&1") < 0)
+		return -1;
+	snprintf(n->name, sizeof(n->name), "coordt%d_%u", (int)getpid(), idx);
+	snprintf(n->veth_host, sizeof(n->veth_host), "cth%u_%u", (unsigned)getpid() % 10000, idx);
+	snprintf(n->veth_ns, sizeof(n->veth_ns), "ctn%u_%u", (unsigned)getpid() % 10000, idx);
+	snprintf(n->host_ip, sizeof(n->host_ip), "10.231.%u.1", id);
+	snprintf(n->ns_ip, sizeof(n->ns_ip), "10.231.%u.2", id);
+	if (t_sh_cmd("ip netns add %s", n->name) < 0)
+		return -1;
+	n->made = 1;
+	if (t_sh_cmd("ip link add %s type veth peer name %s", n->veth_host, n->veth_ns) < 0 ||
+	    t_sh_cmd("ip link set %s netns %s", n->veth_ns, n->name) < 0 ||
+	    t_sh_cmd("ip addr add %s/24 dev %s", n->host_ip, n->veth_host) < 0 ||
+	    t_sh_cmd("ip link set %s up", n->veth_host) < 0 ||
+	    t_sh_cmd("ip netns exec %s ip addr add %s/24 dev %s", n->name, n->ns_ip, n->veth_ns) <
+		    0 ||
+	    t_sh_cmd("ip netns exec %s ip link set %s up", n->name, n->veth_ns) < 0 ||
+	    t_sh_cmd("ip netns exec %s ip link set lo up", n->name) < 0) {
+		t_netns_destroy(n);
+		return -1;
+	}
+	return 0;
+}
+
+int t_netns_link(struct t_netns *n, int up)
+{
+	return t_sh_cmd("ip link set %s %s", n->veth_host, up ? "up" : "down");
+}
+
+void t_netns_destroy(struct t_netns *n)
+{
+	if (!n->made)
+		return;
+	(void)t_sh_cmd("ip link del %s 2>/dev/null", n->veth_host); /* takes its peer too */
+	(void)t_sh_cmd("ip netns del %s", n->name);
+	n->made = 0;
 }
 
 int t_workers_start(unsigned n)

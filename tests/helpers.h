@@ -43,6 +43,7 @@ struct t_shared {
 	_Atomic int gate;	 /* "gated" functions wait until non-zero */
 	_Atomic uint64_t first_ns[64];
 	_Atomic long norder;
+	_Atomic int running_pid; /* set by sleep_attempt when it starts */
 	int64_t order[T_ORDER_MAX];
 };
 extern struct t_shared *t_sh;
@@ -81,6 +82,22 @@ extern const char *t_transport;
  */
 pid_t t_spawn(char *const argv[], const char *banner, unsigned *port);
 void t_reap(pid_t pid);
+/*
+ * A network namespace joined to this one by a veth pair, for partitions
+ * (root and iproute2 needed; -1 otherwise, and the test skips).  Names carry
+ * the pid, so concurrent test binaries do not collide; t_netns_destroy()
+ * removes everything (also after a failed create).  Run a server inside
+ * with argv = { "ip", "netns", "exec", n->name, BIN, ... } and t_spawn();
+ * t_netns_link(n, 0) cuts the link (a partition), (n, 1) heals it.
+ */
+struct t_netns {
+	char name[32], veth_host[16], veth_ns[16], host_ip[16], ns_ip[16];
+	int made;
+};
+int t_netns_create(struct t_netns *n, unsigned idx);
+int t_netns_link(struct t_netns *n, int up);
+void t_netns_destroy(struct t_netns *n);
+
 /* Start @n coord-worker processes on ephemeral loopback ports; 0 or -1. */
 int t_workers_start(unsigned n);
 void t_workers_stop(void);
