@@ -54,7 +54,7 @@ static void push_chain(struct coord_pool *p, uint32_t first, uint32_t last)
 /* Make one slab and push its objects.  Caller holds grow_lock. */
 static int add_slab_locked(struct coord_pool *p)
 {
-	size_t per = (size_t)1 << p->slab_shift;
+	size_t per = (size_t)1 << p->slab_shift, bytes;
 	uint32_t s, base;
 	char *slab;
 
@@ -62,9 +62,14 @@ static int add_slab_locked(struct coord_pool *p)
 	s = atomic_load_explicit(&p->nslabs, memory_order_relaxed);
 	if (s >= COORD_POOL_MAX_SLABS)
 		return -ENOMEM;
-	slab = calloc(1, per * p->objsize + per * sizeof(_Atomic uint32_t));
+	/* Cache-line aligned (calloc gives 16 bytes): objects are whole lines,
+	 * so neighbours used by different threads share none. */
+	bytes = (per * p->objsize + per * sizeof(_Atomic uint32_t) + CACHELINE - 1) &
+		~(size_t)(CACHELINE - 1);
+	slab = aligned_alloc(CACHELINE, bytes);
 	if (!slab)
 		return -ENOMEM;
+	memset(slab, 0, bytes);
 	base = s << p->slab_shift;
 	for (size_t i = 0; i < per; i++) {
 		if (p->init)
@@ -161,6 +166,44 @@ void *coord_pool_get(struct coord_pool *p)
 			    memory_order_acquire))
 			return coord_pool_obj(p, idx1 - 1);
 	}
+}
+
+unsigned coord_pool_get_many(struct coord_pool *p, void **out, unsigned n)
+{
+	/* A1 (acquire): pairs with R1 in push_chain(), as in coord_pool_get(). */
+	uint64_t h = atomic_load_explicit(&p->head, memory_order_acquire);
+	uint32_t next;
+	unsigned k;
+
+	for (;;) {
+		next = HEAD_IDX(h);
+		if (unlikely(next == 0)) {
+			if (pool_grow(p) < 0)
+				return 0;
+			/* A1 again after growth. */
+			h = atomic_load_explicit(&p->head, memory_order_acquire);
+			continue;
+		}
+		/* Walk up to n links.  The links of indices we do not own yet may
+		 * be stale (P1 keeps them readable); if any changed, so did the
+		 * head's tag, and the CAS below fails (P3). */
+		for (k = 0; k < n && next != 0; k++) {
+			out[k] = (void *)(uintptr_t)(next - 1);
+			/* Relaxed: possibly stale; the tagged CAS rejects it (P3). */
+			next = atomic_load_explicit(link_of(p, next - 1), memory_order_relaxed);
+		}
+		/* A1 (acquire on success): the previous owners' writes to all k
+		 * objects (released by R1 before the head we replace) happen-before
+		 * ours: every change of head is a CAS, so this acquire reads the
+		 * end of a release sequence that contains them. */
+		if (atomic_compare_exchange_weak_explicit(
+			    &p->head, &h, MK_HEAD(HEAD_TAG(h) + 1, next), memory_order_acquire,
+			    memory_order_acquire))
+			break;
+	}
+	for (unsigned i = 0; i < k; i++)
+		out[i] = coord_pool_obj(p, (uint32_t)(uintptr_t)out[i]);
+	return k;
 }
 
 void coord_pool_put(struct coord_pool *p, uint32_t idx)
