@@ -246,6 +246,48 @@ static void queue_push(struct coord *c, struct coord_closure *cl)
 		c->tp->wake(c);
 }
 
+/* Wake whoever takes from the queue after a push (a seq_cst RMW, E3). */
+static void queue_pushed(struct coord *c)
+{
+	coord_ec_signal_sc(&c->not_empty);
+	/* seq_cst: as in queue_push(). */
+	if (unlikely(atomic_load_explicit(&c->loop_sleepers, memory_order_seq_cst)))
+		c->tp->wake(c);
+}
+
+/* queue_push() for @n closures, in order: one ring claim and one wake per
+ * run of free slots rather than per closure. */
+static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigned n)
+{
+	unsigned done = 0, k;
+
+	while (done < n) {
+		if (!(c->unbounded && !ov_empty(c))) {
+			k = coord_ring_push_batch_mp(&c->ring, (void *const *)cls + done, n - done);
+			done += k;
+			if (done == n)
+				break;
+			if (k) {
+				/* Wake takers before we wait for the room they make. */
+				queue_pushed(c);
+				continue;
+			}
+			if (!c->unbounded) {
+				wait_not_full(c);
+				continue;
+			}
+		}
+		/* Unbounded, and the ring is full or the overflow is in use: the
+		 * rest go to the overflow FIFO behind what is there (S14). */
+		for (unsigned i = n - 1; i > done; i--)
+			cls[i]->next = cls[i - 1];
+		ov_push(c, cls[n - 1], cls[done], (int64_t)(n - done));
+		break;
+	}
+	/* Either push made queue_empty() false with a seq_cst RMW (E3). */
+	queue_pushed(c);
+}
+
 bool coord_loop_sleep(struct coord *c)
 {
 	/* seq_cst: pairs with the load in queue_push() (see there). */
@@ -483,16 +525,12 @@ int coord_fn_lookup(const struct coord *c, const char *name, uint32_t *id, struc
 			    name ? name : "(null)");
 }
 
-int coord_schedule_call(struct coord *c, const struct coord_call *call, struct coord_rv **out,
-			struct coord_error *err)
+/* The checks every schedule makes before it queues anything (S3, S15). */
+static int schedule_admit(struct coord *c, struct coord_error *err)
 {
-	struct coord_closure *cl;
-	int r;
-
-	if (out)
-		*out = NULL;
 	if (unlikely(error_pending(c))) {
-		r = take_error(c, err);
+		int r = take_error(c, err);
+
 		if (r < 0)
 			return r;
 	}
@@ -500,6 +538,11 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 	 * went down; closures would wait for ever. */
 	if (unlikely(atomic_load_explicit(&c->unavailable, memory_order_relaxed)))
 		return coord_seterr(err, COORD_EUNAVAILABLE, "no worker is available");
+	return 0;
+}
+
+static int call_check(struct coord *c, const struct coord_call *call, struct coord_error *err)
+{
 	/* S15: refuse what cannot run, here and not on a worker. */
 	if (unlikely(call->fn >= c->reg->n || !c->reg->fns[call->fn].fn))
 		return coord_seterr(err, COORD_ENOFN,
@@ -515,21 +558,22 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 		if (unlikely(!call->pw[i] || call->pw[i]->c != c))
 			return coord_seterr(err, COORD_EINVAL,
 					    "per-worker argument %u is not of this coordinator", i);
+	return 0;
+}
 
-	cl = coord_pool_get(c->closures);
-	if (unlikely(!cl))
-		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
+/* Fill a closure fresh from the pool with @call; 0 or COORD_ENOMEM (then
+ * the closure holds nothing and goes back to the pool). */
+static int closure_fill(struct coord *c, struct coord_closure *cl, const struct coord_call *call,
+			bool want_rv)
+{
 	cl->reuse++;
 	cl->id = ((uint64_t)cl->reuse << 32) | cl->idx;
 	cl->fn = call->fn;
 	cl->attempt = 1;
 	cl->args = coord_buf_get(&c->bufs, call->len, cl->inline_args, CL_INLINE_ARGS,
 				 &cl->args_cls);
-	if (unlikely(!cl->args)) {
-		coord_pool_put(c->closures, cl->idx);
-		return coord_seterr(err, COORD_ENOMEM, "no memory for %zu argument bytes",
-				    call->len);
-	}
+	if (unlikely(!cl->args))
+		return COORD_ENOMEM;
 	if (call->len)
 		memcpy(cl->args, call->args, call->len);
 	cl->args_len = (uint32_t)call->len;
@@ -547,7 +591,32 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 	/* Relaxed: the closure is private until the ring's release (R1 in
 	 * ring.c) publishes it with everything above. */
 	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
-	atomic_store_explicit(&cl->refs, out ? 2 : 1, memory_order_relaxed);
+	atomic_store_explicit(&cl->refs, want_rv ? 2 : 1, memory_order_relaxed);
+	return 0;
+}
+
+int coord_schedule_call(struct coord *c, const struct coord_call *call, struct coord_rv **out,
+			struct coord_error *err)
+{
+	struct coord_closure *cl;
+	int r;
+
+	if (out)
+		*out = NULL;
+	r = schedule_admit(c, err);
+	if (r < 0)
+		return r;
+	r = call_check(c, call, err);
+	if (r < 0)
+		return r;
+	cl = coord_pool_get(c->closures);
+	if (unlikely(!cl))
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
+	if (unlikely(closure_fill(c, cl, call, out != NULL) < 0)) {
+		coord_pool_put(c->closures, cl->idx);
+		return coord_seterr(err, COORD_ENOMEM, "no memory for %zu argument bytes",
+				    call->len);
+	}
 	/* Relaxed: C1 only needs the increment before the push, and the push's
 	 * release orders it before any completion's decrement. */
 	atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
@@ -557,6 +626,89 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 	queue_push(c, cl);
 	if (out)
 		*out = (struct coord_rv *)cl;
+	return 0;
+}
+
+/* Closures per claim of the pool and of the ring in coord_schedule_many(). */
+#define SCHED_CHUNK 64
+
+int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t n,
+			struct coord_rv **out, size_t *queued, struct coord_error *err)
+{
+	struct coord_closure *cls[SCHED_CHUNK];
+	size_t done = 0;
+	int r;
+
+	if (queued)
+		*queued = 0;
+	if (out)
+		for (size_t i = 0; i < n; i++)
+			out[i] = NULL;
+	if (n && !calls)
+		return coord_seterr(err, COORD_EINVAL, "coord_schedule_many: calls is NULL");
+	r = schedule_admit(c, err);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		r = call_check(c, &calls[i], err);
+		if (r < 0) {
+			if (err) {
+				struct coord_error e = *err;
+
+				coord_seterr(err, r, "call %zu: %s", i, e.msg);
+			}
+			return r;
+		}
+	}
+	while (done < n) {
+		unsigned want = n - done < SCHED_CHUNK ? (unsigned)(n - done) : SCHED_CHUNK;
+		unsigned k = 0, got;
+		uint64_t g;
+
+		/* One claim of the free list for the chunk (a short list may
+		 * take a few, growth included). */
+		while (k < want) {
+			got = coord_pool_get_many(c->closures, (void **)cls + k, want - k);
+			if (unlikely(got == 0))
+				break;
+			k += got;
+		}
+		for (unsigned i = 0; i < k && r == 0; i++)
+			if (unlikely(closure_fill(c, cls[i], &calls[done + i], out != NULL) < 0)) {
+				/* cls[0..i) hold buffers: drop them; the rest are bare. */
+				for (unsigned j = 0; j < i; j++)
+					coord_closure_drop_contents(cls[j]);
+				r = COORD_ENOMEM;
+			}
+		if (unlikely(k < want || r < 0)) {
+			for (unsigned j = 0; j < k; j++) {
+				/* Relaxed: never published; destroy's count of held
+				 * closures must not see it. */
+				atomic_store_explicit(&cls[j]->refs, 0, memory_order_relaxed);
+				coord_pool_put(c->closures, cls[j]->idx);
+			}
+			if (queued)
+				*queued = done;
+			return coord_seterr(err, COORD_ENOMEM,
+					    "no memory for closure %zu of %zu (%zu queued)", done,
+					    n, done);
+		}
+		/* Relaxed: C1, as in coord_schedule_call(): one increment for
+		 * the chunk, before its push. */
+		atomic_fetch_add_explicit(&c->outstanding, k, memory_order_relaxed);
+		/* Acquire: C3, as in coord_schedule_call(); one generation for
+		 * the chunk, read just before it is queued. */
+		g = atomic_load_explicit(&c->gen, memory_order_acquire);
+		for (unsigned i = 0; i < k; i++) {
+			cls[i]->gen = g;
+			if (out)
+				out[done + i] = (struct coord_rv *)cls[i];
+		}
+		queue_push_many(c, cls, k);
+		done += k;
+		if (queued)
+			*queued = done;
+	}
 	return 0;
 }
 

@@ -53,6 +53,10 @@ COORD_HIDDEN void coord_pool_destroy(struct coord_pool *p);
 
 /* coord_pool_get() - an object, or NULL when memory is exhausted. */
 COORD_HIDDEN void *coord_pool_get(struct coord_pool *p);
+/* coord_pool_get_many() - up to @n objects with one claim of the free list
+ * (fewer when it runs short; the caller asks again); 0 when memory is
+ * exhausted. */
+COORD_HIDDEN unsigned coord_pool_get_many(struct coord_pool *p, void **out, unsigned n);
 /* coord_pool_put() - return object @idx (its contents are not touched). */
 COORD_HIDDEN void coord_pool_put(struct coord_pool *p, uint32_t idx);
 /*
