@@ -584,10 +584,9 @@ static int closure_fill(struct coord *c, struct coord_closure *cl, const struct 
 		 * 0 -> 1 edge; the drop in coord_per_worker_put() is acq_rel. */
 		atomic_fetch_add_explicit(&call->pw[i]->refs, 1, memory_order_relaxed);
 	}
-	cl->res_cls = COORD_BUF_INLINE;
-	cl->res = cl->inline_res;
-	cl->res_len = 0;
-	cl->err_code = 0;
+	/* The result fields are clean (inline, empty, no error): the previous
+	 * life left them so (coord_closure_drop_contents()), which keeps this
+	 * closure's first cache line the only one written here. */
 	/* Relaxed: the closure is private until the ring's release (R1 in
 	 * ring.c) publishes it with everything above. */
 	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
@@ -673,6 +672,10 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 				break;
 			k += got;
 		}
+		/* Their first lines were last written by the workers that freed
+		 * them: fetch them all at once rather than one miss per fill. */
+		for (unsigned i = 0; i < k; i++)
+			__builtin_prefetch(cls[i], 1, 3);
 		for (unsigned i = 0; i < k && r == 0; i++)
 			if (unlikely(closure_fill(c, cls[i], &calls[done + i], out != NULL) < 0)) {
 				/* cls[0..i) hold buffers: drop them; the rest are bare. */
@@ -847,6 +850,10 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 	/* D2 (seq_cst): reserve before the pop; see C2. */
 	atomic_fetch_add_explicit(&d->inflight, want, memory_order_seq_cst);
 	n = queue_pop(c, out, want, false);
+	/* The producers wrote these closures' first lines: ask for them all now
+	 * (for writing: the taker completes them), so the misses overlap. */
+	for (unsigned i = 0; i < n; i++)
+		__builtin_prefetch(out[i], 1, 3);
 	/* D2 (seq_cst): read gen after the reservation; see C2. */
 	g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
 	for (unsigned i = 0; i < n; i++) {
@@ -959,6 +966,7 @@ void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *c
 
 		if (b)
 			memcpy(b, m, len);
+		cl->res_dirty = 1;
 		cl->err_code = code;
 		cl->err_cause = cause;
 		cl->err_worker = worker;
@@ -972,27 +980,26 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 			   struct coord_closure **cls, unsigned n)
 {
 	struct coord *c = d->c;
-
-	uint32_t first = 0, last = 0;
+	uint32_t freed[64];
 	unsigned nfree = 0;
 
 	/* Drop the runtime's references; the closures that are now free go back
-	 * to the pool as one chain: one CAS on the shared free-list head per
-	 * batch instead of one per closure. */
+	 * to the pool in batches: one claim of its recycle ring (or one CAS on
+	 * the free-list head) per 64 instead of one per closure. */
 	for (unsigned i = 0; i < n; i++) {
 		struct coord_closure *cl = cls[i];
 
 		if (!coord_closure_unref(cl))
 			continue;
 		coord_closure_drop_contents(cl);
-		if (nfree++ == 0)
-			first = cl->idx;
-		else
-			coord_pool_link(c->closures, last, cl->idx);
-		last = cl->idx;
+		freed[nfree++] = cl->idx;
+		if (nfree == ARRAY_SIZE(freed)) {
+			coord_pool_put_many(c->closures, freed, nfree);
+			nfree = 0;
+		}
 	}
 	if (nfree)
-		coord_pool_put_chain(c->closures, first, last);
+		coord_pool_put_many(c->closures, freed, nfree);
 	if (w)
 		/* Relaxed: a statistic. */
 		atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);
@@ -1075,6 +1082,9 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 			      &c->closures);
 	if (r < 0)
 		goto err_ring;
+	r = coord_pool_cache_init(c->closures, COORD_CLOSURE_CACHE);
+	if (r < 0)
+		goto err_pool;
 	r = coord_bufs_init(&c->bufs);
 	if (r < 0)
 		goto err_pool;

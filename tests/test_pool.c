@@ -127,16 +127,23 @@ static void *pool_worker(void *arg)
 
 static void test_pool_concurrent_exclusive_ownership(void **state)
 {
-	struct coord_pool *p;
-	pthread_t t[THREADS];
+	/* without, then with a recycle ring small enough that both it and the
+	 * free list are used (P4: an index in one of them at a time) */
+	for (int cached = 0; cached < 2; cached++) {
+		struct coord_pool *p;
+		pthread_t t[THREADS];
 
-	assert_int_equal(coord_pool_create(sizeof(struct obj), 3, 0, obj_init, NULL, &p), 0);
-	for (int i = 0; i < THREADS; i++)
-		pthread_create(&t[i], NULL, pool_worker, p);
-	for (int i = 0; i < THREADS; i++)
-		pthread_join(t[i], NULL);
-	assert_int_equal(atomic_load(&pool_errors), 0);
-	coord_pool_destroy(p);
+		assert_int_equal(coord_pool_create(sizeof(struct obj), 3, 0, obj_init, NULL, &p),
+				 0);
+		if (cached)
+			assert_int_equal(coord_pool_cache_init(p, 8), 0);
+		for (int i = 0; i < THREADS; i++)
+			pthread_create(&t[i], NULL, pool_worker, p);
+		for (int i = 0; i < THREADS; i++)
+			pthread_join(t[i], NULL);
+		assert_int_equal(atomic_load(&pool_errors), 0);
+		coord_pool_destroy(p);
+	}
 }
 
 static void test_bufs_size_classes(void **state)
