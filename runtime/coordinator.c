@@ -249,6 +249,48 @@ static void queue_push(struct coord *c, struct coord_closure *cl)
 		c->tp->wake(c);
 }
 
+/* Wake whoever takes from the queue after a push (a seq_cst RMW, E3). */
+static void queue_pushed(struct coord *c)
+{
+	coord_ec_signal_sc(&c->not_empty);
+	/* seq_cst: as in queue_push(). */
+	if (unlikely(atomic_load_explicit(&c->loop_sleepers, memory_order_seq_cst)))
+		c->tp->wake(c);
+}
+
+/* queue_push() for @n closures, in order: one ring claim and one wake per
+ * run of free slots rather than per closure. */
+static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigned n)
+{
+	unsigned done = 0, k;
+
+	while (done < n) {
+		if (!(c->unbounded && !ov_empty(c))) {
+			k = coord_ring_push_batch_mp(&c->ring, (void *const *)cls + done, n - done);
+			done += k;
+			if (done == n)
+				break;
+			if (k) {
+				/* Wake takers before we wait for the room they make. */
+				queue_pushed(c);
+				continue;
+			}
+			if (!c->unbounded) {
+				wait_not_full(c);
+				continue;
+			}
+		}
+		/* Unbounded, and the ring is full or the overflow is in use: the
+		 * rest go to the overflow FIFO behind what is there (S14). */
+		for (unsigned i = n - 1; i > done; i--)
+			cls[i]->next = cls[i - 1];
+		ov_push(c, cls[n - 1], cls[done], (int64_t)(n - done));
+		break;
+	}
+	/* Either push made queue_empty() false with a seq_cst RMW (E3). */
+	queue_pushed(c);
+}
+
 bool coord_loop_sleep(struct coord *c)
 {
 	/* seq_cst: pairs with the load in queue_push() (see there). */
@@ -486,16 +528,12 @@ int coord_fn_lookup(const struct coord *c, const char *name, uint32_t *id, struc
 			    name ? name : "(null)");
 }
 
-int coord_schedule_call(struct coord *c, const struct coord_call *call, struct coord_rv **out,
-			struct coord_error *err)
+/* The checks every schedule makes before it queues anything (S3, S15). */
+static int schedule_admit(struct coord *c, struct coord_error *err)
 {
-	struct coord_closure *cl;
-	int r;
-
-	if (out)
-		*out = NULL;
 	if (unlikely(error_pending(c))) {
-		r = take_error(c, err);
+		int r = take_error(c, err);
+
 		if (r < 0)
 			return r;
 	}
@@ -503,6 +541,11 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 	 * went down; closures would wait for ever. */
 	if (unlikely(atomic_load_explicit(&c->unavailable, memory_order_relaxed)))
 		return coord_seterr(err, COORD_EUNAVAILABLE, "no worker is available");
+	return 0;
+}
+
+static int call_check(struct coord *c, const struct coord_call *call, struct coord_error *err)
+{
 	/* S15: refuse what cannot run, here and not on a worker. */
 	if (unlikely(call->fn >= c->reg->n || !c->reg->fns[call->fn].fn))
 		return coord_seterr(err, COORD_ENOFN,
@@ -518,21 +561,22 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 		if (unlikely(!call->pw[i] || call->pw[i]->c != c))
 			return coord_seterr(err, COORD_EINVAL,
 					    "per-worker argument %u is not of this coordinator", i);
+	return 0;
+}
 
-	cl = coord_pool_get(c->closures);
-	if (unlikely(!cl))
-		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
+/* Fill a closure fresh from the pool with @call; 0 or COORD_ENOMEM (then
+ * the closure holds nothing and goes back to the pool). */
+static int closure_fill(struct coord *c, struct coord_closure *cl, const struct coord_call *call,
+			bool want_rv)
+{
 	cl->reuse++;
 	cl->id = ((uint64_t)cl->reuse << 32) | cl->idx;
 	cl->fn = call->fn;
 	cl->attempt = 1;
 	cl->args = coord_buf_get(&c->bufs, call->len, cl->inline_args, CL_INLINE_ARGS,
 				 &cl->args_cls);
-	if (unlikely(!cl->args)) {
-		coord_pool_put(c->closures, cl->idx);
-		return coord_seterr(err, COORD_ENOMEM, "no memory for %zu argument bytes",
-				    call->len);
-	}
+	if (unlikely(!cl->args))
+		return COORD_ENOMEM;
 	if (call->len)
 		memcpy(cl->args, call->args, call->len);
 	cl->args_len = (uint32_t)call->len;
@@ -543,14 +587,38 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 		 * 0 -> 1 edge; the drop in coord_per_worker_put() is acq_rel. */
 		atomic_fetch_add_explicit(&call->pw[i]->refs, 1, memory_order_relaxed);
 	}
-	cl->res_cls = COORD_BUF_INLINE;
-	cl->res = cl->inline_res;
-	cl->res_len = 0;
-	cl->err_code = 0;
+	/* The result fields are clean (inline, empty, no error): the previous
+	 * life left them so (coord_closure_drop_contents()), which keeps this
+	 * closure's first cache line the only one written here. */
 	/* Relaxed: the closure is private until the ring's release (R1 in
 	 * ring.c) publishes it with everything above. */
 	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
-	atomic_store_explicit(&cl->refs, out ? 2 : 1, memory_order_relaxed);
+	atomic_store_explicit(&cl->refs, want_rv ? 2 : 1, memory_order_relaxed);
+	return 0;
+}
+
+int coord_schedule_call(struct coord *c, const struct coord_call *call, struct coord_rv **out,
+			struct coord_error *err)
+{
+	struct coord_closure *cl;
+	int r;
+
+	if (out)
+		*out = NULL;
+	r = schedule_admit(c, err);
+	if (r < 0)
+		return r;
+	r = call_check(c, call, err);
+	if (r < 0)
+		return r;
+	cl = coord_pool_get(c->closures);
+	if (unlikely(!cl))
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
+	if (unlikely(closure_fill(c, cl, call, out != NULL) < 0)) {
+		coord_pool_put(c->closures, cl->idx);
+		return coord_seterr(err, COORD_ENOMEM, "no memory for %zu argument bytes",
+				    call->len);
+	}
 	/* Relaxed: C1 only needs the increment before the push, and the push's
 	 * release orders it before any completion's decrement. */
 	atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
@@ -560,6 +628,93 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 	queue_push(c, cl);
 	if (out)
 		*out = (struct coord_rv *)cl;
+	return 0;
+}
+
+/* Closures per claim of the pool and of the ring in coord_schedule_many(). */
+#define SCHED_CHUNK 64
+
+int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t n,
+			struct coord_rv **out, size_t *queued, struct coord_error *err)
+{
+	struct coord_closure *cls[SCHED_CHUNK];
+	size_t done = 0;
+	int r;
+
+	if (queued)
+		*queued = 0;
+	if (out)
+		for (size_t i = 0; i < n; i++)
+			out[i] = NULL;
+	if (n && !calls)
+		return coord_seterr(err, COORD_EINVAL, "coord_schedule_many: calls is NULL");
+	r = schedule_admit(c, err);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		r = call_check(c, &calls[i], err);
+		if (r < 0) {
+			if (err) {
+				struct coord_error e = *err;
+
+				coord_seterr(err, r, "call %zu: %s", i, e.msg);
+			}
+			return r;
+		}
+	}
+	while (done < n) {
+		unsigned want = n - done < SCHED_CHUNK ? (unsigned)(n - done) : SCHED_CHUNK;
+		unsigned k = 0, got;
+		uint64_t g;
+
+		/* One claim of the free list for the chunk (a short list may
+		 * take a few, growth included). */
+		while (k < want) {
+			got = coord_pool_get_many(c->closures, (void **)cls + k, want - k);
+			if (unlikely(got == 0))
+				break;
+			k += got;
+		}
+		/* Their first lines were last written by the workers that freed
+		 * them: fetch them all at once rather than one miss per fill. */
+		for (unsigned i = 0; i < k; i++)
+			__builtin_prefetch(cls[i], 1, 3);
+		for (unsigned i = 0; i < k && r == 0; i++)
+			if (unlikely(closure_fill(c, cls[i], &calls[done + i], out != NULL) < 0)) {
+				/* cls[0..i) hold buffers: drop them; the rest are bare. */
+				for (unsigned j = 0; j < i; j++)
+					coord_closure_drop_contents(cls[j]);
+				r = COORD_ENOMEM;
+			}
+		if (unlikely(k < want || r < 0)) {
+			for (unsigned j = 0; j < k; j++) {
+				/* Relaxed: never published; destroy's count of held
+				 * closures must not see it. */
+				atomic_store_explicit(&cls[j]->refs, 0, memory_order_relaxed);
+				coord_pool_put(c->closures, cls[j]->idx);
+			}
+			if (queued)
+				*queued = done;
+			return coord_seterr(err, COORD_ENOMEM,
+					    "no memory for closure %zu of %zu (%zu queued)", done,
+					    n, done);
+		}
+		/* Relaxed: C1, as in coord_schedule_call(): one increment for
+		 * the chunk, before its push. */
+		atomic_fetch_add_explicit(&c->outstanding, k, memory_order_relaxed);
+		/* Acquire: C3, as in coord_schedule_call(); one generation for
+		 * the chunk, read just before it is queued. */
+		g = atomic_load_explicit(&c->gen, memory_order_acquire);
+		for (unsigned i = 0; i < k; i++) {
+			cls[i]->gen = g;
+			if (out)
+				out[done + i] = (struct coord_rv *)cls[i];
+		}
+		queue_push_many(c, cls, k);
+		done += k;
+		if (queued)
+			*queued = done;
+	}
 	return 0;
 }
 
@@ -698,6 +853,10 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 	/* D2 (seq_cst): reserve before the pop; see C2. */
 	atomic_fetch_add_explicit(&d->inflight, want, memory_order_seq_cst);
 	n = queue_pop(c, out, want, false);
+	/* The producers wrote these closures' first lines: ask for them all now
+	 * (for writing: the taker completes them), so the misses overlap. */
+	for (unsigned i = 0; i < n; i++)
+		__builtin_prefetch(out[i], 1, 3);
 	/* D2 (seq_cst): read gen after the reservation; see C2. */
 	g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
 	for (unsigned i = 0; i < n; i++) {
@@ -810,6 +969,7 @@ void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *c
 
 		if (b)
 			memcpy(b, m, len);
+		cl->res_dirty = 1;
 		cl->err_code = code;
 		cl->err_cause = cause;
 		cl->err_worker = worker;
@@ -823,27 +983,26 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 			   struct coord_closure **cls, unsigned n)
 {
 	struct coord *c = d->c;
-
-	uint32_t first = 0, last = 0;
+	uint32_t freed[64];
 	unsigned nfree = 0;
 
 	/* Drop the runtime's references; the closures that are now free go back
-	 * to the pool as one chain: one CAS on the shared free-list head per
-	 * batch instead of one per closure. */
+	 * to the pool in batches: one claim of its recycle ring (or one CAS on
+	 * the free-list head) per 64 instead of one per closure. */
 	for (unsigned i = 0; i < n; i++) {
 		struct coord_closure *cl = cls[i];
 
 		if (!coord_closure_unref(cl))
 			continue;
 		coord_closure_drop_contents(cl);
-		if (nfree++ == 0)
-			first = cl->idx;
-		else
-			coord_pool_link(c->closures, last, cl->idx);
-		last = cl->idx;
+		freed[nfree++] = cl->idx;
+		if (nfree == ARRAY_SIZE(freed)) {
+			coord_pool_put_many(c->closures, freed, nfree);
+			nfree = 0;
+		}
 	}
 	if (nfree)
-		coord_pool_put_chain(c->closures, first, last);
+		coord_pool_put_many(c->closures, freed, nfree);
 	if (w)
 		/* Relaxed: a statistic. */
 		atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);
@@ -926,6 +1085,9 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 			      &c->closures);
 	if (r < 0)
 		goto err_ring;
+	r = coord_pool_cache_init(c->closures, COORD_CLOSURE_CACHE);
+	if (r < 0)
+		goto err_pool;
 	r = coord_bufs_init(&c->bufs);
 	if (r < 0)
 		goto err_pool;

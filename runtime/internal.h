@@ -50,6 +50,9 @@
 #include "runtime/ring.h"
 #include "runtime/util.h"
 
+/* Free closures recycled through the pool's ring (pool.h) before its list:
+ * enough for a few batches in flight, small enough to stay in cache. */
+#define COORD_CLOSURE_CACHE 4096
 #define CL_INLINE_ARGS 64
 #define CL_INLINE_RES 64
 
@@ -62,35 +65,47 @@
 struct coord_pw;
 struct coord;
 
+/*
+ * Layout: the first cache line holds everything schedule() writes and the
+ * worker reads and writes for a closure with up to 8 argument bytes, no
+ * per-worker arguments and no result (inline_args begins in it), so such a
+ * closure moves between the producer's and the worker's caches as one line.
+ * The result fields are left clean by the previous life (see
+ * coord_closure_drop_contents()) instead of being rewritten by schedule().
+ */
 struct coord_closure {
+	/* RemoteValue (S7): the state word and the references. */
+	_Atomic uint32_t state;
+	_Atomic uint32_t refs;
 	/* Written by schedule before the push (published by the ring's R1). */
-	struct coord *c;
-	uint64_t gen;	/* cancellation generation, taken when queued (S3) */
-	uint64_t id;	/* reuse << 32 | pool index: coord_rv_id() */
-	uint32_t idx;	/* pool index, fixed for the object's life */
-	uint32_t reuse; /* times this object was handed out */
 	uint32_t fn;
-	uint32_t attempt; /* 1 + put-backs (B8); owner of the closure writes */
 	uint32_t args_len;
+	uint32_t attempt; /* 1 + put-backs (B8); owner of the closure writes */
+	uint32_t reuse;	  /* times this object was handed out */
 	uint8_t args_cls;
 	uint8_t res_cls;
 	uint8_t npw;
+	uint8_t res_dirty; /* res_len or err_code written: drop_contents cleans */
+	uint32_t idx;	   /* pool index, fixed for the object's life */
+	uint64_t gen;	   /* cancellation generation, taken when queued (S3) */
+	uint64_t id;	   /* reuse << 32 | pool index: coord_rv_id() */
 	void *args;
+	char inline_args[CL_INLINE_ARGS];
+
+	/* Result fields, written by the completer before its release CAS of
+	 * @state and read after an acquire load. */
+	uint32_t res_len;
+	int err_code;
+	void *res; /* the value, or the error message (NUL-terminated) */
+	int err_cause;
+	int err_worker;
+
+	/* Fixed for the object's life, or off the fast path. */
+	struct coord *c;
 	struct coord_pw *pw[COORD_MAX_PW];
 	struct coord_closure *next; /* overflow FIFO link */
 	struct rcu_head rcu;
 
-	/* RemoteValue (S7).  Result fields are written by the completer before
-	 * its release exchange of @state and read after an acquire load. */
-	_Atomic uint32_t state;
-	_Atomic uint32_t refs;
-	int err_code;
-	int err_cause;
-	int err_worker;
-	uint32_t res_len;
-	void *res; /* the value, or the error message (NUL-terminated) */
-
-	char inline_args[CL_INLINE_ARGS];
 	char inline_res[CL_INLINE_RES];
 };
 

@@ -669,6 +669,120 @@ static void test_b3_fetch_many(void **state)
 	coord_rv_put(rv[0]);
 }
 
+/* Fill @calls[0..n) with calls of @fn whose argument is &@args[i]. */
+static void many_calls(struct coord_call *calls, int64_t *args, size_t n, uint32_t fn, size_t len)
+{
+	for (size_t i = 0; i < n; i++) {
+		memset(&calls[i], 0, sizeof(calls[i]));
+		calls[i].fn = fn;
+		calls[i].args = &args[i * (len / sizeof(int64_t))];
+		calls[i].len = len;
+	}
+}
+
+/* B3: a batched schedule queues every call (chunks and all) with its own
+ * RemoteValue and arguments; bad calls and a pending error queue none. */
+static void test_b3_schedule_many(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 200 };
+	struct coord_call calls[N];
+	struct coord_rv *rv[N], *frv;
+	struct coord_error err;
+	int64_t ab[N * 2];
+	size_t queued = 12345;
+
+	for (int64_t i = 0; i < N; i++) {
+		ab[2 * i] = i;
+		ab[2 * i + 1] = 1000;
+	}
+	many_calls(calls, ab, N, t_fn(f->c, "add"), 2 * sizeof(int64_t));
+	assert_int_equal(coord_schedule_many(f->c, calls, N, rv, &queued, NULL), 0);
+	assert_int_equal(queued, N);
+	for (int64_t i = 0; i < N; i++) {
+		assert_int_equal(fetch_i64(rv[i]), i + 1000);
+		coord_rv_put(rv[i]);
+	}
+	/* without RemoteValues, and nothing at all */
+	assert_int_equal(coord_schedule_many(f->c, calls, N, NULL, NULL, NULL), 0);
+	assert_int_equal(coord_schedule_many(f->c, calls, 0, NULL, &queued, NULL), 0);
+	assert_int_equal(queued, 0);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), 2 * N);
+
+	/* S15: one unknown function refuses the whole batch, naming the call */
+	calls[150].fn = 12345;
+	assert_int_equal(coord_schedule_many(f->c, calls, N, rv, &queued, &err), COORD_ENOFN);
+	assert_int_equal(queued, 0);
+	assert_null(rv[0]);
+	assert_null(rv[N - 1]);
+	assert_non_null(strstr(err.msg, "call 150"));
+	assert_int_equal(coord_schedule_many(f->c, NULL, 3, NULL, NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), 2 * N);
+	calls[150].fn = calls[0].fn;
+
+	/* S3: a pending error is returned once, before anything is queued */
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "fail"), NULL, 0, &frv, NULL), 0);
+	assert_int_equal(coord_rv_fetch(frv, NULL, NULL, NULL), -EIO);
+	coord_rv_put(frv);
+	assert_int_equal(coord_schedule_many(f->c, calls, N, rv, &queued, &err), -EIO);
+	assert_int_equal(queued, 0);
+	assert_null(rv[0]);
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+	assert_int_equal(atomic_load(&t_exited), 2 * N + 1);
+	assert_int_equal(coord_schedule_many(f->c, calls, N, NULL, &queued, NULL), 0);
+	assert_int_equal(queued, N);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), 3 * N + 1);
+}
+
+/* Run @n "order" calls as one batch on a 1-worker coordinator with ring
+ * capacity @cap (after a gated closure when @gate) and check the run order. */
+static void schedule_many_in_order(unsigned cap, size_t n, bool gate)
+{
+	struct coord_call *calls = calloc(n, sizeof(*calls));
+	int64_t *args = calloc(n, sizeof(*args));
+	size_t queued = 0;
+	struct fx *f;
+
+	assert_non_null(calls);
+	assert_non_null(args);
+	assert_true(n <= T_ORDER_MAX);
+	setup_n((void **)&f, 1, cap);
+	atomic_store(&t_norder, 0);
+	for (size_t i = 0; i < n; i++)
+		args[i] = (int64_t)i;
+	many_calls(calls, args, n, t_fn(f->c, "order"), sizeof(int64_t));
+	if (gate) {
+		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, NULL, NULL), 0);
+		wait_entered(1);
+	}
+	assert_int_equal(coord_schedule_many(f->c, calls, n, NULL, &queued, NULL), 0);
+	assert_int_equal(queued, n);
+	if (gate) {
+		assert_true(atomic_load(&f->c->ov_count) > 0); /* past the ring */
+		atomic_store(&t_gate, 1);
+	}
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_norder), n);
+	for (size_t i = 0; i < n; i++)
+		if (t_order[i] != (int64_t)i)
+			fail_msg("run order broken at %zu: got %lld", i, (long long)t_order[i]);
+	teardown((void **)&f);
+	free(calls);
+	free(args);
+}
+
+/* B3 with S1 and S14: a batch larger than a tiny ring blocks for room and
+ * resumes, in order; unbounded, it runs past the ring into the overflow and
+ * stays FIFO. */
+static void test_b3_schedule_many_order(void **state)
+{
+	schedule_many_in_order(16, 5000, false);
+	schedule_many_in_order(0, COORD_RING_DEFAULT + 5000, true);
+}
+
 /* Results of every size come back intact (inline, pooled classes, malloc). */
 static void test_results_all_sizes(void **state)
 {
@@ -1063,6 +1177,7 @@ int main(void)
 		T(test_s3_old_round_error_not_returned), T(test_s4_join_waits_for_all),            \
 		T(test_s4_join_timeout), T(test_s5_done), T(test_s6_fetch_blocks_and_times_out),   \
 		cmocka_unit_test(test_s6_fetch_cancelled), T(test_b3_fetch_many),                  \
+		T(test_b3_schedule_many), cmocka_unit_test(test_b3_schedule_many_order),           \
 		T1(test_results_all_sizes), T(test_s8_s9_per_worker_lazy),                         \
 		T(test_s9_creation_failure_is_input_error),                                        \
 		cmocka_unit_test(test_s13_stagger_observed), cmocka_unit_test(test_s14_unbounded), \

@@ -175,6 +175,40 @@ COORD_API COORD_NODISCARD int coord_schedule_call(struct coord *c, const struct 
 						  struct coord_rv **out, struct coord_error *err);
 
 /**
+ * coord_schedule_many() - queue @n calls at once: coord_schedule_call() for
+ * each of @calls, in order, at a fraction of the cost per call (B3).
+ * @c:      coordinator.
+ * @calls:  @n calls; each as in coord_schedule_call(), arguments copied
+ *          before return.
+ * @n:      how many; 0 does nothing.
+ * @out:    NULL, or room for @n RemoteValues: on return @out[i] is call i's,
+ *          owned by the caller until coord_rv_put(), or NULL if it was not
+ *          queued.
+ * @queued: NULL, or on return how many of the first calls were queued.
+ * @err:    optional detail on failure.
+ *
+ * The calls are checked (S15) and the error rule applied (S3: an earlier
+ * closure's error is returned, once, after the queue was cancelled and
+ * drained) before any is queued; then they are queued in order, in chunks
+ * that each take one claim of the closure pool, one of the ring, one update
+ * of the pending count and at most one wake.  Each closure takes its
+ * generation when its chunk is queued (C3).  Blocks only while the ring is
+ * full (S1).
+ *
+ * Concurrency: any number of threads; lock-free and no malloc in the steady
+ * state, like coord_schedule().  The calls of one batch are consecutive in
+ * the queue only with respect to this thread: others may interleave.
+ *
+ * Return: 0 when all @n were queued; COORD_ENOFN or COORD_EINVAL (message
+ * names the call) with none queued; an earlier closure's error (S3) or
+ * COORD_EUNAVAILABLE with none queued; COORD_ENOMEM, possibly after the
+ * first *@queued were queued (their RemoteValues are valid and run).
+ */
+COORD_API COORD_NODISCARD int coord_schedule_many(struct coord *c, const struct coord_call *calls,
+						  size_t n, struct coord_rv **out, size_t *queued,
+						  struct coord_error *err);
+
+/**
  * coord_join() - wait until every scheduled closure is final (S4).
  *
  * Concurrency: any thread; sleeps on a futex.
