@@ -42,6 +42,7 @@
  *       first error is returned); a closure of the new round that fails
  *       while the canceller still drains is recorded for the next caller.
  */
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,8 @@ void coord_opts_init(struct coord_opts *o)
 	o->connect_timeout_ms = 5000;
 	o->inproc_ps = 1;
 	o->ps_timeout_ms = 30000;
+	o->ps_failure_threshold = -1;
+	o->restart_exit_code = -1;
 }
 
 /* Seconds (a decimal number) from the environment, as ms; -1 if unset. */
@@ -86,6 +89,24 @@ static int64_t env_seconds_ms(const char *name)
 		return -1;
 	}
 	return (int64_t)(s * 1000.0 + 0.5);
+}
+
+/* A non-negative integer from the environment, else @def. */
+static int env_int(const char *name, int def)
+{
+	const char *v = getenv(name);
+	char *end;
+	long x;
+
+	if (!v || !*v)
+		return def;
+	errno = 0;
+	x = strtol(v, &end, 10);
+	if (errno || *end || x < 0 || x > INT32_MAX) {
+		coord_log(COORD_LOG_WARN, "ignoring %s=%s: not a non-negative integer", name, v);
+		return def;
+	}
+	return (int)x;
 }
 
 uint64_t coord_stagger_ns(const struct coord_opts *o, unsigned i)
@@ -463,7 +484,7 @@ static int take_error(struct coord *c, struct coord_error *err)
 		/* Acquire: pairs with the release stores of err_state (C4). */
 		uint32_t s = atomic_load_explicit(&c->err_state, memory_order_acquire);
 		uint64_t g;
-		int code;
+		int code, cause;
 
 		if (s == ERR_EMPTY)
 			return 0;
@@ -474,6 +495,7 @@ static int take_error(struct coord *c, struct coord_error *err)
 								     memory_order_relaxed))
 				continue;
 			code = c->err.code;
+			cause = c->err.cause;
 			if (err)
 				*err = c->err;
 			g = gen_bump(c);
@@ -484,6 +506,14 @@ static int take_error(struct coord *c, struct coord_error *err)
 			atomic_store_explicit(&c->err_state, ERR_EMPTY, memory_order_release);
 			coord_ec_signal(&c->idle);
 			cancel_older(c, g);
+			if (code == COORD_EUNAVAILABLE && cause > 0 &&
+			    c->opts.restart_exit_code >= 0) {
+				/* S12: nothing runs now; let a supervisor restart us. */
+				coord_log(COORD_LOG_ERROR,
+					  "ps task %d failed: %s; exiting with the restart code %d",
+					  cause - 1, c->err.msg, c->opts.restart_exit_code);
+				exit(c->opts.restart_exit_code);
+			}
 			return code;
 		}
 		/* WRITING or TAKEN by another thread: a few stores away (C4). */
@@ -957,6 +987,26 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 		coord_ec_signal_sc(&c->not_empty); /* ov_push's RMW (E3) */
 }
 
+bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl, int code,
+			     int cause)
+{
+	struct coord *c = d->c;
+	uint32_t n;
+
+	if (code != COORD_EUNAVAILABLE || cause <= 0 || !c->ps || !c->ps->failures ||
+	    (unsigned)cause > c->ps->nps)
+		return false;
+	/* Relaxed: a counter; each report takes one number (S11). */
+	n = atomic_fetch_add_explicit(&c->ps->failures[cause - 1], 1, memory_order_relaxed) + 1;
+	if (n > (uint32_t)c->opts.ps_failure_threshold)
+		return false;
+	coord_log(COORD_LOG_WARN,
+		  "closure %llu: ps task %d unreachable (failure %u of %d taken as transient); "
+		  "put back",
+		  (unsigned long long)cl->id, cause - 1, n, c->opts.ps_failure_threshold);
+	return true;
+}
+
 void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl, int worker,
 			     int code, int cause, const char *msg)
 {
@@ -1072,6 +1122,11 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	if (c->opts.start_delay_max_ms < 0)
 		c->opts.start_delay_max_ms = env_seconds_ms(
 			"TF_COORDINATOR_SCHEDULE_START_DELAY_MAX");
+	if (c->opts.ps_failure_threshold < 0)
+		c->opts.ps_failure_threshold = env_int(
+			"TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES", 3);
+	if (c->opts.restart_exit_code < 0)
+		c->opts.restart_exit_code = env_int("TF_CLIENT_NON_FATAL_RESTART_EXIT_CODE", -1);
 	c->unbounded = opts->ring_capacity == 0;
 	pthread_mutex_init(&c->ov_lock, NULL);
 	if (c->unbounded)

@@ -240,6 +240,24 @@ COORD_HIDDEN unsigned coord_dispatch_try_take(struct coord_dispatcher *d,
 COORD_HIDDEN void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl,
 					  int worker, int code, int cause, const char *msg);
 
+/*
+ * Failure classes (typed, never by message): a lost connection or a missed
+ * heartbeat is a worker failure (the transport puts the closures back); a
+ * result with code COORD_EUNAVAILABLE and cause COORD_CAUSE_PS(t) > 0 is a
+ * failure of ps task t (the function could not reach it); any other error
+ * is the application's (fatal, S3).
+ */
+#define COORD_CAUSE_PS(task) ((int)(task) + 1)
+
+/*
+ * coord_dispatch_ps_retry() - S11: is this outcome a ps failure to take as
+ * transient?  Counts it against its ps task; true for the first
+ * opts.ps_failure_threshold of them: the caller puts @cl back instead of
+ * completing it.
+ */
+COORD_HIDDEN bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl,
+					  int code, int cause);
+
 /* coord_dispatch_stale() - @cl belongs to a cancelled generation: do not
  * start it; coord_dispatch_cancel() it instead (S3). */
 COORD_HIDDEN bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl);
@@ -329,6 +347,7 @@ struct coord_ctx {
 	coord_result_buf_t result_buf;
 	void *sink;
 	void *pw[COORD_MAX_PW];
+	int ps_failed; /* COORD_CAUSE_PS(task) of a ps it could not reach, or 0 */
 	int has_msg;
 	char msg[COORD_ERRMSG_LEN];
 };

@@ -297,6 +297,7 @@ void coord_ps_destroy(struct coord_ps *ps)
 		coord_varstore_destroy(ps->local[i]);
 	free(ps->local);
 	coord_psc_destroy(ps->remote);
+	free((void *)ps->failures);
 	free(ps);
 }
 
@@ -646,19 +647,34 @@ static int ctx_err(struct coord_ctx *ctx, int r, const struct coord_error *e)
 	return r;
 }
 
+/* Could the ps not be reached (a ps failure, not the function's error)? */
+static bool unreachable(const struct coord_ps *ps, int code)
+{
+	return ps && ps->remote && (code == COORD_EUNAVAILABLE || code == COORD_ETIMEDOUT);
+}
+
 int coord_ctx_var_lookup(struct coord_ctx *ctx, const char *name, coord_var_t *var,
 			 struct coord_var_shape *shape)
 {
 	struct coord_error e = { 0 };
+	struct coord_ps *ps = ctx->env->ps;
+	int r = var_lookup(ps, name, var, shape, &e);
 
-	return ctx_err(ctx, var_lookup(ctx->env->ps, name, var, shape, &e), &e);
+	if (unreachable(ps, r) && !ctx->ps_failed)
+		ctx->ps_failed = COORD_CAUSE_PS(coord_var_shard(name, ps->nps));
+	return ctx_err(ctx, r, &e);
 }
 
 int coord_ctx_var_batch(struct coord_ctx *ctx, struct coord_var_op *ops, unsigned n)
 {
 	struct coord_error e = { 0 };
+	struct coord_ps *ps = ctx->env->ps;
+	int r = var_batch(ps, ops, n, &e);
 
-	return ctx_err(ctx, var_batch(ctx->env->ps, ops, n, &e), &e);
+	for (unsigned i = 0; r < 0 && i < n && !ctx->ps_failed; i++)
+		if (unreachable(ps, ops[i].code))
+			ctx->ps_failed = COORD_CAUSE_PS(var_task(ops[i].var));
+	return ctx_err(ctx, r, &e);
 }
 
 int coord_ctx_var_read(struct coord_ctx *ctx, coord_var_t var, uint64_t off, uint64_t n, float *out)

@@ -98,6 +98,9 @@ struct coord_ps {
 	unsigned nps;
 	struct coord_varstore **local;
 	struct coord_psc *remote;
+	/* S11: failure reports per ps task (the coordinator's; see
+	 * coord_dispatch_ps_retry()). */
+	_Atomic uint32_t *failures;
 };
 
 /*

@@ -18,7 +18,8 @@
  * Every function counts t_entered/t_exited (not the var_* ones):
  *   sleep_attempt  uint32 us: stores its pid in running_pid, sleeps; result
  *               = { attempt, worker } (uint32 x 2)
- *   var_add     struct t_var_args: [off, off+n) += val through the ctx
+ *   var_add     struct t_var_args: [off, off+n) += val through the ctx;
+ *               stores its attempt in last_attempt
  *   var_read    struct t_var_args: result = floats [off, off+n)
  *   var_scatter struct t_var_args (off = row length) + int64 idx[n]:
  *               rows idx[k] += val
@@ -127,6 +128,7 @@ void t_reset_counters(void)
 		atomic_store(&t_first_ns[i], 0);
 	atomic_store(&t_norder, 0);
 	atomic_store(&t_sh->running_pid, 0);
+	atomic_store(&t_sh->last_attempt, 0);
 }
 
 #define ENTER() atomic_fetch_add(&t_entered, 1)
@@ -290,6 +292,7 @@ static int f_var_add(struct coord_ctx *ctx, const void *args, size_t len)
 	memcpy(&a, args, sizeof(a));
 	if (a.n > 64)
 		return coord_ctx_fail(ctx, COORD_EINVAL, "var_add: n > 64");
+	atomic_store(&t_sh->last_attempt, (int)coord_ctx_attempt(ctx));
 	for (uint64_t i = 0; i < a.n; i++)
 		d[i] = a.val;
 	return coord_ctx_var_assign_add(ctx, a.var, a.off, a.n, d);

@@ -43,7 +43,8 @@ struct t_shared {
 	_Atomic int gate;	 /* "gated" functions wait until non-zero */
 	_Atomic uint64_t first_ns[64];
 	_Atomic long norder;
-	_Atomic int running_pid; /* set by sleep_attempt when it starts */
+	_Atomic int running_pid;  /* set by sleep_attempt when it starts */
+	_Atomic int last_attempt; /* set by var_add */
 	int64_t order[T_ORDER_MAX];
 };
 extern struct t_shared *t_sh;

@@ -20,6 +20,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -589,7 +590,8 @@ static void test_hostile_at_ps(void **state)
 }
 
 /* A ps that dies: operations fail with UNAVAILABLE, never hang; a closure
- * that used it fails with that message; nothing else is lost. */
+ * that used it is put back K = 3 times (the default threshold, S11) and then
+ * fails with that message; nothing else is lost. */
 static void test_ps_dies(void **state)
 {
 	struct coord *c = make();
@@ -619,9 +621,12 @@ static void test_ps_dies(void **state)
 	{
 		struct t_var_args a = { .var = v[dead], .off = 0, .n = 1, .val = 1.0f };
 
+		t_reset_counters();
 		rv = sched(c, "var_add", &a, sizeof(a));
 		assert_int_equal(fetch(rv, &res), COORD_EUNAVAILABLE);
 		assert_non_null(strstr(res.err.msg, "ps task 0"));
+		assert_int_equal(res.err.cause, 1); /* typed: ps task 0 */
+		assert_int_equal(atomic_load(&t_sh->last_attempt), 4);
 	}
 	assert_int_equal(coord_join(c, &err), COORD_EUNAVAILABLE);
 	/* the other ps task still works */
@@ -631,6 +636,115 @@ static void test_ps_dies(void **state)
 			break;
 		}
 	destroy(c);
+	assert_int_equal(ps_start(0, NULL), 0);
+}
+
+/* A coordinator of the tcp cluster with the given S11/S12 options. */
+static int create_opts(int threshold, int exit_code, struct coord **c, struct coord_error *err)
+{
+	struct coord_opts o;
+	struct coord_spec *spec = NULL;
+	char json[512], *w;
+	int r;
+
+	t_opts(&o, reg);
+	o.ps_failure_threshold = threshold;
+	o.restart_exit_code = exit_code;
+	w = t_spec_json(NW);
+	w[strlen(w) - 1] = 0;
+	snprintf(json, sizeof(json), "%s, \"ps\": [\"127.0.0.1:%u\", \"127.0.0.1:%u\"]}", w,
+		 ps_port[0], ps_port[1]);
+	free(w);
+	r = coord_spec_parse(json, &spec, err);
+	if (r == 0)
+		r = coord_create(spec, &o, c, err);
+	coord_spec_destroy(spec);
+	return r;
+}
+
+/* A variable on ps task 0 (created while it is up). */
+static coord_var_t var_on_task0(struct coord *c)
+{
+	uint64_t dims[1] = { 1 };
+	char name[16];
+
+	for (int i = 0; i < 64; i++) {
+		coord_var_t v;
+
+		snprintf(name, sizeof(name), "t0_%d", i);
+		v = var(c, name, 1, dims);
+		if ((v >> 32) == 0)
+			return v;
+	}
+	fail();
+	return 0;
+}
+
+/*
+ * S11 with K = 2 and K = 0: a closure whose ps is gone is put back K times,
+ * runs K + 1 times in all, and then fails UNAVAILABLE with a typed cause
+ * (the ps task), which join returns.
+ */
+static void test_ps_failure_threshold(void **state)
+{
+	struct coord_error err;
+	struct coord *c;
+	struct out res;
+	coord_var_t v;
+
+	(void)state;
+	for (int k = 2; k >= 0; k -= 2) {
+		struct t_var_args a = { .off = 0, .n = 1, .val = 1.0f };
+
+		assert_int_equal(create_opts(k, -1, &c, &err), 0);
+		v = var_on_task0(c);
+		a.var = v;
+		t_reap(ps_pid[0]);
+		ps_pid[0] = -1;
+		t_reset_counters();
+		assert_int_equal(fetch(sched(c, "var_add", &a, sizeof(a)), &res),
+				 COORD_EUNAVAILABLE);
+		assert_int_equal(res.err.cause, 1);
+		assert_int_equal(atomic_load(&t_sh->last_attempt), k + 1);
+		assert_int_equal(coord_join(c, &err), COORD_EUNAVAILABLE);
+		assert_non_null(strstr(err.msg, "ps task 0"));
+		coord_destroy(c);
+		assert_int_equal(ps_start(0, NULL), 0);
+	}
+}
+
+/* S12: with a restart exit code, the call that would return a ps failure
+ * exits the process with it (a supervisor restarts the coordinator). */
+static void test_ps_failure_restart_exit_code(void **state)
+{
+	struct coord_error err;
+	struct coord *c;
+	coord_var_t v;
+	pid_t pid;
+	int st;
+
+	(void)state;
+	assert_int_equal(create_opts(0, -1, &c, &err), 0);
+	v = var_on_task0(c);
+	coord_destroy(c);
+	t_reap(ps_pid[0]);
+	ps_pid[0] = -1;
+	pid = fork();
+	if (pid == 0) {
+		struct t_var_args a = { .var = v, .off = 0, .n = 1, .val = 1.0f };
+		struct coord_rv *rv;
+
+		if (create_opts(0, 42, &c, &err) != 0 ||
+		    coord_schedule(c, t_fn(c, "var_add"), &a, sizeof(a), &rv, &err) != 0)
+			_exit(3);
+		if (coord_join(c, &err) == 0) /* exits 42 inside */
+			_exit(5);
+		_exit(4);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 42);
 	assert_int_equal(ps_start(0, NULL), 0);
 }
 
@@ -689,6 +803,8 @@ int main(void)
 		cmocka_unit_test(test_hostile_at_ps),
 		cmocka_unit_test(test_wrong_key_across_processes),
 		cmocka_unit_test(test_ps_dies),
+		cmocka_unit_test(test_ps_failure_threshold),
+		cmocka_unit_test(test_ps_failure_restart_exit_code),
 	};
 	int failed;
 

@@ -152,8 +152,13 @@ static int on_result(struct psc_conn *k, const struct coord_wire_vres *res)
 	uint32_t idx = (uint32_t)res->rid, gen = (uint32_t)(res->rid >> 32);
 	struct coord_ps_op *op;
 
-	if (idx >= k->nslots || !k->slots[idx].w || k->slots[idx].gen != gen)
-		return -EPROTO; /* answers nothing we asked */
+	if (idx >= k->nslots || !k->slots[idx].w || k->slots[idx].gen != gen) {
+		/* Nothing waits for it: a late answer to a request that timed
+		 * out and was withdrawn (or a confused peer).  Never followed. */
+		coord_log(COORD_LOG_DEBUG, "ps task %u: dropped a reply to no pending request",
+			  k->task);
+		return 0;
+	}
 	op = k->slots[idx].op;
 	if (res->code < 0) {
 		op->code = res->code;
@@ -607,6 +612,7 @@ int coord_ps_setup(struct coord *c, const struct coord_spec *spec, struct coord_
 		return coord_ps_local_create(nps, &c->ps, err);
 	if (nps == 0)
 		return 0;
+	c->ps = NULL;
 	addrs = calloc(nps ? nps : 1, sizeof(*addrs));
 	if (!addrs)
 		return coord_seterr(err, COORD_ENOMEM, "no memory");
@@ -625,5 +631,10 @@ int coord_ps_setup(struct coord *c, const struct coord_spec *spec, struct coord_
 		coord_key_wipe(&key);
 	}
 	free(addrs);
+	if (r == 0 && !(c->ps->failures = calloc(nps, sizeof(*c->ps->failures)))) {
+		coord_ps_destroy(c->ps);
+		c->ps = NULL;
+		r = coord_seterr(err, COORD_ENOMEM, "no memory");
+	}
 	return r;
 }

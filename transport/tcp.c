@@ -279,6 +279,9 @@ static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, cons
 				coord_dispatch_complete(l->d, cl, k->w->index, COORD_ENOMEM, 0,
 							"no memory for the result");
 			}
+		} else if (coord_dispatch_ps_retry(l->d, cl, r.code, r.cause)) {
+			coord_dispatch_put_back(l->d, &cl, 1); /* S11: transient */
+			continue;
 		} else {
 			char msg[COORD_ERRMSG_LEN];
 			size_t n = r.len < sizeof(msg) - 1 ? r.len : sizeof(msg) - 1;

@@ -61,6 +61,17 @@ struct coord_pw;
  *                   job (default 1); see coord/var.h.
  * @ps_timeout_ms:   tcp: how long a variable operation waits for its ps
  *                   (default 30000), then fails with COORD_ETIMEDOUT.
+ * @ps_failure_threshold: S11: a closure that fails because a ps task cannot
+ *                   be reached is put back (run again) for the first K such
+ *                   failures of that ps task; after K, the failure is
+ *                   returned as COORD_EUNAVAILABLE by schedule/join/done.
+ *                   -1 (default): $TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES,
+ *                   else 3 (the seed's default).  0: every one is fatal.
+ * @restart_exit_code: S12: when schedule/join/done would return a ps
+ *                   failure, log it and exit(3) the process with this code
+ *                   instead, so a supervisor restarts the coordinator (which
+ *                   then restores its checkpoint).  -1 (default):
+ *                   $TF_CLIENT_NON_FATAL_RESTART_EXIT_CODE, else never.
  * @flags:           reserved, 0.
  */
 struct coord_opts {
@@ -79,6 +90,8 @@ struct coord_opts {
 	const char *key_file;
 	unsigned inproc_ps;
 	int ps_timeout_ms;
+	int ps_failure_threshold;
+	int restart_exit_code;
 	uint64_t flags;
 };
 
