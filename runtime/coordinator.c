@@ -72,6 +72,10 @@ void coord_opts_init(struct coord_opts *o)
 	o->ps_timeout_ms = 30000;
 	o->ps_failure_threshold = -1;
 	o->restart_exit_code = -1;
+	o->recovery_limit_ms = 3600000;
+	o->heartbeat_ms = 1000;
+	o->heartbeat_misses = 3;
+	o->closure_timeout_ms = 0;
 }
 
 /* Seconds (a decimal number) from the environment, as ms; -1 if unset. */
@@ -1177,6 +1181,11 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	c->spec = NULL;
 	if (r < 0)
 		goto err_disp;
+	r = coord_recovery_start(c, err); /* the slow path (S10), if any */
+	if (r < 0) {
+		coord_destroy(c);
+		return r;
+	}
 	*out = c;
 	return 0;
 
@@ -1245,6 +1254,7 @@ void coord_destroy(struct coord *c)
 	coord_ec_signal(&c->not_empty);
 	coord_smp_mb(); /* stopping before the wake of stagger sleepers */
 	coord_futex_wake_all(&c->stopping);
+	coord_recovery_stop(c); /* no reconnect races the transport's stop */
 	c->tp->stop(c);
 	coord_ps_destroy(c->ps); /* no function runs any more */
 	c->ps = NULL;

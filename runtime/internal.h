@@ -144,9 +144,14 @@ struct coord_worker {
 	_Atomic uint64_t executed __cacheline_aligned; /* completed here (metrics) */
 	struct coord *c __cacheline_aligned;
 	int index;
-	_Atomic int state;
-	uint64_t start_at_ns; /* staggered start (S13) */
-	void *tp;	      /* the transport's per-worker state */
+	_Atomic int state;		     /* enum coord_worker_state (runtime/recovery.c R1) */
+	uint64_t start_at_ns;		     /* staggered start (S13) */
+	void *tp;			     /* the transport's per-worker state */
+	_Atomic uint64_t losses, recoveries; /* metrics */
+	/* The recovery thread's own bookkeeping (recovery.c). */
+	bool rec_active;
+	unsigned rec_tries;
+	uint64_t rec_down_ns, rec_next_ns;
 };
 
 /*
@@ -205,8 +210,9 @@ struct coord {
 	struct coord_dispatcher *disp;
 	const struct coord_tp_ops *tp;
 	void *tp_state;
-	const struct coord_spec *spec; /* borrowed: valid only inside coord_create() */
-	struct coord_ps *ps;	       /* parameter servers (runtime/ps.h), or NULL */
+	const struct coord_spec *spec;	 /* borrowed: valid only inside coord_create() */
+	struct coord_ps *ps;		 /* parameter servers (runtime/ps.h), or NULL */
+	struct coord_recovery *recovery; /* the slow path, or NULL (inproc) */
 	uint64_t created_ns;
 };
 
@@ -382,7 +388,28 @@ struct coord_tp_ops {
 	int (*start)(struct coord *c, struct coord_error *err);
 	void (*stop)(struct coord *c);
 	void (*wake)(struct coord *c);
+	/*
+	 * reconnect: bring DOWN worker @w back: connect, handshake, and hand
+	 * the connection to its dispatcher; 0 once the dispatcher may send to
+	 * it, else an error in @err.  Called by the recovery thread only.
+	 * NULL: this transport's workers never fail (no recovery thread).
+	 */
+	int (*reconnect)(struct coord *c, struct coord_worker *w, struct coord_error *err);
 };
+
+/* --- recovery (runtime/recovery.c) ----------------------------------------- */
+
+struct coord_recovery;
+/* Start the recovery thread if the transport can reconnect; 0 or an error. */
+COORD_HIDDEN int coord_recovery_start(struct coord *c, struct coord_error *err);
+/* Stop and join it (before the transport stops). */
+COORD_HIDDEN void coord_recovery_stop(struct coord *c);
+/*
+ * coord_worker_lost() - a transport lost @w (after putting its closures
+ * back): UP -> DOWN once, logged with @why, and the recovery thread wakes.
+ * Any thread.
+ */
+COORD_HIDDEN void coord_worker_lost(struct coord *c, struct coord_worker *w, const char *why);
 
 extern const struct coord_tp_ops coord_tp_inproc;
 extern const struct coord_tp_ops coord_tp_tcp;

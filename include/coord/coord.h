@@ -67,6 +67,17 @@ struct coord_pw;
  *                   returned as COORD_EUNAVAILABLE by schedule/join/done.
  *                   -1 (default): $TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES,
  *                   else 3 (the seed's default).  0: every one is fatal.
+ * @recovery_limit_ms: S10: how long a lost worker is tried again (with
+ *                   exponential backoff) before it is dropped for good
+ *                   (default 3600000, TF's hour).  When every worker is
+ *                   dropped, queued closures are cancelled and
+ *                   schedule/join/done return COORD_EUNAVAILABLE.
+ * @heartbeat_ms:    tcp: a worker connection with nothing received for this
+ *                   long is pinged (default 1000) ...
+ * @heartbeat_misses: ... and one silent for heartbeat_ms * this (default 3)
+ *                   is a lost worker (a stopped or partitioned machine).
+ * @closure_timeout_ms: B6: a closure running longer than this counts as a
+ *                   failure of its worker (0, the default: no deadline).
  * @restart_exit_code: S12: when schedule/join/done would return a ps
  *                   failure, log it and exit(3) the process with this code
  *                   instead, so a supervisor restarts the coordinator (which
@@ -92,6 +103,10 @@ struct coord_opts {
 	int ps_timeout_ms;
 	int ps_failure_threshold;
 	int restart_exit_code;
+	int64_t recovery_limit_ms;
+	int heartbeat_ms;
+	int heartbeat_misses;
+	int64_t closure_timeout_ms;
 	uint64_t flags;
 };
 
