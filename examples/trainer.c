@@ -234,36 +234,43 @@ static int evaluate(struct coord *c, const struct vars *v, double *loss, double 
 }
 
 struct progress {
+	struct coord *c;
 	int tty, quiet;
 	double t0, last_draw;
 	uint64_t total, done, start;
 	double loss, correct, n; /* since the last line */
-	unsigned epoch, epochs, workers;
+	unsigned epoch, epochs;
 };
 
+/* The bar (or a line per epoch): steps, loss, accuracy, and what the
+ * coordinator's metrics say (B7): closures/s, workers up, recoveries, the
+ * median round trip of a step. */
 static void draw(struct progress *pg, int final)
 {
 	double t = now_s(),
 	       rate = (double)(pg->done - pg->start) / (t - pg->t0 > 1e-9 ? t - pg->t0 : 1e-9);
 	double loss = pg->n ? pg->loss / pg->n : 0, acc = pg->n ? 100 * pg->correct / pg->n : 0;
 	int width = 24, fill = (int)(width * (double)pg->done / (pg->total ? pg->total : 1));
+	struct coord_metrics m;
 
-	if (pg->quiet)
+	if (pg->quiet || coord_metrics(pg->c, &m, NULL, 0) < 0)
 		return;
 	if (pg->tty) {
-		printf("\r[%.*s%*s] epoch %u/%u  step %llu/%llu  loss %.4f  acc %5.1f%%  "
-		       "%.0f steps/s  workers %u ",
+		printf("\r[%.*s%*s] epoch %u/%u step %llu/%llu loss %.4f acc %5.1f%% %.0f steps/s "
+		       "workers %u/%u up, %llu recovered, p50 %.2f ms ",
 		       fill, "########################", width - fill, "", pg->epoch, pg->epochs,
 		       (unsigned long long)pg->done, (unsigned long long)pg->total, loss, acc, rate,
-		       pg->workers);
+		       m.workers_up, m.workers, (unsigned long long)m.recoveries,
+		       coord_hist_percentile(&m.round_trip_ns, 50) / 1e6);
 		if (final)
 			printf("\n");
 		fflush(stdout);
 	} else if (final) {
 		printf("epoch %u/%u  step %llu/%llu  train loss %.4f  acc %.1f%%  %.0f steps/s  "
-		       "workers %u\n",
+		       "workers %u/%u up, %llu lost, %llu recovered\n",
 		       pg->epoch, pg->epochs, (unsigned long long)pg->done,
-		       (unsigned long long)pg->total, loss, acc, rate, pg->workers);
+		       (unsigned long long)pg->total, loss, acc, rate, m.workers_up, m.workers,
+		       (unsigned long long)m.losses, (unsigned long long)m.recoveries);
 		fflush(stdout);
 	}
 	pg->last_draw = t;
@@ -295,12 +302,12 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 				  .batch = o->batch };
 	struct tm_dataset_args da = { .seed = o->seed };
 	struct coord_rv *win[WINDOW];
-	struct progress pg = { .tty = isatty(1),
+	struct progress pg = { .c = c,
+			       .tty = isatty(1),
 			       .quiet = o->quiet,
 			       .t0 = now_s(),
 			       .total = (uint64_t)o->epochs * o->steps,
-			       .epochs = o->epochs,
-			       .workers = coord_num_workers(c) };
+			       .epochs = o->epochs };
 	struct coord_pw *dataset;
 	struct coord_call call = { .args = &a, .len = sizeof(a), .npw = 1 };
 	uint64_t step = start_step, last_ckpt = start_step;

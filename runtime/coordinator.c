@@ -359,6 +359,8 @@ static void cancel_one(struct coord *c, struct coord_closure *cl)
 	cl->res = cl->inline_res;
 	cl->res_len = 0;
 	coord_rv_set_final(cl, COORD_RV_CANCELLED);
+	/* Relaxed: a statistic (B7). */
+	atomic_fetch_add_explicit(&c->cancelled, 1, memory_order_relaxed);
 	outstanding_sub(c, 1);
 	/* The runtime's reference goes through epoch reclamation: a transport
 	 * may still resolve this closure's id in a read-side section. */
@@ -605,6 +607,8 @@ static int closure_fill(struct coord *c, struct coord_closure *cl, const struct 
 {
 	cl->reuse++;
 	cl->id = ((uint64_t)cl->reuse << 32) | cl->idx;
+	if (unlikely(coord_sampled(cl)))
+		cl->t_sched = coord_now_ns(); /* metrics: 1 in 64 (B7) */
 	cl->fn = call->fn;
 	cl->attempt = 1;
 	cl->args = coord_buf_get(&c->bufs, call->len, cl->inline_args, CL_INLINE_ARGS,
@@ -894,10 +898,13 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 	/* D2 (seq_cst): read gen after the reservation; see C2. */
 	g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
 	for (unsigned i = 0; i < n; i++) {
-		if (out[i]->gen < g)
+		if (out[i]->gen < g) {
 			cancel_one(c, out[i]); /* C5 */
-		else
-			out[k++] = out[i];
+			continue;
+		}
+		if (unlikely(coord_sampled(out[i])))
+			out[i]->t_take = coord_now_ns(); /* metrics (B7) */
+		out[k++] = out[i];
 	}
 	if (want > k) {
 		/* Release: our cancellations happen-before the canceller's D1
@@ -983,12 +990,108 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 	}
 	if (newest)
 		ov_push(c, newest, oldest, nb);
+	/* Relaxed: a statistic (B7); an RMW, as a stopping transport's thread
+	 * may put back too. */
+	atomic_fetch_add_explicit(&d->m.put_back, (uint64_t)nb, memory_order_relaxed);
 	/* Release: the closures are back on the queue (or cancelled) before
 	 * a canceller's D1 load sees the lower count. */
 	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);
 	coord_ec_signal(&c->drained);
 	if (newest)
 		coord_ec_signal_sc(&c->not_empty); /* ov_push's RMW (E3) */
+}
+
+/* ---- metrics (B7) ------------------------------------------------------------ */
+
+/* A counter of this dispatcher's own: one writer, so no RMW is needed. */
+static inline void dm_inc(_Atomic uint64_t *x, uint64_t n)
+{
+	/* Relaxed: single writer (the dispatcher's thread); readers only
+	 * want a recent value (struct coord_dmetrics). */
+	atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
+
+static inline unsigned hist_bucket(uint64_t ns)
+{
+	unsigned b = 63u - (unsigned)__builtin_clzll(ns | 1);
+
+	return b < COORD_HIST_BUCKETS ? b : COORD_HIST_BUCKETS - 1;
+}
+
+int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_metrics *w,
+		  unsigned nw)
+{
+	if (!c || !m)
+		return COORD_EINVAL;
+	memset(m, 0, sizeof(*m));
+	m->now_ns = coord_now_ns();
+	m->queued = coord_queue_size(c);
+	/* Relaxed, here and below: statistics, read without stopping anyone. */
+	m->outstanding = atomic_load_explicit(&c->outstanding, memory_order_relaxed);
+	m->cancelled = atomic_load_explicit(&c->cancelled, memory_order_relaxed);
+	for (unsigned i = 0; i < c->ndisp; i++) {
+		struct coord_dmetrics *dm = &c->disp[i].m;
+
+		/* Relaxed: as above. */
+		m->in_flight += atomic_load_explicit(&c->disp[i].inflight, memory_order_relaxed);
+		m->completed += atomic_load_explicit(&dm->finished, memory_order_relaxed);
+		m->failed += atomic_load_explicit(&dm->failed, memory_order_relaxed);
+		m->put_back += atomic_load_explicit(&dm->put_back, memory_order_relaxed);
+		for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
+			/* Relaxed: as above. */
+			m->exec_ns.bucket[b] += atomic_load_explicit(&dm->exec[b],
+								     memory_order_relaxed);
+			m->round_trip_ns.bucket[b] +=
+				/* Relaxed: as above. */
+				atomic_load_explicit(&dm->rt[b], memory_order_relaxed);
+		}
+	}
+	for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
+		m->exec_ns.count += m->exec_ns.bucket[b];
+		m->round_trip_ns.count += m->round_trip_ns.bucket[b];
+	}
+	m->workers = c->nworkers;
+	for (unsigned i = 0; i < c->nworkers; i++) {
+		struct coord_worker *wk = &c->workers[i];
+		/* Relaxed: as above. */
+		int st = atomic_load_explicit(&wk->state, memory_order_relaxed);
+		/* Relaxed: as above. */
+		uint64_t lo = atomic_load_explicit(&wk->losses, memory_order_relaxed);
+		/* Relaxed: as above. */
+		uint64_t re = atomic_load_explicit(&wk->recoveries, memory_order_relaxed);
+
+		m->workers_up += st == COORD_WORKER_UP;
+		m->workers_down += st == COORD_WORKER_DOWN;
+		m->workers_dropped += st == COORD_WORKER_DROPPED;
+		m->losses += lo;
+		m->recoveries += re;
+		if (w && i < nw) {
+			w[i].state = st;
+			/* Relaxed: as above. */
+			w[i].executed = atomic_load_explicit(&wk->executed, memory_order_relaxed);
+			w[i].losses = lo;
+			w[i].recoveries = re;
+		}
+	}
+	return 0;
+}
+
+uint64_t coord_hist_percentile(const struct coord_hist *h, double p)
+{
+	uint64_t need, seen = 0;
+
+	if (!h || h->count == 0 || !(p > 0))
+		return 0;
+	need = (uint64_t)((p >= 100 ? 1.0 : p / 100.0) * (double)h->count);
+	if (need == 0)
+		need = 1;
+	for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
+		seen += h->bucket[b];
+		if (seen >= need)
+			return b >= 63 ? UINT64_MAX : (2ull << b) - 1;
+	}
+	return UINT64_MAX;
 }
 
 bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl, int code,
@@ -1029,6 +1132,13 @@ void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *c
 		cl->err_worker = worker;
 		st = COORD_RV_READY | RV_READY_ERR;
 		record_error(d->c, worker, cl, code, cause, m);
+		dm_inc(&d->m.failed, 1);
+	}
+	if (unlikely(coord_sampled(cl))) {
+		uint64_t now = coord_now_ns();
+
+		dm_inc(&d->m.exec[hist_bucket(now - cl->t_take)], 1);
+		dm_inc(&d->m.rt[hist_bucket(now - cl->t_sched)], 1);
 	}
 	coord_rv_set_final(cl, st);
 }
@@ -1060,6 +1170,7 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 	if (w)
 		/* Relaxed: a statistic. */
 		atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);
+	dm_inc(&d->m.finished, n);
 	/* Release: the completed closures happen-before a canceller's D1 load
 	 * that sees the lower count. */
 	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);

@@ -101,6 +101,7 @@ struct coord_closure {
 	int err_worker;
 
 	/* Fixed for the object's life, or off the fast path. */
+	uint64_t t_sched, t_take; /* sampled closures only (coord_sampled()) */
 	struct coord *c;
 	struct coord_pw *pw[COORD_MAX_PW];
 	struct coord_closure *next; /* overflow FIFO link */
@@ -132,11 +133,25 @@ struct coord_pw {
 	_Atomic uint32_t refs;
 };
 
-/* Worker states; transitions are the recovery thread's (issue 4). */
-enum coord_worker_state {
-	COORD_WORKER_UP = 0,
-	COORD_WORKER_DOWN = 1,
-	COORD_WORKER_DROPPED = 2,
+/* Worker states: enum coord_worker_state in coord.h; transitions are in
+ * runtime/recovery.c (R1). */
+
+/* Metrics sampling (B7): one closure in 64 is timed (by pool index and
+ * use count, so fresh pools and reused objects are both sampled). */
+#define COORD_SAMPLE_MASK 63u
+static inline bool coord_sampled(const struct coord_closure *cl)
+{
+	return ((cl->idx + cl->reuse) & COORD_SAMPLE_MASK) == 0;
+}
+
+/*
+ * One dispatcher's metrics: written only by that dispatcher's thread
+ * (relaxed load + store, no RMW), read by coord_metrics() from any thread;
+ * put_back (also from a stopping transport) uses an RMW.
+ */
+struct coord_dmetrics {
+	_Atomic uint64_t finished, failed, put_back;
+	_Atomic uint64_t exec[COORD_HIST_BUCKETS], rt[COORD_HIST_BUCKETS];
 };
 
 /* The coordinator's view of one worker. */
@@ -165,6 +180,7 @@ struct coord_dispatcher {
 	struct coord *c __cacheline_aligned;
 	unsigned index;
 	void *tp; /* the transport's per-dispatcher state */
+	struct coord_dmetrics m __cacheline_aligned;
 };
 
 struct coord_tp_ops;
@@ -213,6 +229,7 @@ struct coord {
 	const struct coord_spec *spec;	 /* borrowed: valid only inside coord_create() */
 	struct coord_ps *ps;		 /* parameter servers (runtime/ps.h), or NULL */
 	struct coord_recovery *recovery; /* the slow path, or NULL (inproc) */
+	_Atomic uint64_t cancelled;	 /* metrics (B7) */
 	uint64_t created_ns;
 };
 

@@ -1162,6 +1162,51 @@ static int tcp_group_teardown(void **state)
 	return 0;
 }
 
+/* ---- B7 ---------------------------------------------------------------------- */
+
+/* B7: counters move by exactly what ran; histograms fill; workers are UP. */
+static void test_b7_metrics(void **state)
+{
+	struct fx *f = *state;
+	uint32_t add = t_fn(f->c, "add"), failfn = t_fn(f->c, "fail");
+	struct coord_worker_metrics w[2];
+	struct coord_metrics m0, m;
+	struct coord_rv *rv;
+	uint64_t executed = 0;
+
+	assert_int_equal(coord_metrics(f->c, &m0, NULL, 0), 0);
+	for (int64_t i = 0; i < 640; i++) {
+		int64_t ab[2] = { i, 1 };
+
+		assert_int_equal(coord_schedule(f->c, add, ab, sizeof(ab), NULL, NULL), 0);
+	}
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(coord_schedule(f->c, failfn, NULL, 0, &rv, NULL), 0);
+	assert_int_equal(coord_join(f->c, NULL), -EIO);
+	coord_rv_put(rv);
+	assert_int_equal(coord_metrics(f->c, &m, w, 2), 0);
+	assert_int_equal(m.completed - m0.completed, 641);
+	assert_int_equal(m.failed - m0.failed, 1);
+	assert_int_equal(m.outstanding, 0);
+	assert_int_equal(m.queued, 0);
+	assert_int_equal(m.in_flight, 0);
+	assert_int_equal(m.workers, 2);
+	assert_int_equal(m.workers_up, 2);
+	assert_int_equal(m.workers_down + m.workers_dropped, 0);
+	assert_true(m.now_ns > m0.now_ns);
+	assert_true(m.exec_ns.count >= 1 && m.round_trip_ns.count >= 1);
+	assert_true(coord_hist_percentile(&m.round_trip_ns, 50) > 0);
+	assert_true(coord_hist_percentile(&m.round_trip_ns, 99) >=
+		    coord_hist_percentile(&m.exec_ns, 1));
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(w[i].state, COORD_WORKER_UP);
+		executed += w[i].executed;
+	}
+	assert_true(executed >= 641);
+	assert_int_equal(coord_metrics(NULL, &m, NULL, 0), COORD_EINVAL);
+	assert_int_equal(coord_hist_percentile(&(struct coord_hist){ 0 }, 50), 0);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup2, teardown)
@@ -1182,7 +1227,7 @@ int main(void)
 		T(test_s9_creation_failure_is_input_error),                                        \
 		cmocka_unit_test(test_s13_stagger_observed), cmocka_unit_test(test_s14_unbounded), \
 		T(test_s15_unknown_function_refused), T(test_b8_attempt_visible),                  \
-		cmocka_unit_test(test_destroy_with_queued_work_values_outlive)
+		T(test_b7_metrics), cmocka_unit_test(test_destroy_with_queued_work_values_outlive)
 	const struct CMUnitTest inproc_tests[] = {
 		CONTRACT_TESTS,
 		/* in-process only: they reach into the runtime or its options */

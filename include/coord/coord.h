@@ -143,6 +143,78 @@ COORD_API void coord_destroy(struct coord *c);
 /** coord_num_workers() - the number of workers. */
 COORD_API unsigned coord_num_workers(const struct coord *c);
 
+/* --- metrics (B7) ----------------------------------------------------------- */
+
+/* Worker states, in struct coord_worker_metrics. */
+enum coord_worker_state {
+	COORD_WORKER_UP = 0,	  /* taking closures */
+	COORD_WORKER_DOWN = 1,	  /* lost; the recovery thread is bringing it back */
+	COORD_WORKER_DROPPED = 2, /* not back within opts.recovery_limit_ms */
+};
+
+/* Log2 buckets: bucket i counts durations in [2^i, 2^(i+1)) ns (0: < 2 ns). */
+#define COORD_HIST_BUCKETS 48
+
+/** struct coord_hist - a latency histogram; @count is the sum of @bucket. */
+struct coord_hist {
+	uint64_t count;
+	uint64_t bucket[COORD_HIST_BUCKETS];
+};
+
+/** struct coord_worker_metrics - one worker's counters. */
+struct coord_worker_metrics {
+	int state;	     /* enum coord_worker_state */
+	uint64_t executed;   /* closures completed on it (rate: diff two snapshots) */
+	uint64_t losses;     /* times it was lost */
+	uint64_t recoveries; /* times the recovery thread brought it back */
+};
+
+/**
+ * struct coord_metrics - a snapshot (coord_metrics()).
+ * @now_ns:      CLOCK_MONOTONIC when taken: rates are differences of two
+ *               snapshots over the difference of their @now_ns.
+ * @queued:      closures waiting in the queue.
+ * @in_flight:   taken by a dispatcher and not yet final (running, or sent).
+ * @outstanding: scheduled and not yet final (queued + in flight, C1).
+ * @completed:   final with a value or an error since creation.
+ * @failed:      of those, with an error.
+ * @cancelled:   final as CANCELLED (S3, or destroy).
+ * @put_back:    times a closure went back on the queue (worker lost, S2).
+ * @workers, @workers_up, @workers_down, @workers_dropped: by state.
+ * @losses, @recoveries: summed over the workers.
+ * @exec_ns:     from a dispatcher taking a closure to its completion (the
+ *               function's run; over tcp also the network both ways).
+ * @round_trip_ns: from schedule() to the RemoteValue being final.
+ * The histograms sample one closure in 64 (a clock read per sample, none
+ * for the others); counters are exact but read without stopping anyone, so
+ * a snapshot is consistent only to within the closures completing meanwhile.
+ */
+struct coord_metrics {
+	uint64_t now_ns;
+	uint64_t queued, in_flight, outstanding;
+	uint64_t completed, failed, cancelled, put_back;
+	unsigned workers, workers_up, workers_down, workers_dropped;
+	uint64_t losses, recoveries;
+	struct coord_hist exec_ns, round_trip_ns;
+};
+
+/**
+ * coord_metrics() - take a snapshot of @c's metrics.
+ * @m:  filled.
+ * @w:  optional: per-worker counters for the first @nw workers.
+ *
+ * Concurrency: any thread, any time between create and destroy; takes no
+ * lock and stops nothing.  Return: 0; COORD_EINVAL for a NULL @c or @m.
+ */
+COORD_API COORD_NODISCARD int coord_metrics(struct coord *c, struct coord_metrics *m,
+					    struct coord_worker_metrics *w, unsigned nw);
+
+/**
+ * coord_hist_percentile() - the upper bound (ns) of the bucket holding the
+ * @p-th percentile (0 < @p <= 100) of @h; 0 for an empty histogram.
+ */
+COORD_API uint64_t coord_hist_percentile(const struct coord_hist *h, double p);
+
 /**
  * coord_fn_lookup() - resolve a registered name once (S15).
  * @id: on success the id to pass to coord_schedule().
