@@ -18,6 +18,7 @@
  * Every function counts t_entered/t_exited (not the var_* ones):
  *   sleep_attempt  uint32 us: stores its pid in running_pid, sleeps; result
  *               = { attempt, worker } (uint32 x 2)
+ *   stuck_once  sleeps 3 s on its first attempt; result = { attempt, worker }
  *   var_add     struct t_var_args: [off, off+n) += val through the ctx;
  *               stores its attempt in last_attempt
  *   var_read    struct t_var_args: result = floats [off, off+n)
@@ -204,6 +205,19 @@ static int f_sleep_attempt(struct coord_ctx *ctx, const void *args, size_t len)
 	return coord_ctx_set_result(ctx, out, sizeof(out));
 }
 
+/* On its first attempt sleeps 3 s (a stuck closure, B6); result: { attempt,
+ * worker index } (uint32 x 2). */
+static int f_stuck_once(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	uint32_t out[2] = { coord_ctx_attempt(ctx), (uint32_t)coord_ctx_worker(ctx) };
+
+	(void)args;
+	(void)len;
+	if (out[0] == 1)
+		t_sleep_ns(3000000000ull);
+	return coord_ctx_set_result(ctx, out, sizeof(out));
+}
+
 static int f_attempt(struct coord_ctx *ctx, const void *args, size_t len)
 {
 	uint32_t a = coord_ctx_attempt(ctx);
@@ -383,6 +397,7 @@ int t_register(struct coord_registry *r)
 {
 	if (coord_registry_add(r, "var_add", f_var_add) ||
 	    coord_registry_add(r, "sleep_attempt", f_sleep_attempt) ||
+	    coord_registry_add(r, "stuck_once", f_stuck_once) ||
 	    coord_registry_add(r, "var_read", f_var_read) ||
 	    coord_registry_add(r, "var_scatter", f_var_scatter) ||
 	    coord_registry_add(r, "var_lookup", f_var_lookup) ||
@@ -530,26 +545,55 @@ void t_netns_destroy(struct t_netns *n)
 	n->made = 0;
 }
 
-int t_workers_start(unsigned n)
+/* Start worker process @i listening on @port (0: any). */
+static int worker_spawn(unsigned i, unsigned port)
 {
 	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
 	const char *log = getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error";
+	char listen[32];
+	char *argv[] = { (char *)bin, "--fns",	   (char *)fns,	   "--listen", listen,
+			 "--log",     (char *)log, "--partial-ms", "500",      NULL };
+	pid_t pid;
 
 	if (!bin || !fns) {
 		fprintf(stderr, "COORD_WORKER_BIN and COORD_TESTFNS must be set\n");
 		return -1;
 	}
-	for (t_nprocs = 0; t_nprocs < n && t_nprocs < T_MAX_PROCS; t_nprocs++) {
-		char *argv[] = { (char *)bin,	"--fns", (char *)fns, "--listen",
-				 "127.0.0.1:0", "--log", (char *)log, "--partial-ms",
-				 "500",		NULL };
-		pid_t pid = t_spawn(argv, "coord-worker", &t_ports[t_nprocs]);
-
-		if (pid < 0)
-			return -1;
-		t_pids[t_nprocs] = pid;
-	}
+	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+	pid = t_spawn(argv, "coord-worker", &t_ports[i]);
+	if (pid < 0)
+		return -1;
+	t_pids[i] = pid;
 	return 0;
+}
+
+int t_workers_start(unsigned n)
+{
+	for (t_nprocs = 0; t_nprocs < n && t_nprocs < T_MAX_PROCS; t_nprocs++)
+		if (worker_spawn(t_nprocs, 0) < 0)
+			return -1;
+	return 0;
+}
+
+pid_t t_worker_pid(unsigned i)
+{
+	return i < t_nprocs ? t_pids[i] : -1;
+}
+
+int t_worker_restart(unsigned i)
+{
+	if (i >= t_nprocs)
+		return -1;
+	kill(t_pids[i], SIGKILL);
+	waitpid(t_pids[i], NULL, 0);
+	/* the same port: a preempted machine coming back at its address;
+	 * bounded retries while the old socket's port is released */
+	for (int k = 0; k < 50; k++) {
+		if (worker_spawn(i, t_ports[i]) == 0)
+			return 0;
+		t_sleep_ns(20000000);
+	}
+	return -1;
 }
 
 void t_workers_stop(void)

@@ -102,6 +102,10 @@ void t_netns_destroy(struct t_netns *n);
 /* Start @n coord-worker processes on ephemeral loopback ports; 0 or -1. */
 int t_workers_start(unsigned n);
 void t_workers_stop(void);
+/* Worker process @i's pid; t_worker_restart(): SIGKILL it and start it
+ * again on the same port (0 or -1). */
+pid_t t_worker_pid(unsigned i);
+int t_worker_restart(unsigned i);
 /* The port of started worker process @i. */
 unsigned t_worker_port(unsigned i);
 /* A JSON spec of @nworkers workers spread over the started processes. */
