@@ -11,7 +11,7 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: coord-ps (--spec SPEC --task N | --listen HOST:PORT [--task N])\n"
+	fprintf(f, "usage: coord-ps (--spec SPEC [--task N] | --listen HOST:PORT [--task N])\n"
 		   "                [--key FILE] [--max-frame BYTES] [--partial-ms MS]\n"
 		   "                [--log LEVEL]\n"
 		   "\n"
@@ -23,7 +23,8 @@ static void usage(FILE *f)
 		   "be reachable from here), and coord_checkpoint_restore() loads them.\n"
 		   "\n"
 		   "  --spec SPEC     the cluster: a JSON file or text, `tf_config` or `slurm`\n"
-		   "  --task N        this ps task's index: with --spec, listen on the address\n"
+		   "  --task N        this ps task's index (default: the task tf_config or slurm\n"
+		   "                  names): with --spec, listen on the address\n"
 		   "                  of task N of the \"ps\" job; peers asking for another\n"
 		   "                  task are refused\n"
 		   "  --listen ADDR   listen on ADDR instead (port 0: any free port)\n"

@@ -12,25 +12,27 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: coord-worker --fns LIB.so (--spec SPEC --task N | --listen HOST:PORT)\n"
-		   "                    [--key FILE] [--max-frame BYTES] [--partial-ms MS]\n"
-		   "                    [--log LEVEL]\n"
-		   "\n"
-		   "Serve the functions that LIB.so registers (its exported\n"
-		   "`int coord_register_fns(struct coord_registry *)`) to coord coordinators.\n"
-		   "\n"
-		   "  --spec SPEC     the cluster: a JSON file or text, `tf_config` or `slurm`\n"
-		   "  --task N        listen on the address of task N of the \"worker\" job\n"
-		   "  --listen ADDR   listen on ADDR instead (port 0: any free port)\n"
-		   "  --key FILE      cluster key (else $COORD_CLUSTER_KEY_FILE or\n"
-		   "                  $COORD_CLUSTER_KEY); without one, loopback only\n"
-		   "  --max-frame N   largest frame accepted (default 16 MiB)\n"
-		   "  --partial-ms MS  a peer that stops in the middle of a frame this long\n"
-		   "                  is closed (default 10000)\n"
-		   "  --log LEVEL     error, warn (default), info or debug\n"
-		   "\n"
-		   "Prints `coord-worker listening on port P` once ready; SIGTERM or SIGINT\n"
-		   "stops it cleanly.\n");
+	fprintf(f,
+		"usage: coord-worker --fns LIB.so (--spec SPEC [--task N] | --listen HOST:PORT)\n"
+		"                    [--key FILE] [--max-frame BYTES] [--partial-ms MS]\n"
+		"                    [--log LEVEL]\n"
+		"\n"
+		"Serve the functions that LIB.so registers (its exported\n"
+		"`int coord_register_fns(struct coord_registry *)`) to coord coordinators.\n"
+		"\n"
+		"  --spec SPEC     the cluster: a JSON file or text, `tf_config` or `slurm`\n"
+		"  --task N        listen on the address of task N of the \"worker\" job\n"
+		"                  (default: the task tf_config or slurm names)\n"
+		"  --listen ADDR   listen on ADDR instead (port 0: any free port)\n"
+		"  --key FILE      cluster key (else $COORD_CLUSTER_KEY_FILE or\n"
+		"                  $COORD_CLUSTER_KEY); without one, loopback only\n"
+		"  --max-frame N   largest frame accepted (default 16 MiB)\n"
+		"  --partial-ms MS  a peer that stops in the middle of a frame this long\n"
+		"                  is closed (default 10000)\n"
+		"  --log LEVEL     error, warn (default), info or debug\n"
+		"\n"
+		"Prints `coord-worker listening on port P` once ready; SIGTERM or SIGINT\n"
+		"stops it cleanly.\n");
 }
 
 int main(int argc, char **argv)

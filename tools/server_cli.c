@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "server_cli.h"
@@ -85,13 +86,27 @@ int cli_ready(struct cli *cl)
 	struct coord_error err;
 	int r;
 
-	if (!cl->listen && (!cl->spec_arg || cl->task < 0)) {
-		fprintf(stderr, "%s: give --spec SPEC --task N, or --listen HOST:PORT (--help)\n",
+	if (!cl->listen && !cl->spec_arg) {
+		fprintf(stderr, "%s: give --spec SPEC [--task N], or --listen HOST:PORT (--help)\n",
 			cl->name);
 		return -1;
 	}
 	if (!cl->listen) {
-		r = coord_spec_from_arg(cl->spec_arg, &cl->spec, NULL, &err);
+		struct coord_task_id self;
+
+		r = coord_spec_from_arg(cl->spec_arg, &cl->spec, &self, &err);
+		if (r == 0 && cl->task < 0) {
+			/* tf_config / slurm say which task this process is */
+			if (self.index < 0 || strcmp(self.job, cl->job) != 0) {
+				fprintf(stderr,
+					"%s: --task N is needed (the spec names %s%s task here, "
+					"not a \"%s\" one)\n",
+					cl->name, self.index < 0 ? "no" : "a ",
+					self.index < 0 ? "" : self.job, cl->job);
+				return -1;
+			}
+			cl->task = self.index;
+		}
 		if (r == 0)
 			r = coord_spec_task_address(cl->spec, cl->job, cl->task, &cl->listen, &err);
 		if (r < 0) {
