@@ -28,7 +28,9 @@ echo "# coord $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CP
 # especially coord's round trip (its fetch spins spin_ns before sleeping)
 # then change a lot.  The load average above tells such runs apart.
 status=0
-for b in ring schedule e2e; do
+# bench_tcp (issue 3) starts its own coord-worker processes on ephemeral
+# loopback ports and a forked ping-pong baseline; about a minute.
+for b in ring schedule e2e tcp; do
 	echo "## bench_$b $*"
 	start=$(date +%s)
 	if ! "$build/bench/bench_$b" "$@"; then

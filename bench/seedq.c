@@ -49,6 +49,23 @@ void seedq_put(struct seedq *q, void *v)
 	pthread_mutex_unlock(&q->put_wait_lock);
 }
 
+void seedq_put_many(struct seedq *q, void *const *v, size_t n)
+{
+	pthread_mutex_lock(&q->put_wait_lock);
+	pthread_mutex_lock(&q->lock);
+	for (size_t i = 0; i < n; i++) {
+		while (q->count == q->cap) {
+			pthread_cond_broadcast(&q->queued); /* getters make the room */
+			pthread_cond_wait(&q->free_slot, &q->lock);
+		}
+		q->buf[(q->head + q->count) % q->cap] = v[i];
+		q->count++;
+	}
+	pthread_cond_broadcast(&q->queued);
+	pthread_mutex_unlock(&q->lock);
+	pthread_mutex_unlock(&q->put_wait_lock);
+}
+
 void *seedq_get(struct seedq *q)
 {
 	void *v;
@@ -155,6 +172,31 @@ void seed_closure_put(struct seed_closure *cl)
 	if (atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1) {
 		seed_future_fini(&cl->fut);
 		free(cl);
+	}
+}
+
+void seed_schedule_many(struct seedq *q, void (*fn)(int, int64_t, int64_t *), int64_t arg0,
+			size_t n)
+{
+	void *v[64];
+
+	for (size_t i = 0; i < n;) {
+		size_t k = n - i < 64 ? n - i : 64;
+
+		for (size_t j = 0; j < k; j++) {
+			struct seed_closure *cl = malloc(sizeof(*cl));
+
+			if (!cl)
+				abort();
+			cl->fn = fn;
+			cl->arg = arg0 + (int64_t)(i + j);
+			seed_future_init(&cl->fut);
+			/* Relaxed: published to the worker by the queue lock. */
+			atomic_store_explicit(&cl->refs, 1, memory_order_relaxed);
+			v[j] = cl;
+		}
+		seedq_put_many(q, v, k);
+		i += k;
 	}
 }
 

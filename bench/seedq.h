@@ -47,6 +47,9 @@ int seedq_init(struct seedq *q, size_t cap);
 void seedq_fini(struct seedq *q);
 /* put(): wait for a free slot, append, notify one getter. */
 void seedq_put(struct seedq *q, void *v);
+/* Bench only, the seed design's best batched form: put() of @n values
+ * under one acquisition of the locks, one notify for them all. */
+void seedq_put_many(struct seedq *q, void *const *v, size_t n);
 /* get(): wait until not empty (or closed: NULL), take one, notify a free
  * slot, count it in flight. */
 void *seedq_get(struct seedq *q);
@@ -89,6 +92,10 @@ struct seed_closure {
 struct seed_closure *seed_schedule(struct seedq *q, void (*fn)(int, int64_t, int64_t *),
 				   int64_t arg, bool keep);
 void seed_closure_put(struct seed_closure *cl);
+/* seed_schedule_many(): @n closures of @fn on args @arg0, @arg0 + 1, ...,
+ * no RemoteValue kept, put with seedq_put_many() (bench only). */
+void seed_schedule_many(struct seedq *q, void (*fn)(int, int64_t, int64_t *), int64_t arg0,
+			size_t n);
 
 /* A worker of the seed design: Worker._process_queue. */
 struct seed_worker {

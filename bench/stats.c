@@ -93,8 +93,50 @@ void bench_summarize(const struct bench_samples *s, bool higher_better, struct b
 	free(v);
 }
 
+/* The table being printed, for the JSON rows (BENCH_JSON). */
+static char cur_title[512], cur_unit[128];
+
+/* Write @str as a JSON string (quotes, backslashes, control bytes escaped). */
+static void json_str(FILE *f, const char *str)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p < 0x20)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
+}
+
+/* With $BENCH_JSON set, every row is also appended there as one JSON object
+ * per line (bench/report.sh gathers them into results.json and plots). */
+static void json_row(const char *name, const struct bench_stats *st, double ratio)
+{
+	const char *path = getenv("BENCH_JSON");
+	FILE *f;
+
+	if (!path || !*path || !(f = fopen(path, "a")))
+		return;
+	fputs("{\"table\": ", f);
+	json_str(f, cur_title);
+	fputs(", \"unit\": ", f);
+	json_str(f, cur_unit);
+	fputs(", \"impl\": ", f);
+	json_str(f, name);
+	fprintf(f,
+		", \"median\": %.6g, \"p99\": %.6g, \"min\": %.6g, \"max\": %.6g, \"n\": %zu, "
+		"\"ratio\": %.4g}\n",
+		st->median, st->p99, st->min, st->max, st->n, ratio);
+	fclose(f);
+}
+
 void bench_header(const char *title, const char *unit)
 {
+	snprintf(cur_title, sizeof(cur_title), "%s", title);
+	snprintf(cur_unit, sizeof(cur_unit), "%s", unit);
 	printf("# %s\n", title);
 	printf("# %-34s %12s %12s %25s %8s  (%s)\n", "impl", "median", "p99", "min - max", "x base",
 	       unit);
@@ -116,6 +158,7 @@ void bench_row(const char *name, const struct bench_stats *st, const struct benc
 	snprintf(range, sizeof(range), "%.3g - %.3g", st->min, st->max);
 	printf("  %-34s %12.4g %12.4g %25s %8.2f\n", name, st->median, st->p99, range,
 	       bench_speedup(st, base, higher_better));
+	json_row(name, st, bench_speedup(st, base, higher_better));
 }
 
 static void usage(const char *prog)

@@ -42,12 +42,14 @@
  *       first error is returned); a closure of the new round that fails
  *       while the canceller still drains is recorded for the next caller.
  */
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "runtime/ps.h"
 
 enum { ERR_EMPTY, ERR_WRITING, ERR_SET, ERR_TAKEN };
 
@@ -66,6 +68,14 @@ void coord_opts_init(struct coord_opts *o)
 	o->window = 128;
 	o->max_frame = 16u << 20;
 	o->connect_timeout_ms = 5000;
+	o->inproc_ps = 1;
+	o->ps_timeout_ms = 30000;
+	o->ps_failure_threshold = -1;
+	o->restart_exit_code = -1;
+	o->recovery_limit_ms = 3600000;
+	o->heartbeat_ms = 1000;
+	o->heartbeat_misses = 3;
+	o->closure_timeout_ms = 0;
 }
 
 /* Seconds (a decimal number) from the environment, as ms; -1 if unset. */
@@ -83,6 +93,24 @@ static int64_t env_seconds_ms(const char *name)
 		return -1;
 	}
 	return (int64_t)(s * 1000.0 + 0.5);
+}
+
+/* A non-negative integer from the environment, else @def. */
+static int env_int(const char *name, int def)
+{
+	const char *v = getenv(name);
+	char *end;
+	long x;
+
+	if (!v || !*v)
+		return def;
+	errno = 0;
+	x = strtol(v, &end, 10);
+	if (errno || *end || x < 0 || x > INT32_MAX) {
+		coord_log(COORD_LOG_WARN, "ignoring %s=%s: not a non-negative integer", name, v);
+		return def;
+	}
+	return (int)x;
 }
 
 uint64_t coord_stagger_ns(const struct coord_opts *o, unsigned i)
@@ -246,6 +274,48 @@ static void queue_push(struct coord *c, struct coord_closure *cl)
 		c->tp->wake(c);
 }
 
+/* Wake whoever takes from the queue after a push (a seq_cst RMW, E3). */
+static void queue_pushed(struct coord *c)
+{
+	coord_ec_signal_sc(&c->not_empty);
+	/* seq_cst: as in queue_push(). */
+	if (unlikely(atomic_load_explicit(&c->loop_sleepers, memory_order_seq_cst)))
+		c->tp->wake(c);
+}
+
+/* queue_push() for @n closures, in order: one ring claim and one wake per
+ * run of free slots rather than per closure. */
+static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigned n)
+{
+	unsigned done = 0, k;
+
+	while (done < n) {
+		if (!(c->unbounded && !ov_empty(c))) {
+			k = coord_ring_push_batch_mp(&c->ring, (void *const *)cls + done, n - done);
+			done += k;
+			if (done == n)
+				break;
+			if (k) {
+				/* Wake takers before we wait for the room they make. */
+				queue_pushed(c);
+				continue;
+			}
+			if (!c->unbounded) {
+				wait_not_full(c);
+				continue;
+			}
+		}
+		/* Unbounded, and the ring is full or the overflow is in use: the
+		 * rest go to the overflow FIFO behind what is there (S14). */
+		for (unsigned i = n - 1; i > done; i--)
+			cls[i]->next = cls[i - 1];
+		ov_push(c, cls[n - 1], cls[done], (int64_t)(n - done));
+		break;
+	}
+	/* Either push made queue_empty() false with a seq_cst RMW (E3). */
+	queue_pushed(c);
+}
+
 bool coord_loop_sleep(struct coord *c)
 {
 	/* seq_cst: pairs with the load in queue_push() (see there). */
@@ -289,6 +359,8 @@ static void cancel_one(struct coord *c, struct coord_closure *cl)
 	cl->res = cl->inline_res;
 	cl->res_len = 0;
 	coord_rv_set_final(cl, COORD_RV_CANCELLED);
+	/* Relaxed: a statistic (B7). */
+	atomic_fetch_add_explicit(&c->cancelled, 1, memory_order_relaxed);
 	outstanding_sub(c, 1);
 	/* The runtime's reference goes through epoch reclamation: a transport
 	 * may still resolve this closure's id in a read-side section. */
@@ -418,7 +490,7 @@ static int take_error(struct coord *c, struct coord_error *err)
 		/* Acquire: pairs with the release stores of err_state (C4). */
 		uint32_t s = atomic_load_explicit(&c->err_state, memory_order_acquire);
 		uint64_t g;
-		int code;
+		int code, cause;
 
 		if (s == ERR_EMPTY)
 			return 0;
@@ -429,6 +501,7 @@ static int take_error(struct coord *c, struct coord_error *err)
 								     memory_order_relaxed))
 				continue;
 			code = c->err.code;
+			cause = c->err.cause;
 			if (err)
 				*err = c->err;
 			g = gen_bump(c);
@@ -439,6 +512,14 @@ static int take_error(struct coord *c, struct coord_error *err)
 			atomic_store_explicit(&c->err_state, ERR_EMPTY, memory_order_release);
 			coord_ec_signal(&c->idle);
 			cancel_older(c, g);
+			if (code == COORD_EUNAVAILABLE && cause > 0 &&
+			    c->opts.restart_exit_code >= 0) {
+				/* S12: nothing runs now; let a supervisor restart us. */
+				coord_log(COORD_LOG_ERROR,
+					  "ps task %d failed: %s; exiting with the restart code %d",
+					  cause - 1, c->err.msg, c->opts.restart_exit_code);
+				exit(c->opts.restart_exit_code);
+			}
 			return code;
 		}
 		/* WRITING or TAKEN by another thread: a few stores away (C4). */
@@ -483,16 +564,12 @@ int coord_fn_lookup(const struct coord *c, const char *name, uint32_t *id, struc
 			    name ? name : "(null)");
 }
 
-int coord_schedule_call(struct coord *c, const struct coord_call *call, struct coord_rv **out,
-			struct coord_error *err)
+/* The checks every schedule makes before it queues anything (S3, S15). */
+static int schedule_admit(struct coord *c, struct coord_error *err)
 {
-	struct coord_closure *cl;
-	int r;
-
-	if (out)
-		*out = NULL;
 	if (unlikely(error_pending(c))) {
-		r = take_error(c, err);
+		int r = take_error(c, err);
+
 		if (r < 0)
 			return r;
 	}
@@ -500,6 +577,11 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 	 * went down; closures would wait for ever. */
 	if (unlikely(atomic_load_explicit(&c->unavailable, memory_order_relaxed)))
 		return coord_seterr(err, COORD_EUNAVAILABLE, "no worker is available");
+	return 0;
+}
+
+static int call_check(struct coord *c, const struct coord_call *call, struct coord_error *err)
+{
 	/* S15: refuse what cannot run, here and not on a worker. */
 	if (unlikely(call->fn >= c->reg->n || !c->reg->fns[call->fn].fn))
 		return coord_seterr(err, COORD_ENOFN,
@@ -515,21 +597,24 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 		if (unlikely(!call->pw[i] || call->pw[i]->c != c))
 			return coord_seterr(err, COORD_EINVAL,
 					    "per-worker argument %u is not of this coordinator", i);
+	return 0;
+}
 
-	cl = coord_pool_get(c->closures);
-	if (unlikely(!cl))
-		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
+/* Fill a closure fresh from the pool with @call; 0 or COORD_ENOMEM (then
+ * the closure holds nothing and goes back to the pool). */
+static int closure_fill(struct coord *c, struct coord_closure *cl, const struct coord_call *call,
+			bool want_rv)
+{
 	cl->reuse++;
 	cl->id = ((uint64_t)cl->reuse << 32) | cl->idx;
+	if (unlikely(coord_sampled(cl)))
+		cl->t_sched = coord_now_ns(); /* metrics: 1 in 64 (B7) */
 	cl->fn = call->fn;
 	cl->attempt = 1;
 	cl->args = coord_buf_get(&c->bufs, call->len, cl->inline_args, CL_INLINE_ARGS,
 				 &cl->args_cls);
-	if (unlikely(!cl->args)) {
-		coord_pool_put(c->closures, cl->idx);
-		return coord_seterr(err, COORD_ENOMEM, "no memory for %zu argument bytes",
-				    call->len);
-	}
+	if (unlikely(!cl->args))
+		return COORD_ENOMEM;
 	if (call->len)
 		memcpy(cl->args, call->args, call->len);
 	cl->args_len = (uint32_t)call->len;
@@ -540,14 +625,38 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 		 * 0 -> 1 edge; the drop in coord_per_worker_put() is acq_rel. */
 		atomic_fetch_add_explicit(&call->pw[i]->refs, 1, memory_order_relaxed);
 	}
-	cl->res_cls = COORD_BUF_INLINE;
-	cl->res = cl->inline_res;
-	cl->res_len = 0;
-	cl->err_code = 0;
+	/* The result fields are clean (inline, empty, no error): the previous
+	 * life left them so (coord_closure_drop_contents()), which keeps this
+	 * closure's first cache line the only one written here. */
 	/* Relaxed: the closure is private until the ring's release (R1 in
 	 * ring.c) publishes it with everything above. */
 	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
-	atomic_store_explicit(&cl->refs, out ? 2 : 1, memory_order_relaxed);
+	atomic_store_explicit(&cl->refs, want_rv ? 2 : 1, memory_order_relaxed);
+	return 0;
+}
+
+int coord_schedule_call(struct coord *c, const struct coord_call *call, struct coord_rv **out,
+			struct coord_error *err)
+{
+	struct coord_closure *cl;
+	int r;
+
+	if (out)
+		*out = NULL;
+	r = schedule_admit(c, err);
+	if (r < 0)
+		return r;
+	r = call_check(c, call, err);
+	if (r < 0)
+		return r;
+	cl = coord_pool_get(c->closures);
+	if (unlikely(!cl))
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
+	if (unlikely(closure_fill(c, cl, call, out != NULL) < 0)) {
+		coord_pool_put(c->closures, cl->idx);
+		return coord_seterr(err, COORD_ENOMEM, "no memory for %zu argument bytes",
+				    call->len);
+	}
 	/* Relaxed: C1 only needs the increment before the push, and the push's
 	 * release orders it before any completion's decrement. */
 	atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
@@ -557,6 +666,93 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 	queue_push(c, cl);
 	if (out)
 		*out = (struct coord_rv *)cl;
+	return 0;
+}
+
+/* Closures per claim of the pool and of the ring in coord_schedule_many(). */
+#define SCHED_CHUNK 64
+
+int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t n,
+			struct coord_rv **out, size_t *queued, struct coord_error *err)
+{
+	struct coord_closure *cls[SCHED_CHUNK];
+	size_t done = 0;
+	int r;
+
+	if (queued)
+		*queued = 0;
+	if (out)
+		for (size_t i = 0; i < n; i++)
+			out[i] = NULL;
+	if (n && !calls)
+		return coord_seterr(err, COORD_EINVAL, "coord_schedule_many: calls is NULL");
+	r = schedule_admit(c, err);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		r = call_check(c, &calls[i], err);
+		if (r < 0) {
+			if (err) {
+				struct coord_error e = *err;
+
+				coord_seterr(err, r, "call %zu: %s", i, e.msg);
+			}
+			return r;
+		}
+	}
+	while (done < n) {
+		unsigned want = n - done < SCHED_CHUNK ? (unsigned)(n - done) : SCHED_CHUNK;
+		unsigned k = 0, got;
+		uint64_t g;
+
+		/* One claim of the free list for the chunk (a short list may
+		 * take a few, growth included). */
+		while (k < want) {
+			got = coord_pool_get_many(c->closures, (void **)cls + k, want - k);
+			if (unlikely(got == 0))
+				break;
+			k += got;
+		}
+		/* Their first lines were last written by the workers that freed
+		 * them: fetch them all at once rather than one miss per fill. */
+		for (unsigned i = 0; i < k; i++)
+			__builtin_prefetch(cls[i], 1, 3);
+		for (unsigned i = 0; i < k && r == 0; i++)
+			if (unlikely(closure_fill(c, cls[i], &calls[done + i], out != NULL) < 0)) {
+				/* cls[0..i) hold buffers: drop them; the rest are bare. */
+				for (unsigned j = 0; j < i; j++)
+					coord_closure_drop_contents(cls[j]);
+				r = COORD_ENOMEM;
+			}
+		if (unlikely(k < want || r < 0)) {
+			for (unsigned j = 0; j < k; j++) {
+				/* Relaxed: never published; destroy's count of held
+				 * closures must not see it. */
+				atomic_store_explicit(&cls[j]->refs, 0, memory_order_relaxed);
+				coord_pool_put(c->closures, cls[j]->idx);
+			}
+			if (queued)
+				*queued = done;
+			return coord_seterr(err, COORD_ENOMEM,
+					    "no memory for closure %zu of %zu (%zu queued)", done,
+					    n, done);
+		}
+		/* Relaxed: C1, as in coord_schedule_call(): one increment for
+		 * the chunk, before its push. */
+		atomic_fetch_add_explicit(&c->outstanding, k, memory_order_relaxed);
+		/* Acquire: C3, as in coord_schedule_call(); one generation for
+		 * the chunk, read just before it is queued. */
+		g = atomic_load_explicit(&c->gen, memory_order_acquire);
+		for (unsigned i = 0; i < k; i++) {
+			cls[i]->gen = g;
+			if (out)
+				out[done + i] = (struct coord_rv *)cls[i];
+		}
+		queue_push_many(c, cls, k);
+		done += k;
+		if (queued)
+			*queued = done;
+	}
 	return 0;
 }
 
@@ -695,13 +891,20 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 	/* D2 (seq_cst): reserve before the pop; see C2. */
 	atomic_fetch_add_explicit(&d->inflight, want, memory_order_seq_cst);
 	n = queue_pop(c, out, want, false);
+	/* The producers wrote these closures' first lines: ask for them all now
+	 * (for writing: the taker completes them), so the misses overlap. */
+	for (unsigned i = 0; i < n; i++)
+		__builtin_prefetch(out[i], 1, 3);
 	/* D2 (seq_cst): read gen after the reservation; see C2. */
 	g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
 	for (unsigned i = 0; i < n; i++) {
-		if (out[i]->gen < g)
+		if (out[i]->gen < g) {
 			cancel_one(c, out[i]); /* C5 */
-		else
-			out[k++] = out[i];
+			continue;
+		}
+		if (unlikely(coord_sampled(out[i])))
+			out[i]->t_take = coord_now_ns(); /* metrics (B7) */
+		out[k++] = out[i];
 	}
 	if (want > k) {
 		/* Release: our cancellations happen-before the canceller's D1
@@ -787,12 +990,128 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 	}
 	if (newest)
 		ov_push(c, newest, oldest, nb);
+	/* Relaxed: a statistic (B7); an RMW, as a stopping transport's thread
+	 * may put back too. */
+	atomic_fetch_add_explicit(&d->m.put_back, (uint64_t)nb, memory_order_relaxed);
 	/* Release: the closures are back on the queue (or cancelled) before
 	 * a canceller's D1 load sees the lower count. */
 	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);
 	coord_ec_signal(&c->drained);
 	if (newest)
 		coord_ec_signal_sc(&c->not_empty); /* ov_push's RMW (E3) */
+}
+
+/* ---- metrics (B7) ------------------------------------------------------------ */
+
+/* A counter of this dispatcher's own: one writer, so no RMW is needed. */
+static inline void dm_inc(_Atomic uint64_t *x, uint64_t n)
+{
+	/* Relaxed: single writer (the dispatcher's thread); readers only
+	 * want a recent value (struct coord_dmetrics). */
+	atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
+
+static inline unsigned hist_bucket(uint64_t ns)
+{
+	unsigned b = 63u - (unsigned)__builtin_clzll(ns | 1);
+
+	return b < COORD_HIST_BUCKETS ? b : COORD_HIST_BUCKETS - 1;
+}
+
+int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_metrics *w,
+		  unsigned nw)
+{
+	if (!c || !m)
+		return COORD_EINVAL;
+	memset(m, 0, sizeof(*m));
+	m->now_ns = coord_now_ns();
+	m->queued = coord_queue_size(c);
+	/* Relaxed, here and below: statistics, read without stopping anyone. */
+	m->outstanding = atomic_load_explicit(&c->outstanding, memory_order_relaxed);
+	m->cancelled = atomic_load_explicit(&c->cancelled, memory_order_relaxed);
+	for (unsigned i = 0; i < c->ndisp; i++) {
+		struct coord_dmetrics *dm = &c->disp[i].m;
+
+		/* Relaxed: as above. */
+		m->in_flight += atomic_load_explicit(&c->disp[i].inflight, memory_order_relaxed);
+		m->completed += atomic_load_explicit(&dm->finished, memory_order_relaxed);
+		m->failed += atomic_load_explicit(&dm->failed, memory_order_relaxed);
+		m->put_back += atomic_load_explicit(&dm->put_back, memory_order_relaxed);
+		for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
+			/* Relaxed: as above. */
+			m->exec_ns.bucket[b] += atomic_load_explicit(&dm->exec[b],
+								     memory_order_relaxed);
+			m->round_trip_ns.bucket[b] +=
+				/* Relaxed: as above. */
+				atomic_load_explicit(&dm->rt[b], memory_order_relaxed);
+		}
+	}
+	for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
+		m->exec_ns.count += m->exec_ns.bucket[b];
+		m->round_trip_ns.count += m->round_trip_ns.bucket[b];
+	}
+	m->workers = c->nworkers;
+	for (unsigned i = 0; i < c->nworkers; i++) {
+		struct coord_worker *wk = &c->workers[i];
+		/* Relaxed: as above. */
+		int st = atomic_load_explicit(&wk->state, memory_order_relaxed);
+		/* Relaxed: as above. */
+		uint64_t lo = atomic_load_explicit(&wk->losses, memory_order_relaxed);
+		/* Relaxed: as above. */
+		uint64_t re = atomic_load_explicit(&wk->recoveries, memory_order_relaxed);
+
+		m->workers_up += st == COORD_WORKER_UP;
+		m->workers_down += st == COORD_WORKER_DOWN;
+		m->workers_dropped += st == COORD_WORKER_DROPPED;
+		m->losses += lo;
+		m->recoveries += re;
+		if (w && i < nw) {
+			w[i].state = st;
+			/* Relaxed: as above. */
+			w[i].executed = atomic_load_explicit(&wk->executed, memory_order_relaxed);
+			w[i].losses = lo;
+			w[i].recoveries = re;
+		}
+	}
+	return 0;
+}
+
+uint64_t coord_hist_percentile(const struct coord_hist *h, double p)
+{
+	uint64_t need, seen = 0;
+
+	if (!h || h->count == 0 || !(p > 0))
+		return 0;
+	need = (uint64_t)((p >= 100 ? 1.0 : p / 100.0) * (double)h->count);
+	if (need == 0)
+		need = 1;
+	for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
+		seen += h->bucket[b];
+		if (seen >= need)
+			return b >= 63 ? UINT64_MAX : (2ull << b) - 1;
+	}
+	return UINT64_MAX;
+}
+
+bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl, int code,
+			     int cause)
+{
+	struct coord *c = d->c;
+	uint32_t n;
+
+	if (code != COORD_EUNAVAILABLE || cause <= 0 || !c->ps || !c->ps->failures ||
+	    (unsigned)cause > c->ps->nps)
+		return false;
+	/* Relaxed: a counter; each report takes one number (S11). */
+	n = atomic_fetch_add_explicit(&c->ps->failures[cause - 1], 1, memory_order_relaxed) + 1;
+	if (n > (uint32_t)c->opts.ps_failure_threshold)
+		return false;
+	coord_log(COORD_LOG_WARN,
+		  "closure %llu: ps task %d unreachable (failure %u of %d taken as transient); "
+		  "put back",
+		  (unsigned long long)cl->id, cause - 1, n, c->opts.ps_failure_threshold);
+	return true;
 }
 
 void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl, int worker,
@@ -807,11 +1126,19 @@ void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *c
 
 		if (b)
 			memcpy(b, m, len);
+		cl->res_dirty = 1;
 		cl->err_code = code;
 		cl->err_cause = cause;
 		cl->err_worker = worker;
 		st = COORD_RV_READY | RV_READY_ERR;
 		record_error(d->c, worker, cl, code, cause, m);
+		dm_inc(&d->m.failed, 1);
+	}
+	if (unlikely(coord_sampled(cl))) {
+		uint64_t now = coord_now_ns();
+
+		dm_inc(&d->m.exec[hist_bucket(now - cl->t_take)], 1);
+		dm_inc(&d->m.rt[hist_bucket(now - cl->t_sched)], 1);
 	}
 	coord_rv_set_final(cl, st);
 }
@@ -820,30 +1147,30 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 			   struct coord_closure **cls, unsigned n)
 {
 	struct coord *c = d->c;
-
-	uint32_t first = 0, last = 0;
+	uint32_t freed[64];
 	unsigned nfree = 0;
 
 	/* Drop the runtime's references; the closures that are now free go back
-	 * to the pool as one chain: one CAS on the shared free-list head per
-	 * batch instead of one per closure. */
+	 * to the pool in batches: one claim of its recycle ring (or one CAS on
+	 * the free-list head) per 64 instead of one per closure. */
 	for (unsigned i = 0; i < n; i++) {
 		struct coord_closure *cl = cls[i];
 
 		if (!coord_closure_unref(cl))
 			continue;
 		coord_closure_drop_contents(cl);
-		if (nfree++ == 0)
-			first = cl->idx;
-		else
-			coord_pool_link(c->closures, last, cl->idx);
-		last = cl->idx;
+		freed[nfree++] = cl->idx;
+		if (nfree == ARRAY_SIZE(freed)) {
+			coord_pool_put_many(c->closures, freed, nfree);
+			nfree = 0;
+		}
 	}
 	if (nfree)
-		coord_pool_put_chain(c->closures, first, last);
+		coord_pool_put_many(c->closures, freed, nfree);
 	if (w)
 		/* Relaxed: a statistic. */
 		atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);
+	dm_inc(&d->m.finished, n);
 	/* Release: the completed closures happen-before a canceller's D1 load
 	 * that sees the lower count. */
 	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);
@@ -910,6 +1237,11 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	if (c->opts.start_delay_max_ms < 0)
 		c->opts.start_delay_max_ms = env_seconds_ms(
 			"TF_COORDINATOR_SCHEDULE_START_DELAY_MAX");
+	if (c->opts.ps_failure_threshold < 0)
+		c->opts.ps_failure_threshold = env_int(
+			"TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES", 3);
+	if (c->opts.restart_exit_code < 0)
+		c->opts.restart_exit_code = env_int("TF_CLIENT_NON_FATAL_RESTART_EXIT_CODE", -1);
 	c->unbounded = opts->ring_capacity == 0;
 	pthread_mutex_init(&c->ov_lock, NULL);
 	if (c->unbounded)
@@ -923,6 +1255,9 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 			      &c->closures);
 	if (r < 0)
 		goto err_ring;
+	r = coord_pool_cache_init(c->closures, COORD_CLOSURE_CACHE);
+	if (r < 0)
+		goto err_pool;
 	r = coord_bufs_init(&c->bufs);
 	if (r < 0)
 		goto err_pool;
@@ -949,15 +1284,24 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		c->disp[i].c = c;
 		c->disp[i].index = i;
 	}
+	r = coord_ps_setup(c, spec, err); /* before start: tcp tells workers */
+	if (r < 0)
+		goto err_disp;
 	c->spec = spec;
 	r = tp->start(c, err);
 	c->spec = NULL;
 	if (r < 0)
 		goto err_disp;
+	r = coord_recovery_start(c, err); /* the slow path (S10), if any */
+	if (r < 0) {
+		coord_destroy(c);
+		return r;
+	}
 	*out = c;
 	return 0;
 
 err_disp:
+	coord_ps_destroy(c->ps);
 	free(c->disp);
 err_workers:
 	free(c->workers);
@@ -1021,7 +1365,10 @@ void coord_destroy(struct coord *c)
 	coord_ec_signal(&c->not_empty);
 	coord_smp_mb(); /* stopping before the wake of stagger sleepers */
 	coord_futex_wake_all(&c->stopping);
+	coord_recovery_stop(c); /* no reconnect races the transport's stop */
 	c->tp->stop(c);
+	coord_ps_destroy(c->ps); /* no function runs any more */
+	c->ps = NULL;
 	cancel_older(c, gen_bump(c)); /* anything left (none expected) */
 	urcu_bp_barrier();	      /* every deferred closure release has run */
 	coord_ring_fini(&c->ring);

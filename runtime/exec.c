@@ -85,6 +85,7 @@ int coord_exec(struct coord_exec_env *env, const struct coord_exec_call *call,
 	ctx->result_buf = result_buf;
 	ctx->sink = sink;
 	ctx->has_msg = 0;
+	ctx->ps_failed = 0;
 	*cause = 0;
 	if (call->fn >= env->reg->n || !env->reg->fns[call->fn].fn) {
 		snprintf(ctx->msg, sizeof(ctx->msg), "worker %d has no function %u", env->worker,
@@ -102,6 +103,12 @@ int coord_exec(struct coord_exec_env *env, const struct coord_exec_call *call,
 		}
 	}
 	r = env->reg->fns[call->fn].fn(ctx, call->args, call->len);
+	if (r < 0 && ctx->ps_failed) {
+		/* It failed after a ps could not be reached: a ps failure
+		 * (S11), whatever code the function passed on. */
+		*cause = ctx->ps_failed;
+		return COORD_EUNAVAILABLE;
+	}
 	return r < 0 ? r : 0;
 }
 

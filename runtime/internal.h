@@ -50,6 +50,9 @@
 #include "runtime/ring.h"
 #include "runtime/util.h"
 
+/* Free closures recycled through the pool's ring (pool.h) before its list:
+ * enough for a few batches in flight, small enough to stay in cache. */
+#define COORD_CLOSURE_CACHE 4096
 #define CL_INLINE_ARGS 64
 #define CL_INLINE_RES 64
 
@@ -62,35 +65,48 @@
 struct coord_pw;
 struct coord;
 
+/*
+ * Layout: the first cache line holds everything schedule() writes and the
+ * worker reads and writes for a closure with up to 8 argument bytes, no
+ * per-worker arguments and no result (inline_args begins in it), so such a
+ * closure moves between the producer's and the worker's caches as one line.
+ * The result fields are left clean by the previous life (see
+ * coord_closure_drop_contents()) instead of being rewritten by schedule().
+ */
 struct coord_closure {
+	/* RemoteValue (S7): the state word and the references. */
+	_Atomic uint32_t state;
+	_Atomic uint32_t refs;
 	/* Written by schedule before the push (published by the ring's R1). */
-	struct coord *c;
-	uint64_t gen;	/* cancellation generation, taken when queued (S3) */
-	uint64_t id;	/* reuse << 32 | pool index: coord_rv_id() */
-	uint32_t idx;	/* pool index, fixed for the object's life */
-	uint32_t reuse; /* times this object was handed out */
 	uint32_t fn;
-	uint32_t attempt; /* 1 + put-backs (B8); owner of the closure writes */
 	uint32_t args_len;
+	uint32_t attempt; /* 1 + put-backs (B8); owner of the closure writes */
+	uint32_t reuse;	  /* times this object was handed out */
 	uint8_t args_cls;
 	uint8_t res_cls;
 	uint8_t npw;
+	uint8_t res_dirty; /* res_len or err_code written: drop_contents cleans */
+	uint32_t idx;	   /* pool index, fixed for the object's life */
+	uint64_t gen;	   /* cancellation generation, taken when queued (S3) */
+	uint64_t id;	   /* reuse << 32 | pool index: coord_rv_id() */
 	void *args;
+	char inline_args[CL_INLINE_ARGS];
+
+	/* Result fields, written by the completer before its release CAS of
+	 * @state and read after an acquire load. */
+	uint32_t res_len;
+	int err_code;
+	void *res; /* the value, or the error message (NUL-terminated) */
+	int err_cause;
+	int err_worker;
+
+	/* Fixed for the object's life, or off the fast path. */
+	uint64_t t_sched, t_take; /* sampled closures only (coord_sampled()) */
+	struct coord *c;
 	struct coord_pw *pw[COORD_MAX_PW];
 	struct coord_closure *next; /* overflow FIFO link */
 	struct rcu_head rcu;
 
-	/* RemoteValue (S7).  Result fields are written by the completer before
-	 * its release exchange of @state and read after an acquire load. */
-	_Atomic uint32_t state;
-	_Atomic uint32_t refs;
-	int err_code;
-	int err_cause;
-	int err_worker;
-	uint32_t res_len;
-	void *res; /* the value, or the error message (NUL-terminated) */
-
-	char inline_args[CL_INLINE_ARGS];
 	char inline_res[CL_INLINE_RES];
 };
 
@@ -117,11 +133,25 @@ struct coord_pw {
 	_Atomic uint32_t refs;
 };
 
-/* Worker states; transitions are the recovery thread's (issue 4). */
-enum coord_worker_state {
-	COORD_WORKER_UP = 0,
-	COORD_WORKER_DOWN = 1,
-	COORD_WORKER_DROPPED = 2,
+/* Worker states: enum coord_worker_state in coord.h; transitions are in
+ * runtime/recovery.c (R1). */
+
+/* Metrics sampling (B7): one closure in 64 is timed (by pool index and
+ * use count, so fresh pools and reused objects are both sampled). */
+#define COORD_SAMPLE_MASK 63u
+static inline bool coord_sampled(const struct coord_closure *cl)
+{
+	return ((cl->idx + cl->reuse) & COORD_SAMPLE_MASK) == 0;
+}
+
+/*
+ * One dispatcher's metrics: written only by that dispatcher's thread
+ * (relaxed load + store, no RMW), read by coord_metrics() from any thread;
+ * put_back (also from a stopping transport) uses an RMW.
+ */
+struct coord_dmetrics {
+	_Atomic uint64_t finished, failed, put_back;
+	_Atomic uint64_t exec[COORD_HIST_BUCKETS], rt[COORD_HIST_BUCKETS];
 };
 
 /* The coordinator's view of one worker. */
@@ -129,9 +159,14 @@ struct coord_worker {
 	_Atomic uint64_t executed __cacheline_aligned; /* completed here (metrics) */
 	struct coord *c __cacheline_aligned;
 	int index;
-	_Atomic int state;
-	uint64_t start_at_ns; /* staggered start (S13) */
-	void *tp;	      /* the transport's per-worker state */
+	_Atomic int state;		     /* enum coord_worker_state (runtime/recovery.c R1) */
+	uint64_t start_at_ns;		     /* staggered start (S13) */
+	void *tp;			     /* the transport's per-worker state */
+	_Atomic uint64_t losses, recoveries; /* metrics */
+	/* The recovery thread's own bookkeeping (recovery.c). */
+	bool rec_active;
+	unsigned rec_tries;
+	uint64_t rec_down_ns, rec_next_ns;
 };
 
 /*
@@ -145,6 +180,7 @@ struct coord_dispatcher {
 	struct coord *c __cacheline_aligned;
 	unsigned index;
 	void *tp; /* the transport's per-dispatcher state */
+	struct coord_dmetrics m __cacheline_aligned;
 };
 
 struct coord_tp_ops;
@@ -190,7 +226,10 @@ struct coord {
 	struct coord_dispatcher *disp;
 	const struct coord_tp_ops *tp;
 	void *tp_state;
-	const struct coord_spec *spec; /* borrowed: valid only inside coord_create() */
+	const struct coord_spec *spec;	 /* borrowed: valid only inside coord_create() */
+	struct coord_ps *ps;		 /* parameter servers (runtime/ps.h), or NULL */
+	struct coord_recovery *recovery; /* the slow path, or NULL (inproc) */
+	_Atomic uint64_t cancelled;	 /* metrics (B7) */
 	uint64_t created_ns;
 };
 
@@ -223,6 +262,24 @@ COORD_HIDDEN unsigned coord_dispatch_try_take(struct coord_dispatcher *d,
  */
 COORD_HIDDEN void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl,
 					  int worker, int code, int cause, const char *msg);
+
+/*
+ * Failure classes (typed, never by message): a lost connection or a missed
+ * heartbeat is a worker failure (the transport puts the closures back); a
+ * result with code COORD_EUNAVAILABLE and cause COORD_CAUSE_PS(t) > 0 is a
+ * failure of ps task t (the function could not reach it); any other error
+ * is the application's (fatal, S3).
+ */
+#define COORD_CAUSE_PS(task) ((int)(task) + 1)
+
+/*
+ * coord_dispatch_ps_retry() - S11: is this outcome a ps failure to take as
+ * transient?  Counts it against its ps task; true for the first
+ * opts.ps_failure_threshold of them: the caller puts @cl back instead of
+ * completing it.
+ */
+COORD_HIDDEN bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl,
+					  int code, int cause);
 
 /* coord_dispatch_stale() - @cl belongs to a cancelled generation: do not
  * start it; coord_dispatch_cancel() it instead (S3). */
@@ -280,6 +337,7 @@ struct coord_res_slot {
 struct coord_exec_env {
 	const struct coord_registry *reg;
 	int worker;
+	struct coord_ps *ps; /* the ps tasks its functions reach (runtime/ps.h) */
 	struct coord_res_slot *res;
 	uint32_t nres, capres;
 };
@@ -312,6 +370,7 @@ struct coord_ctx {
 	coord_result_buf_t result_buf;
 	void *sink;
 	void *pw[COORD_MAX_PW];
+	int ps_failed; /* COORD_CAUSE_PS(task) of a ps it could not reach, or 0 */
 	int has_msg;
 	char msg[COORD_ERRMSG_LEN];
 };
@@ -346,7 +405,28 @@ struct coord_tp_ops {
 	int (*start)(struct coord *c, struct coord_error *err);
 	void (*stop)(struct coord *c);
 	void (*wake)(struct coord *c);
+	/*
+	 * reconnect: bring DOWN worker @w back: connect, handshake, and hand
+	 * the connection to its dispatcher; 0 once the dispatcher may send to
+	 * it, else an error in @err.  Called by the recovery thread only.
+	 * NULL: this transport's workers never fail (no recovery thread).
+	 */
+	int (*reconnect)(struct coord *c, struct coord_worker *w, struct coord_error *err);
 };
+
+/* --- recovery (runtime/recovery.c) ----------------------------------------- */
+
+struct coord_recovery;
+/* Start the recovery thread if the transport can reconnect; 0 or an error. */
+COORD_HIDDEN int coord_recovery_start(struct coord *c, struct coord_error *err);
+/* Stop and join it (before the transport stops). */
+COORD_HIDDEN void coord_recovery_stop(struct coord *c);
+/*
+ * coord_worker_lost() - a transport lost @w (after putting its closures
+ * back): UP -> DOWN once, logged with @why, and the recovery thread wakes.
+ * Any thread.
+ */
+COORD_HIDDEN void coord_worker_lost(struct coord *c, struct coord_worker *w, const char *why);
 
 extern const struct coord_tp_ops coord_tp_inproc;
 extern const struct coord_tp_ops coord_tp_tcp;

@@ -6,6 +6,9 @@
  *   P1  A slab, once published in slabs[], stays mapped until
  *       coord_pool_destroy(); so does its link array.
  *   P2  An index is on the free list at most once: only its owner puts it.
+ *   P4  With a cache ring, a free index is either in the ring (as index + 1)
+ *       or on the list, never both; the ring's R1/A1 order the previous
+ *       owner's writes before the next owner's use, as R1/A1 here do.
  *   P3  Every successful CAS on head changes the tag, so a popper that read
  *       head, then stalled while the same index was popped and pushed back,
  *       fails its CAS (ABA).  The tag is 32 bits: a stall across 2^32 CASes
@@ -54,7 +57,7 @@ static void push_chain(struct coord_pool *p, uint32_t first, uint32_t last)
 /* Make one slab and push its objects.  Caller holds grow_lock. */
 static int add_slab_locked(struct coord_pool *p)
 {
-	size_t per = (size_t)1 << p->slab_shift;
+	size_t per = (size_t)1 << p->slab_shift, bytes;
 	uint32_t s, base;
 	char *slab;
 
@@ -62,9 +65,14 @@ static int add_slab_locked(struct coord_pool *p)
 	s = atomic_load_explicit(&p->nslabs, memory_order_relaxed);
 	if (s >= COORD_POOL_MAX_SLABS)
 		return -ENOMEM;
-	slab = calloc(1, per * p->objsize + per * sizeof(_Atomic uint32_t));
+	/* Cache-line aligned (calloc gives 16 bytes): objects are whole lines,
+	 * so neighbours used by different threads share none. */
+	bytes = (per * p->objsize + per * sizeof(_Atomic uint32_t) + CACHELINE - 1) &
+		~(size_t)(CACHELINE - 1);
+	slab = aligned_alloc(CACHELINE, bytes);
 	if (!slab)
 		return -ENOMEM;
+	memset(slab, 0, bytes);
 	base = s << p->slab_shift;
 	for (size_t i = 0; i < per; i++) {
 		if (p->init)
@@ -126,10 +134,28 @@ int coord_pool_create(size_t objsize, uint32_t slab_shift, uint32_t prealloc,
 	return 0;
 }
 
+int coord_pool_cache_init(struct coord_pool *p, uint32_t cap)
+{
+	struct coord_ring *r = malloc(sizeof(*r));
+
+	if (!r)
+		return -ENOMEM;
+	if (coord_ring_init(r, cap) < 0) {
+		free(r);
+		return -ENOMEM;
+	}
+	p->cache = r;
+	return 0;
+}
+
 void coord_pool_destroy(struct coord_pool *p)
 {
 	if (!p)
 		return;
+	if (p->cache) {
+		coord_ring_fini(p->cache);
+		free(p->cache);
+	}
 	/* Relaxed: no concurrent user (documented precondition). */
 	for (uint32_t s = 0; s < atomic_load_explicit(&p->nslabs, memory_order_relaxed); s++)
 		free(atomic_load_explicit(&p->slabs[s], memory_order_relaxed));
@@ -137,7 +163,21 @@ void coord_pool_destroy(struct coord_pool *p)
 	free(p);
 }
 
-void *coord_pool_get(struct coord_pool *p)
+/* Take up to @n objects from the cache ring (P4); how many. */
+static unsigned cache_get(struct coord_pool *p, void **out, unsigned n)
+{
+	unsigned k;
+
+	if (!p->cache)
+		return 0;
+	k = coord_ring_pop_batch_mc(p->cache, out, n);
+	for (unsigned i = 0; i < k; i++)
+		out[i] = coord_pool_obj(p, (uint32_t)((uintptr_t)out[i] - 1));
+	return k;
+}
+
+/* Pop one object from the free list. */
+static void *list_get(struct coord_pool *p)
 {
 	/* A1 (acquire): pairs with R1 in push_chain(). */
 	uint64_t h = atomic_load_explicit(&p->head, memory_order_acquire);
@@ -163,9 +203,84 @@ void *coord_pool_get(struct coord_pool *p)
 	}
 }
 
+void *coord_pool_get(struct coord_pool *p)
+{
+	void *o;
+
+	return cache_get(p, &o, 1) ? o : list_get(p);
+}
+
+/* Pop up to @n objects from the free list with one CAS. */
+static unsigned list_get_many(struct coord_pool *p, void **out, unsigned n)
+{
+	/* A1 (acquire): pairs with R1 in push_chain(), as in coord_pool_get(). */
+	uint64_t h = atomic_load_explicit(&p->head, memory_order_acquire);
+	uint32_t next;
+	unsigned k;
+
+	for (;;) {
+		next = HEAD_IDX(h);
+		if (unlikely(next == 0)) {
+			if (pool_grow(p) < 0)
+				return 0;
+			/* A1 again after growth. */
+			h = atomic_load_explicit(&p->head, memory_order_acquire);
+			continue;
+		}
+		/* Walk up to n links.  The links of indices we do not own yet may
+		 * be stale (P1 keeps them readable); if any changed, so did the
+		 * head's tag, and the CAS below fails (P3). */
+		for (k = 0; k < n && next != 0; k++) {
+			out[k] = (void *)(uintptr_t)(next - 1);
+			/* Relaxed: possibly stale; the tagged CAS rejects it (P3). */
+			next = atomic_load_explicit(link_of(p, next - 1), memory_order_relaxed);
+		}
+		/* A1 (acquire on success): the previous owners' writes to all k
+		 * objects (released by R1 before the head we replace) happen-before
+		 * ours: every change of head is a CAS, so this acquire reads the
+		 * end of a release sequence that contains them. */
+		if (atomic_compare_exchange_weak_explicit(
+			    &p->head, &h, MK_HEAD(HEAD_TAG(h) + 1, next), memory_order_acquire,
+			    memory_order_acquire))
+			break;
+	}
+	for (unsigned i = 0; i < k; i++)
+		out[i] = coord_pool_obj(p, (uint32_t)(uintptr_t)out[i]);
+	return k;
+}
+
+unsigned coord_pool_get_many(struct coord_pool *p, void **out, unsigned n)
+{
+	unsigned got = cache_get(p, out, n);
+
+	return got ? got : list_get_many(p, out, n);
+}
+
 void coord_pool_put(struct coord_pool *p, uint32_t idx)
 {
-	push_chain(p, idx, idx);
+	coord_pool_put_many(p, &idx, 1);
+}
+
+void coord_pool_put_many(struct coord_pool *p, const uint32_t *idx, unsigned n)
+{
+	void *v[64];
+	unsigned done = 0;
+
+	while (p->cache && done < n) {
+		unsigned k = n - done < 64 ? n - done : 64, pushed;
+
+		for (unsigned i = 0; i < k; i++)
+			v[i] = (void *)(uintptr_t)(idx[done + i] + 1);
+		pushed = coord_ring_push_batch_mp(p->cache, v, k);
+		done += pushed;
+		if (pushed < k)
+			break; /* the ring is full: the rest go on the list */
+	}
+	if (done == n)
+		return;
+	for (unsigned i = done; i + 1 < n; i++)
+		coord_pool_link(p, idx[i], idx[i + 1]);
+	push_chain(p, idx[done], idx[n - 1]);
 }
 
 void coord_pool_link(struct coord_pool *p, uint32_t idx, uint32_t next)

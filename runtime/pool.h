@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/ring.h"
 #include "runtime/util.h"
 
 #define COORD_POOL_MAX_SLABS 65536u
@@ -39,6 +40,9 @@ struct coord_pool {
 	void (*init)(void *obj, uint32_t idx, void *arg);
 	void *init_arg;
 	pthread_mutex_t grow_lock;
+	/* Optional recycle ring in front of the free list (P4): index + 1 of
+	 * free objects, FIFO, claimed and returned in batches. */
+	struct coord_ring *cache;
 };
 
 /*
@@ -53,6 +57,19 @@ COORD_HIDDEN void coord_pool_destroy(struct coord_pool *p);
 
 /* coord_pool_get() - an object, or NULL when memory is exhausted. */
 COORD_HIDDEN void *coord_pool_get(struct coord_pool *p);
+/* coord_pool_get_many() - up to @n objects with one claim of the free list
+ * (fewer when it runs short; the caller asks again); 0 when memory is
+ * exhausted. */
+COORD_HIDDEN unsigned coord_pool_get_many(struct coord_pool *p, void **out, unsigned n);
+/*
+ * coord_pool_cache_init() - put a ring of @cap free objects in front of the
+ * free list: coord_pool_get_many() and coord_pool_put_many() then move a
+ * batch with one claim and no walk of links, whose misses would be paid one
+ * after another.  Call before any concurrent use.
+ */
+COORD_HIDDEN int coord_pool_cache_init(struct coord_pool *p, uint32_t cap);
+/* coord_pool_put_many() - return the @n objects @idx[] (the caller owns them). */
+COORD_HIDDEN void coord_pool_put_many(struct coord_pool *p, const uint32_t *idx, unsigned n);
 /* coord_pool_put() - return object @idx (its contents are not touched). */
 COORD_HIDDEN void coord_pool_put(struct coord_pool *p, uint32_t idx);
 /*

@@ -87,6 +87,49 @@ int coord_ring_push_mp(struct coord_ring *r, void *v)
 	return 0;
 }
 
+unsigned coord_ring_push_batch_mp(struct coord_ring *r, void *const *v, unsigned n)
+{
+	/* Relaxed: a hint; the slots' seq (A2) and the CAS decide. */
+	uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+	unsigned k;
+
+	for (;;) {
+		/* Count the free slots from pos on, up to n. */
+		for (k = 0; k < n; k++) {
+			struct coord_ring_slot *s = &r->slots[(pos + k) & r->mask];
+			/* A2 (acquire): pairs with R2 in pop: the consumer that
+			 * freed this slot has finished reading val (I3). */
+			uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+
+			if (seq != pos + k)
+				break;
+		}
+		if (k == 0) {
+			/* Relaxed: the first slot is not free at pos: either head
+			 * moved (retry there) or the ring is full. */
+			uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+
+			if (h == pos)
+				return 0;
+			pos = h;
+			continue;
+		}
+		/* seq_cst: claims positions [pos, pos + k) (I2), as the CAS in
+		 * coord_ring_push_mp() does, and for the same E3 reason. */
+		if (atomic_compare_exchange_weak_explicit(
+			    &r->head, &pos, pos + k, memory_order_seq_cst, memory_order_relaxed))
+			break;
+	}
+	for (unsigned i = 0; i < k; i++) {
+		struct coord_ring_slot *s = &r->slots[(pos + i) & r->mask];
+
+		s->val = v[i];
+		/* R1 (release): pairs with A1 in pop: publishes val (I1: full). */
+		atomic_store_explicit(&s->seq, pos + i + 1, memory_order_release);
+	}
+	return k;
+}
+
 unsigned coord_ring_pop_batch_mc(struct coord_ring *r, void **out, unsigned max)
 {
 	/* Relaxed: a hint; the slots' seq (A1) and the CAS decide. */

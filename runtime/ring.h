@@ -7,6 +7,7 @@
  *
  *                         push_mp   pop_mc   pop_batch_mc   size
  *   coord_ring_push_mp       -        -          -           -
+ *   coord_ring_push_batch_mp -        -          -           -
  *   coord_ring_pop_mc        -        -          -           -
  *   coord_ring_pop_batch_mc  -        -          -           -
  *   coord_ring_size          -        -          -           - (a snapshot)
@@ -45,6 +46,9 @@ static inline uint64_t coord_ring_capacity(const struct coord_ring *r)
 
 /* coord_ring_push_mp() - 0, or -EAGAIN when full.  @v must not be NULL. */
 COORD_HIDDEN int coord_ring_push_mp(struct coord_ring *r, void *v);
+/* coord_ring_push_batch_mp() - push up to @n values of @v, in order, into
+ * consecutive positions with one claim; returns how many (0 when full). */
+COORD_HIDDEN unsigned coord_ring_push_batch_mp(struct coord_ring *r, void *const *v, unsigned n);
 /* coord_ring_pop_batch_mc() - pop up to @max values into @out; returns how many. */
 COORD_HIDDEN unsigned coord_ring_pop_batch_mc(struct coord_ring *r, void **out, unsigned max);
 /* coord_ring_empty() - a snapshot; may be stale by the time it returns. */

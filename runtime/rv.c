@@ -59,6 +59,7 @@ void *coord_closure_result_buf(struct coord_closure *cl, size_t len)
 	/* V1: only the owner writes, before R1. */
 	if (cl->res_cls != COORD_BUF_INLINE)
 		coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+	cl->res_dirty = 1;
 	b = coord_buf_get(&cl->c->bufs, len, cl->inline_res, CL_INLINE_RES, &cl->res_cls);
 	if (!b) {
 		cl->res_cls = COORD_BUF_INLINE;
@@ -203,16 +204,31 @@ int coord_rv_fetch_many(struct coord_rv *const *rvs, size_t n, struct coord_resu
 	return 0;
 }
 
+/*
+ * Leaves the closure clean for its next life: no buffers, the result inline
+ * and empty, no error code.  Each field is stored only if it changed, so a
+ * closure that had none of these keeps its lines clean in other caches.
+ */
 void coord_closure_drop_contents(struct coord_closure *cl)
 {
-	struct coord *c = cl->c;
-
+	/* Only the first line is read unless there is something to drop. */
 	for (unsigned i = 0; i < cl->npw; i++)
 		coord_per_worker_put(cl->pw[i]);
-	coord_buf_put(&c->bufs, cl->args, cl->args_cls);
-	coord_buf_put(&c->bufs, cl->res, cl->res_cls);
-	cl->args_cls = COORD_BUF_INLINE;
-	cl->res_cls = COORD_BUF_INLINE;
+	if (cl->args_cls != COORD_BUF_INLINE) {
+		coord_buf_put(&cl->c->bufs, cl->args, cl->args_cls);
+		cl->args_cls = COORD_BUF_INLINE;
+	}
+	if (cl->res_cls != COORD_BUF_INLINE) {
+		coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+		cl->res_cls = COORD_BUF_INLINE;
+		cl->res = cl->inline_res;
+	}
+	if (cl->res_dirty) {
+		cl->res = cl->inline_res;
+		cl->res_len = 0;
+		cl->err_code = 0;
+		cl->res_dirty = 0;
+	}
 }
 
 bool coord_closure_unref(struct coord_closure *cl)

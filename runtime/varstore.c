@@ -503,8 +503,8 @@ static int deleted_err(struct coord_var *v, const char *op, struct coord_error *
 			    v->name, v->id);
 }
 
-int coord_var_info(struct coord_varstore *vs, uint32_t id, struct coord_var_info *info,
-		   struct coord_error *err)
+int coord_vs_info(struct coord_varstore *vs, uint32_t id, struct coord_var_info *info,
+		  struct coord_error *err)
 {
 	struct coord_var *v;
 	bool deleted;
@@ -576,26 +576,26 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 	return 0;
 }
 
-int coord_var_read(struct coord_varstore *vs, uint32_t id, size_t off, size_t n, float *out,
-		   struct coord_error *err)
+int coord_vs_read(struct coord_varstore *vs, uint32_t id, size_t off, size_t n, float *out,
+		  struct coord_error *err)
 {
 	return range_op(vs, id, off, n, out, NULL, OP_READ, err);
 }
 
-int coord_var_assign(struct coord_varstore *vs, uint32_t id, size_t off, size_t n, const float *src,
-		     struct coord_error *err)
+int coord_vs_assign(struct coord_varstore *vs, uint32_t id, size_t off, size_t n, const float *src,
+		    struct coord_error *err)
 {
 	return range_op(vs, id, off, n, NULL, src, OP_ASSIGN, err);
 }
 
-int coord_var_assign_add(struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
-			 const float *delta, struct coord_error *err)
+int coord_vs_assign_add(struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
+			const float *delta, struct coord_error *err)
 {
 	return range_op(vs, id, off, n, NULL, delta, OP_ADD, err);
 }
 
-int coord_var_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t *indices,
-			  size_t nidx, const float *updates, struct coord_error *err)
+int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t *indices,
+			 size_t nidx, const float *updates, struct coord_error *err)
 {
 	struct coord_var *v;
 	uint64_t mask = 0;
@@ -646,7 +646,7 @@ int coord_var_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t 
 	return ret;
 }
 
-int coord_var_delete(struct coord_varstore *vs, uint32_t id, struct coord_error *err)
+int coord_vs_delete(struct coord_varstore *vs, uint32_t id, struct coord_error *err)
 {
 	struct coord_var *v, *p;
 	uint32_t b, *link;

@@ -68,7 +68,7 @@ struct coord_varstore_opts {
 };
 
 /**
- * struct coord_var_info - what coord_var_info() reports about a variable.
+ * struct coord_var_info - what coord_vs_info() reports about a variable.
  * @name:  NUL-terminated name.
  * @ndim:  number of dimensions, 0..COORD_VAR_MAX_DIMS.
  * @dims:  the first @ndim entries are the shape; the rest are 1.
@@ -159,7 +159,7 @@ COORD_HIDDEN COORD_NODISCARD int coord_varstore_lookup(struct coord_varstore *vs
 COORD_HIDDEN uint32_t coord_varstore_count(struct coord_varstore *vs);
 
 /**
- * coord_var_info() - name and shape of variable @id.
+ * coord_vs_info() - name and shape of variable @id.
  * @vs:   store.
  * @id:   variable id.
  * @info: caller-owned; filled on success.
@@ -168,12 +168,12 @@ COORD_HIDDEN uint32_t coord_varstore_count(struct coord_varstore *vs);
  * Concurrency: any thread; no lock (name and shape never change).
  * Return: 0; -EINVAL NULL argument; -ENOENT unknown or deleted id.
  */
-COORD_HIDDEN COORD_NODISCARD int coord_var_info(struct coord_varstore *vs, uint32_t id,
-						struct coord_var_info *info,
-						struct coord_error *err);
+COORD_HIDDEN COORD_NODISCARD int coord_vs_info(struct coord_varstore *vs, uint32_t id,
+					       struct coord_var_info *info,
+					       struct coord_error *err);
 
 /**
- * coord_var_read() - copy elements [@off, @off + @n) of @id into @out.
+ * coord_vs_read() - copy elements [@off, @off + @n) of @id into @out.
  * @vs:  store.
  * @id:  variable id.
  * @off: first element (row-major flat index).
@@ -187,31 +187,31 @@ COORD_HIDDEN COORD_NODISCARD int coord_var_info(struct coord_varstore *vs, uint3
  * Concurrency: any thread.
  * Return: 0; -EINVAL NULL buffer or range outside the variable; -ENOENT.
  */
-COORD_HIDDEN COORD_NODISCARD int coord_var_read(struct coord_varstore *vs, uint32_t id, size_t off,
-						size_t n, float *out, struct coord_error *err);
+COORD_HIDDEN COORD_NODISCARD int coord_vs_read(struct coord_varstore *vs, uint32_t id, size_t off,
+					       size_t n, float *out, struct coord_error *err);
 
 /**
- * coord_var_assign() - set elements [@off, @off + @n) of @id to @src.
+ * coord_vs_assign() - set elements [@off, @off + @n) of @id to @src.
  * @src: borrowed for the call, @n floats.
- * Other parameters, atomicity and return as coord_var_read().
+ * Other parameters, atomicity and return as coord_vs_read().
  */
-COORD_HIDDEN COORD_NODISCARD int coord_var_assign(struct coord_varstore *vs, uint32_t id,
-						  size_t off, size_t n, const float *src,
-						  struct coord_error *err);
+COORD_HIDDEN COORD_NODISCARD int coord_vs_assign(struct coord_varstore *vs, uint32_t id, size_t off,
+						 size_t n, const float *src,
+						 struct coord_error *err);
 
 /**
- * coord_var_assign_add() - add @delta elementwise to elements
+ * coord_vs_assign_add() - add @delta elementwise to elements
  * [@off, @off + @n) of @id.
  * @delta: borrowed for the call, @n floats.
- * Other parameters, atomicity and return as coord_var_read().  Concurrent
+ * Other parameters, atomicity and return as coord_vs_read().  Concurrent
  * adds are never lost.
  */
-COORD_HIDDEN COORD_NODISCARD int coord_var_assign_add(struct coord_varstore *vs, uint32_t id,
-						      size_t off, size_t n, const float *delta,
-						      struct coord_error *err);
+COORD_HIDDEN COORD_NODISCARD int coord_vs_assign_add(struct coord_varstore *vs, uint32_t id,
+						     size_t off, size_t n, const float *delta,
+						     struct coord_error *err);
 
 /**
- * coord_var_scatter_add() - add row @updates[k] to row @indices[k] of @id.
+ * coord_vs_scatter_add() - add row @updates[k] to row @indices[k] of @id.
  * @vs:      store.
  * @id:      variable id; must have at least one dimension.
  * @indices: @nidx indices into the first dimension; borrowed.  Duplicates
@@ -228,13 +228,13 @@ COORD_HIDDEN COORD_NODISCARD int coord_var_assign_add(struct coord_varstore *vs,
  * Return: 0; -EINVAL NULL buffer, scalar variable, @nidx too large;
  * -ERANGE an index outside [0, dims[0]) (named in @err); -ENOENT.
  */
-COORD_HIDDEN COORD_NODISCARD int coord_var_scatter_add(struct coord_varstore *vs, uint32_t id,
-						       const int64_t *indices, size_t nidx,
-						       const float *updates,
-						       struct coord_error *err);
+COORD_HIDDEN COORD_NODISCARD int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id,
+						      const int64_t *indices, size_t nidx,
+						      const float *updates,
+						      struct coord_error *err);
 
 /**
- * coord_var_delete() - delete variable @id and free its data.
+ * coord_vs_delete() - delete variable @id and free its data.
  * @vs:  store.
  * @id:  variable id; the id is never reused, later ops on it get -ENOENT.
  * @err: optional detail on failure.
@@ -246,8 +246,8 @@ COORD_HIDDEN COORD_NODISCARD int coord_var_scatter_add(struct coord_varstore *vs
  * Concurrency: any thread.
  * Return: 0; -ENOENT unknown or already deleted.
  */
-COORD_HIDDEN COORD_NODISCARD int coord_var_delete(struct coord_varstore *vs, uint32_t id,
-						  struct coord_error *err);
+COORD_HIDDEN COORD_NODISCARD int coord_vs_delete(struct coord_varstore *vs, uint32_t id,
+						 struct coord_error *err);
 
 /**
  * coord_varstore_save() - write every live variable to @dir/ckpt-<@step>.coord

@@ -15,9 +15,21 @@
  *   pw_next   per-worker arg 0 is a counter resource: result = worker index
  *             (int32) and the counter's next value (int64)
  *   counter   resource creator: an int64 counter starting at args (int64 or 0)
- * Every function counts t_entered/t_exited.
+ * Every function counts t_entered/t_exited (not the var_* ones):
+ *   sleep_attempt  uint32 us: stores its pid in running_pid, sleeps; result
+ *               = { attempt, worker } (uint32 x 2)
+ *   stuck_once  sleeps 3 s on its first attempt; result = { attempt, worker }
+ *   var_add     struct t_var_args: [off, off+n) += val through the ctx;
+ *               stores its attempt in last_attempt
+ *   var_read    struct t_var_args: result = floats [off, off+n)
+ *   var_scatter struct t_var_args (off = row length) + int64 idx[n]:
+ *               rows idx[k] += val
+ *   var_lookup  args a name: result = { handle, nelem } (uint64 x 2)
+ *   var_batch   struct t_var_args: one batch of += val and a read; result
+ *               = what the read saw
  */
 #include <fcntl.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -28,6 +40,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <coord/var.h>
 
 #include "helpers.h"
 
@@ -114,6 +128,8 @@ void t_reset_counters(void)
 	for (int i = 0; i < 64; i++)
 		atomic_store(&t_first_ns[i], 0);
 	atomic_store(&t_norder, 0);
+	atomic_store(&t_sh->running_pid, 0);
+	atomic_store(&t_sh->last_attempt, 0);
 }
 
 #define ENTER() atomic_fetch_add(&t_entered, 1)
@@ -171,6 +187,35 @@ static int f_gated(struct coord_ctx *ctx, const void *args, size_t len)
 	if (len > 0)
 		EXIT(coord_ctx_fail(ctx, -EIO, "gated failure on worker %d", w));
 	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
+}
+
+/* args: uint32 microseconds; records its pid, sleeps; result: { attempt,
+ * worker index } (uint32 x 2). */
+static int f_sleep_attempt(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	uint32_t us, out[2];
+
+	if (len != sizeof(us))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "sleep_attempt: want uint32 us");
+	memcpy(&us, args, sizeof(us));
+	atomic_store(&t_sh->running_pid, (int)getpid());
+	t_sleep_ns((uint64_t)us * 1000);
+	out[0] = coord_ctx_attempt(ctx);
+	out[1] = (uint32_t)coord_ctx_worker(ctx);
+	return coord_ctx_set_result(ctx, out, sizeof(out));
+}
+
+/* On its first attempt sleeps 3 s (a stuck closure, B6); result: { attempt,
+ * worker index } (uint32 x 2). */
+static int f_stuck_once(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	uint32_t out[2] = { coord_ctx_attempt(ctx), (uint32_t)coord_ctx_worker(ctx) };
+
+	(void)args;
+	(void)len;
+	if (out[0] == 1)
+		t_sleep_ns(3000000000ull);
+	return coord_ctx_set_result(ctx, out, sizeof(out));
 }
 
 static int f_attempt(struct coord_ctx *ctx, const void *args, size_t len)
@@ -248,8 +293,116 @@ static int r_counter(struct coord_ctx *ctx, const void *args, size_t len, void *
 	return 0;
 }
 
+/* ---- variables (coord/var.h) -------------------------------------------------------- */
+
+/* args: struct t_var_args; every element of [off, off + n) += val (n <= 64). */
+static int f_var_add(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	float d[64];
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_add: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_add: n > 64");
+	atomic_store(&t_sh->last_attempt, (int)coord_ctx_attempt(ctx));
+	for (uint64_t i = 0; i < a.n; i++)
+		d[i] = a.val;
+	return coord_ctx_var_assign_add(ctx, a.var, a.off, a.n, d);
+}
+
+/* args: struct t_var_args; result: elements [off, off + n) (n <= 64). */
+static int f_var_read(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	float v[64];
+	int r;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_read: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_read: n > 64");
+	r = coord_ctx_var_read(ctx, a.var, a.off, a.n, v);
+	return r < 0 ? r : coord_ctx_set_result(ctx, v, 4 * a.n);
+}
+
+/* args: struct t_var_args (off = row length, n = indices) + int64 idx[n];
+ * every updated row gets val in each element. */
+static int f_var_scatter(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	int64_t idx[16];
+	float rows[16 * 16];
+
+	memcpy(&a, args, len < sizeof(a) ? len : sizeof(a));
+	if (len < sizeof(a) || a.n > 16 || a.off > 16 || len != sizeof(a) + 8 * a.n)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_scatter: bad args");
+	memcpy(idx, (const uint8_t *)args + sizeof(a), 8 * a.n);
+	for (uint64_t i = 0; i < a.n * a.off; i++)
+		rows[i] = a.val;
+	return coord_ctx_var_scatter_add(ctx, a.var, idx, a.n, a.off, rows);
+}
+
+/* args: a variable name; result: its handle, as the worker resolves it. */
+static int f_var_lookup(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	char name[COORD_VAR_NAME_LEN + 1];
+	struct coord_var_shape sh;
+	coord_var_t v;
+	uint64_t out[2];
+	int r;
+
+	if (len == 0 || len > COORD_VAR_NAME_LEN)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_lookup: bad name");
+	memcpy(name, args, len);
+	name[len] = 0;
+	r = coord_ctx_var_lookup(ctx, name, &v, &sh);
+	if (r < 0)
+		return r;
+	out[0] = v;
+	out[1] = sh.nelem;
+	return coord_ctx_set_result(ctx, out, sizeof(out));
+}
+
+/* args: struct t_var_args; one batch: += val on [off, off+n), then read
+ * the same range (one frame); result: what the read saw. */
+static int f_var_batch(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	float d[64], v[64];
+	struct coord_var_op ops[2];
+	int r;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_batch: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_batch: n > 64");
+	for (uint64_t i = 0; i < a.n; i++)
+		d[i] = a.val;
+	memset(ops, 0, sizeof(ops));
+	ops[0] = (struct coord_var_op){
+		.op = COORD_VAR_ASSIGN_ADD, .var = a.var, .off = a.off, .n = a.n, .src = d
+	};
+	ops[1] = (struct coord_var_op){
+		.op = COORD_VAR_READ, .var = a.var, .off = a.off, .n = a.n, .dst = v
+	};
+	r = coord_ctx_var_batch(ctx, ops, 2);
+	return r < 0 ? r : coord_ctx_set_result(ctx, v, 4 * a.n);
+}
+
 int t_register(struct coord_registry *r)
 {
+	if (coord_registry_add(r, "var_add", f_var_add) ||
+	    coord_registry_add(r, "sleep_attempt", f_sleep_attempt) ||
+	    coord_registry_add(r, "stuck_once", f_stuck_once) ||
+	    coord_registry_add(r, "var_read", f_var_read) ||
+	    coord_registry_add(r, "var_scatter", f_var_scatter) ||
+	    coord_registry_add(r, "var_lookup", f_var_lookup) ||
+	    coord_registry_add(r, "var_batch", f_var_batch))
+		return -1;
 	if (coord_registry_add(r, "echo", f_echo) || coord_registry_add(r, "add", f_add) ||
 	    coord_registry_add(r, "sleep_us", f_sleep_us) ||
 	    coord_registry_add(r, "fail", f_fail) || coord_registry_add(r, "gated", f_gated) ||
@@ -280,67 +433,173 @@ const char *t_transport = "inproc";
 static pid_t t_pids[T_MAX_PROCS];
 static unsigned t_ports[T_MAX_PROCS], t_nprocs;
 
-int t_workers_start(unsigned n)
+pid_t t_spawn(char *const argv[], const char *banner, unsigned *port)
+{
+	char fmt[96], line[128];
+	int p[2];
+	pid_t pid;
+	FILE *f;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (pipe(p) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		/* die with the test, so a failed test leaves no server holding
+		 * the test runner's pipes */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(p[1], 1);
+		close(p[0]);
+		close(p[1]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	f = fdopen(p[0], "r");
+	snprintf(fmt, sizeof(fmt), "%s listening on port %%u", banner);
+	/* Bounded: the server prints its port at once or dies (EOF). */
+	alarm(20);
+	if (!f || !fgets(line, sizeof(line), f) || sscanf(line, fmt, port) != 1) {
+		fprintf(stderr, "%s did not start\n", argv[0]);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		if (f)
+			fclose(f);
+		alarm(0);
+		return -1;
+	}
+	alarm(0);
+	fclose(f);
+	return pid;
+}
+
+void t_reap(pid_t pid)
+{
+	int st;
+	uint64_t until = t_now_ns() + 5000000000ull;
+
+	kill(pid, SIGTERM);
+	while (waitpid(pid, &st, WNOHANG) == 0 && t_now_ns() < until)
+		t_sleep_ns(1000000);
+	if (waitpid(pid, &st, WNOHANG) == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+}
+
+/* ---- network namespaces (partitions) ------------------------------------------- */
+
+static int t_sh_cmd(const char *fmt, ...)
+{
+	char cmd[512];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return st == 0 ? 0 : -1;
+}
+
+int t_netns_create(struct t_netns *n, unsigned idx)
+{
+	unsigned id = ((unsigned)getpid() * 7 + idx) % 250 + 1;
+
+	memset(n, 0, sizeof(*n));
+	if (geteuid() != 0 || t_sh_cmd("ip netns list >/dev/null 2>&1") < 0)
+		return -1;
+	snprintf(n->name, sizeof(n->name), "coordt%d_%u", (int)getpid(), idx);
+	snprintf(n->veth_host, sizeof(n->veth_host), "cth%u_%u", (unsigned)getpid() % 10000, idx);
+	snprintf(n->veth_ns, sizeof(n->veth_ns), "ctn%u_%u", (unsigned)getpid() % 10000, idx);
+	snprintf(n->host_ip, sizeof(n->host_ip), "10.231.%u.1", id);
+	snprintf(n->ns_ip, sizeof(n->ns_ip), "10.231.%u.2", id);
+	if (t_sh_cmd("ip netns add %s", n->name) < 0)
+		return -1;
+	n->made = 1;
+	if (t_sh_cmd("ip link add %s type veth peer name %s", n->veth_host, n->veth_ns) < 0 ||
+	    t_sh_cmd("ip link set %s netns %s", n->veth_ns, n->name) < 0 ||
+	    t_sh_cmd("ip addr add %s/24 dev %s", n->host_ip, n->veth_host) < 0 ||
+	    t_sh_cmd("ip link set %s up", n->veth_host) < 0 ||
+	    t_sh_cmd("ip netns exec %s ip addr add %s/24 dev %s", n->name, n->ns_ip, n->veth_ns) <
+		    0 ||
+	    t_sh_cmd("ip netns exec %s ip link set %s up", n->name, n->veth_ns) < 0 ||
+	    t_sh_cmd("ip netns exec %s ip link set lo up", n->name) < 0) {
+		t_netns_destroy(n);
+		return -1;
+	}
+	return 0;
+}
+
+int t_netns_link(struct t_netns *n, int up)
+{
+	return t_sh_cmd("ip link set %s %s", n->veth_host, up ? "up" : "down");
+}
+
+void t_netns_destroy(struct t_netns *n)
+{
+	if (!n->made)
+		return;
+	(void)t_sh_cmd("ip link del %s 2>/dev/null", n->veth_host); /* takes its peer too */
+	(void)t_sh_cmd("ip netns del %s", n->name);
+	n->made = 0;
+}
+
+/* Start worker process @i listening on @port (0: any). */
+static int worker_spawn(unsigned i, unsigned port)
 {
 	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
+	const char *log = getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error";
+	char listen[32];
+	char *argv[] = { (char *)bin, "--fns",	   (char *)fns,	   "--listen", listen,
+			 "--log",     (char *)log, "--partial-ms", "500",      NULL };
+	pid_t pid;
 
 	if (!bin || !fns) {
 		fprintf(stderr, "COORD_WORKER_BIN and COORD_TESTFNS must be set\n");
 		return -1;
 	}
-	signal(SIGPIPE, SIG_IGN);
-	for (t_nprocs = 0; t_nprocs < n && t_nprocs < T_MAX_PROCS; t_nprocs++) {
-		int p[2];
-		pid_t pid;
-		char line[128];
-		FILE *f;
-
-		if (pipe(p) < 0)
-			return -1;
-		pid = fork();
-		if (pid == 0) {
-			/* die with the test, so a failed test leaves no worker
-			 * holding the test runner's pipes */
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			dup2(p[1], 1);
-			close(p[0]);
-			close(p[1]);
-			execl(bin, bin, "--fns", fns, "--listen", "127.0.0.1:0", "--log",
-			      getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error",
-			      "--partial-ms", "500", (char *)NULL);
-			_exit(127);
-		}
-		close(p[1]);
-		f = fdopen(p[0], "r");
-		/* Bounded: the worker prints its port at once or dies (EOF). */
-		alarm(20);
-		if (!f || !fgets(line, sizeof(line), f) ||
-		    sscanf(line, "coord-worker listening on port %u", &t_ports[t_nprocs]) != 1) {
-			fprintf(stderr, "coord-worker did not start\n");
-			kill(pid, SIGKILL);
-			return -1;
-		}
-		alarm(0);
-		fclose(f);
-		t_pids[t_nprocs] = pid;
-	}
+	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+	pid = t_spawn(argv, "coord-worker", &t_ports[i]);
+	if (pid < 0)
+		return -1;
+	t_pids[i] = pid;
 	return 0;
+}
+
+int t_workers_start(unsigned n)
+{
+	for (t_nprocs = 0; t_nprocs < n && t_nprocs < T_MAX_PROCS; t_nprocs++)
+		if (worker_spawn(t_nprocs, 0) < 0)
+			return -1;
+	return 0;
+}
+
+pid_t t_worker_pid(unsigned i)
+{
+	return i < t_nprocs ? t_pids[i] : -1;
+}
+
+int t_worker_restart(unsigned i)
+{
+	if (i >= t_nprocs)
+		return -1;
+	kill(t_pids[i], SIGKILL);
+	waitpid(t_pids[i], NULL, 0);
+	/* the same port: a preempted machine coming back at its address;
+	 * bounded retries while the old socket's port is released */
+	for (int k = 0; k < 50; k++) {
+		if (worker_spawn(i, t_ports[i]) == 0)
+			return 0;
+		t_sleep_ns(20000000);
+	}
+	return -1;
 }
 
 void t_workers_stop(void)
 {
-	for (unsigned i = 0; i < t_nprocs; i++) {
-		int st;
-		uint64_t until = t_now_ns() + 5000000000ull;
-
-		kill(t_pids[i], SIGTERM);
-		while (waitpid(t_pids[i], &st, WNOHANG) == 0 && t_now_ns() < until)
-			t_sleep_ns(1000000);
-		if (waitpid(t_pids[i], &st, WNOHANG) == 0) {
-			kill(t_pids[i], SIGKILL);
-			waitpid(t_pids[i], &st, 0);
-		}
-	}
+	for (unsigned i = 0; i < t_nprocs; i++)
+		t_reap(t_pids[i]);
 	t_nprocs = 0;
 }
 

@@ -6,6 +6,7 @@
 #define COORD_TESTS_HELPERS_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <coord/coord.h>
 
@@ -42,6 +43,8 @@ struct t_shared {
 	_Atomic int gate;	 /* "gated" functions wait until non-zero */
 	_Atomic uint64_t first_ns[64];
 	_Atomic long norder;
+	_Atomic int running_pid;  /* set by sleep_attempt when it starts */
+	_Atomic int last_attempt; /* set by var_add */
 	int64_t order[T_ORDER_MAX];
 };
 extern struct t_shared *t_sh;
@@ -55,6 +58,15 @@ extern struct t_shared *t_sh;
 #define t_order (t_sh->order)
 void t_reset_counters(void);
 
+/* Arguments of the var_* test functions (helpers.c). */
+struct t_var_args {
+	uint64_t var;
+	uint64_t off;
+	uint64_t n;
+	float val;
+	uint32_t pad;
+};
+
 /* Register the standard functions into @reg (also coord_register_fns()). */
 int t_register(struct coord_registry *reg);
 
@@ -64,9 +76,36 @@ int t_register(struct coord_registry *reg);
  * t_workers_start() (COORD_WORKER_BIN, COORD_TESTFNS from meson).
  */
 extern const char *t_transport;
+/*
+ * t_spawn() - run @argv (a server) with stdout on a pipe, wait for its
+ * "<@banner> listening on port P" line; its pid (*@port = P) or -1.  The
+ * child dies with the test (PDEATHSIG).  t_reap(): SIGTERM, then SIGKILL.
+ */
+pid_t t_spawn(char *const argv[], const char *banner, unsigned *port);
+void t_reap(pid_t pid);
+/*
+ * A network namespace joined to this one by a veth pair, for partitions
+ * (root and iproute2 needed; -1 otherwise, and the test skips).  Names carry
+ * the pid, so concurrent test binaries do not collide; t_netns_destroy()
+ * removes everything (also after a failed create).  Run a server inside
+ * with argv = { "ip", "netns", "exec", n->name, BIN, ... } and t_spawn();
+ * t_netns_link(n, 0) cuts the link (a partition), (n, 1) heals it.
+ */
+struct t_netns {
+	char name[32], veth_host[16], veth_ns[16], host_ip[16], ns_ip[16];
+	int made;
+};
+int t_netns_create(struct t_netns *n, unsigned idx);
+int t_netns_link(struct t_netns *n, int up);
+void t_netns_destroy(struct t_netns *n);
+
 /* Start @n coord-worker processes on ephemeral loopback ports; 0 or -1. */
 int t_workers_start(unsigned n);
 void t_workers_stop(void);
+/* Worker process @i's pid; t_worker_restart(): SIGKILL it and start it
+ * again on the same port (0 or -1). */
+pid_t t_worker_pid(unsigned i);
+int t_worker_restart(unsigned i);
 /* The port of started worker process @i. */
 unsigned t_worker_port(unsigned i);
 /* A JSON spec of @nworkers workers spread over the started processes. */

@@ -174,17 +174,26 @@ static void test_s1_backpressure_tiny_ring(void **state)
 
 /* ---- S2 ---------------------------------------------------------------------- */
 
-/* S2: closures run on any available worker, each exactly once here. */
+/*
+ * S2: closures run on any available worker, each exactly once here.  The
+ * closures wait on a gate, so the first worker to start one cannot take the
+ * rest: the other must run some, however the threads are scheduled.
+ */
 static void test_s2_runs_on_any_worker(void **state)
 {
 	struct fx *f = *state;
-	uint32_t fn = t_fn(f->c, "sleep_us");
+	uint32_t fn = t_fn(f->c, "gated");
 	struct coord_rv *rv[200];
 	int per_worker[2] = { 0, 0 };
-	uint32_t us = 200;
+	uint64_t until = t_now_ns() + 20000000000ull;
 
 	for (int i = 0; i < 200; i++)
-		assert_int_equal(coord_schedule(f->c, fn, &us, sizeof(us), &rv[i], NULL), 0);
+		assert_int_equal(coord_schedule(f->c, fn, NULL, 0, &rv[i], NULL), 0);
+	/* one closure blocks each worker: two entered means both workers run */
+	while (atomic_load(&t_entered) < 2 && t_now_ns() < until)
+		t_sleep_ns(1000000);
+	assert_true(atomic_load(&t_entered) >= 2);
+	atomic_store(&t_gate, 1);
 	assert_int_equal(coord_join(f->c, NULL), 0);
 	for (int i = 0; i < 200; i++) {
 		int32_t w = fetch_i32(rv[i]);
@@ -660,6 +669,120 @@ static void test_b3_fetch_many(void **state)
 	coord_rv_put(rv[0]);
 }
 
+/* Fill @calls[0..n) with calls of @fn whose argument is &@args[i]. */
+static void many_calls(struct coord_call *calls, int64_t *args, size_t n, uint32_t fn, size_t len)
+{
+	for (size_t i = 0; i < n; i++) {
+		memset(&calls[i], 0, sizeof(calls[i]));
+		calls[i].fn = fn;
+		calls[i].args = &args[i * (len / sizeof(int64_t))];
+		calls[i].len = len;
+	}
+}
+
+/* B3: a batched schedule queues every call (chunks and all) with its own
+ * RemoteValue and arguments; bad calls and a pending error queue none. */
+static void test_b3_schedule_many(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 200 };
+	struct coord_call calls[N];
+	struct coord_rv *rv[N], *frv;
+	struct coord_error err;
+	int64_t ab[N * 2];
+	size_t queued = 12345;
+
+	for (int64_t i = 0; i < N; i++) {
+		ab[2 * i] = i;
+		ab[2 * i + 1] = 1000;
+	}
+	many_calls(calls, ab, N, t_fn(f->c, "add"), 2 * sizeof(int64_t));
+	assert_int_equal(coord_schedule_many(f->c, calls, N, rv, &queued, NULL), 0);
+	assert_int_equal(queued, N);
+	for (int64_t i = 0; i < N; i++) {
+		assert_int_equal(fetch_i64(rv[i]), i + 1000);
+		coord_rv_put(rv[i]);
+	}
+	/* without RemoteValues, and nothing at all */
+	assert_int_equal(coord_schedule_many(f->c, calls, N, NULL, NULL, NULL), 0);
+	assert_int_equal(coord_schedule_many(f->c, calls, 0, NULL, &queued, NULL), 0);
+	assert_int_equal(queued, 0);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), 2 * N);
+
+	/* S15: one unknown function refuses the whole batch, naming the call */
+	calls[150].fn = 12345;
+	assert_int_equal(coord_schedule_many(f->c, calls, N, rv, &queued, &err), COORD_ENOFN);
+	assert_int_equal(queued, 0);
+	assert_null(rv[0]);
+	assert_null(rv[N - 1]);
+	assert_non_null(strstr(err.msg, "call 150"));
+	assert_int_equal(coord_schedule_many(f->c, NULL, 3, NULL, NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), 2 * N);
+	calls[150].fn = calls[0].fn;
+
+	/* S3: a pending error is returned once, before anything is queued */
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "fail"), NULL, 0, &frv, NULL), 0);
+	assert_int_equal(coord_rv_fetch(frv, NULL, NULL, NULL), -EIO);
+	coord_rv_put(frv);
+	assert_int_equal(coord_schedule_many(f->c, calls, N, rv, &queued, &err), -EIO);
+	assert_int_equal(queued, 0);
+	assert_null(rv[0]);
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+	assert_int_equal(atomic_load(&t_exited), 2 * N + 1);
+	assert_int_equal(coord_schedule_many(f->c, calls, N, NULL, &queued, NULL), 0);
+	assert_int_equal(queued, N);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), 3 * N + 1);
+}
+
+/* Run @n "order" calls as one batch on a 1-worker coordinator with ring
+ * capacity @cap (after a gated closure when @gate) and check the run order. */
+static void schedule_many_in_order(unsigned cap, size_t n, bool gate)
+{
+	struct coord_call *calls = calloc(n, sizeof(*calls));
+	int64_t *args = calloc(n, sizeof(*args));
+	size_t queued = 0;
+	struct fx *f;
+
+	assert_non_null(calls);
+	assert_non_null(args);
+	assert_true(n <= T_ORDER_MAX);
+	setup_n((void **)&f, 1, cap);
+	atomic_store(&t_norder, 0);
+	for (size_t i = 0; i < n; i++)
+		args[i] = (int64_t)i;
+	many_calls(calls, args, n, t_fn(f->c, "order"), sizeof(int64_t));
+	if (gate) {
+		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, NULL, NULL), 0);
+		wait_entered(1);
+	}
+	assert_int_equal(coord_schedule_many(f->c, calls, n, NULL, &queued, NULL), 0);
+	assert_int_equal(queued, n);
+	if (gate) {
+		assert_true(atomic_load(&f->c->ov_count) > 0); /* past the ring */
+		atomic_store(&t_gate, 1);
+	}
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(atomic_load(&t_norder), n);
+	for (size_t i = 0; i < n; i++)
+		if (t_order[i] != (int64_t)i)
+			fail_msg("run order broken at %zu: got %lld", i, (long long)t_order[i]);
+	teardown((void **)&f);
+	free(calls);
+	free(args);
+}
+
+/* B3 with S1 and S14: a batch larger than a tiny ring blocks for room and
+ * resumes, in order; unbounded, it runs past the ring into the overflow and
+ * stays FIFO. */
+static void test_b3_schedule_many_order(void **state)
+{
+	schedule_many_in_order(16, 5000, false);
+	schedule_many_in_order(0, COORD_RING_DEFAULT + 5000, true);
+}
+
 /* Results of every size come back intact (inline, pooled classes, malloc). */
 static void test_results_all_sizes(void **state)
 {
@@ -1039,6 +1162,51 @@ static int tcp_group_teardown(void **state)
 	return 0;
 }
 
+/* ---- B7 ---------------------------------------------------------------------- */
+
+/* B7: counters move by exactly what ran; histograms fill; workers are UP. */
+static void test_b7_metrics(void **state)
+{
+	struct fx *f = *state;
+	uint32_t add = t_fn(f->c, "add"), failfn = t_fn(f->c, "fail");
+	struct coord_worker_metrics w[2];
+	struct coord_metrics m0, m;
+	struct coord_rv *rv;
+	uint64_t executed = 0;
+
+	assert_int_equal(coord_metrics(f->c, &m0, NULL, 0), 0);
+	for (int64_t i = 0; i < 640; i++) {
+		int64_t ab[2] = { i, 1 };
+
+		assert_int_equal(coord_schedule(f->c, add, ab, sizeof(ab), NULL, NULL), 0);
+	}
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(coord_schedule(f->c, failfn, NULL, 0, &rv, NULL), 0);
+	assert_int_equal(coord_join(f->c, NULL), -EIO);
+	coord_rv_put(rv);
+	assert_int_equal(coord_metrics(f->c, &m, w, 2), 0);
+	assert_int_equal(m.completed - m0.completed, 641);
+	assert_int_equal(m.failed - m0.failed, 1);
+	assert_int_equal(m.outstanding, 0);
+	assert_int_equal(m.queued, 0);
+	assert_int_equal(m.in_flight, 0);
+	assert_int_equal(m.workers, 2);
+	assert_int_equal(m.workers_up, 2);
+	assert_int_equal(m.workers_down + m.workers_dropped, 0);
+	assert_true(m.now_ns > m0.now_ns);
+	assert_true(m.exec_ns.count >= 1 && m.round_trip_ns.count >= 1);
+	assert_true(coord_hist_percentile(&m.round_trip_ns, 50) > 0);
+	assert_true(coord_hist_percentile(&m.round_trip_ns, 99) >=
+		    coord_hist_percentile(&m.exec_ns, 1));
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(w[i].state, COORD_WORKER_UP);
+		executed += w[i].executed;
+	}
+	assert_true(executed >= 641);
+	assert_int_equal(coord_metrics(NULL, &m, NULL, 0), COORD_EINVAL);
+	assert_int_equal(coord_hist_percentile(&(struct coord_hist){ 0 }, 50), 0);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup2, teardown)
@@ -1054,11 +1222,12 @@ int main(void)
 		T(test_s3_old_round_error_not_returned), T(test_s4_join_waits_for_all),            \
 		T(test_s4_join_timeout), T(test_s5_done), T(test_s6_fetch_blocks_and_times_out),   \
 		cmocka_unit_test(test_s6_fetch_cancelled), T(test_b3_fetch_many),                  \
+		T(test_b3_schedule_many), cmocka_unit_test(test_b3_schedule_many_order),           \
 		T1(test_results_all_sizes), T(test_s8_s9_per_worker_lazy),                         \
 		T(test_s9_creation_failure_is_input_error),                                        \
 		cmocka_unit_test(test_s13_stagger_observed), cmocka_unit_test(test_s14_unbounded), \
 		T(test_s15_unknown_function_refused), T(test_b8_attempt_visible),                  \
-		cmocka_unit_test(test_destroy_with_queued_work_values_outlive)
+		T(test_b7_metrics), cmocka_unit_test(test_destroy_with_queued_work_values_outlive)
 	const struct CMUnitTest inproc_tests[] = {
 		CONTRACT_TESTS,
 		/* in-process only: they reach into the runtime or its options */

@@ -70,6 +70,20 @@ static void test_pool_put_chain(void **state)
 		assert_ptr_equal(x, o[i]); /* LIFO chain: first out is the head */
 	}
 	assert_int_equal(atomic_load(&p->nslabs), slabs); /* no growth needed */
+	/* get_many takes the same chain in one claim, growing when short */
+	for (int i = 0; i + 1 < 40; i++)
+		coord_pool_link(p, o[i]->idx, o[i + 1]->idx);
+	coord_pool_put_chain(p, o[0]->idx, o[39]->idx);
+	{
+		void *m[40];
+		unsigned n = coord_pool_get_many(p, m, 40);
+
+		assert_int_equal(n, 40);
+		for (int i = 0; i < 40; i++)
+			assert_ptr_equal(m[i], o[i]);
+		for (int i = 0; i < 40; i++)
+			assert_true(((uintptr_t)m[i] & (CACHELINE - 1)) == 0);
+	}
 	coord_pool_destroy(p);
 }
 
@@ -88,10 +102,16 @@ static void *pool_worker(void *arg)
 	for (int r = 0; r < ROUNDS && t_now_ns() < deadline; r++) {
 		int k = r % 8 + 1;
 
+		/* odd rounds take them with one claim (get_many) */
+		if (r & 1)
+			for (int got = 0; got < k;)
+				got += (int)coord_pool_get_many(p, (void **)held + got,
+								(unsigned)(k - got));
 		for (int i = 0; i < k; i++) {
 			int zero = 0;
 
-			held[i] = coord_pool_get(p);
+			if (!(r & 1))
+				held[i] = coord_pool_get(p);
 			/* nobody else may own it: "we dequeued twice" */
 			if (!atomic_compare_exchange_strong(&held[i]->owner, &zero, me))
 				atomic_fetch_add(&pool_errors, 1);
@@ -107,16 +127,23 @@ static void *pool_worker(void *arg)
 
 static void test_pool_concurrent_exclusive_ownership(void **state)
 {
-	struct coord_pool *p;
-	pthread_t t[THREADS];
+	/* without, then with a recycle ring small enough that both it and the
+	 * free list are used (P4: an index in one of them at a time) */
+	for (int cached = 0; cached < 2; cached++) {
+		struct coord_pool *p;
+		pthread_t t[THREADS];
 
-	assert_int_equal(coord_pool_create(sizeof(struct obj), 3, 0, obj_init, NULL, &p), 0);
-	for (int i = 0; i < THREADS; i++)
-		pthread_create(&t[i], NULL, pool_worker, p);
-	for (int i = 0; i < THREADS; i++)
-		pthread_join(t[i], NULL);
-	assert_int_equal(atomic_load(&pool_errors), 0);
-	coord_pool_destroy(p);
+		assert_int_equal(coord_pool_create(sizeof(struct obj), 3, 0, obj_init, NULL, &p),
+				 0);
+		if (cached)
+			assert_int_equal(coord_pool_cache_init(p, 8), 0);
+		for (int i = 0; i < THREADS; i++)
+			pthread_create(&t[i], NULL, pool_worker, p);
+		for (int i = 0; i < THREADS; i++)
+			pthread_join(t[i], NULL);
+		assert_int_equal(atomic_load(&pool_errors), 0);
+		coord_pool_destroy(p);
+	}
 }
 
 static void test_bufs_size_classes(void **state)

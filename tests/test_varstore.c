@@ -158,14 +158,14 @@ static void test_varstore_create_rules(void **state)
 	assert_int_equal(coord_varstore_count(vs), 1);
 
 	id = mk(vs, "layer0/kernel_0-x.y", 2, d2, init);
-	assert_int_equal(coord_var_info(vs, id, &info, &e), 0);
+	assert_int_equal(coord_vs_info(vs, id, &info, &e), 0);
 	assert_string_equal(info.name, "layer0/kernel_0-x.y");
 	assert_int_equal(info.ndim, 2);
 	assert_int_equal(info.nelem, 12);
 	/* idempotent with the same shape: same id, value kept */
 	id2 = mk(vs, "layer0/kernel_0-x.y", 2, d2, NULL);
 	assert_int_equal(id, id2);
-	assert_int_equal(coord_var_read(vs, id, 0, 12, out, &e), 0);
+	assert_int_equal(coord_vs_read(vs, id, 0, 12, out, &e), 0);
 	assert_memory_equal(out, init, sizeof(init));
 	/* another shape: refused, naming both */
 	assert_int_equal(
@@ -178,7 +178,7 @@ static void test_varstore_create_rules(void **state)
 	assert_int_equal(coord_varstore_lookup(vs, "nope", &id2, &e), -ENOENT);
 	assert_non_null(strstr(e.msg, "'nope'"));
 	assert_int_equal(coord_varstore_lookup(vs, NULL, &id2, &e), -EINVAL);
-	assert_int_equal(coord_var_info(vs, 999, &info, &e), -ENOENT);
+	assert_int_equal(coord_vs_info(vs, 999, &info, &e), -ENOENT);
 	assert_int_equal(coord_varstore_count(vs), 2);
 	coord_varstore_destroy(vs);
 	coord_varstore_destroy(NULL);
@@ -193,40 +193,40 @@ static void test_varstore_read_assign_add(void **state)
 	uint32_t id, s;
 
 	id = mk(vs, "v", 3, d, NULL);
-	assert_int_equal(coord_var_read(vs, id, 0, 24, out, &e), 0);
+	assert_int_equal(coord_vs_read(vs, id, 0, 24, out, &e), 0);
 	for (int i = 0; i < 24; i++) {
 		assert_true(out[i] == 0.0f);
 		buf[i] = (float)i;
 		one[i] = 1.0f;
 	}
-	assert_int_equal(coord_var_assign(vs, id, 0, 24, buf, &e), 0);
-	assert_int_equal(coord_var_assign_add(vs, id, 4, 8, one, &e), 0);
-	assert_int_equal(coord_var_read(vs, id, 0, 24, out, &e), 0);
+	assert_int_equal(coord_vs_assign(vs, id, 0, 24, buf, &e), 0);
+	assert_int_equal(coord_vs_assign_add(vs, id, 4, 8, one, &e), 0);
+	assert_int_equal(coord_vs_read(vs, id, 0, 24, out, &e), 0);
 	for (int i = 0; i < 24; i++)
 		assert_true(out[i] == (float)i + (i >= 4 && i < 12 ? 1.0f : 0.0f));
-	assert_int_equal(coord_var_read(vs, id, 23, 1, out, &e), 0);
+	assert_int_equal(coord_vs_read(vs, id, 23, 1, out, &e), 0);
 	assert_true(out[0] == 23.0f);
-	assert_int_equal(coord_var_read(vs, id, 24, 0, out, &e), 0); /* empty at the end */
+	assert_int_equal(coord_vs_read(vs, id, 24, 0, out, &e), 0); /* empty at the end */
 
 	/* ranges and buffers */
-	assert_int_equal(coord_var_read(vs, id, 20, 5, out, &e), -EINVAL);
+	assert_int_equal(coord_vs_read(vs, id, 20, 5, out, &e), -EINVAL);
 	assert_non_null(strstr(e.msg, "'v'"));
-	assert_int_equal(coord_var_read(vs, id, 25, 0, out, &e), -EINVAL);
-	assert_int_equal(coord_var_read(vs, id, 1, SIZE_MAX, out, &e), -EINVAL);
-	assert_int_equal(coord_var_assign(vs, id, SIZE_MAX, 2, buf, &e), -EINVAL);
-	assert_int_equal(coord_var_read(vs, id, 0, 1, NULL, &e), -EINVAL);
-	assert_int_equal(coord_var_assign_add(vs, id, 0, 1, NULL, &e), -EINVAL);
-	assert_int_equal(coord_var_read(vs, 77, 0, 1, out, &e), -ENOENT);
-	assert_int_equal(coord_var_read(NULL, id, 0, 1, out, &e), -EINVAL);
-	assert_int_equal(coord_var_assign(vs, id, 0, 24, buf, NULL), 0); /* err optional */
+	assert_int_equal(coord_vs_read(vs, id, 25, 0, out, &e), -EINVAL);
+	assert_int_equal(coord_vs_read(vs, id, 1, SIZE_MAX, out, &e), -EINVAL);
+	assert_int_equal(coord_vs_assign(vs, id, SIZE_MAX, 2, buf, &e), -EINVAL);
+	assert_int_equal(coord_vs_read(vs, id, 0, 1, NULL, &e), -EINVAL);
+	assert_int_equal(coord_vs_assign_add(vs, id, 0, 1, NULL, &e), -EINVAL);
+	assert_int_equal(coord_vs_read(vs, 77, 0, 1, out, &e), -ENOENT);
+	assert_int_equal(coord_vs_read(NULL, id, 0, 1, out, &e), -EINVAL);
+	assert_int_equal(coord_vs_assign(vs, id, 0, 24, buf, NULL), 0); /* err optional */
 
 	/* a scalar */
 	s = mk(vs, "step", 0, NULL, NULL);
-	assert_int_equal(coord_var_assign_add(vs, s, 0, 1, one, &e), 0);
-	assert_int_equal(coord_var_assign_add(vs, s, 0, 1, one, &e), 0);
-	assert_int_equal(coord_var_read(vs, s, 0, 1, out, &e), 0);
+	assert_int_equal(coord_vs_assign_add(vs, s, 0, 1, one, &e), 0);
+	assert_int_equal(coord_vs_assign_add(vs, s, 0, 1, one, &e), 0);
+	assert_int_equal(coord_vs_read(vs, s, 0, 1, out, &e), 0);
 	assert_true(out[0] == 2.0f);
-	assert_int_equal(coord_var_read(vs, s, 0, 2, out, &e), -EINVAL);
+	assert_int_equal(coord_vs_read(vs, s, 0, 2, out, &e), -EINVAL);
 	coord_varstore_destroy(vs);
 }
 
@@ -242,8 +242,8 @@ static void test_varstore_scatter_add_rules(void **state)
 	for (int i = 0; i < 12; i++)
 		upd[i] = (float)(i + 1);
 	id = mk(vs, "emb", 2, d, NULL);
-	assert_int_equal(coord_var_scatter_add(vs, id, idx, 4, upd, &e), 0);
-	assert_int_equal(coord_var_read(vs, id, 0, 15, out, &e), 0);
+	assert_int_equal(coord_vs_scatter_add(vs, id, idx, 4, upd, &e), 0);
+	assert_int_equal(coord_vs_read(vs, id, 0, 15, out, &e), 0);
 	/* row 0 += upd[1]; row 2 += upd[3]; row 4 += upd[0] + upd[2] (duplicates add) */
 	for (int j = 0; j < 3; j++) {
 		assert_true(out[0 * 3 + j] == upd[3 + j]);
@@ -256,17 +256,17 @@ static void test_varstore_scatter_add_rules(void **state)
 	float before[15];
 
 	memcpy(before, out, sizeof(out));
-	assert_int_equal(coord_var_scatter_add(vs, id, bad, 3, upd, &e), -ERANGE);
+	assert_int_equal(coord_vs_scatter_add(vs, id, bad, 3, upd, &e), -ERANGE);
 	assert_non_null(strstr(e.msg, "'emb'"));
 	assert_non_null(strstr(e.msg, "index 5 at position 1"));
-	assert_int_equal(coord_var_scatter_add(vs, id, neg, 2, upd, &e), -ERANGE);
-	assert_int_equal(coord_var_read(vs, id, 0, 15, out, &e), 0);
+	assert_int_equal(coord_vs_scatter_add(vs, id, neg, 2, upd, &e), -ERANGE);
+	assert_int_equal(coord_vs_read(vs, id, 0, 15, out, &e), 0);
 	assert_memory_equal(out, before, sizeof(out));
-	assert_int_equal(coord_var_scatter_add(vs, id, idx, 0, NULL, &e), 0);
-	assert_int_equal(coord_var_scatter_add(vs, id, NULL, 1, upd, &e), -EINVAL);
-	assert_int_equal(coord_var_scatter_add(vs, id, idx, SIZE_MAX / 2, upd, &e), -EINVAL);
+	assert_int_equal(coord_vs_scatter_add(vs, id, idx, 0, NULL, &e), 0);
+	assert_int_equal(coord_vs_scatter_add(vs, id, NULL, 1, upd, &e), -EINVAL);
+	assert_int_equal(coord_vs_scatter_add(vs, id, idx, SIZE_MAX / 2, upd, &e), -EINVAL);
 	s = mk(vs, "scalar", 0, NULL, NULL);
-	assert_int_equal(coord_var_scatter_add(vs, s, idx, 1, upd, &e), -EINVAL);
+	assert_int_equal(coord_vs_scatter_add(vs, s, idx, 1, upd, &e), -EINVAL);
 	assert_non_null(strstr(e.msg, "scalar"));
 	coord_varstore_destroy(vs);
 }
@@ -282,13 +282,13 @@ static void test_varstore_delete(void **state)
 
 	id = mk(vs, "gone", 1, d, NULL);
 	mk(vs, "stays", 1, d, NULL);
-	assert_int_equal(coord_var_delete(vs, id, &e), 0);
+	assert_int_equal(coord_vs_delete(vs, id, &e), 0);
 	assert_int_equal(coord_varstore_count(vs), 1);
-	assert_int_equal(coord_var_read(vs, id, 0, 4, out, &e), -ENOENT);
+	assert_int_equal(coord_vs_read(vs, id, 0, 4, out, &e), -ENOENT);
 	assert_non_null(strstr(e.msg, "'gone'"));
-	assert_int_equal(coord_var_assign_add(vs, id, 0, 4, out, &e), -ENOENT);
-	assert_int_equal(coord_var_scatter_add(vs, id, &idx, 1, out, &e), -ENOENT);
-	assert_int_equal(coord_var_delete(vs, id, &e), -ENOENT);
+	assert_int_equal(coord_vs_assign_add(vs, id, 0, 4, out, &e), -ENOENT);
+	assert_int_equal(coord_vs_scatter_add(vs, id, &idx, 1, out, &e), -ENOENT);
+	assert_int_equal(coord_vs_delete(vs, id, &e), -ENOENT);
 	assert_int_equal(coord_varstore_lookup(vs, "gone", &got, &e), -ENOENT);
 	/* the name is free again, with another shape and a new id */
 	id2 = mk(vs, "gone", 1, d2, NULL);
@@ -319,7 +319,7 @@ static void *adder(void *p)
 	for (int i = 0; i < 256; i++)
 		one[i] = 1.0f;
 	for (int i = 0; i < NITERS && t_now_ns() - t0 < TIME_LIMIT_NS; i++) {
-		if (coord_var_assign_add(a->vs, a->id, 0, 256, one, NULL))
+		if (coord_vs_assign_add(a->vs, a->id, 0, 256, one, NULL))
 			a->bad++;
 		else
 			a->done++;
@@ -337,7 +337,7 @@ static void *reader(void *p)
 	for (long i = 0; i < 1000000 && t_now_ns() - t0 < TIME_LIMIT_NS; i++) {
 		if (atomic_load(a->stop))
 			break;
-		if (coord_var_read(a->vs, a->id, 0, 256, out, NULL)) {
+		if (coord_vs_read(a->vs, a->id, 0, 256, out, NULL)) {
 			a->bad++;
 			continue;
 		}
@@ -375,7 +375,7 @@ static void test_varstore_concurrent_assign_add(void **state)
 		assert_int_equal(a[t].bad, 0);
 	for (int t = 0; t < NTHREADS; t++)
 		assert_int_equal(a[t].done, NITERS);
-	assert_int_equal(coord_var_read(vs, id, 0, 256, out, NULL), 0);
+	assert_int_equal(coord_vs_read(vs, id, 0, 256, out, NULL), 0);
 	for (int j = 0; j < 256; j++)
 		assert_true(out[j] == (float)(NTHREADS * NITERS));
 	coord_varstore_destroy(vs);
@@ -402,7 +402,7 @@ static void *scatterer(void *p)
 		upd[i] = 1.0f;
 	for (int i = 0; i < NITERS && t_now_ns() - t0 < TIME_LIMIT_NS; i++) {
 		scatter_rows(a->t, i, idx);
-		if (coord_var_scatter_add(a->vs, a->id, idx, 3, upd, NULL))
+		if (coord_vs_scatter_add(a->vs, a->id, idx, 3, upd, NULL))
 			a->bad++;
 		else
 			a->done++;
@@ -425,7 +425,7 @@ static void *creator(void *p)
 		init[0] = init[1] = (float)i;
 		if (coord_varstore_var_create(a->vs, name, 1, d, init, &id, NULL) ||
 		    coord_varstore_lookup(a->vs, name, &got, NULL) || got != id ||
-		    coord_var_read(a->vs, id, 0, 2, out, NULL) || out[1] != (float)i)
+		    coord_vs_read(a->vs, id, 0, 2, out, NULL) || out[1] != (float)i)
 			a->bad++;
 		else
 			a->done++;
@@ -462,7 +462,7 @@ static void test_varstore_concurrent_scatter_add(void **state)
 	for (int t = 0; t < NTHREADS; t++)
 		assert_int_equal(a[t].done, NITERS);
 	assert_int_equal(a[NTHREADS].done, 1500);
-	assert_int_equal(coord_var_read(vs, id, 0, SROWS * SCOLS, out, NULL), 0);
+	assert_int_equal(coord_vs_read(vs, id, 0, SROWS * SCOLS, out, NULL), 0);
 	for (int r = 0; r < SROWS; r++)
 		for (int j = 0; j < SCOLS; j++)
 			assert_true(out[r * SCOLS + j] == expect[r]);
@@ -504,16 +504,16 @@ static void assert_same_vars(struct coord_varstore *a, struct coord_varstore *b)
 		float *x, *y;
 		uint32_t idb;
 
-		if (coord_var_info(a, id, &ia, NULL))
+		if (coord_vs_info(a, id, &ia, NULL))
 			break;
 		n++;
 		assert_int_equal(coord_varstore_lookup(b, ia.name, &idb, NULL), 0);
-		assert_int_equal(coord_var_info(b, idb, &ib, NULL), 0);
+		assert_int_equal(coord_vs_info(b, idb, &ib, NULL), 0);
 		assert_memory_equal(&ia, &ib, sizeof(ia));
 		x = malloc(ia.nelem * sizeof(float));
 		y = malloc(ia.nelem * sizeof(float));
-		assert_int_equal(coord_var_read(a, id, 0, ia.nelem, x, NULL), 0);
-		assert_int_equal(coord_var_read(b, idb, 0, ia.nelem, y, NULL), 0);
+		assert_int_equal(coord_vs_read(a, id, 0, ia.nelem, x, NULL), 0);
+		assert_int_equal(coord_vs_read(b, idb, 0, ia.nelem, y, NULL), 0);
 		assert_memory_equal(x, y, ia.nelem * sizeof(float));
 		free(x);
 		free(y);
@@ -541,12 +541,12 @@ static void test_varstore_checkpoint_round_trip(void **state)
 	assert_int_equal(step, 10);
 	assert_same_vars(vs, back);
 	assert_int_equal(coord_varstore_count(back), 5);
-	assert_int_equal(coord_var_read(back, id, 0, 5, out, &e), 0);
+	assert_int_equal(coord_vs_read(back, id, 0, 5, out, &e), 0);
 	assert_memory_equal(out, junk, sizeof(junk));
 	/* restored variables are usable */
 	assert_int_equal(coord_varstore_lookup(back, "global_step", &id, &e), 0);
-	assert_int_equal(coord_var_assign_add(back, id, 0, 1, junk, &e), 0);
-	assert_int_equal(coord_var_read(back, id, 0, 1, out, &e), 0);
+	assert_int_equal(coord_vs_assign_add(back, id, 0, 1, junk, &e), 0);
+	assert_int_equal(coord_vs_read(back, id, 0, 1, out, &e), 0);
 	assert_true(out[0] == 10.5f);
 	/* an empty store saves and restores too */
 	coord_varstore_destroy(back);
@@ -576,7 +576,7 @@ static void *churner(void *p)
 
 	for (int i = 0; i < 200; i++) {
 		if (coord_varstore_lookup(a->vs, "churn", &id, NULL) ||
-		    coord_var_delete(a->vs, id, NULL) ||
+		    coord_vs_delete(a->vs, id, NULL) ||
 		    coord_varstore_var_create(a->vs, "churn", 1, d, NULL, &id, NULL))
 			a->bad++;
 	}
@@ -590,9 +590,9 @@ static void *churn_user(void *p)
 	int64_t idx = 3;
 
 	for (int i = 0; i < 2000; i++) {
-		int r1 = coord_var_assign_add(a->vs, a->id, 0, 8, one, NULL);
-		int r2 = coord_var_read(a->vs, a->id, 0, 8, out, NULL);
-		int r3 = coord_var_scatter_add(a->vs, a->id, &idx, 1, one, NULL);
+		int r1 = coord_vs_assign_add(a->vs, a->id, 0, 8, one, NULL);
+		int r2 = coord_vs_read(a->vs, a->id, 0, 8, out, NULL);
+		int r3 = coord_vs_scatter_add(a->vs, a->id, &idx, 1, one, NULL);
 
 		if ((r1 && r1 != -ENOENT) || (r2 && r2 != -ENOENT) || (r3 && r3 != -ENOENT))
 			a->bad++;
@@ -645,7 +645,7 @@ static void test_varstore_save_during_updates(void **state)
 		back = new_store(2);
 		assert_int_equal(coord_varstore_restore(back, dir, &step, &e), 0);
 		assert_int_equal(coord_varstore_lookup(back, "acc", &id, &e), 0);
-		assert_int_equal(coord_var_read(back, id, 0, 256, out, &e), 0);
+		assert_int_equal(coord_vs_read(back, id, 0, 256, out, &e), 0);
 		for (int j = 1; j < 256; j++)
 			assert_true(out[j] == out[0]);
 		assert_true(out[0] >= 0.0f && out[0] <= (float)(NTHREADS * NITERS));
@@ -668,7 +668,7 @@ static void test_varstore_checkpoint_latest_and_keep(void **state)
 
 	for (int s = 1; s <= 3; s++) {
 		x = (float)s;
-		assert_int_equal(coord_var_assign(vs, id, 0, 1, &x, &e), 0);
+		assert_int_equal(coord_vs_assign(vs, id, 0, 1, &x, &e), 0);
 		assert_int_equal(coord_varstore_save(vs, dir, (uint64_t)s * 100, &e), 0);
 	}
 	b = read_file(dir, "latest", &len);
@@ -684,10 +684,10 @@ static void test_varstore_checkpoint_latest_and_keep(void **state)
 	assert_int_equal(coord_varstore_restore(back, dir, &step, &e), 0);
 	assert_int_equal(step, 300);
 	assert_int_equal(coord_varstore_lookup(back, "x", &id, &e), 0);
-	assert_int_equal(coord_var_read(back, id, 0, 1, &x, &e), 0);
+	assert_int_equal(coord_vs_read(back, id, 0, 1, &x, &e), 0);
 	assert_true(x == 3.0f);
 	assert_int_equal(coord_varstore_restore_step(back, dir, 200, &e), 0);
-	assert_int_equal(coord_var_read(back, id, 0, 1, &x, &e), 0);
+	assert_int_equal(coord_vs_read(back, id, 0, 1, &x, &e), 0);
 	assert_true(x == 2.0f);
 	assert_int_equal(coord_varstore_restore_step(back, dir, 100, &e), -ENOENT);
 	assert_non_null(strstr(e.msg, "ckpt-100.coord"));
@@ -712,7 +712,7 @@ static void test_varstore_checkpoint_after_crash(void **state)
 
 	assert_int_equal(coord_varstore_save(vs, dir, 1, &e), 0);
 	x = 2.0f;
-	assert_int_equal(coord_var_assign(vs, id, 0, 1, &x, &e), 0);
+	assert_int_equal(coord_vs_assign(vs, id, 0, 1, &x, &e), 0);
 	assert_int_equal(coord_varstore_save(vs, dir, 2, &e), 0);
 	/* crash after renaming ckpt-2 but before latest moved */
 	write_file(dir, "latest", "ckpt-1.coord\n", 13);
@@ -722,7 +722,7 @@ static void test_varstore_checkpoint_after_crash(void **state)
 	assert_int_equal(coord_varstore_restore(back, dir, &step, &e), 0);
 	assert_int_equal(step, 1);
 	assert_int_equal(coord_varstore_lookup(back, "x", &id, &e), 0);
-	assert_int_equal(coord_var_read(back, id, 0, 1, &y, &e), 0);
+	assert_int_equal(coord_vs_read(back, id, 0, 1, &y, &e), 0);
 	assert_true(y == 1.0f);
 	/* the next save works with the leftovers present */
 	assert_int_equal(coord_varstore_save(vs, dir, 3, &e), 0);
@@ -751,7 +751,7 @@ static void expect_refused(struct coord_varstore *vs, const char *dir, int code,
 	assert_int_equal(step, 12345);
 	assert_int_equal(coord_varstore_count(vs), n);
 	assert_int_equal(coord_varstore_lookup(vs, "x", &id, NULL), 0);
-	assert_int_equal(coord_var_read(vs, id, 0, 1, &x, NULL), 0);
+	assert_int_equal(coord_vs_read(vs, id, 0, 1, &x, NULL), 0);
 	assert_true(x == 42.0f);
 	assert_int_equal(coord_varstore_lookup(vs, "embedding", &id, NULL), -ENOENT);
 }

@@ -303,6 +303,104 @@ static void test_wire_every_bit_flip(void **state)
 	free(copy);
 }
 
+/* VAR_REQ (data from one or two buffers), VAR_RES and PS_TABLE round trip;
+ * every truncation and bit flip of a VAR_REQ frame decodes or is refused. */
+static void test_wire_var_and_ps_table(void **state)
+{
+	struct coord_wire_writer w;
+	struct coord_wire_hdr h;
+	struct coord_wire_iter it;
+	struct coord_wire_vreq q = { .rid = (7ull << 32) | 3,
+				     .op = 6,
+				     .name_len = 4,
+				     .var = 42,
+				     .off = 1ull << 40,
+				     .n = 2,
+				     .len = 10,
+				     .name = "emb0",
+				     .data = "abcdef",
+				     .data2 = "WXYZ",
+				     .len2 = 4 },
+			       q2;
+	struct coord_wire_vres s = { .rid = 99, .code = -22, .len = 6, .data = "oops!" }, s2;
+	const char *addr;
+	uint32_t task;
+	uint16_t len;
+	size_t n;
+
+	(void)state;
+	coord_wire_writer_init(&w, buf, sizeof(buf));
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_VAR_REQ), 0);
+	assert_int_equal(coord_wire_put_vreq(&w, &q), 0);
+	q.len = q.len2 = 0;
+	q.name_len = 0;
+	assert_int_equal(coord_wire_put_vreq(&w, &q), 0);
+	coord_wire_end(&w);
+	n = w.len;
+	assert_int_equal(coord_wire_parse_hdr(buf, n, 1 << 20, &h), 0);
+	assert_int_equal(h.count, 2);
+	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
+	assert_true(q2.rid == ((7ull << 32) | 3) && q2.op == 6 && q2.var == 42 &&
+		    q2.off == 1ull << 40 && q2.n == 2 && q2.len == 10 && q2.name_len == 4);
+	assert_memory_equal(q2.name, "emb0", 4);
+	assert_memory_equal(q2.data, "abcdefWXYZ", 10); /* both parts, in order */
+	assert_null(q2.data2);
+	assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
+	assert_int_equal(q2.len, 0);
+	assert_int_equal(coord_wire_next_vreq(&it, &q2), 0);
+	for (size_t k = 0; k < n; k++)
+		for (int bit = 0; bit < 8; bit++) {
+			uint8_t *copy = malloc(n);
+			struct coord_wire_hdr hh;
+			int r;
+
+			memcpy(copy, buf, n);
+			copy[k] ^= (uint8_t)(1u << bit);
+			r = coord_wire_parse_hdr(copy, n, 1 << 20, &hh);
+			if (r == 0 && hh.type == COORD_WIRE_VAR_REQ &&
+			    hh.len <= n - COORD_WIRE_HDR) {
+				coord_wire_iter_init(&it, &hh, copy + COORD_WIRE_HDR);
+				while ((r = coord_wire_next_vreq(&it, &q2)) == 1)
+					;
+				assert_true(r == 0 || r == -EPROTO);
+			}
+			free(copy);
+		}
+	/* VAR_RES */
+	coord_wire_writer_init(&w, buf, sizeof(buf));
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_VAR_RES), 0);
+	assert_int_equal(coord_wire_put_vres(&w, &s), 0);
+	coord_wire_end(&w);
+	assert_int_equal(coord_wire_parse_hdr(buf, w.len, 1 << 20, &h), 0);
+	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_vres(&it, &s2), 1);
+	assert_true(s2.rid == 99 && s2.code == -22 && s2.len == 6);
+	assert_string_equal(s2.data, "oops!");
+	/* a truncated record inside a well-formed header is refused */
+	h.len -= 1;
+	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_vres(&it, &s2), -EPROTO);
+	/* PS_TABLE: addresses of < 256 bytes, no NUL inside */
+	coord_wire_writer_init(&w, buf, sizeof(buf));
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_PS_TABLE), 0);
+	assert_int_equal(coord_wire_put_addr(&w, 0, "127.0.0.1:7000"), 0);
+	assert_int_equal(coord_wire_put_addr(&w, 1, "[::1]:7001"), 0);
+	assert_int_equal(coord_wire_put_addr(&w, 2, ""), -EINVAL);
+	coord_wire_end(&w);
+	assert_int_equal(coord_wire_parse_hdr(buf, w.len, 1 << 20, &h), 0);
+	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), 1);
+	assert_true(task == 0 && len == 14 && !memcmp(addr, "127.0.0.1:7000", 14));
+	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), 1);
+	assert_true(task == 1 && len == 10);
+	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), 0);
+	buf[COORD_WIRE_HDR + 6 + 3] = 0; /* a NUL inside an address */
+	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), -EPROTO);
+	assert_string_equal(coord_wire_type_name(COORD_WIRE_VAR_RES), "VAR_RES");
+}
+
 /* The writer reports a full buffer instead of overflowing it. */
 static void test_wire_writer_full(void **state)
 {
@@ -336,6 +434,7 @@ int main(void)
 		cmocka_unit_test(test_wire_hostile_headers),
 		cmocka_unit_test(test_wire_every_bit_flip),
 		cmocka_unit_test(test_wire_writer_full),
+		cmocka_unit_test(test_wire_var_and_ps_table),
 	};
 
 	t_watchdog(60);

@@ -76,6 +76,10 @@ static void *inproc_main(void *arg)
 				call.pw[k].args = cl->pw[k]->args;
 			}
 			code = coord_exec(&iw->env, &call, closure_result_buf, cl, &ctx, &cause);
+			if (coord_dispatch_ps_retry(d, cl, code, cause)) {
+				coord_dispatch_put_back(d, &cl, 1); /* S11: transient */
+				continue;
+			}
 			coord_dispatch_complete(d, cl, w->index, code, cause,
 						ctx.has_msg ? ctx.msg : NULL);
 			done[nd++] = cl;
@@ -110,6 +114,7 @@ static int inproc_start(struct coord *c, struct coord_error *err)
 	for (unsigned i = 0; i < c->nworkers; i++) {
 		iws[i].env.reg = c->reg;
 		iws[i].env.worker = (int)i;
+		iws[i].env.ps = c->ps;
 		c->workers[i].tp = &iws[i];
 		r = pthread_create(&iws[i].thread, NULL, inproc_main, &c->disp[i]);
 		if (r) {

@@ -340,8 +340,17 @@ static int read_expect(struct coord_frame_reader *rd, uint16_t type, int timeout
 	return 0;
 }
 
+static const char *role_name(uint8_t role)
+{
+	return role == COORD_ROLE_COORDINATOR ? "coordinator"
+	       : role == COORD_ROLE_WORKER    ? "worker"
+	       : role == COORD_ROLE_PS	      ? "ps"
+					      : "peer of unknown role";
+}
+
 int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key *key, uint8_t role,
-			   uint32_t task, int timeout_ms, const char *peer, struct coord_error *err)
+			   uint8_t server_role, uint32_t task, int timeout_ms, const char *peer,
+			   struct coord_error *err)
 {
 	struct coord_wire_hello hello = { .magic = COORD_WIRE_MAGIC,
 					  .vmin = COORD_WIRE_VERSION,
@@ -377,6 +386,11 @@ int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key
 	}
 	proof(key, COORD_AUTH_CLIENT, ack.nonce, hello.nonce, mac);
 	r = send_frame_auth(rd->fd, mac);
+	if (r == 0 && (ack.role != server_role || ack.task != task))
+		return coord_seterr(err, -EPROTO,
+				    "%s is a %s serving task %u, not the %s of task %u we expected",
+				    peer, role_name(ack.role), ack.task, role_name(server_role),
+				    task);
 	if (r < 0)
 		return coord_seterr(err, r, "%s: cannot send AUTH: %s", peer, strerror(-r));
 	return 0;
@@ -401,7 +415,8 @@ int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key
 		return coord_seterr(err, r, "%s: not a coord peer (bad HELLO)", peer);
 	ack.task = hello.task;
 	if (hello.vmin > COORD_WIRE_VERSION || hello.vmax < COORD_WIRE_VERSION ||
-	    hello.role != COORD_ROLE_COORDINATOR) {
+	    !(hello.role == COORD_ROLE_COORDINATOR ||
+	      (my_role == COORD_ROLE_PS && hello.role == COORD_ROLE_WORKER))) {
 		bool ver = hello.vmin > COORD_WIRE_VERSION || hello.vmax < COORD_WIRE_VERSION;
 
 		ack.status = ver ? COORD_WIRE_BAD_VERSION : COORD_WIRE_BAD_ROLE;

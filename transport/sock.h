@@ -62,11 +62,18 @@ COORD_HIDDEN void coord_frame_reader_fini(struct coord_frame_reader *rd);
 COORD_HIDDEN int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
 				  struct coord_wire_hdr *h, const uint8_t **payload);
 
-/* coord_handshake_client() - as the coordinator (role) for worker @task. */
+/*
+ * coord_handshake_client() - connect as @role (a coordinator, or a worker
+ * reaching a ps) to the server of @task, which must answer as @server_role.
+ */
 COORD_HIDDEN int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key *key,
-					uint8_t role, uint32_t task, int timeout_ms,
-					const char *peer, struct coord_error *err);
-/* coord_handshake_server() - accept a coordinator; *@task gets its worker index. */
+					uint8_t role, uint8_t server_role, uint32_t task,
+					int timeout_ms, const char *peer, struct coord_error *err);
+/*
+ * coord_handshake_server() - accept a peer; *@task gets the task it named.
+ * A worker server accepts coordinators; a ps server accepts coordinators and
+ * workers.
+ */
 COORD_HIDDEN int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key *key,
 					uint8_t my_role, uint32_t *task, int timeout_ms,
 					const char *peer, struct coord_error *err);

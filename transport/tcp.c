@@ -12,7 +12,9 @@
  *   1. takes up to min(batch, credit) closures, credit being the free
  *      in-flight slots (opts.window per connection) of its live connections;
  *      it blocks on the queue's futex only when nothing is in flight, and
- *      otherwise takes without waiting;
+ *      otherwise takes without waiting; while batches come whole, credit
+ *      is left and there is more work than idle workers, it takes more
+ *      before sending, so a connection gets one frame per round;
  *   2. spreads them over its connections round-robin, encodes one REQ frame
  *      per connection into that connection's output buffer and starts the
  *      sends: one io_uring_submit() for the whole batch;
@@ -51,6 +53,7 @@
 #include <unistd.h>
 
 #include "runtime/internal.h"
+#include "runtime/ps.h"
 #include "transport/sock.h"
 
 enum { OP_RECV = 0, OP_SEND = 1, OP_EFD = 2, OP_MASK = 3 };
@@ -276,6 +279,9 @@ static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, cons
 				coord_dispatch_complete(l->d, cl, k->w->index, COORD_ENOMEM, 0,
 							"no memory for the result");
 			}
+		} else if (coord_dispatch_ps_retry(l->d, cl, r.code, r.cause)) {
+			coord_dispatch_put_back(l->d, &cl, 1); /* S11: transient */
+			continue;
 		} else {
 			char msg[COORD_ERRMSG_LEN];
 			size_t n = r.len < sizeof(msg) - 1 ? r.len : sizeof(msg) - 1;
@@ -519,8 +525,6 @@ static void dispatch(struct tcp_loop *l, unsigned n)
 				finish_done(l);
 		}
 	}
-	for (unsigned i = 0; i < l->nconns; i++)
-		kick_send(l->conns[i]);
 }
 
 /* ---- the loop ------------------------------------------------------------------------- */
@@ -562,6 +566,24 @@ static void *loop_main(void *arg)
 			/* Relaxed: a blocking take returns 0 only when stopping. */
 			else if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
 				break;
+			/* While whole batches come and credit is left, take more
+			 * before sending: one frame (one send) per connection per
+			 * round, not one per batch.  Past the first batch only
+			 * while there is more work than idle workers elsewhere. */
+			for (unsigned got = n; got == max && cr > got;) {
+				cr -= got;
+				max = cr < max_batch ? cr : max_batch;
+				/* Relaxed: a placement hint (tcp.idle), as above. */
+				idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
+				if (coord_queue_size(c) <= (uint64_t)idle)
+					break;
+				got = coord_dispatch_try_take(l->d, l->batch, max);
+				if (got)
+					dispatch(l, got);
+				n += got;
+			}
+			for (unsigned i = 0; n && i < l->nconns; i++)
+				kick_send(l->conns[i]);
 		}
 		if (n == 0) {
 			/* Nothing taken: wait for completions, or new work if we
@@ -651,22 +673,31 @@ static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
 	r = coord_frame_reader_init(&rd, k->fd, c->opts.max_frame);
 	if (r < 0)
 		return coord_seterr(err, r, "no memory");
-	r = coord_handshake_client(&rd, &t->key, COORD_ROLE_COORDINATOR, (uint32_t)w->index,
-				   c->opts.connect_timeout_ms, addr, err);
+	r = coord_handshake_client(&rd, &t->key, COORD_ROLE_COORDINATOR, COORD_ROLE_WORKER,
+				   (uint32_t)w->index, c->opts.connect_timeout_ms, addr, err);
 	coord_frame_reader_fini(&rd);
 	if (r < 0)
 		return r;
 	/* The function table: our ids, by name (the worker maps them). */
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		fcap += 6 + strlen(c->reg->fns[i].name);
-	fb = malloc(fcap + COORD_WIRE_HDR);
+	/* Then where the ps tasks are (runtime/ps.h), if there are any. */
+	for (unsigned i = 0; c->ps && c->ps->remote && i < c->ps->nps; i++)
+		fcap += 6 + strlen(coord_psc_addr(c->ps->remote, i));
+	fb = malloc(fcap + 2 * COORD_WIRE_HDR);
 	if (!fb)
 		return coord_seterr(err, COORD_ENOMEM, "no memory");
-	coord_wire_writer_init(&fw, fb, fcap + COORD_WIRE_HDR);
+	coord_wire_writer_init(&fw, fb, fcap + 2 * COORD_WIRE_HDR);
 	coord_wire_begin(&fw, COORD_WIRE_FN_TABLE);
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		coord_wire_put_fn(&fw, i, c->reg->fns[i].name);
 	coord_wire_end(&fw);
+	if (c->ps && c->ps->remote && c->ps->nps) {
+		coord_wire_begin(&fw, COORD_WIRE_PS_TABLE);
+		for (unsigned i = 0; i < c->ps->nps; i++)
+			coord_wire_put_addr(&fw, i, coord_psc_addr(c->ps->remote, i));
+		coord_wire_end(&fw);
+	}
 	r = coord_sock_send_all(k->fd, fb, fw.len);
 	free(fb);
 	if (r < 0)

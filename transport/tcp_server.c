@@ -1,7 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/tcp_server.c - coord_worker_serve(): the worker side of the tcp
- * transport, used by coord-worker and by users' own binaries.
+ * transport/tcp_server.c - coord_worker_serve() and coord_ps_serve(): the
+ * server side of the tcp transport, used by coord-worker, coord-ps and by
+ * users' own binaries.
+ *
+ * A ps server holds one variable store (runtime/varstore.h) and answers
+ * VAR_REQ frames from coordinators and workers with one VAR_RES frame each
+ * (runtime/ps.h has the operations).  A worker server learns where the ps
+ * tasks are from its coordinator's PS_TABLE frame; the connections of one
+ * process that name the same ps tasks share one client of them
+ * (transport/ps_client.c), so their requests share frames.
  *
  * Threading: one thread per connection, blocking I/O.  A connection is one
  * worker of one coordinator, runs that worker's closures in order (as an
@@ -29,13 +37,25 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <coord/var.h>
+
 #include "runtime/internal.h"
+#include "runtime/ps.h"
 #include "transport/sock.h"
 
 #define FLUSH_AFTER_NS 200000ull /* a result waits at most this for its batch */
 #define MAX_FN_IDS 65536u
+#define MAX_PS_TASKS 4096u
 
 struct srv;
+
+/* A client of one set of ps tasks, shared by the connections naming it. */
+struct shared_ps {
+	struct shared_ps *next;
+	char *key; /* the addresses, joined by ',' */
+	unsigned refs;
+	struct coord_ps *ps;
+};
 
 struct conn {
 	struct srv *s;
@@ -47,6 +67,8 @@ struct conn {
 	struct coord_exec_env env;
 	uint32_t *fnmap; /* coordinator's function id -> our registry index */
 	uint32_t nfn;
+	struct shared_ps *ps;		 /* worker: the ps tasks (env.ps) */
+	struct coord_ps_scratch scratch; /* ps: aligned copies of request data */
 	/* the RES frame being built */
 	uint8_t *out;
 	size_t outcap;
@@ -59,10 +81,13 @@ struct conn {
 
 struct srv {
 	const struct coord_server_opts *o;
+	uint8_t role;		   /* COORD_ROLE_WORKER or COORD_ROLE_PS */
+	struct coord_varstore *vs; /* ps: the variables */
 	struct coord_key key;
 	_Atomic int stopping;
-	pthread_mutex_t lock; /* guards conns (accept / reap / stop only) */
+	pthread_mutex_t lock; /* guards conns and pss */
 	struct conn *conns;
+	struct shared_ps *pss;
 };
 
 void coord_server_opts_init(struct coord_server_opts *o)
@@ -73,6 +98,7 @@ void coord_server_opts_init(struct coord_server_opts *o)
 	o->handshake_ms = 5000;
 	o->partial_ms = 10000;
 	o->stop_fd = -1;
+	o->task = -1;
 }
 
 /* Result sink of coord_exec(): the connection's result buffer. */
@@ -94,6 +120,12 @@ static void *conn_result_buf(void *sink, size_t len)
 	return k->res;
 }
 
+/* The frames this connection answers with. */
+static uint16_t frame_type(const struct conn *k)
+{
+	return k->s->role == COORD_ROLE_PS ? COORD_WIRE_VAR_RES : COORD_WIRE_RES;
+}
+
 static int flush(struct conn *k)
 {
 	int r;
@@ -103,14 +135,17 @@ static int flush(struct conn *k)
 	coord_wire_end(&k->w);
 	r = coord_sock_send_all(k->fd, k->out, k->w.len);
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
-	coord_wire_begin(&k->w, COORD_WIRE_RES);
+	coord_wire_begin(&k->w, frame_type(k));
 	return r;
 }
 
-static int add_result(struct conn *k, const struct coord_wire_res *res)
+/* Append a RES (@res) or VAR_RES (@vres) record, flushing and growing. */
+static int add_record(struct conn *k, const struct coord_wire_res *res,
+		      const struct coord_wire_vres *vres)
 {
-	size_t need = COORD_WIRE_HDR + COORD_WIRE_RES_FIXED + (size_t)res->len;
-	int r = coord_wire_put_res(&k->w, res);
+	size_t need = COORD_WIRE_HDR + (res ? COORD_WIRE_RES_FIXED + (size_t)res->len
+					    : COORD_WIRE_VRES_FIXED + (size_t)vres->len);
+	int r = res ? coord_wire_put_res(&k->w, res) : coord_wire_put_vres(&k->w, vres);
 
 	if (r != -ENOSPC)
 		return r;
@@ -125,9 +160,14 @@ static int add_result(struct conn *k, const struct coord_wire_res *res)
 		k->out = b;
 		k->outcap = need;
 		coord_wire_writer_init(&k->w, k->out, k->outcap);
-		coord_wire_begin(&k->w, COORD_WIRE_RES);
+		coord_wire_begin(&k->w, frame_type(k));
 	}
-	return coord_wire_put_res(&k->w, res);
+	return res ? coord_wire_put_res(&k->w, res) : coord_wire_put_vres(&k->w, vres);
+}
+
+static int add_result(struct conn *k, const struct coord_wire_res *res)
+{
+	return add_record(k, res, NULL);
 }
 
 static int on_fn_table(struct conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
@@ -167,6 +207,170 @@ static int on_fn_table(struct conn *k, const struct coord_wire_hdr *h, const uin
 		k->fnmap[id] = local;
 	}
 	return r;
+}
+
+static void ps_release(struct srv *s, struct shared_ps *sp)
+{
+	struct shared_ps **pp;
+	bool last;
+
+	if (!sp)
+		return;
+	pthread_mutex_lock(&s->lock);
+	last = --sp->refs == 0;
+	for (pp = &s->pss; last && *pp; pp = &(*pp)->next)
+		if (*pp == sp) {
+			*pp = sp->next;
+			break;
+		}
+	pthread_mutex_unlock(&s->lock);
+	if (last) {
+		coord_ps_destroy(sp->ps);
+		free(sp->key);
+		free(sp);
+	}
+}
+
+/* PS_TABLE: tasks 0..count-1 in order; share a client with the same table. */
+static int on_ps_table(struct conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
+{
+	struct srv *s = k->s;
+	struct coord_wire_iter it;
+	const char *addrs[MAX_PS_TASKS];
+	char *key, *p, *copy;
+	struct shared_ps *sp;
+	struct coord_error err;
+	uint32_t task, n = 0;
+	uint16_t len;
+	size_t total = 1;
+	int r;
+
+	if (h->count == 0 || h->count > MAX_PS_TASKS)
+		return -EPROTO;
+	key = malloc(h->len + 1);
+	copy = malloc(h->len + h->count);
+	if (!key || !copy) {
+		free(key);
+		free(copy);
+		return -ENOMEM;
+	}
+	p = copy;
+	key[0] = 0;
+	coord_wire_iter_init(&it, h, payload);
+	while ((r = coord_wire_next_addr(&it, &task, &addrs[n], &len)) == 1) {
+		if (task != n) {
+			r = -EPROTO;
+			break;
+		}
+		memcpy(p, addrs[n], len);
+		p[len] = 0;
+		addrs[n] = p;
+		p += len + 1;
+		total += snprintf(key + total - 1, h->len + 2 - total, "%s%s", n ? "," : "",
+				  addrs[n]);
+		n++;
+	}
+	if (r < 0) {
+		free(key);
+		free(copy);
+		return r;
+	}
+	pthread_mutex_lock(&s->lock);
+	for (sp = s->pss; sp && strcmp(sp->key, key); sp = sp->next)
+		;
+	if (sp)
+		sp->refs++;
+	pthread_mutex_unlock(&s->lock);
+	if (!sp) {
+		sp = calloc(1, sizeof(*sp));
+		r = sp ? coord_psc_create(addrs, n, COORD_ROLE_WORKER, &s->key, s->o->max_frame,
+					  5000, 30000, &sp->ps, &err)
+		       : -ENOMEM;
+		if (r < 0) {
+			free(sp);
+			free(key);
+			free(copy);
+			return r;
+		}
+		sp->key = key;
+		sp->refs = 1;
+		key = NULL;
+		pthread_mutex_lock(&s->lock);
+		sp->next = s->pss;
+		s->pss = sp;
+		pthread_mutex_unlock(&s->lock);
+		coord_log(COORD_LOG_INFO, "%s: %u ps tasks: %s", k->peer, n, sp->key);
+	}
+	free(key);
+	free(copy);
+	ps_release(s, k->ps);
+	k->ps = sp;
+	k->env.ps = sp->ps;
+	return 0;
+}
+
+struct vres_sink {
+	struct conn *k;
+	uint64_t rid;
+	int io; /* the connection failed while sending */
+};
+
+static int emit_vres(void *arg, const void *p, size_t len)
+{
+	struct vres_sink *v = arg;
+	struct coord_wire_vres res = { .rid = v->rid, .len = (uint32_t)len, .data = p };
+
+	int r;
+
+	if (len > v->k->s->o->max_frame - COORD_WIRE_HDR - COORD_WIRE_VRES_FIXED)
+		return COORD_EINVAL;
+	r = add_record(v->k, NULL, &res);
+	if (r < 0)
+		v->io = r;
+	return r;
+}
+
+/* VAR_REQ: run each op on our store; one VAR_RES record each. */
+static int on_var_req(struct conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
+{
+	struct coord_wire_iter it;
+	struct coord_wire_vreq q;
+	unsigned task = k->s->o->task >= 0 ? (unsigned)k->s->o->task : (unsigned)k->env.worker;
+	int r;
+
+	coord_wire_iter_init(&it, h, payload);
+	while ((r = coord_wire_next_vreq(&it, &q)) == 1) {
+		struct coord_ps_op op = { .op = q.op,
+					  .task = task,
+					  .id = q.var,
+					  .name = q.name,
+					  .name_len = q.name_len,
+					  .off = q.off,
+					  .n = q.n,
+					  .src = q.data,
+					  .src_len = q.len };
+		struct vres_sink v = { .k = k, .rid = q.rid };
+		struct coord_error err = { 0 };
+		int code = coord_ps_apply(k->s->vs, task, &op, &k->scratch, emit_vres, &v, &err);
+
+		if (v.io)
+			return v.io; /* the connection itself failed */
+		if (code < 0) {
+			struct coord_wire_vres res = { .rid = q.rid, .code = code };
+			const char *m = err.msg[0] ? err.msg : coord_strerror(code);
+
+			if (code == COORD_EINVAL && !err.msg[0])
+				m = "result too large for one frame";
+			res.data = m;
+			res.len = (uint32_t)strlen(m) + 1;
+			r = add_record(k, NULL, &res);
+			if (r < 0)
+				return r;
+		}
+	}
+	if (r < 0)
+		return r;
+	return flush(k);
 }
 
 static uint32_t map_fn(struct conn *k, uint32_t id)
@@ -237,8 +441,11 @@ static void *conn_main(void *arg)
 	uint32_t task = 0;
 	int r;
 
-	r = coord_handshake_server(&k->rd, &k->s->key, COORD_ROLE_WORKER, &task, o->handshake_ms,
-				   k->peer, &err);
+	r = coord_handshake_server(&k->rd, &k->s->key, k->s->role, &task, o->handshake_ms, k->peer,
+				   &err);
+	if (r == 0 && k->s->role == COORD_ROLE_PS && o->task >= 0 && task != (uint32_t)o->task)
+		r = coord_seterr(&err, -EPROTO, "%s asked for ps task %u, this is ps task %d",
+				 k->peer, task, o->task);
 	if (r < 0) {
 		coord_log(COORD_LOG_WARN, "refused %s", err.msg);
 		if (r != -EPIPE && r != -EACCES) /* -EACCES already said so */
@@ -247,9 +454,10 @@ static void *conn_main(void *arg)
 	}
 	k->env.reg = o->registry;
 	k->env.worker = (int)task;
-	coord_log(COORD_LOG_INFO, "%s connected as worker %u", k->peer, task);
+	coord_log(COORD_LOG_INFO, "%s connected to %s %u", k->peer,
+		  k->s->role == COORD_ROLE_PS ? "ps task" : "worker", task);
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
-	coord_wire_begin(&k->w, COORD_WIRE_RES);
+	coord_wire_begin(&k->w, frame_type(k));
 	for (;;) {
 		/* Idle connections may wait (the coordinator pings, issue 4);
 		 * a started frame must finish within partial_ms. */
@@ -274,12 +482,22 @@ static void *conn_main(void *arg)
 			coord_send_error(k->fd, r, why);
 			break;
 		}
-		switch (h.type) {
+		/* Each role takes its own frames; anything else is refused. */
+		switch (k->s->role == COORD_ROLE_PS && h.type != COORD_WIRE_VAR_REQ &&
+					h.type != COORD_WIRE_PING && h.type != COORD_WIRE_ERROR
+				? 0
+				: h.type) {
 		case COORD_WIRE_FN_TABLE:
 			r = on_fn_table(k, &h, payload);
 			break;
+		case COORD_WIRE_PS_TABLE:
+			r = on_ps_table(k, &h, payload);
+			break;
 		case COORD_WIRE_REQ:
 			r = on_req(k, &h, payload);
+			break;
+		case COORD_WIRE_VAR_REQ:
+			r = k->s->role == COORD_ROLE_PS ? on_var_req(k, &h, payload) : -EPROTO;
 			break;
 		case COORD_WIRE_PING: {
 			uint64_t tok;
@@ -318,6 +536,10 @@ static void *conn_main(void *arg)
 		}
 	}
 out:
+	/* Here, not in conn_free(): reap() holds s->lock, ps_release takes it. */
+	ps_release(k->s, k->ps);
+	k->ps = NULL;
+	k->env.ps = NULL;
 	shutdown(k->fd, SHUT_RDWR);
 	/* Release: the acceptor reaps us only after everything above. */
 	atomic_store_explicit(&k->done, 1, memory_order_release);
@@ -329,6 +551,7 @@ static void conn_free(struct conn *k)
 	close(k->fd);
 	coord_frame_reader_fini(&k->rd);
 	coord_exec_env_fini(&k->env);
+	free(k->scratch.buf);
 	free(k->fnmap);
 	free(k->out);
 	free(k->res);
@@ -389,17 +612,13 @@ static void accept_one(struct srv *s, int lfd)
 	pthread_mutex_unlock(&s->lock);
 }
 
-int coord_worker_serve(const struct coord_server_opts *o, struct coord_error *err)
+static int serve(const struct coord_server_opts *o, uint8_t role, struct coord_varstore *vs,
+		 struct coord_error *err)
 {
-	struct srv s = { .o = o };
+	struct srv s = { .o = o, .role = role, .vs = vs };
 	unsigned port;
 	int lfd, r;
 
-	if (!o || !o->registry || !o->listen || o->max_frame < 4096 ||
-	    o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
-		return coord_seterr(err, COORD_EINVAL,
-				    "coord_worker_serve: a registry, a listen "
-				    "address and a max_frame of 4 KiB..1 GiB are required");
 	r = coord_key_load(o->key_file, &s.key, err);
 	if (r < 0)
 		return r;
@@ -409,8 +628,13 @@ int coord_worker_serve(const struct coord_server_opts *o, struct coord_error *er
 		return r;
 	}
 	pthread_mutex_init(&s.lock, NULL);
-	coord_log(COORD_LOG_INFO, "serving %u functions on port %u (%s)", o->registry->n, port,
-		  s.key.set ? "cluster key required" : "no cluster key: loopback only");
+	if (role == COORD_ROLE_PS)
+		coord_log(COORD_LOG_INFO, "serving ps task %d on port %u (%s)", o->task, port,
+			  s.key.set ? "cluster key required" : "no cluster key: loopback only");
+	else
+		coord_log(COORD_LOG_INFO, "serving %u functions on port %u (%s)", o->registry->n,
+			  port,
+			  s.key.set ? "cluster key required" : "no cluster key: loopback only");
 	if (o->on_listen)
 		o->on_listen(port, o->arg);
 	for (;;) {
@@ -432,4 +656,31 @@ int coord_worker_serve(const struct coord_server_opts *o, struct coord_error *er
 	pthread_mutex_destroy(&s.lock);
 	coord_key_wipe(&s.key);
 	return 0;
+}
+
+int coord_worker_serve(const struct coord_server_opts *o, struct coord_error *err)
+{
+	if (!o || !o->registry || !o->listen || o->max_frame < 4096 ||
+	    o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
+		return coord_seterr(err, COORD_EINVAL,
+				    "coord_worker_serve: a registry, a listen "
+				    "address and a max_frame of 4 KiB..1 GiB are required");
+	return serve(o, COORD_ROLE_WORKER, NULL, err);
+}
+
+int coord_ps_serve(const struct coord_server_opts *o, struct coord_error *err)
+{
+	struct coord_varstore *vs;
+	int r;
+
+	if (!o || !o->listen || o->max_frame < 4096 || o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
+		return coord_seterr(err, COORD_EINVAL,
+				    "coord_ps_serve: a listen address and a max_frame of "
+				    "4 KiB..1 GiB are required");
+	r = coord_varstore_create(NULL, &vs, err);
+	if (r < 0)
+		return r;
+	r = serve(o, COORD_ROLE_PS, vs, err);
+	coord_varstore_destroy(vs);
+	return r;
 }

@@ -77,7 +77,12 @@ static size_t min_record(uint16_t type)
 	case COORD_WIRE_AUTH:
 		return COORD_WIRE_MAC;
 	case COORD_WIRE_FN_TABLE:
+	case COORD_WIRE_PS_TABLE:
 		return FN_FIXED;
+	case COORD_WIRE_VAR_REQ:
+		return COORD_WIRE_VREQ_FIXED;
+	case COORD_WIRE_VAR_RES:
+		return COORD_WIRE_VRES_FIXED;
 	case COORD_WIRE_REQ:
 		return COORD_WIRE_REQ_FIXED;
 	case COORD_WIRE_RES:
@@ -94,7 +99,9 @@ static size_t min_record(uint16_t type)
 
 static bool single_record(uint16_t type)
 {
-	return type != COORD_WIRE_FN_TABLE && type != COORD_WIRE_REQ && type != COORD_WIRE_RES;
+	return type != COORD_WIRE_FN_TABLE && type != COORD_WIRE_REQ && type != COORD_WIRE_RES &&
+	       type != COORD_WIRE_PS_TABLE && type != COORD_WIRE_VAR_REQ &&
+	       type != COORD_WIRE_VAR_RES;
 }
 
 int coord_wire_parse_hdr(const void *buf, size_t avail, uint32_t max_frame,
@@ -194,7 +201,9 @@ int coord_wire_next_res(struct coord_wire_iter *it, struct coord_wire_res *r)
 	return 1;
 }
 
-int coord_wire_next_fn(struct coord_wire_iter *it, uint32_t *id, const char **name, uint16_t *len)
+/* A { u32 id, u16 len, bytes[len] } record: 0 < len < @max, no NUL. */
+static int next_named(struct coord_wire_iter *it, uint32_t *id, const char **name, uint16_t *len,
+		      size_t max)
 {
 	const uint8_t *p;
 
@@ -205,10 +214,66 @@ int coord_wire_next_fn(struct coord_wire_iter *it, uint32_t *id, const char **na
 		return -EPROTO;
 	*id = get32(p);
 	*len = get16(p + 4);
-	if (*len == 0 || *len >= COORD_FN_NAME_MAX)
+	if (*len == 0 || *len >= max)
 		return -EPROTO;
 	*name = (const char *)take(it, *len);
 	if (!*name || memchr(*name, 0, *len))
+		return -EPROTO;
+	it->left--;
+	return 1;
+}
+
+int coord_wire_next_fn(struct coord_wire_iter *it, uint32_t *id, const char **name, uint16_t *len)
+{
+	return next_named(it, id, name, len, COORD_FN_NAME_MAX);
+}
+
+int coord_wire_next_addr(struct coord_wire_iter *it, uint32_t *task, const char **addr,
+			 uint16_t *len)
+{
+	return next_named(it, task, addr, len, COORD_WIRE_ADDR_MAX);
+}
+
+int coord_wire_next_vreq(struct coord_wire_iter *it, struct coord_wire_vreq *r)
+{
+	const uint8_t *p;
+
+	if (it->left == 0)
+		return iter_end(it);
+	p = take(it, COORD_WIRE_VREQ_FIXED);
+	if (!p)
+		return -EPROTO;
+	r->rid = get64(p);
+	r->op = get16(p + 8);
+	r->name_len = get16(p + 10);
+	r->var = get32(p + 12);
+	r->off = get64(p + 16);
+	r->n = get64(p + 24);
+	r->len = get32(p + 32);
+	r->name = (const char *)take(it, r->name_len);
+	r->data = take(it, r->len);
+	r->data2 = NULL;
+	r->len2 = 0;
+	if (!r->name || !r->data)
+		return -EPROTO;
+	it->left--;
+	return 1;
+}
+
+int coord_wire_next_vres(struct coord_wire_iter *it, struct coord_wire_vres *r)
+{
+	const uint8_t *p;
+
+	if (it->left == 0)
+		return iter_end(it);
+	p = take(it, COORD_WIRE_VRES_FIXED);
+	if (!p)
+		return -EPROTO;
+	r->rid = get64(p);
+	r->code = (int32_t)get32(p + 8);
+	r->len = get32(p + 12);
+	r->data = take(it, r->len);
+	if (!r->data)
 		return -EPROTO;
 	it->left--;
 	return 1;
@@ -376,12 +441,12 @@ int coord_wire_put_res(struct coord_wire_writer *w, const struct coord_wire_res 
 	return 0;
 }
 
-int coord_wire_put_fn(struct coord_wire_writer *w, uint32_t id, const char *name)
+static int put_named(struct coord_wire_writer *w, uint32_t id, const char *name, size_t max)
 {
 	size_t n = strlen(name);
 	uint8_t *p;
 
-	if (n == 0 || n >= COORD_FN_NAME_MAX)
+	if (n == 0 || n >= max)
 		return -EINVAL;
 	p = reserve(w, FN_FIXED + n);
 	if (!p)
@@ -389,6 +454,60 @@ int coord_wire_put_fn(struct coord_wire_writer *w, uint32_t id, const char *name
 	put32(p, id);
 	put16(p + 4, (uint16_t)n);
 	memcpy(p + FN_FIXED, name, n);
+	w->count++;
+	return 0;
+}
+
+int coord_wire_put_fn(struct coord_wire_writer *w, uint32_t id, const char *name)
+{
+	return put_named(w, id, name, COORD_FN_NAME_MAX);
+}
+
+int coord_wire_put_addr(struct coord_wire_writer *w, uint32_t task, const char *addr)
+{
+	return put_named(w, task, addr, COORD_WIRE_ADDR_MAX);
+}
+
+size_t coord_wire_vreq_size(const struct coord_wire_vreq *r)
+{
+	return COORD_WIRE_VREQ_FIXED + (size_t)r->name_len + r->len;
+}
+
+int coord_wire_put_vreq(struct coord_wire_writer *w, const struct coord_wire_vreq *r)
+{
+	uint8_t *p = reserve(w, coord_wire_vreq_size(r));
+
+	if (!p)
+		return -ENOSPC;
+	put64(p, r->rid);
+	put16(p + 8, r->op);
+	put16(p + 10, r->name_len);
+	put32(p + 12, r->var);
+	put64(p + 16, r->off);
+	put64(p + 24, r->n);
+	put32(p + 32, r->len);
+	if (r->name_len)
+		memcpy(p + COORD_WIRE_VREQ_FIXED, r->name, r->name_len);
+	p += COORD_WIRE_VREQ_FIXED + r->name_len;
+	if (r->len > r->len2)
+		memcpy(p, r->data, r->len - r->len2);
+	if (r->len2)
+		memcpy(p + r->len - r->len2, r->data2, r->len2);
+	w->count++;
+	return 0;
+}
+
+int coord_wire_put_vres(struct coord_wire_writer *w, const struct coord_wire_vres *r)
+{
+	uint8_t *p = reserve(w, COORD_WIRE_VRES_FIXED + (size_t)r->len);
+
+	if (!p)
+		return -ENOSPC;
+	put64(p, r->rid);
+	put32(p + 8, (uint32_t)r->code);
+	put32(p + 12, r->len);
+	if (r->len)
+		memcpy(p + COORD_WIRE_VRES_FIXED, r->data, r->len);
 	w->count++;
 	return 0;
 }
@@ -477,8 +596,9 @@ int coord_wire_put_error(struct coord_wire_writer *w, int32_t code, const char *
 
 const char *coord_wire_type_name(uint16_t type)
 {
-	static const char *const names[] = { "?",   "HELLO", "HELLO_ACK", "AUTH", "FN_TABLE",
-					     "REQ", "RES",   "PING",	  "PONG", "ERROR" };
+	static const char *const names[] = { "?",	 "HELLO",   "HELLO_ACK", "AUTH", "FN_TABLE",
+					     "REQ",	 "RES",	    "PING",	 "PONG", "ERROR",
+					     "PS_TABLE", "VAR_REQ", "VAR_RES" };
 
 	return type <= COORD_WIRE_TYPE_MAX ? names[type] : "?";
 }

@@ -26,6 +26,10 @@
  *   REQ        coordinator -> worker: count x request
  *   RES        worker -> coordinator: count x result
  *   PING/PONG  either way         u64 token                             (count 1)
+ *   PS_TABLE   coordinator -> worker: count x { u32 task, u16 len, addr[len] }
+ *              the ps tasks' "host:port" (len < 256), sent after FN_TABLE
+ *   VAR_REQ    worker or coordinator -> ps: count x var request
+ *   VAR_RES    ps -> worker or coordinator: count x var result
  *   ERROR      either way         i32 code, u16 len, msg[len]  then the sender
  *                                 closes (count 1)
  *
@@ -35,6 +39,11 @@
  *             bytes[args_len]
  *   result  = u64 closure_id, u32 attempt, i32 code, i32 cause, u32 len,
  *             bytes[len]          (the value when code == 0, else the message)
+ *   var request = u64 rid, u16 op, u16 name_len, u32 var, u64 off, u64 n,
+ *             u32 data_len, name[name_len], data[data_len]
+ *   var result  = u64 rid, i32 code, u32 len, bytes[len]
+ *             (rid echoed; the op's result bytes when code == 0, else the
+ *             message; the meaning of each op's fields: runtime/ps.h)
  *
  * Decoding is zero-copy: decoded records point into the caller's buffer.
  * Every length, count and id is checked against the bytes present before it
@@ -62,6 +71,9 @@
 #define COORD_WIRE_REQ_FIXED 28 /* request bytes before pw refs and args */
 #define COORD_WIRE_PW_FIXED 16
 #define COORD_WIRE_RES_FIXED 24
+#define COORD_WIRE_VREQ_FIXED 36
+#define COORD_WIRE_VRES_FIXED 16
+#define COORD_WIRE_ADDR_MAX 256 /* PS_TABLE address bytes, exclusive */
 
 enum coord_wire_type {
 	COORD_WIRE_HELLO = 1,
@@ -73,7 +85,10 @@ enum coord_wire_type {
 	COORD_WIRE_PING = 7,
 	COORD_WIRE_PONG = 8,
 	COORD_WIRE_ERROR = 9,
-	COORD_WIRE_TYPE_MAX = 9,
+	COORD_WIRE_PS_TABLE = 10,
+	COORD_WIRE_VAR_REQ = 11,
+	COORD_WIRE_VAR_RES = 12,
+	COORD_WIRE_TYPE_MAX = 12,
 };
 
 enum coord_wire_role {
@@ -122,6 +137,29 @@ struct coord_wire_res {
 	const void *data;
 };
 
+struct coord_wire_vreq {
+	uint64_t rid;
+	uint16_t op;
+	uint16_t name_len;
+	uint32_t var;
+	uint64_t off;
+	uint64_t n;
+	uint32_t len;
+	const char *name; /* not NUL-terminated */
+	const void *data;
+	/* Encoder only: the last @len2 of the @len data bytes come from
+	 * @data2 (the first len - len2 from @data).  The decoder sets 0. */
+	const void *data2;
+	uint32_t len2;
+};
+
+struct coord_wire_vres {
+	uint64_t rid;
+	int32_t code;
+	uint32_t len;
+	const void *data;
+};
+
 struct coord_wire_hello {
 	uint32_t magic;
 	uint16_t vmin, vmax; /* HELLO; in HELLO_ACK vmin is the chosen version */
@@ -164,6 +202,10 @@ COORD_HIDDEN int coord_wire_next_req(struct coord_wire_iter *it, struct coord_wi
 COORD_HIDDEN int coord_wire_next_res(struct coord_wire_iter *it, struct coord_wire_res *r);
 COORD_HIDDEN int coord_wire_next_fn(struct coord_wire_iter *it, uint32_t *id, const char **name,
 				    uint16_t *len);
+COORD_HIDDEN int coord_wire_next_addr(struct coord_wire_iter *it, uint32_t *task, const char **addr,
+				      uint16_t *len);
+COORD_HIDDEN int coord_wire_next_vreq(struct coord_wire_iter *it, struct coord_wire_vreq *r);
+COORD_HIDDEN int coord_wire_next_vres(struct coord_wire_iter *it, struct coord_wire_vres *r);
 
 /* Single-record frames. -EPROTO on a bad size; -EPROTONOSUPPORT bad magic. */
 COORD_HIDDEN int coord_wire_get_hello(const struct coord_wire_hdr *h, const void *payload,
@@ -197,6 +239,11 @@ COORD_HIDDEN size_t coord_wire_req_size(const struct coord_wire_req *r);
 COORD_HIDDEN int coord_wire_put_req(struct coord_wire_writer *w, const struct coord_wire_req *r);
 COORD_HIDDEN int coord_wire_put_res(struct coord_wire_writer *w, const struct coord_wire_res *r);
 COORD_HIDDEN int coord_wire_put_fn(struct coord_wire_writer *w, uint32_t id, const char *name);
+/* -EINVAL for an empty address or one of COORD_WIRE_ADDR_MAX bytes or more. */
+COORD_HIDDEN int coord_wire_put_addr(struct coord_wire_writer *w, uint32_t task, const char *addr);
+COORD_HIDDEN size_t coord_wire_vreq_size(const struct coord_wire_vreq *r);
+COORD_HIDDEN int coord_wire_put_vreq(struct coord_wire_writer *w, const struct coord_wire_vreq *r);
+COORD_HIDDEN int coord_wire_put_vres(struct coord_wire_writer *w, const struct coord_wire_vres *r);
 /* Whole single-record frames (begin + record + end). */
 COORD_HIDDEN int coord_wire_put_hello(struct coord_wire_writer *w, uint16_t type,
 				      const struct coord_wire_hello *h);

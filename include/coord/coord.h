@@ -57,6 +57,32 @@ struct coord_pw;
  * @connect_timeout_ms: tcp: per worker, connect + handshake (5000).
  * @key_file:        tcp: cluster key file; NULL = $COORD_CLUSTER_KEY_FILE,
  *                   then $COORD_CLUSTER_KEY, then none (loopback workers).
+ * @inproc_ps:       ps tasks of the inproc transport when @spec has no "ps"
+ *                   job (default 1); see coord/var.h.
+ * @ps_timeout_ms:   tcp: how long a variable operation waits for its ps
+ *                   (default 30000), then fails with COORD_ETIMEDOUT.
+ * @ps_failure_threshold: S11: a closure that fails because a ps task cannot
+ *                   be reached is put back (run again) for the first K such
+ *                   failures of that ps task; after K, the failure is
+ *                   returned as COORD_EUNAVAILABLE by schedule/join/done.
+ *                   -1 (default): $TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES,
+ *                   else 3 (the seed's default).  0: every one is fatal.
+ * @recovery_limit_ms: S10: how long a lost worker is tried again (with
+ *                   exponential backoff) before it is dropped for good
+ *                   (default 3600000, TF's hour).  When every worker is
+ *                   dropped, queued closures are cancelled and
+ *                   schedule/join/done return COORD_EUNAVAILABLE.
+ * @heartbeat_ms:    tcp: a worker connection with nothing received for this
+ *                   long is pinged (default 1000) ...
+ * @heartbeat_misses: ... and one silent for heartbeat_ms * this (default 3)
+ *                   is a lost worker (a stopped or partitioned machine).
+ * @closure_timeout_ms: B6: a closure running longer than this counts as a
+ *                   failure of its worker (0, the default: no deadline).
+ * @restart_exit_code: S12: when schedule/join/done would return a ps
+ *                   failure, log it and exit(3) the process with this code
+ *                   instead, so a supervisor restarts the coordinator (which
+ *                   then restores its checkpoint).  -1 (default):
+ *                   $TF_CLIENT_NON_FATAL_RESTART_EXIT_CODE, else never.
  * @flags:           reserved, 0.
  */
 struct coord_opts {
@@ -73,6 +99,14 @@ struct coord_opts {
 	uint32_t max_frame;
 	int connect_timeout_ms;
 	const char *key_file;
+	unsigned inproc_ps;
+	int ps_timeout_ms;
+	int ps_failure_threshold;
+	int restart_exit_code;
+	int64_t recovery_limit_ms;
+	int heartbeat_ms;
+	int heartbeat_misses;
+	int64_t closure_timeout_ms;
 	uint64_t flags;
 };
 
@@ -108,6 +142,78 @@ COORD_API void coord_destroy(struct coord *c);
 
 /** coord_num_workers() - the number of workers. */
 COORD_API unsigned coord_num_workers(const struct coord *c);
+
+/* --- metrics (B7) ----------------------------------------------------------- */
+
+/* Worker states, in struct coord_worker_metrics. */
+enum coord_worker_state {
+	COORD_WORKER_UP = 0,	  /* taking closures */
+	COORD_WORKER_DOWN = 1,	  /* lost; the recovery thread is bringing it back */
+	COORD_WORKER_DROPPED = 2, /* not back within opts.recovery_limit_ms */
+};
+
+/* Log2 buckets: bucket i counts durations in [2^i, 2^(i+1)) ns (0: < 2 ns). */
+#define COORD_HIST_BUCKETS 48
+
+/** struct coord_hist - a latency histogram; @count is the sum of @bucket. */
+struct coord_hist {
+	uint64_t count;
+	uint64_t bucket[COORD_HIST_BUCKETS];
+};
+
+/** struct coord_worker_metrics - one worker's counters. */
+struct coord_worker_metrics {
+	int state;	     /* enum coord_worker_state */
+	uint64_t executed;   /* closures completed on it (rate: diff two snapshots) */
+	uint64_t losses;     /* times it was lost */
+	uint64_t recoveries; /* times the recovery thread brought it back */
+};
+
+/**
+ * struct coord_metrics - a snapshot (coord_metrics()).
+ * @now_ns:      CLOCK_MONOTONIC when taken: rates are differences of two
+ *               snapshots over the difference of their @now_ns.
+ * @queued:      closures waiting in the queue.
+ * @in_flight:   taken by a dispatcher and not yet final (running, or sent).
+ * @outstanding: scheduled and not yet final (queued + in flight, C1).
+ * @completed:   final with a value or an error since creation.
+ * @failed:      of those, with an error.
+ * @cancelled:   final as CANCELLED (S3, or destroy).
+ * @put_back:    times a closure went back on the queue (worker lost, S2).
+ * @workers, @workers_up, @workers_down, @workers_dropped: by state.
+ * @losses, @recoveries: summed over the workers.
+ * @exec_ns:     from a dispatcher taking a closure to its completion (the
+ *               function's run; over tcp also the network both ways).
+ * @round_trip_ns: from schedule() to the RemoteValue being final.
+ * The histograms sample one closure in 64 (a clock read per sample, none
+ * for the others); counters are exact but read without stopping anyone, so
+ * a snapshot is consistent only to within the closures completing meanwhile.
+ */
+struct coord_metrics {
+	uint64_t now_ns;
+	uint64_t queued, in_flight, outstanding;
+	uint64_t completed, failed, cancelled, put_back;
+	unsigned workers, workers_up, workers_down, workers_dropped;
+	uint64_t losses, recoveries;
+	struct coord_hist exec_ns, round_trip_ns;
+};
+
+/**
+ * coord_metrics() - take a snapshot of @c's metrics.
+ * @m:  filled.
+ * @w:  optional: per-worker counters for the first @nw workers.
+ *
+ * Concurrency: any thread, any time between create and destroy; takes no
+ * lock and stops nothing.  Return: 0; COORD_EINVAL for a NULL @c or @m.
+ */
+COORD_API COORD_NODISCARD int coord_metrics(struct coord *c, struct coord_metrics *m,
+					    struct coord_worker_metrics *w, unsigned nw);
+
+/**
+ * coord_hist_percentile() - the upper bound (ns) of the bucket holding the
+ * @p-th percentile (0 < @p <= 100) of @h; 0 for an empty histogram.
+ */
+COORD_API uint64_t coord_hist_percentile(const struct coord_hist *h, double p);
 
 /**
  * coord_fn_lookup() - resolve a registered name once (S15).
@@ -167,6 +273,40 @@ COORD_API COORD_NODISCARD int coord_schedule(struct coord *c, uint32_t fn, const
 /** coord_schedule_call() - coord_schedule() with every option of @call. */
 COORD_API COORD_NODISCARD int coord_schedule_call(struct coord *c, const struct coord_call *call,
 						  struct coord_rv **out, struct coord_error *err);
+
+/**
+ * coord_schedule_many() - queue @n calls at once: coord_schedule_call() for
+ * each of @calls, in order, at a fraction of the cost per call (B3).
+ * @c:      coordinator.
+ * @calls:  @n calls; each as in coord_schedule_call(), arguments copied
+ *          before return.
+ * @n:      how many; 0 does nothing.
+ * @out:    NULL, or room for @n RemoteValues: on return @out[i] is call i's,
+ *          owned by the caller until coord_rv_put(), or NULL if it was not
+ *          queued.
+ * @queued: NULL, or on return how many of the first calls were queued.
+ * @err:    optional detail on failure.
+ *
+ * The calls are checked (S15) and the error rule applied (S3: an earlier
+ * closure's error is returned, once, after the queue was cancelled and
+ * drained) before any is queued; then they are queued in order, in chunks
+ * that each take one claim of the closure pool, one of the ring, one update
+ * of the pending count and at most one wake.  Each closure takes its
+ * generation when its chunk is queued (C3).  Blocks only while the ring is
+ * full (S1).
+ *
+ * Concurrency: any number of threads; lock-free and no malloc in the steady
+ * state, like coord_schedule().  The calls of one batch are consecutive in
+ * the queue only with respect to this thread: others may interleave.
+ *
+ * Return: 0 when all @n were queued; COORD_ENOFN or COORD_EINVAL (message
+ * names the call) with none queued; an earlier closure's error (S3) or
+ * COORD_EUNAVAILABLE with none queued; COORD_ENOMEM, possibly after the
+ * first *@queued were queued (their RemoteValues are valid and run).
+ */
+COORD_API COORD_NODISCARD int coord_schedule_many(struct coord *c, const struct coord_call *calls,
+						  size_t n, struct coord_rv **out, size_t *queued,
+						  struct coord_error *err);
 
 /**
  * coord_join() - wait until every scheduled closure is final (S4).

@@ -156,6 +156,8 @@ COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
  * @stop_fd:    the server returns once this descriptor is readable (a pipe
  *              or eventfd written from a SIGTERM handler, say); -1 = never.
  * @on_listen:  called once listening, with the bound port and @arg.
+ * @task:       coord_ps_serve() only: this ps task's index; peers that ask
+ *              for another are refused.  -1 (default): take the peer's.
  */
 struct coord_server_opts {
 	const struct coord_registry *registry;
@@ -167,9 +169,10 @@ struct coord_server_opts {
 	int stop_fd;
 	void (*on_listen)(unsigned port, void *arg);
 	void *arg;
+	int task;
 };
 
-/** coord_server_opts_init() - defaults as documented above. */
+/** coord_server_opts_init() - defaults as documented above (coord/var.h has coord_ps_serve()). */
 COORD_API void coord_server_opts_init(struct coord_server_opts *o);
 
 /**

@@ -60,6 +60,39 @@ static void check_frame(const struct coord_wire_hdr *h, const uint8_t *frame)
 		}
 		break;
 	}
+	case COORD_WIRE_PS_TABLE: {
+		char addr[COORD_WIRE_ADDR_MAX];
+		const char *p;
+		uint32_t task;
+		uint16_t len;
+
+		coord_wire_begin(&w, h->type);
+		while ((r = coord_wire_next_addr(&it, &task, &p, &len)) == 1) {
+			memcpy(addr, p, len);
+			addr[len] = 0;
+			if (coord_wire_put_addr(&w, task, addr) < 0)
+				abort();
+		}
+		break;
+	}
+	case COORD_WIRE_VAR_REQ: {
+		struct coord_wire_vreq q;
+
+		coord_wire_begin(&w, h->type);
+		while ((r = coord_wire_next_vreq(&it, &q)) == 1)
+			if (coord_wire_put_vreq(&w, &q) < 0)
+				abort();
+		break;
+	}
+	case COORD_WIRE_VAR_RES: {
+		struct coord_wire_vres s;
+
+		coord_wire_begin(&w, h->type);
+		while ((r = coord_wire_next_vres(&it, &s)) == 1)
+			if (coord_wire_put_vres(&w, &s) < 0)
+				abort();
+		break;
+	}
 	case COORD_WIRE_HELLO:
 	case COORD_WIRE_HELLO_ACK: {
 		struct coord_wire_hello hello;

@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coord/var.h - parameter-server variables: named dense float32 tensors
+ * kept by the "ps" tasks, created by the coordinator and read and updated
+ * by worker functions through their ctx.
+ *
+ * Placement: a variable lives on ps task coord_var_shard(name) = FNV-1a-64
+ * of its name modulo the number of ps tasks, so every process places a name
+ * on the same task.  Where the ps tasks are:
+ *   - inproc transport: in the coordinator's process, one store per task
+ *     (the spec's "ps" job size, else opts.inproc_ps, default 1);
+ *   - tcp transport: coord-ps processes (or coord_ps_serve()) at the
+ *     addresses of the spec's "ps" job.  The coordinator sends the list to
+ *     its workers, which connect to the ps tasks themselves on first use.
+ *
+ * A coord_var_t handle is the same in every process (ps task, id there): pass
+ * it to closures in their arguments.  Over the network every call is a round
+ * trip to the ps; coord_ctx_var_batch() sends many operations in one frame
+ * per ps task, and concurrent callers in one worker process share frames.
+ *
+ * Updates are atomic per call and never lost (concurrent assign_add from all
+ * workers sum exactly); reads see each update whole.  As with TF's
+ * asynchronous parameter servers, there is no ordering between different
+ * workers' updates.
+ *
+ * Checkpoints: coord_checkpoint_save() makes every ps task write its
+ * variables to DIR/ps-<task>/ crash-safe (temp file, fsync, rename, CRC-32C);
+ * coord_checkpoint_restore() loads the newest.  Save after coord_join() for
+ * an exact snapshot.
+ */
+#ifndef COORD_VAR_H
+#define COORD_VAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <coord/coord.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A variable: (ps task << 32) | id on that task. */
+typedef uint64_t coord_var_t;
+
+/* Longest variable name (bytes, NUL excluded); names are [A-Za-z0-9_./-]+. */
+#define COORD_VAR_NAME_LEN 63
+/* Most dimensions of a variable (0 = a scalar). */
+#define COORD_VAR_DIMS 4
+
+/** struct coord_var_shape - a variable's shape; @nelem is the product. */
+struct coord_var_shape {
+	unsigned ndim;
+	uint64_t dims[COORD_VAR_DIMS];
+	uint64_t nelem;
+};
+
+/** The data operations of coord_var_batch() / coord_ctx_var_batch(). */
+enum coord_var_opcode {
+	COORD_VAR_READ = 3,	   /* @dst[0..n) = var[off..off+n) */
+	COORD_VAR_ASSIGN = 4,	   /* var[off..off+n) = @src[0..n) */
+	COORD_VAR_ASSIGN_ADD = 5,  /* var[off..off+n) += @src[0..n) */
+	COORD_VAR_SCATTER_ADD = 6, /* row @indices[k] += row k of @src, k < n */
+};
+
+/**
+ * struct coord_var_op - one operation of a batch.
+ * @op:      enum coord_var_opcode.
+ * @var:     the variable.
+ * @off:     first element (row-major flat index); unused by SCATTER_ADD.
+ * @n:       element count; for SCATTER_ADD the number of indices.
+ * @src:     ASSIGN, ASSIGN_ADD: @n floats; SCATTER_ADD: @n rows of
+ *           (nelem / dims[0]) floats.  Borrowed for the call.
+ * @dst:     READ: room for @n floats.
+ * @indices: SCATTER_ADD: @n row indices; duplicates add twice.  All are
+ *           checked first: one out of range fails the op, nothing applied.
+ * @row_len: SCATTER_ADD: elements per row (nelem / dims[0]; the ps checks).
+ * @code:    out: 0 or this op's error.
+ */
+struct coord_var_op {
+	unsigned op;
+	coord_var_t var;
+	uint64_t off;
+	uint64_t n;
+	const float *src;
+	float *dst;
+	const int64_t *indices;
+	uint64_t row_len;
+	int code;
+};
+
+/** coord_num_ps() - the number of ps tasks (0: no variables). */
+COORD_API unsigned coord_num_ps(const struct coord *c);
+
+/**
+ * coord_var_create() - create a variable on its ps task, or find it.
+ * @name: 1..63 bytes of [A-Za-z0-9_./-].
+ * @ndim: 0..4; @dims: @ndim sizes >= 1 (NULL when @ndim is 0).
+ * @init: NULL for zeros, else nelem initial values.
+ * @var:  on success the handle.
+ *
+ * Idempotent: an existing variable of the same name and shape is returned
+ * unchanged (@init ignored), as after coord_checkpoint_restore().
+ *
+ * Concurrency: any thread.
+ * Return: 0; COORD_EINVAL (bad name or shape, no ps tasks); -EEXIST the name
+ * exists with another shape; COORD_EUNAVAILABLE the ps cannot be reached;
+ * another error from the ps, with its message in @err.
+ */
+COORD_API COORD_NODISCARD int coord_var_create(struct coord *c, const char *name, unsigned ndim,
+					       const uint64_t *dims, const float *init,
+					       coord_var_t *var, struct coord_error *err);
+
+/**
+ * coord_var_lookup() - the handle (and optionally shape) of @name.
+ * Return: 0; -ENOENT no such variable; as coord_var_create().
+ */
+COORD_API COORD_NODISCARD int coord_var_lookup(struct coord *c, const char *name, coord_var_t *var,
+					       struct coord_var_shape *shape,
+					       struct coord_error *err);
+
+/**
+ * coord_var_batch() - run @n data operations from the coordinator, one
+ * frame per ps task.  Each op's @code tells how it went.
+ * Return: 0 if all succeeded, else the first failure's code (message in @err).
+ */
+COORD_API COORD_NODISCARD int coord_var_batch(struct coord *c, struct coord_var_op *ops, unsigned n,
+					      struct coord_error *err);
+
+/** coord_var_read() - read elements [@off, @off + @n) into @out. */
+COORD_API COORD_NODISCARD int coord_var_read(struct coord *c, coord_var_t var, uint64_t off,
+					     uint64_t n, float *out, struct coord_error *err);
+
+/** coord_var_assign() - set elements [@off, @off + @n) from @src. */
+COORD_API COORD_NODISCARD int coord_var_assign(struct coord *c, coord_var_t var, uint64_t off,
+					       uint64_t n, const float *src,
+					       struct coord_error *err);
+
+/**
+ * coord_checkpoint_save() - every ps task saves its variables under
+ * @dir/ps-<task>/ as checkpoint @step (crash-safe; older ones beyond 5 are
+ * deleted).  @dir must exist and be reachable by the ps processes at the
+ * same path (a shared or local file system).
+ * Return: 0; an error naming the ps task and file that failed.
+ */
+COORD_API COORD_NODISCARD int coord_checkpoint_save(struct coord *c, const char *dir, uint64_t step,
+						    struct coord_error *err);
+
+/**
+ * coord_checkpoint_restore() - every ps task loads its newest checkpoint
+ * from @dir/ps-<task>/; the whole file is verified (lengths, CRC-32C) before
+ * anything changes.
+ * @step: optional; the step restored.
+ * Return: 0; -ENOENT no checkpoint; -EBADMSG a corrupt one (named in @err);
+ * COORD_EINVAL the ps tasks restored different steps.
+ */
+COORD_API COORD_NODISCARD int coord_checkpoint_restore(struct coord *c, const char *dir,
+						       uint64_t *step, struct coord_error *err);
+
+/* --- from worker functions ------------------------------------------------- */
+
+/*
+ * The ctx calls return 0 or a negative code with the ctx's message set, so
+ * a function can `return r;` and its closure fails with that message.
+ */
+
+/** coord_ctx_var_lookup() - the handle (and shape, if non-NULL) of @name. */
+COORD_API COORD_NODISCARD int coord_ctx_var_lookup(struct coord_ctx *ctx, const char *name,
+						   coord_var_t *var, struct coord_var_shape *shape);
+
+/** coord_ctx_var_batch() - as coord_var_batch(), from a worker. */
+COORD_API COORD_NODISCARD int coord_ctx_var_batch(struct coord_ctx *ctx, struct coord_var_op *ops,
+						  unsigned n);
+
+/** coord_ctx_var_read() - read elements [@off, @off + @n) into @out. */
+COORD_API COORD_NODISCARD int coord_ctx_var_read(struct coord_ctx *ctx, coord_var_t var,
+						 uint64_t off, uint64_t n, float *out);
+
+/** coord_ctx_var_assign() - set elements [@off, @off + @n) from @src. */
+COORD_API COORD_NODISCARD int coord_ctx_var_assign(struct coord_ctx *ctx, coord_var_t var,
+						   uint64_t off, uint64_t n, const float *src);
+
+/** coord_ctx_var_assign_add() - add @delta to elements [@off, @off + @n). */
+COORD_API COORD_NODISCARD int coord_ctx_var_assign_add(struct coord_ctx *ctx, coord_var_t var,
+						       uint64_t off, uint64_t n,
+						       const float *delta);
+
+/**
+ * coord_ctx_var_scatter_add() - add row k of @updates to row @indices[k],
+ * k < @nidx; @row_len elements per row (the variable's, checked by the ps).
+ */
+COORD_API COORD_NODISCARD int coord_ctx_var_scatter_add(struct coord_ctx *ctx, coord_var_t var,
+							const int64_t *indices, size_t nidx,
+							size_t row_len, const float *updates);
+
+/* --- serving variables -------------------------------------------------------- */
+
+/**
+ * coord_ps_serve() - serve a variable store (one ps task) to coordinators
+ * and workers.  @o->registry is not used (may be NULL); @o->task is this ps
+ * task's index (its checkpoint directory is DIR/ps-<task>): a peer that
+ * names another task at connect is refused.  Other options, threading and
+ * hostile-input handling as coord_worker_serve().  The store lives as long
+ * as the server.
+ */
+COORD_API COORD_NODISCARD int coord_ps_serve(const struct coord_server_opts *o,
+					     struct coord_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COORD_VAR_H */

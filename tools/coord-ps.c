@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tools/coord-ps.c - serve one parameter-server task: a store of named
+ * float32 variables that coordinators and workers reach over tcp.
+ */
+#include <stdio.h>
+
+#include <coord/var.h>
+
+#include "server_cli.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: coord-ps (--spec SPEC [--task N] | --listen HOST:PORT [--task N])\n"
+		   "                [--key FILE] [--max-frame BYTES] [--partial-ms MS]\n"
+		   "                [--log LEVEL]\n"
+		   "\n"
+		   "Serve one parameter-server task: named float32 variables that the\n"
+		   "coordinator creates (coord_var_create()) and worker functions read and\n"
+		   "update through their ctx (coord/var.h).  Variables live in memory;\n"
+		   "coord_checkpoint_save() on the coordinator makes every ps task write\n"
+		   "its variables to DIR/ps-<task>/ (a path the coordinator names; it must\n"
+		   "be reachable from here), and coord_checkpoint_restore() loads them.\n"
+		   "\n"
+		   "  --spec SPEC     the cluster: a JSON file or text, `tf_config` or `slurm`\n"
+		   "  --task N        this ps task's index (default: the task tf_config or slurm\n"
+		   "                  names): with --spec, listen on the address\n"
+		   "                  of task N of the \"ps\" job; peers asking for another\n"
+		   "                  task are refused\n"
+		   "  --listen ADDR   listen on ADDR instead (port 0: any free port)\n"
+		   "  --key FILE      cluster key (else $COORD_CLUSTER_KEY_FILE or\n"
+		   "                  $COORD_CLUSTER_KEY); without one, loopback only\n"
+		   "  --max-frame N   largest frame accepted (default 16 MiB)\n"
+		   "  --partial-ms MS  a peer that stops in the middle of a frame this long\n"
+		   "                  is closed (default 10000)\n"
+		   "  --log LEVEL     error, warn (default), info or debug\n"
+		   "\n"
+		   "Prints `coord-ps listening on port P` once ready; SIGTERM or SIGINT\n"
+		   "stops it cleanly (variables not saved are lost).\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = { CLI_COMMON_OPTS, { NULL, 0, NULL, 0 } };
+	struct coord_error err;
+	struct cli cl;
+	int c, r;
+
+	cli_init(&cl, "coord-ps", "ps");
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		if (c == 'h') {
+			usage(stdout);
+			return 0;
+		}
+		r = cli_opt(&cl, c, optarg);
+		if (r <= 0) {
+			if (r == 0)
+				usage(stderr);
+			return 2;
+		}
+	}
+	if (cli_ready(&cl) < 0) {
+		cli_fini(&cl);
+		return 1;
+	}
+	r = coord_ps_serve(&cl.o, &err);
+	if (r < 0)
+		fprintf(stderr, "coord-ps: %s\n", err.msg);
+	cli_fini(&cl);
+	return r < 0 ? 1 : 0;
+}
