@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/test_fault.c - failures with real processes (the fault-tolerance
- * issue's suite): a worker killed while it runs a closure, and workers
- * reached across a network namespace (the partition tests' set-up).
+ * issue's suite): a worker killed while it runs a closure, a coordinator
+ * killed mid-training and restarted (it resumes from its checkpoint), and
+ * workers reached across a network namespace (the partition tests' set-up).
  * Every loop is bounded in count and time; namespaces are removed at the end
  * even when a test fails (group teardown).
  */
@@ -21,9 +22,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <coord/var.h>
+
 #include "helpers.h"
 
 static struct coord_registry *reg;
+static pid_t ps_pid = -1;
+static unsigned ps_port;
 
 static struct coord *tcp_coord(unsigned nworkers)
 {
@@ -87,6 +92,102 @@ static void test_kill_worker_running_a_closure(void **state)
 	}
 	assert_int_equal(coord_join(c, &err), 0);
 	coord_destroy(c);
+	for (unsigned i = 0; i < 3; i++) /* bring the victim back for the next tests */
+		if (t_worker_pid(i) == victim)
+			assert_int_equal(t_worker_restart(i), 0);
+}
+
+/* A coordinator of 2 workers and the ps, as any process would make it. */
+static int make_trainer(struct coord **c, struct coord_error *err)
+{
+	struct coord_opts o;
+	struct coord_spec *spec = NULL;
+	char json[256];
+	int r;
+
+	t_opts(&o, reg);
+	snprintf(json, sizeof(json),
+		 "{\"worker\": [\"127.0.0.1:%u\", \"127.0.0.1:%u\"], "
+		 "\"ps\": [\"127.0.0.1:%u\"]}",
+		 t_worker_port(0), t_worker_port(1), ps_port);
+	r = coord_spec_parse(json, &spec, err);
+	if (r == 0)
+		r = coord_create(spec, &o, c, err);
+	coord_spec_destroy(spec);
+	return r;
+}
+
+/* One round: 50 closures each adding 1 to every element, join, checkpoint. */
+static int round_and_save(struct coord *c, coord_var_t v, const char *dir, uint64_t step)
+{
+	struct t_var_args a = { .var = v, .off = 0, .n = 4, .val = 1.0f };
+	uint32_t fn;
+	int r = coord_fn_lookup(c, "var_add", &fn, NULL);
+
+	for (int i = 0; r == 0 && i < 50; i++)
+		r = coord_schedule(c, fn, &a, sizeof(a), NULL, NULL);
+	if (r == 0)
+		r = coord_join(c, NULL);
+	if (r == 0)
+		r = coord_checkpoint_save(c, dir, step, NULL);
+	return r;
+}
+
+/*
+ * Kill the coordinator mid-training (SIGKILL, a crash) and start a new one:
+ * it reconnects to the same workers and ps, restores the latest checkpoint
+ * and continues, the variable exactly as saved.
+ */
+static void test_coordinator_restart_resumes(void **state)
+{
+	char dir[] = "/tmp/coord-fault-ckpt-XXXXXX", cmd[96];
+	uint64_t dims[1] = { 4 }, step = 0;
+	struct coord_error err;
+	struct coord *c;
+	coord_var_t v;
+	float got[4];
+	int p[2];
+	pid_t pid;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	if (pid == 0) { /* the first coordinator: trains until killed */
+		close(p[0]);
+		if (make_trainer(&c, &err) != 0 ||
+		    coord_var_create(c, "fault/w", 1, dims, NULL, &v, &err) != 0)
+			_exit(3);
+		for (uint64_t s = 1; s < 100000; s++) {
+			if (round_and_save(c, v, dir, s) != 0)
+				_exit(4);
+			if (write(p[1], &s, sizeof(s)) != sizeof(s))
+				_exit(5);
+		}
+		_exit(6);
+	}
+	assert_true(pid > 0);
+	close(p[1]);
+	do /* bounded: the child writes a step per round or exits (EOF) */
+		assert_int_equal(read(p[0], &step, sizeof(step)), sizeof(step));
+	while (step < 3);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, NULL, 0), pid);
+	close(p[0]);
+	/* The restarted coordinator. */
+	assert_int_equal(make_trainer(&c, &err), 0);
+	assert_int_equal(coord_checkpoint_restore(c, dir, &step, &err), 0);
+	assert_true(step >= 3);
+	assert_int_equal(coord_var_create(c, "fault/w", 1, dims, NULL, &v, &err), 0);
+	assert_int_equal(coord_var_read(c, v, 0, 4, got, &err), 0);
+	for (int i = 0; i < 4; i++)
+		assert_true(got[i] == (float)(50 * step));	  /* exactly as saved */
+	assert_int_equal(round_and_save(c, v, dir, step + 1), 0); /* and it goes on */
+	assert_int_equal(coord_var_read(c, v, 0, 4, got, &err), 0);
+	assert_true(got[0] == (float)(50 * (step + 1)));
+	coord_destroy(c);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
 }
 
 /*
@@ -159,13 +260,27 @@ static int group_setup(void **state)
 {
 	(void)state;
 	t_transport = "tcp";
-	return t_workers_start(3) == 0 ? 0 : -1;
+	if (t_workers_start(3) != 0)
+		return -1;
+	{
+		char *argv[] = { (char *)getenv("COORD_PS_BIN"),
+				 "--listen",
+				 "127.0.0.1:0",
+				 "--log",
+				 "error",
+				 NULL };
+
+		ps_pid = argv[0] ? t_spawn(argv, "coord-ps", &ps_port) : -1;
+	}
+	return ps_pid > 0 ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
 	t_workers_stop();
+	if (ps_pid > 0)
+		t_reap(ps_pid);
 	t_netns_destroy(&ns);
 	t_transport = "inproc";
 	return 0;
@@ -175,6 +290,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kill_worker_running_a_closure),
+		cmocka_unit_test(test_coordinator_restart_resumes),
 		cmocka_unit_test(test_worker_across_a_namespace),
 	};
 	int failed;
