@@ -1019,6 +1019,13 @@ static inline unsigned hist_bucket(uint64_t ns)
 	return b < COORD_HIST_BUCKETS ? b : COORD_HIST_BUCKETS - 1;
 }
 
+/* A statistic read without stopping anyone. */
+static inline uint64_t stat_rd(_Atomic uint64_t *x)
+{
+	/* Relaxed: metrics are a recent value, not a synchronization point. */
+	return atomic_load_explicit(x, memory_order_relaxed);
+}
+
 int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_metrics *w,
 		  unsigned nw)
 {
@@ -1027,24 +1034,18 @@ int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_
 	memset(m, 0, sizeof(*m));
 	m->now_ns = coord_now_ns();
 	m->queued = coord_queue_size(c);
-	/* Relaxed, here and below: statistics, read without stopping anyone. */
-	m->outstanding = atomic_load_explicit(&c->outstanding, memory_order_relaxed);
-	m->cancelled = atomic_load_explicit(&c->cancelled, memory_order_relaxed);
+	m->outstanding = stat_rd(&c->outstanding);
+	m->cancelled = stat_rd(&c->cancelled);
 	for (unsigned i = 0; i < c->ndisp; i++) {
 		struct coord_dmetrics *dm = &c->disp[i].m;
 
-		/* Relaxed: as above. */
-		m->in_flight += atomic_load_explicit(&c->disp[i].inflight, memory_order_relaxed);
-		m->completed += atomic_load_explicit(&dm->finished, memory_order_relaxed);
-		m->failed += atomic_load_explicit(&dm->failed, memory_order_relaxed);
-		m->put_back += atomic_load_explicit(&dm->put_back, memory_order_relaxed);
+		m->in_flight += stat_rd(&c->disp[i].inflight);
+		m->completed += stat_rd(&dm->finished);
+		m->failed += stat_rd(&dm->failed);
+		m->put_back += stat_rd(&dm->put_back);
 		for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
-			/* Relaxed: as above. */
-			m->exec_ns.bucket[b] += atomic_load_explicit(&dm->exec[b],
-								     memory_order_relaxed);
-			m->round_trip_ns.bucket[b] +=
-				/* Relaxed: as above. */
-				atomic_load_explicit(&dm->rt[b], memory_order_relaxed);
+			m->exec_ns.bucket[b] += stat_rd(&dm->exec[b]);
+			m->round_trip_ns.bucket[b] += stat_rd(&dm->rt[b]);
 		}
 	}
 	for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
@@ -1054,12 +1055,9 @@ int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_
 	m->workers = c->nworkers;
 	for (unsigned i = 0; i < c->nworkers; i++) {
 		struct coord_worker *wk = &c->workers[i];
-		/* Relaxed: as above. */
+		/* Relaxed: as in stat_rd(). */
 		int st = atomic_load_explicit(&wk->state, memory_order_relaxed);
-		/* Relaxed: as above. */
-		uint64_t lo = atomic_load_explicit(&wk->losses, memory_order_relaxed);
-		/* Relaxed: as above. */
-		uint64_t re = atomic_load_explicit(&wk->recoveries, memory_order_relaxed);
+		uint64_t lo = stat_rd(&wk->losses), re = stat_rd(&wk->recoveries);
 
 		m->workers_up += st == COORD_WORKER_UP;
 		m->workers_down += st == COORD_WORKER_DOWN;
@@ -1068,8 +1066,7 @@ int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_
 		m->recoveries += re;
 		if (w && i < nw) {
 			w[i].state = st;
-			/* Relaxed: as above. */
-			w[i].executed = atomic_load_explicit(&wk->executed, memory_order_relaxed);
+			w[i].executed = stat_rd(&wk->executed);
 			w[i].losses = lo;
 			w[i].recoveries = re;
 		}
