@@ -263,13 +263,18 @@ static void pp_stop(struct pingpong *pp)
 	waitpid(pp->pid, NULL, 0);
 }
 
-static uint64_t cpu_ns(void)
+static uint64_t cpu_ns_of(int who)
 {
 	struct rusage ru;
 
-	getrusage(RUSAGE_SELF, &ru);
+	getrusage(who, &ru);
 	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
 	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
+}
+
+static uint64_t cpu_ns(void)
+{
+	return cpu_ns_of(RUSAGE_SELF);
 }
 
 /* CPU time (user + sys) of the coord-worker processes so far, from
@@ -356,7 +361,8 @@ static struct coord *make_coord(struct coord_registry *reg, unsigned nconns, uns
 	coord_opts_init(&o);
 	o.registry = reg;
 	o.transport = "tcp";
-	o.tcp_loops = LOOPS;
+	o.tcp_loops = getenv("BENCH_LOOPS") ? (unsigned)strtoul(getenv("BENCH_LOOPS"), NULL, 10)
+					    : LOOPS;
 	o.window = WINDOW;
 	o.start_delay_ms = 0;
 	o.start_delay_max_ms = -1;
@@ -402,13 +408,15 @@ static bool schedule_one(struct coord *c, uint32_t fn, struct coord_rv **rv, con
  * @dur_ns, then drain.  Rate and this process's CPU per closure out.
  */
 static void coord_window(struct coord *c, uint32_t fn, unsigned f, uint64_t dur_ns,
-			 struct coord_rv **rvs, double *rate, double *cpu, double *wcpu)
+			 struct coord_rv **rvs, double *rate, double *cpu, double *wcpu,
+			 double *ccpu)
 {
-	uint64_t c0 = cpu_ns(), w0 = workers_cpu_ns(), t0 = bench_now_ns(), t1, sched = 0, done = 0;
+	uint64_t c0 = cpu_ns(), w0 = workers_cpu_ns(), u0 = cpu_ns_of(RUSAGE_THREAD),
+		 t0 = bench_now_ns(), t1, sched = 0, done = 0;
 	struct coord_error err;
 	unsigned i = 0;
 
-	*rate = *cpu = *wcpu = 0;
+	*rate = *cpu = *wcpu = *ccpu = 0;
 	for (unsigned k = 0; k < f; k++, sched++)
 		if (!schedule_one(c, fn, &rvs[k], "throughput"))
 			return;
@@ -437,6 +445,7 @@ static void coord_window(struct coord *c, uint32_t fn, unsigned f, uint64_t dur_
 	t1 = bench_now_ns();
 	*cpu = (double)(cpu_ns() - c0) / (double)done;
 	*wcpu = (double)(workers_cpu_ns() - w0) / (double)done;
+	*ccpu = (double)(cpu_ns_of(RUSAGE_THREAD) - u0) / (double)done;
 	*rate = (double)done / ((double)(t1 - t0) / 1e9);
 	bench_check(done == sched, "throughput: %" PRIu64 " scheduled, %" PRIu64 " fetched", sched,
 		    done);
@@ -504,7 +513,8 @@ int main(int argc, char **argv)
 	struct bench_samples rate[3][NF] = { 0 }, cpu[3][NF] = { 0 }, pp_rate = { 0 },
 			     pp_cpu = { 0 }, rtt = { 0 }, pp_lat = { 0 }, rtt_p50 = { 0 },
 			     pp_p50 = { 0 }, ps_lat = { 0 }, ps_p50 = { 0 }, srate[3] = { 0 },
-			     scpu[3] = { 0 }, wcpu[3][NF] = { 0 }, swcpu[3] = { 0 };
+			     scpu[3] = { 0 }, wcpu[3][NF] = { 0 }, swcpu[3] = { 0 },
+			     ccpu[3][NF] = { 0 }, sccpu[3] = { 0 };
 	struct bench_stats st, pp_rate_st, pp_cpu_st, rtt_st, pp_st, r50_st, p50_st, ps_st, ps50_st,
 		sst[3];
 	size_t req_bytes, res_bytes;
@@ -548,7 +558,7 @@ int main(int argc, char **argv)
 	/* Round 0 warms up; implementations alternate within a repeat. */
 	for (unsigned rep = 0; rep <= a.repeats; rep++) {
 		struct bench_samples lat = { 0 };
-		double r = 0, c = 0, wc = 0;
+		double r = 0, c = 0, wc = 0, cc = 0;
 
 		if (only && strcmp(only, "rtt"))
 			goto tput;
@@ -572,8 +582,10 @@ int main(int argc, char **argv)
 			goto scale;
 		for (unsigned w = 1; w <= 2; w++)
 			for (unsigned k = 0; k < NF; k++) {
-				coord_window(cw[w], fw[w], inflight[k], dur_ns, rvs, &r, &c, &wc);
+				coord_window(cw[w], fw[w], inflight[k], dur_ns, rvs, &r, &c, &wc,
+					     &cc);
 				if (rep) {
+					bench_samples_add(&ccpu[w][k], cc);
 					bench_samples_add(&rate[w][k], r);
 					bench_samples_add(&cpu[w][k], c);
 					bench_samples_add(&wcpu[w][k], wc);
@@ -584,8 +596,9 @@ int main(int argc, char **argv)
 			continue;
 		for (unsigned s = 0; s < 3; s++) {
 			coord_window(cs[s ? 1 : 0], fs[s ? 1 : 0], scale_f[s], dur_ns, rvs, &r, &c,
-				     &wc);
+				     &wc, &cc);
 			if (rep) {
+				bench_samples_add(&sccpu[s], cc);
 				bench_samples_add(&srate[s], r);
 				bench_samples_add(&scpu[s], c);
 				bench_samples_add(&swcpu[s], wc);
@@ -650,6 +663,11 @@ int main(int argc, char **argv)
 		}
 	for (unsigned w = 1; w <= 2; w++)
 		for (unsigned k = 0; k < NF; k++) {
+			summarize(&ccpu[w][k], false, 1.0, &st);
+			printf("# of which the calling thread (schedule + fetch, its spinning "
+			       "included; RUSAGE_THREAD), %u worker%s, %u in flight: median %.0f "
+			       "ns\n",
+			       w, w > 1 ? "s" : "", inflight[k], st.median);
 			summarize(&wcpu[w][k], false, 1.0, &st);
 			printf("# coord-worker processes' CPU per closure (/proc/PID/stat, 10 ms "
 			       "ticks), %u worker%s, %u in flight: median %.0f ns, min - max %.0f "
@@ -717,6 +735,10 @@ int main(int argc, char **argv)
 		       "ns, "
 		       "p99 %.0f, min - max %.0f - %.0f\n",
 		       s ? scale_conns : 2, scale_f[s], st.median, st.p99, st.min, st.max);
+		summarize(&sccpu[s], false, 1.0, &st);
+		printf("# of which the calling thread (schedule + fetch, spinning included), %u "
+		       "connections, %u in flight: median %.0f ns\n",
+		       s ? scale_conns : 2, scale_f[s], st.median);
 		summarize(&swcpu[s], false, 1.0, &st);
 		printf("# coord-worker processes' CPU per closure, %u connections, %u in flight: "
 		       "median %.0f ns, min - max %.0f - %.0f\n",
@@ -739,6 +761,7 @@ int main(int argc, char **argv)
 			bench_samples_free(&rate[w][k]);
 			bench_samples_free(&cpu[w][k]);
 			bench_samples_free(&wcpu[w][k]);
+			bench_samples_free(&ccpu[w][k]);
 		}
 	bench_samples_free(&pp_rate);
 	bench_samples_free(&pp_cpu);
@@ -752,6 +775,7 @@ int main(int argc, char **argv)
 		bench_samples_free(&srate[s]);
 		bench_samples_free(&scpu[s]);
 		bench_samples_free(&swcpu[s]);
+		bench_samples_free(&sccpu[s]);
 	}
 	free(rvs);
 	coord_registry_destroy(reg);
