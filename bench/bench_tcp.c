@@ -263,13 +263,47 @@ static void pp_stop(struct pingpong *pp)
 	waitpid(pp->pid, NULL, 0);
 }
 
-static uint64_t cpu_ns(void)
+static uint64_t cpu_ns_of(int who)
 {
 	struct rusage ru;
 
-	getrusage(RUSAGE_SELF, &ru);
+	getrusage(who, &ru);
 	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
 	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
+}
+
+static uint64_t cpu_ns(void)
+{
+	return cpu_ns_of(RUSAGE_SELF);
+}
+
+/* CPU time (user + sys) of the coord-worker processes so far, from
+ * /proc/PID/stat (clock ticks): the other half of a closure's cost, which
+ * RUSAGE_SELF does not see. */
+static uint64_t workers_cpu_ns(void)
+{
+	long hz = sysconf(_SC_CLK_TCK);
+	uint64_t t = 0;
+
+	for (unsigned i = 0; i < nprocs; i++) {
+		char path[64], buf[1024], *p;
+		unsigned long ut = 0, st = 0;
+		FILE *f;
+		size_t n;
+
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)procs[i]);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		p = strrchr(buf, ')'); /* comm may hold spaces */
+		if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+				&st) == 2)
+			t += (uint64_t)(ut + st) * (1000000000ull / (uint64_t)(hz > 0 ? hz : 100));
+	}
+	return t;
 }
 
 /* @n round trips; each one's ns into @lat (if any); the rate and the CPU
@@ -327,7 +361,8 @@ static struct coord *make_coord(struct coord_registry *reg, unsigned nconns, uns
 	coord_opts_init(&o);
 	o.registry = reg;
 	o.transport = "tcp";
-	o.tcp_loops = LOOPS;
+	o.tcp_loops = getenv("BENCH_LOOPS") ? (unsigned)strtoul(getenv("BENCH_LOOPS"), NULL, 10)
+					    : LOOPS;
 	o.window = WINDOW;
 	o.start_delay_ms = 0;
 	o.start_delay_max_ms = -1;
@@ -373,13 +408,15 @@ static bool schedule_one(struct coord *c, uint32_t fn, struct coord_rv **rv, con
  * @dur_ns, then drain.  Rate and this process's CPU per closure out.
  */
 static void coord_window(struct coord *c, uint32_t fn, unsigned f, uint64_t dur_ns,
-			 struct coord_rv **rvs, double *rate, double *cpu)
+			 struct coord_rv **rvs, double *rate, double *cpu, double *wcpu,
+			 double *ccpu)
 {
-	uint64_t c0 = cpu_ns(), t0 = bench_now_ns(), t1, sched = 0, done = 0;
+	uint64_t c0 = cpu_ns(), w0 = workers_cpu_ns(), u0 = cpu_ns_of(RUSAGE_THREAD),
+		 t0 = bench_now_ns(), t1, sched = 0, done = 0;
 	struct coord_error err;
 	unsigned i = 0;
 
-	*rate = *cpu = 0;
+	*rate = *cpu = *wcpu = *ccpu = 0;
 	for (unsigned k = 0; k < f; k++, sched++)
 		if (!schedule_one(c, fn, &rvs[k], "throughput"))
 			return;
@@ -407,6 +444,8 @@ static void coord_window(struct coord *c, uint32_t fn, unsigned f, uint64_t dur_
 	}
 	t1 = bench_now_ns();
 	*cpu = (double)(cpu_ns() - c0) / (double)done;
+	*wcpu = (double)(workers_cpu_ns() - w0) / (double)done;
+	*ccpu = (double)(cpu_ns_of(RUSAGE_THREAD) - u0) / (double)done;
 	*rate = (double)done / ((double)(t1 - t0) / 1e9);
 	bench_check(done == sched, "throughput: %" PRIu64 " scheduled, %" PRIu64 " fetched", sched,
 		    done);
@@ -474,7 +513,8 @@ int main(int argc, char **argv)
 	struct bench_samples rate[3][NF] = { 0 }, cpu[3][NF] = { 0 }, pp_rate = { 0 },
 			     pp_cpu = { 0 }, rtt = { 0 }, pp_lat = { 0 }, rtt_p50 = { 0 },
 			     pp_p50 = { 0 }, ps_lat = { 0 }, ps_p50 = { 0 }, srate[3] = { 0 },
-			     scpu[3] = { 0 };
+			     scpu[3] = { 0 }, wcpu[3][NF] = { 0 }, swcpu[3] = { 0 },
+			     ccpu[3][NF] = { 0 }, sccpu[3] = { 0 };
 	struct bench_stats st, pp_rate_st, pp_cpu_st, rtt_st, pp_st, r50_st, p50_st, ps_st, ps50_st,
 		sst[3];
 	size_t req_bytes, res_bytes;
@@ -518,7 +558,7 @@ int main(int argc, char **argv)
 	/* Round 0 warms up; implementations alternate within a repeat. */
 	for (unsigned rep = 0; rep <= a.repeats; rep++) {
 		struct bench_samples lat = { 0 };
-		double r = 0, c = 0;
+		double r = 0, c = 0, wc = 0, cc = 0;
 
 		if (only && strcmp(only, "rtt"))
 			goto tput;
@@ -542,20 +582,26 @@ int main(int argc, char **argv)
 			goto scale;
 		for (unsigned w = 1; w <= 2; w++)
 			for (unsigned k = 0; k < NF; k++) {
-				coord_window(cw[w], fw[w], inflight[k], dur_ns, rvs, &r, &c);
+				coord_window(cw[w], fw[w], inflight[k], dur_ns, rvs, &r, &c, &wc,
+					     &cc);
 				if (rep) {
+					bench_samples_add(&ccpu[w][k], cc);
 					bench_samples_add(&rate[w][k], r);
 					bench_samples_add(&cpu[w][k], c);
+					bench_samples_add(&wcpu[w][k], wc);
 				}
 			}
 	scale:
 		if (only && strcmp(only, "scale"))
 			continue;
 		for (unsigned s = 0; s < 3; s++) {
-			coord_window(cs[s ? 1 : 0], fs[s ? 1 : 0], scale_f[s], dur_ns, rvs, &r, &c);
+			coord_window(cs[s ? 1 : 0], fs[s ? 1 : 0], scale_f[s], dur_ns, rvs, &r, &c,
+				     &wc, &cc);
 			if (rep) {
+				bench_samples_add(&sccpu[s], cc);
 				bench_samples_add(&srate[s], r);
 				bench_samples_add(&scpu[s], c);
+				bench_samples_add(&swcpu[s], wc);
 			}
 		}
 	}
@@ -598,7 +644,9 @@ int main(int argc, char **argv)
 	summarize(&pp_cpu, false, 1.0, &pp_cpu_st);
 	snprintf(title, sizeof(title),
 		 "bench_tcp coordinator CPU per closure: getrusage(RUSAGE_SELF) user+sys over "
-		 "each throughput repeat / closures (workers are other processes)");
+		 "each throughput repeat / closures; it includes the calling thread's spinning "
+		 "in fetch (spin_ns) and the event loops' spinning, not the workers (other "
+		 "processes: their CPU is printed after the table)");
 	bench_header(title, "CPU ns per closure; x base = ping-pong client's CPU / coord's");
 	bench_row("ping-pong client, per RT (base)", &pp_cpu_st, &pp_cpu_st, false);
 	for (unsigned w = 1; w <= 2; w++)
@@ -612,6 +660,20 @@ int main(int argc, char **argv)
 			printf("SUMMARY bench_tcp config=cpu workers=%u inflight=%u "
 			       "cpu_ns_per_closure=%.0f p99=%.0f min=%.0f max=%.0f\n",
 			       w, inflight[k], st.median, st.p99, st.min, st.max);
+		}
+	for (unsigned w = 1; w <= 2; w++)
+		for (unsigned k = 0; k < NF; k++) {
+			summarize(&ccpu[w][k], false, 1.0, &st);
+			printf("# of which the calling thread (schedule + fetch, its spinning "
+			       "included; RUSAGE_THREAD), %u worker%s, %u in flight: median %.0f "
+			       "ns\n",
+			       w, w > 1 ? "s" : "", inflight[k], st.median);
+			summarize(&wcpu[w][k], false, 1.0, &st);
+			printf("# coord-worker processes' CPU per closure (/proc/PID/stat, 10 ms "
+			       "ticks), %u worker%s, %u in flight: median %.0f ns, min - max %.0f "
+			       "- "
+			       "%.0f\n",
+			       w, w > 1 ? "s" : "", inflight[k], st.median, st.min, st.max);
 		}
 	printf("\n");
 
@@ -673,6 +735,14 @@ int main(int argc, char **argv)
 		       "ns, "
 		       "p99 %.0f, min - max %.0f - %.0f\n",
 		       s ? scale_conns : 2, scale_f[s], st.median, st.p99, st.min, st.max);
+		summarize(&sccpu[s], false, 1.0, &st);
+		printf("# of which the calling thread (schedule + fetch, spinning included), %u "
+		       "connections, %u in flight: median %.0f ns\n",
+		       s ? scale_conns : 2, scale_f[s], st.median);
+		summarize(&swcpu[s], false, 1.0, &st);
+		printf("# coord-worker processes' CPU per closure, %u connections, %u in flight: "
+		       "median %.0f ns, min - max %.0f - %.0f\n",
+		       s ? scale_conns : 2, scale_f[s], st.median, st.min, st.max);
 	}
 	printf("SUMMARY bench_tcp config=scale conns=%u base_conns=2 closures_per_s=%.0f "
 	       "base_closures_per_s=%.0f ratio=%.2f target_ge_0.80=%s\n",
@@ -690,6 +760,8 @@ int main(int argc, char **argv)
 		for (unsigned k = 0; k < NF; k++) {
 			bench_samples_free(&rate[w][k]);
 			bench_samples_free(&cpu[w][k]);
+			bench_samples_free(&wcpu[w][k]);
+			bench_samples_free(&ccpu[w][k]);
 		}
 	bench_samples_free(&pp_rate);
 	bench_samples_free(&pp_cpu);
@@ -702,6 +774,8 @@ int main(int argc, char **argv)
 	for (unsigned s = 0; s < 3; s++) {
 		bench_samples_free(&srate[s]);
 		bench_samples_free(&scpu[s]);
+		bench_samples_free(&swcpu[s]);
+		bench_samples_free(&sccpu[s]);
 	}
 	free(rvs);
 	coord_registry_destroy(reg);

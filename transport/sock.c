@@ -233,6 +233,18 @@ int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
 
 			wait = now >= deadline ? 0 : (int)((deadline - now) / 1000000ull) + 1;
 		}
+		/* recv first, poll only when nothing is there: a busy peer's
+		 * next frame is usually waiting already, and one syscall (not
+		 * poll + recv, with poll's wake-up) reads it. */
+		n = recv(rd->fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
+		if (n > 0) {
+			rd->len += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -EPIPE;
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
 		do
 			r = poll(&p, 1, wait);
 		while (r < 0 && errno == EINTR);
@@ -240,15 +252,42 @@ int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
 			return -errno;
 		if (r == 0)
 			return -ETIMEDOUT;
-		n = recv(rd->fd, rd->buf + rd->len, rd->cap - rd->len, 0);
+	}
+}
+
+int coord_frame_try_read(struct coord_frame_reader *rd, struct coord_wire_hdr *h,
+			 const uint8_t **payload)
+{
+	if (rd->off == rd->len)
+		rd->off = rd->len = 0;
+	for (;;) {
+		size_t avail = rd->len - rd->off, need = COORD_WIRE_HDR;
+		ssize_t n;
+		int r = coord_wire_parse_hdr(rd->buf + rd->off, avail, rd->max_frame, h);
+
+		if (r == 0) {
+			need = COORD_WIRE_HDR + (size_t)h->len;
+			if (avail >= need) {
+				*payload = rd->buf + rd->off + COORD_WIRE_HDR;
+				rd->off += need;
+				return 0;
+			}
+		} else if (r != -EAGAIN) {
+			return r;
+		}
+		r = reserve(rd, need);
+		if (r < 0)
+			return r;
+		n = recv(rd->fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
+		if (n > 0) {
+			rd->len += (size_t)n;
+			continue;
+		}
 		if (n == 0)
 			return -EPIPE;
-		if (n < 0) {
-			if (errno == EINTR || errno == EAGAIN)
-				continue;
-			return -errno;
-		}
-		rd->len += (size_t)n;
+		if (errno == EINTR)
+			continue;
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
 	}
 }
 

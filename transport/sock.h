@@ -63,6 +63,17 @@ COORD_HIDDEN int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, in
 				  struct coord_wire_hdr *h, const uint8_t **payload);
 
 /*
+ * coord_frame_try_read() - the next whole frame if it can be had without
+ * blocking: parses what is buffered, then recv()s (MSG_DONTWAIT) until a
+ * frame is whole or the socket is empty.
+ * Return: 0; -EAGAIN (no whole frame yet; bytes of a partial one may be
+ * buffered: rd->len > rd->off); -EPIPE peer closed; -EPROTO / -EMSGSIZE bad
+ * header; another -errno.
+ */
+COORD_HIDDEN int coord_frame_try_read(struct coord_frame_reader *rd, struct coord_wire_hdr *h,
+				      const uint8_t **payload);
+
+/*
  * coord_handshake_client() - connect as @role (a coordinator, or a worker
  * reaching a ps) to the server of @task, which must answer as @server_role.
  */

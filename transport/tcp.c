@@ -859,7 +859,16 @@ static int tcp_start(struct coord *c, struct coord_error *err)
 			r = coord_seterr(err, COORD_ENOMEM, "no memory for an event loop");
 			goto fail;
 		}
-		r = io_uring_queue_init(entries, &l->ring, 0);
+		/* COOP_TASKRUN: a completion does not interrupt the loop with an
+		 * IPI (costly on a VM); its task work runs at the loop's next
+		 * io_uring_enter(), which TASKRUN_FLAG makes liburing's submit
+		 * call when work is pending.  Measured (bench_tcp scale, 256
+		 * connections): coordinator CPU per closure 12.7-13.4 -> 10.7-11.3
+		 * us, rate +30%.  Older kernels: plain. */
+		r = io_uring_queue_init(entries, &l->ring,
+					IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG);
+		if (r == -EINVAL)
+			r = io_uring_queue_init(entries, &l->ring, 0);
 		if (r < 0) {
 			l->ring.ring_fd = -1;
 			coord_seterr(err, r, "io_uring_queue_init: %s", strerror(-r));

@@ -186,8 +186,10 @@ COORD_API void coord_server_opts_init(struct coord_server_opts *o);
  * frame when possible, its connection is closed and the reason logged; the
  * server keeps serving everyone else.
  *
- * Concurrency: blocks the calling thread until @o->stop_fd is readable; one
- * thread per connection.  Return: 0 after a stop; a negative code if it cannot listen.
+ * Concurrency: blocks the calling thread until @o->stop_fd is readable; a
+ * short-lived thread per handshake, then a small pool (one thread per CPU,
+ * more while closures run long) serves every connection.  Return: 0 after a
+ * stop; a negative code if it cannot listen.
  */
 COORD_API COORD_NODISCARD int coord_worker_serve(const struct coord_server_opts *o,
 						 struct coord_error *err);
