@@ -79,8 +79,13 @@ struct tcp_conn {
 	/* in flight */
 	struct coord_closure **slots;
 	uint32_t *seq;
+	uint64_t *sent_ns; /* when each slot's closure was queued (B6) */
 	uint32_t *freel;
 	unsigned nfree, window;
+	/* liveness (issue 4): anything received resets last_rx_ns */
+	uint64_t last_rx_ns, ping_ns;
+	struct tcp_conn *admit_next; /* on its loop's admission list */
+	int admit_fd;
 };
 
 struct tcp_loop {
@@ -97,6 +102,12 @@ struct tcp_loop {
 	uint64_t inflight;  /* taken by this loop and not yet finished */
 	struct coord_closure **batch, **done;
 	unsigned ndone, done_cap;
+	/* Re-admission of reconnected workers (the recovery thread pushes,
+	 * the loop installs): off the fast path, so a mutex. */
+	pthread_mutex_t admit_lock;
+	struct tcp_conn *admit;
+	_Atomic bool admit_pending;
+	uint64_t next_check_ns; /* heartbeats and closure deadlines */
 };
 
 struct tcp {
@@ -211,8 +222,6 @@ static void conn_fail(struct tcp_conn *k, const char *why)
 		return;
 	k->up = false;
 	conn_idle_update(k);
-	/* Release: the worker's state is read by metrics and recovery. */
-	atomic_store_explicit(&k->w->state, COORD_WORKER_DOWN, memory_order_release);
 	for (unsigned s = 0; s < k->window; s++) {
 		if (!k->slots[s])
 			continue;
@@ -228,12 +237,17 @@ static void conn_fail(struct tcp_conn *k, const char *why)
 	if (n)
 		coord_dispatch_put_back(l->d, back, n);
 	l->inflight -= total;
-	coord_log(COORD_LOG_WARN, "worker %d (%s) lost: %s; %u closures put back", k->w->index,
-		  k->peer, why, total);
 	shutdown(k->fd, SHUT_RDWR); /* pending recv/send complete now */
-	/* Relaxed: a count; the last one down reports (once). */
-	if (atomic_fetch_sub_explicit(&l->t->up, 1, memory_order_relaxed) == 1)
-		coord_report_unavailable(c, k->w->index, "every worker is lost");
+	/* Relaxed: a count of live connections (logs). */
+	atomic_fetch_sub_explicit(&l->t->up, 1, memory_order_relaxed);
+	{
+		char msg[COORD_ERRMSG_LEN];
+
+		snprintf(msg, sizeof(msg), "%s (%s); %u closures put back", why, k->peer, total);
+		/* S10: the recovery thread brings it back, or drops it and,
+		 * when none is left, reports UNAVAILABLE (runtime/recovery.c). */
+		coord_worker_lost(c, k->w, msg);
+	}
 }
 
 /* ---- results ------------------------------------------------------------------------ */
@@ -311,6 +325,8 @@ static void on_recv(struct tcp_conn *k, int res)
 		conn_fail(k, res == 0 ? "connection closed by the worker" : strerror(-res));
 		return;
 	}
+	k->last_rx_ns = coord_now_ns(); /* alive (heartbeats) */
+	k->ping_ns = 0;
 	k->rlen += (size_t)res;
 	for (;;) {
 		struct coord_wire_hdr h;
@@ -397,7 +413,7 @@ static void on_send(struct tcp_conn *k, int res)
 /* ---- requests ------------------------------------------------------------------------- */
 
 /* Add @cl to @k's output; false if it cannot be sent (too large). */
-static bool enqueue_req(struct tcp_conn *k, struct coord_closure *cl)
+static bool enqueue_req(struct tcp_conn *k, struct coord_closure *cl, uint64_t now)
 {
 	struct coord *c = k->loop->t->c;
 	struct coord_wire_req q = { .attempt = cl->attempt,
@@ -442,6 +458,7 @@ static bool enqueue_req(struct tcp_conn *k, struct coord_closure *cl)
 	if (coord_wire_put_req(&k->ow, &q) < 0)
 		coord_die("wire encoder", ENOSPC); /* room was made above */
 	k->slots[slot] = cl;
+	k->sent_ns[slot] = now;
 	conn_idle_update(k);
 	return true;
 }
@@ -517,7 +534,7 @@ static void dispatch(struct tcp_loop *l, unsigned n)
 			l->inflight--;
 			continue;
 		}
-		if (!enqueue_req(k, cl)) {
+		if (!enqueue_req(k, cl, now)) {
 			coord_dispatch_complete(l->d, cl, k->w->index, -EMSGSIZE, 0,
 						"arguments too large for one frame");
 			l->done[l->ndone++] = cl;
@@ -528,6 +545,20 @@ static void dispatch(struct tcp_loop *l, unsigned n)
 }
 
 /* ---- the loop ------------------------------------------------------------------------- */
+
+static void admit(struct tcp_loop *l);
+static uint64_t check_conns(struct tcp_loop *l, uint64_t now);
+
+/* Start of a round: install reconnected workers, check liveness; now. */
+static uint64_t loop_tick(struct tcp_loop *l)
+{
+	uint64_t now;
+
+	admit(l);
+	now = coord_now_ns();
+	check_conns(l, now);
+	return now;
+}
 
 static void *loop_main(void *arg)
 {
@@ -541,7 +572,7 @@ static void *loop_main(void *arg)
 	io_uring_submit(&l->ring);
 	for (;;) {
 		struct io_uring_cqe *cqe;
-		uint64_t now = coord_now_ns(), next_start;
+		uint64_t now = loop_tick(l), next_start, due = l->next_check_ns;
 		bool has_idle;
 		unsigned cr = credit(l, now, &next_start, &has_idle), head, seen = 0, n = 0;
 		/* Relaxed: a placement hint (tcp.idle), read once per round. */
@@ -558,7 +589,7 @@ static void *loop_main(void *arg)
 		if (may_take) {
 			unsigned max = cr < max_batch ? cr : max_batch;
 
-			n = l->inflight == 0 && !next_start
+			n = l->inflight == 0 && !next_start && !due
 				    ? coord_dispatch_take(l->d, l->batch, max)
 				    : coord_dispatch_try_take(l->d, l->batch, max);
 			if (n)
@@ -604,6 +635,8 @@ static void *loop_main(void *arg)
 				io_uring_submit(&l->ring); /* work arrived: go round */
 				goto reap;
 			}
+			if (due && (!next_start || due < next_start))
+				next_start = due; /* the next liveness check */
 			if (next_start) {
 				uint64_t d = next_start > now ? next_start - now : 0;
 
@@ -650,44 +683,49 @@ static void *loop_main(void *arg)
 
 /* ---- set-up and tear-down --------------------------------------------------------- */
 
-static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
-		     struct coord_error *err)
+/*
+ * Connect to @k's worker, run the handshake and send what a worker needs
+ * first: the function table, the ps tasks' addresses, and a PING whose
+ * token is our heartbeat interval (so it keeps a busy connection alive,
+ * see tcp_server.c).  Used at start and by the recovery thread; *@fd on
+ * success.
+ */
+static int conn_dial(struct tcp *t, struct tcp_conn *k, int *fd, struct coord_error *err)
 {
 	struct coord *c = t->c;
 	struct coord_frame_reader rd;
-	const char *addr;
+	const char *addr = k->peer;
 	uint8_t *fb;
 	size_t fcap = 64;
 	struct coord_wire_writer fw;
 	int r;
 
-	k->w = w;
-	k->fd = -1;
-	r = coord_spec_task_address(c->spec, "worker", w->index, &addr, err);
+	*fd = -1;
+	r = coord_sock_connect(addr, c->opts.connect_timeout_ms, fd, err);
 	if (r < 0)
 		return r;
-	snprintf(k->peer, sizeof(k->peer), "%s", addr);
-	r = coord_sock_connect(addr, c->opts.connect_timeout_ms, &k->fd, err);
-	if (r < 0)
-		return r;
-	r = coord_frame_reader_init(&rd, k->fd, c->opts.max_frame);
-	if (r < 0)
-		return coord_seterr(err, r, "no memory");
+	r = coord_frame_reader_init(&rd, *fd, c->opts.max_frame);
+	if (r < 0) {
+		r = coord_seterr(err, r, "no memory");
+		goto fail;
+	}
 	r = coord_handshake_client(&rd, &t->key, COORD_ROLE_COORDINATOR, COORD_ROLE_WORKER,
-				   (uint32_t)w->index, c->opts.connect_timeout_ms, addr, err);
+				   (uint32_t)k->w->index, c->opts.connect_timeout_ms, addr, err);
 	coord_frame_reader_fini(&rd);
 	if (r < 0)
-		return r;
+		goto fail;
 	/* The function table: our ids, by name (the worker maps them). */
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		fcap += 6 + strlen(c->reg->fns[i].name);
 	/* Then where the ps tasks are (runtime/ps.h), if there are any. */
 	for (unsigned i = 0; c->ps && c->ps->remote && i < c->ps->nps; i++)
 		fcap += 6 + strlen(coord_psc_addr(c->ps->remote, i));
-	fb = malloc(fcap + 2 * COORD_WIRE_HDR);
-	if (!fb)
-		return coord_seterr(err, COORD_ENOMEM, "no memory");
-	coord_wire_writer_init(&fw, fb, fcap + 2 * COORD_WIRE_HDR);
+	fb = malloc(fcap + 3 * COORD_WIRE_HDR + 8);
+	if (!fb) {
+		r = coord_seterr(err, COORD_ENOMEM, "no memory");
+		goto fail;
+	}
+	coord_wire_writer_init(&fw, fb, fcap + 3 * COORD_WIRE_HDR + 8);
 	coord_wire_begin(&fw, COORD_WIRE_FN_TABLE);
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		coord_wire_put_fn(&fw, i, c->reg->fns[i].name);
@@ -698,11 +736,38 @@ static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
 			coord_wire_put_addr(&fw, i, coord_psc_addr(c->ps->remote, i));
 		coord_wire_end(&fw);
 	}
-	r = coord_sock_send_all(k->fd, fb, fw.len);
+	if (c->opts.heartbeat_ms > 0)
+		coord_wire_put_ping(&fw, COORD_WIRE_PING, (uint64_t)c->opts.heartbeat_ms);
+	r = coord_sock_send_all(*fd, fb, fw.len);
 	free(fb);
+	if (r < 0) {
+		r = coord_seterr(err, r, "%s: cannot send the function table: %s", addr,
+				 strerror(-r));
+		goto fail;
+	}
+	return 0;
+fail:
+	close(*fd);
+	*fd = -1;
+	return r;
+}
+
+static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
+		     struct coord_error *err)
+{
+	struct coord *c = t->c;
+	const char *addr;
+	int r;
+
+	k->w = w;
+	k->fd = -1;
+	r = coord_spec_task_address(c->spec, "worker", w->index, &addr, err);
 	if (r < 0)
-		return coord_seterr(err, r, "%s: cannot send the function table: %s", addr,
-				    strerror(-r));
+		return r;
+	snprintf(k->peer, sizeof(k->peer), "%s", addr);
+	r = conn_dial(t, k, &k->fd, err);
+	if (r < 0)
+		return r;
 	k->window = c->opts.window;
 	k->rcap = k->scap = k->ocap = 64 * 1024;
 	k->rbuf = malloc(k->rcap);
@@ -710,8 +775,9 @@ static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
 	k->obuf = malloc(k->ocap);
 	k->slots = calloc(k->window, sizeof(*k->slots));
 	k->seq = calloc(k->window, sizeof(*k->seq));
+	k->sent_ns = calloc(k->window, sizeof(*k->sent_ns));
 	k->freel = calloc(k->window, sizeof(*k->freel));
-	if (!k->rbuf || !k->sbuf || !k->obuf || !k->slots || !k->seq || !k->freel)
+	if (!k->rbuf || !k->sbuf || !k->obuf || !k->slots || !k->seq || !k->sent_ns || !k->freel)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a connection");
 	for (unsigned s = 0; s < k->window; s++)
 		k->freel[s] = k->window - 1 - s;
@@ -719,9 +785,146 @@ static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
 	coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
 	k->up = true;
 	k->idle = true;
+	k->last_rx_ns = coord_now_ns();
 	/* Relaxed: before the loops start (pthread_create orders it). */
 	atomic_fetch_add_explicit(&t->idle, 1, memory_order_relaxed);
 	return 0;
+}
+
+/*
+ * The recovery thread's reconnect (S10): dial the lost worker again and
+ * hand the new connection to its loop, which installs it once the old
+ * connection's last completions are in (admit()).
+ */
+static int tcp_reconnect(struct coord *c, struct coord_worker *w, struct coord_error *err)
+{
+	struct tcp *t = c->tp_state;
+	struct tcp_conn *k = &t->conns[w->index];
+	struct tcp_loop *l = k->loop;
+	uint64_t one = 1;
+	int fd, r = conn_dial(t, k, &fd, err);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&l->admit_lock);
+	k->admit_fd = fd;
+	k->admit_next = l->admit;
+	l->admit = k;
+	pthread_mutex_unlock(&l->admit_lock);
+	/* Release: the list (under the mutex) before the flag the loop polls. */
+	atomic_store_explicit(&l->admit_pending, true, memory_order_release);
+	(void)!write(l->efd, &one, sizeof(one));
+	return 0;
+}
+
+/* Loop thread: install the reconnected connections whose old one is
+ * quiet (no sqe of it still in the kernel). */
+static void admit(struct tcp_loop *l)
+{
+	struct tcp_conn *list, *k, *later = NULL;
+	uint64_t now = coord_now_ns();
+
+	/* Acquire: pairs with tcp_reconnect()'s release. */
+	if (!atomic_exchange_explicit(&l->admit_pending, false, memory_order_acquire))
+		return;
+	pthread_mutex_lock(&l->admit_lock);
+	list = l->admit;
+	l->admit = NULL;
+	pthread_mutex_unlock(&l->admit_lock);
+	while ((k = list)) {
+		list = k->admit_next;
+		if (k->pending) { /* the old fd's completions first */
+			k->admit_next = later;
+			later = k;
+			continue;
+		}
+		close(k->fd);
+		k->fd = k->admit_fd;
+		k->rlen = 0;
+		k->sending = false;
+		k->slen = k->ssent = 0;
+		coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
+		k->last_rx_ns = now;
+		k->ping_ns = 0;
+		k->up = true;
+		conn_idle_update(k);
+		arm_recv(k);
+		/* Relaxed: a count of live connections (logs). */
+		atomic_fetch_add_explicit(&l->t->up, 1, memory_order_relaxed);
+		coord_log(COORD_LOG_INFO, "worker %d (%s) connected again", k->w->index, k->peer);
+	}
+	if (later) {
+		pthread_mutex_lock(&l->admit_lock);
+		for (k = later; k->admit_next; k = k->admit_next)
+			;
+		k->admit_next = l->admit;
+		l->admit = later;
+		pthread_mutex_unlock(&l->admit_lock);
+		/* Release: as in tcp_reconnect(); pending completions wake us. */
+		atomic_store_explicit(&l->admit_pending, true, memory_order_release);
+	}
+}
+
+/* Append a PING (token: our heartbeat interval) to @k's output. */
+static void send_ping(struct tcp_conn *k, uint64_t token)
+{
+	if (k->ow.frame != SIZE_MAX)
+		coord_wire_end(&k->ow);
+	if (k->ow.cap - k->ow.len < COORD_WIRE_HDR + 8)
+		return; /* output full: traffic is flowing anyway */
+	coord_wire_put_ping(&k->ow, COORD_WIRE_PING, token);
+	kick_send(k);
+}
+
+/*
+ * Liveness of @l's connections (issue 4): ping a connection silent for a
+ * heartbeat interval; fail one silent for heartbeat_misses intervals (a
+ * stopped or partitioned machine), or one whose oldest closure has run past
+ * opts.closure_timeout_ms (B6).  Rate-limited; returns the next due time.
+ */
+static uint64_t check_conns(struct tcp_loop *l, uint64_t now)
+{
+	struct coord *c = l->t->c;
+	uint64_t hb = (uint64_t)c->opts.heartbeat_ms * 1000000ull;
+	uint64_t dl = (uint64_t)c->opts.closure_timeout_ms * 1000000ull, period;
+	char why[160];
+
+	if (!hb && !dl)
+		return 0;
+	if (now < l->next_check_ns)
+		return l->next_check_ns;
+	period = hb ? hb / 4 : dl / 4;
+	if (dl && dl / 4 < period)
+		period = dl / 4;
+	if (period < 5000000ull)
+		period = 5000000ull;
+	l->next_check_ns = now + period;
+	for (unsigned i = 0; i < l->nconns; i++) {
+		struct tcp_conn *k = l->conns[i];
+		uint64_t silent = now > k->last_rx_ns ? now - k->last_rx_ns : 0;
+
+		if (!k->up)
+			continue;
+		if (hb && silent >= hb * (uint64_t)c->opts.heartbeat_misses) {
+			snprintf(why, sizeof(why), "no heartbeat for %llu ms",
+				 (unsigned long long)(silent / 1000000));
+			conn_fail(k, why);
+			continue;
+		}
+		if (hb && silent >= hb && !k->ping_ns) {
+			k->ping_ns = now;
+			send_ping(k, (uint64_t)c->opts.heartbeat_ms);
+		}
+		for (unsigned s = 0; dl && k->up && s < k->window; s++)
+			if (k->slots[s] && now - k->sent_ns[s] > dl) {
+				snprintf(why, sizeof(why),
+					 "closure %llu ran past its deadline of %lld ms (B6)",
+					 (unsigned long long)k->slots[s]->id,
+					 (long long)c->opts.closure_timeout_ms);
+				conn_fail(k, why);
+			}
+	}
+	return l->next_check_ns;
 }
 
 static void conn_close(struct tcp_conn *k)
@@ -733,6 +936,7 @@ static void conn_close(struct tcp_conn *k)
 	free(k->obuf);
 	free(k->slots);
 	free(k->seq);
+	free(k->sent_ns);
 	free(k->freel);
 }
 
@@ -747,6 +951,9 @@ static void tcp_free(struct tcp *t)
 			io_uring_queue_exit(&l->ring);
 		if (l->efd >= 0)
 			close(l->efd);
+		for (struct tcp_conn *k = l->admit; k; k = k->admit_next)
+			close(k->admit_fd); /* reconnected, never installed */
+		pthread_mutex_destroy(&l->admit_lock);
 		free(l->conns);
 		free(l->batch);
 		free(l->done);
@@ -848,6 +1055,7 @@ static int tcp_start(struct coord *c, struct coord_error *err)
 		while (entries < 2 * nconn + 8)
 			entries <<= 1;
 		l->t = t;
+		pthread_mutex_init(&l->admit_lock, NULL);
 		l->d = &c->disp[i];
 		l->d->tp = l;
 		l->efd = eventfd(0, EFD_CLOEXEC);
@@ -908,4 +1116,5 @@ const struct coord_tp_ops coord_tp_tcp = {
 	.start = tcp_start,
 	.stop = tcp_stop,
 	.wake = tcp_wake,
+	.reconnect = tcp_reconnect,
 };

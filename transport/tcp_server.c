@@ -50,6 +50,13 @@
  *       beyond the target park when they are done.
  *   P3  A finished connection is freed by the acceptor only after its
  *       handshake thread was joined and its holder published `done`.
+ *   P5  Keepalive: a connection held longer than half the coordinator's
+ *       heartbeat interval (a long closure, a slow ps round trip) cannot
+ *       answer the coordinator's PINGs, so the watchdog sends it an
+ *       unsolicited PONG every half interval while it is held and nothing
+ *       else was sent; every send on a connection takes its send_lock, so
+ *       frames never interleave.  The interval is the token of the PING
+ *       the coordinator sends at connect (tcp.c conn_dial()).
  *   P4  A started frame must be whole within partial_ms: the holder records
  *       the deadline, the watchdog shuts the read side when it passes, and
  *       the holder, reading EOF with `stalled` set, sends the ERROR frame
@@ -110,6 +117,11 @@ struct conn {
 	 * the watchdog closes the connection after it (P4) */
 	_Atomic uint64_t partial_deadline;
 	_Atomic int stalled; /* the watchdog shut the read side (P4) */
+	/* Keepalive (P5): the coordinator's heartbeat interval (its PING
+	 * token), since when a thread holds us, and when we last sent. */
+	_Atomic uint32_t hb_ms;
+	_Atomic uint64_t held_since, last_sent_ns;
+	pthread_mutex_t send_lock; /* the holder's and the watchdog's sends */
 	char peer[80];
 	struct coord_frame_reader rd;
 	struct coord_exec_env env;
@@ -192,6 +204,26 @@ static uint16_t frame_type(const struct conn *k)
 	return k->s->role == COORD_ROLE_PS ? COORD_WIRE_VAR_RES : COORD_WIRE_RES;
 }
 
+/* Every send on a serving connection (P5: never interleaved). */
+static int conn_send(struct conn *k, const void *b, size_t len)
+{
+	int r;
+
+	pthread_mutex_lock(&k->send_lock);
+	r = coord_sock_send_all(k->fd, b, len);
+	/* Relaxed (P5): a hint for the watchdog. */
+	atomic_store_explicit(&k->last_sent_ns, coord_now_ns(), memory_order_relaxed);
+	pthread_mutex_unlock(&k->send_lock);
+	return r;
+}
+
+static void conn_error(struct conn *k, int code, const char *why)
+{
+	pthread_mutex_lock(&k->send_lock);
+	coord_send_error(k->fd, code, why);
+	pthread_mutex_unlock(&k->send_lock);
+}
+
 static int flush(struct conn *k)
 {
 	int r;
@@ -199,7 +231,7 @@ static int flush(struct conn *k)
 	if (k->w.count == 0)
 		return 0;
 	coord_wire_end(&k->w);
-	r = coord_sock_send_all(k->fd, k->out, k->w.len);
+	r = conn_send(k, k->out, k->w.len);
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
 	coord_wire_begin(&k->w, frame_type(k));
 	return r;
@@ -525,9 +557,13 @@ static int on_frame(struct conn *k, const struct coord_wire_hdr *h, const uint8_
 
 		r = coord_wire_get_ping(h, payload, &tok);
 		if (r == 0) {
+			if (tok >= 1 && tok <= 3600000) /* P5: the heartbeat interval */
+				/* Relaxed (P5): a hint for the watchdog. */
+				atomic_store_explicit(&k->hb_ms, (uint32_t)tok,
+						      memory_order_relaxed);
 			coord_wire_writer_init(&w, b, sizeof(b));
 			coord_wire_put_ping(&w, COORD_WIRE_PONG, tok);
-			r = coord_sock_send_all(k->fd, b, w.len);
+			r = conn_send(k, b, w.len);
 		}
 		return r;
 	}
@@ -577,6 +613,8 @@ static void conn_serve(struct conn *k)
 	bool add;
 	int r = 0;
 
+	/* Relaxed (P5): a hint for the watchdog. */
+	atomic_store_explicit(&k->held_since, coord_now_ns(), memory_order_relaxed);
 	for (; frames < 64; frames++) {
 		r = coord_frame_try_read(&k->rd, &h, &payload);
 		if (r < 0)
@@ -590,7 +628,7 @@ static void conn_serve(struct conn *k)
 
 			coord_log(COORD_LOG_WARN, "%s: closing: %s (%s frame)", k->peer, why,
 				  coord_wire_type_name(h.type));
-			coord_send_error(k->fd, r, why);
+			conn_error(k, r, why);
 			goto out;
 		}
 		if (k->rd.off == k->rd.len) {
@@ -617,7 +655,7 @@ static void conn_serve(struct conn *k)
 						   : strerror(-r);
 
 		coord_log(COORD_LOG_WARN, "%s: closing: %s", k->peer, why);
-		coord_send_error(k->fd, r, why);
+		conn_error(k, r, why);
 		goto out;
 	}
 	if (k->rd.len > k->rd.off) {
@@ -638,6 +676,8 @@ static void conn_serve(struct conn *k)
 		goto out;
 	add = !k->polled;
 	k->polled = true;
+	/* Relaxed (P5): not held from here; a stale read costs one PONG. */
+	atomic_store_explicit(&k->held_since, 0, memory_order_relaxed);
 	/* P1: the last touch of @k; from here another pool thread may hold it. */
 	if (epoll_ctl(k->s->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, k->fd, &ev) == 0)
 		return;
@@ -780,6 +820,35 @@ static int pool_spawn(struct srv *s)
  * closures never wait behind it; and close connections whose started
  * frame is overdue.  Return: whether some thread is busy (poll sooner).
  */
+/* P5: an unsolicited PONG for a connection held (busy) past half the
+ * coordinator's heartbeat interval with nothing sent meanwhile. */
+static void keepalive(struct conn *k, uint64_t now)
+{
+	/* Relaxed (P5): hints, here and below. */
+	uint64_t held = atomic_load_explicit(&k->held_since, memory_order_relaxed);
+	/* Relaxed (P5): as above. */
+	uint64_t half = (uint64_t)atomic_load_explicit(&k->hb_ms, memory_order_relaxed) * 500000ull;
+	uint8_t b[COORD_WIRE_HDR + 8];
+	struct coord_wire_writer w;
+	ssize_t n;
+
+	if (!held || !half || now - held < half ||
+	    /* Relaxed (P5): as above. */
+	    now - atomic_load_explicit(&k->last_sent_ns, memory_order_relaxed) < half)
+		return;
+	if (pthread_mutex_trylock(&k->send_lock) != 0)
+		return; /* the holder is sending: alive */
+	coord_wire_writer_init(&w, b, sizeof(b));
+	coord_wire_put_ping(&w, COORD_WIRE_PONG, half / 500000ull);
+	n = send(k->fd, b, w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (n > 0 && (size_t)n < w.len) /* rare: finish the frame */
+		(void)coord_sock_send_all(k->fd, b + n, w.len - (size_t)n);
+	if (n > 0)
+		/* Relaxed (P5): as above. */
+		atomic_store_explicit(&k->last_sent_ns, now, memory_order_relaxed);
+	pthread_mutex_unlock(&k->send_lock);
+}
+
 static bool watch(struct srv *s)
 {
 	uint64_t now = coord_now_ns();
@@ -801,6 +870,7 @@ static bool watch(struct srv *s)
 		/* Relaxed (P4): a hint; the holder re-checks stalled. */
 		uint64_t d = atomic_load_explicit(&k->partial_deadline, memory_order_relaxed);
 
+		keepalive(k, now);
 		if (!d || now < d)
 			continue;
 		/* Relaxed (P4): read back by the thread that sees the EOF. */
@@ -814,6 +884,7 @@ static bool watch(struct srv *s)
 static void conn_free(struct conn *k)
 {
 	close(k->fd);
+	pthread_mutex_destroy(&k->send_lock);
 	coord_frame_reader_fini(&k->rd);
 	coord_exec_env_fini(&k->env);
 	free(k->scratch.buf);
@@ -878,6 +949,7 @@ static void accept_one(struct srv *s, int lfd)
 	}
 	k->s = s;
 	k->fd = fd;
+	pthread_mutex_init(&k->send_lock, NULL);
 	k->outcap = 64 * 1024;
 	k->out = malloc(k->outcap);
 	coord_sock_name((struct sockaddr *)&ss, len, k->peer, sizeof(k->peer));

