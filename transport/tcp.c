@@ -11,8 +11,9 @@
  * one submit per batch.  A loop:
  *   1. takes up to min(batch, credit) closures, credit being the free
  *      in-flight slots (opts.window per connection) of its live connections;
- *      it blocks on the queue's futex only when nothing is in flight, and
- *      otherwise takes without waiting; while batches come whole, credit
+ *      it blocks on the queue's futex only when nothing is in flight and no
+ *      liveness check is due (heartbeats off), and otherwise takes without
+ *      waiting; while batches come whole, credit
  *      is left and there is more work than idle workers, it takes more
  *      before sending, so a connection gets one frame per round;
  *   2. spreads them over its connections round-robin, encodes one REQ frame
@@ -34,12 +35,18 @@
  * misbehaving and its connection is failed.  Only the loop touches its
  * connections: no locks, no atomics on this state.
  *
- * Failure.  EOF, a socket error or a bad frame fail the connection: the
- * closures in flight on it go back on the queue (attempt + 1, S2), its
- * worker is marked down, and the others go on (B2).  Reconnection is the
- * recovery thread's (issue 4).  When the last worker is lost, the
- * coordinator reports UNAVAILABLE instead of leaving closures to wait for
- * ever.
+ * Failure.  EOF, a socket error, a bad frame, heartbeat_misses heartbeat
+ * intervals of silence (a PING goes out after one interval; the worker
+ * answers, or keeps a busy connection alive with unsolicited PONGs, see
+ * tcp_server.c P5), or a closure in flight past opts.closure_timeout_ms
+ * (B6) fail the connection: the closures in flight on it go back on the
+ * queue at once (attempt + 1, S2), its worker is handed to the recovery
+ * thread (coord_worker_lost()), and the others go on (B2).  The recovery
+ * thread dials it again (conn_dial(): handshake, tables, PING) and queues
+ * the new socket on the loop's admission list; the loop installs it
+ * (admit()) once the old socket's last completions are in, so no stale
+ * completion meets the new connection.  When every worker is past the
+ * recovery limit the coordinator reports UNAVAILABLE (runtime/recovery.c).
  */
 #include <errno.h>
 #include <liburing.h>
