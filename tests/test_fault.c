@@ -2,8 +2,8 @@
 /*
  * tests/test_fault.c - failures with real processes (the fault-tolerance
  * issue's suite): a worker killed while it runs a closure, a coordinator
- * killed mid-training and restarted (it resumes from its checkpoint), and
- * workers reached across a network namespace (the partition tests' set-up).
+ * killed mid-training and restarted (it resumes from its checkpoint), and a
+ * worker in another network namespace partitioned away and healed.
  * Every loop is bounded in count and time; namespaces are removed at the end
  * even when a test fails (group teardown).
  */
@@ -191,23 +191,54 @@ static void test_coordinator_restart_resumes(void **state)
 }
 
 /*
- * A worker in another network namespace, reached over a veth pair with a
- * cluster key (a non-loopback listener needs one, B5): closures run there.
- * The partition tests of the fault-tolerance issue build on this set-up.
+ * Partition (S10, B2): worker A lives in another network namespace, reached
+ * over a veth pair; worker B on loopback.  Both need the cluster key (a
+ * non-loopback listener must have one, B5).  Cutting the link is noticed by
+ * heartbeats; B goes on meanwhile; healing it lets the recovery thread
+ * reconnect A and re-admit it.
  */
 static struct t_netns ns;
 
-static void test_worker_across_a_namespace(void **state)
+static uint64_t up_count(struct coord *c, uint64_t *recoveries)
+{
+	struct coord_metrics m;
+
+	assert_int_equal(coord_metrics(c, &m, NULL, 0), 0);
+	if (recoveries)
+		*recoveries = m.recoveries;
+	return m.workers_up;
+}
+
+static void adds(struct coord *c, int n)
+{
+	struct coord_error err;
+
+	for (int64_t i = 0; i < n; i++) {
+		int64_t ab[2] = { i, i }, x;
+		struct coord_rv *rv;
+		const void *v;
+		size_t len;
+
+		assert_int_equal(coord_schedule(c, t_fn(c, "add"), ab, sizeof(ab), &rv, &err), 0);
+		assert_int_equal(coord_rv_fetch_timeout(rv, 20000000000ll, &v, &len, &err), 0);
+		memcpy(&x, v, sizeof(x));
+		assert_int_equal(x, 2 * i);
+		coord_rv_put(rv);
+	}
+}
+
+static void test_partition_detected_and_healed(void **state)
 {
 	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
 	const char *key = "/tmp/coord-test-fault-key";
-	char listen[48], spec[160];
-	unsigned port;
-	pid_t pid;
+	char listen[48], spec[200], *ip = "/usr/sbin/ip";
+	unsigned port_a, port_b;
+	pid_t pid_a, pid_b;
 	struct coord_opts o;
 	struct coord_spec *sp = NULL;
 	struct coord_error err;
 	struct coord *c;
+	uint64_t until, rec = 0;
 	FILE *f;
 
 	(void)state;
@@ -220,39 +251,51 @@ static void test_worker_across_a_namespace(void **state)
 	fprintf(f, "8899aabbccddeeff00112233445566778899aabbccddeeff0011223344556677\n");
 	fclose(f);
 	chmod(key, 0600);
+	if (access(ip, X_OK) != 0)
+		ip = "/sbin/ip";
 	snprintf(listen, sizeof(listen), "%s:0", ns.ns_ip);
 	{
-		char *argv[] = { "/usr/sbin/ip", "netns",     "exec",	  ns.name, (char *)bin,
-				 "--fns",	 (char *)fns, "--listen", listen,  "--key",
-				 (char *)key,	 "--log",     "error",	  NULL };
+		char *argv[] = { ip,	      "netns",	   "exec",     ns.name, (char *)bin,
+				 "--fns",     (char *)fns, "--listen", listen,	"--key",
+				 (char *)key, "--log",	   "error",    NULL };
 
-		if (access(argv[0], X_OK) != 0)
-			argv[0] = "/sbin/ip";
-		pid = t_spawn(argv, "coord-worker", &port);
+		pid_a = t_spawn(argv, "coord-worker", &port_a);
 	}
-	assert_true(pid > 0);
-	snprintf(spec, sizeof(spec), "{\"worker\": [\"%s:%u\", \"%s:%u\"]}", ns.ns_ip, port,
-		 ns.ns_ip, port);
+	{
+		char *argv[] = { (char *)bin, "--fns",	   (char *)fns, "--listen", "127.0.0.1:0",
+				 "--key",     (char *)key, "--log",	"error",    NULL };
+
+		pid_b = t_spawn(argv, "coord-worker", &port_b);
+	}
+	assert_true(pid_a > 0 && pid_b > 0);
+	snprintf(spec, sizeof(spec), "{\"worker\": [\"%s:%u\", \"127.0.0.1:%u\"]}", ns.ns_ip,
+		 port_a, port_b);
 	t_opts(&o, reg);
 	o.key_file = key;
+	o.heartbeat_ms = 100;
+	o.heartbeat_misses = 2;
+	o.connect_timeout_ms = 500;
 	assert_int_equal(coord_spec_parse(spec, &sp, &err), 0);
 	assert_int_equal(coord_create(sp, &o, &c, &err), 0);
-	for (int64_t i = 0; i < 100; i++) {
-		int64_t ab[2] = { i, i }, x;
-		struct coord_rv *rv;
-		const void *v;
-		size_t len;
-
-		assert_int_equal(coord_schedule(c, t_fn(c, "add"), ab, sizeof(ab), &rv, &err), 0);
-		assert_int_equal(coord_rv_fetch_timeout(rv, 10000000000ll, &v, &len, &err), 0);
-		memcpy(&x, v, sizeof(x));
-		assert_int_equal(x, 2 * i);
-		coord_rv_put(rv);
-	}
+	adds(c, 100);				   /* closures run across the namespace */
+	assert_int_equal(t_netns_link(&ns, 0), 0); /* the partition */
+	until = t_now_ns() + 10000000000ull;
+	while (up_count(c, NULL) == 2 && t_now_ns() < until)
+		t_sleep_ns(5000000);
+	assert_int_equal(up_count(c, NULL), 1);
+	adds(c, 100);				   /* B2: the other worker carries on */
+	assert_int_equal(t_netns_link(&ns, 1), 0); /* healed */
+	until = t_now_ns() + 30000000000ull;
+	while ((up_count(c, &rec) < 2 || rec < 1) && t_now_ns() < until)
+		t_sleep_ns(5000000);
+	assert_int_equal(up_count(c, &rec), 2);
+	assert_true(rec >= 1);
+	adds(c, 100);
 	assert_int_equal(coord_join(c, &err), 0);
 	coord_destroy(c);
 	coord_spec_destroy(sp);
-	t_reap(pid);
+	t_reap(pid_a);
+	t_reap(pid_b);
 	unlink(key);
 }
 
@@ -291,7 +334,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kill_worker_running_a_closure),
 		cmocka_unit_test(test_coordinator_restart_resumes),
-		cmocka_unit_test(test_worker_across_a_namespace),
+		cmocka_unit_test(test_partition_detected_and_healed),
 	};
 	int failed;
 
