@@ -51,6 +51,13 @@
 #include "runtime/internal.h"
 #include "runtime/ps.h"
 
+/* A statistic read without stopping anyone. */
+static inline uint64_t stat_rd(_Atomic uint64_t *x)
+{
+	/* Relaxed: metrics are a recent value, not a synchronization point. */
+	return atomic_load_explicit(x, memory_order_relaxed);
+}
+
 enum { ERR_EMPTY, ERR_WRITING, ERR_SET, ERR_TAKEN };
 
 /* ---- options --------------------------------------------------------------- */
@@ -828,21 +835,34 @@ int coord_per_worker_create(struct coord *c, const char *creator, const void *ar
 				    creator ? creator : "(null)");
 	if (len > UINT32_MAX || (len && !args))
 		return coord_seterr(err, COORD_EINVAL, "bad creator arguments");
-	pw = calloc(1, sizeof(*pw) + len);
+	pw = calloc(1, sizeof(*pw) + c->nworkers * sizeof(*pw->made) + len);
 	if (!pw)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a per-worker resource");
 	pw->c = c;
+	pw->nworkers = c->nworkers;
+	pw->made = (_Atomic uint64_t *)(pw + 1);
 	/* Relaxed: uniqueness is all that is needed. */
 	pw->uid = atomic_fetch_add_explicit(&c->pw_next_uid, 1, memory_order_relaxed) + 1;
 	pw->creator = id;
 	pw->len = (uint32_t)len;
-	pw->args = pw + 1;
+	pw->args = pw->made + c->nworkers;
 	if (len)
 		memcpy(pw->args, args, len);
 	/* Relaxed: private until returned. */
 	atomic_store_explicit(&pw->refs, 1, memory_order_relaxed);
 	*out = pw;
 	return 0;
+}
+
+enum coord_rv_state coord_per_worker_state(const struct coord_pw *pw, unsigned worker)
+{
+	if (!pw || worker >= pw->nworkers)
+		return COORD_RV_NOT_READY;
+	/* Made since the worker's last loss: READY; else (never made there,
+	 * or lost since) ABORTED, made again before its next use (S7, S9). */
+	return stat_rd(&pw->made[worker]) == stat_rd(&pw->c->workers[worker].losses) + 1
+		       ? COORD_RV_READY
+		       : COORD_RV_ABORTED;
 }
 
 void coord_per_worker_put(struct coord_pw *pw)
@@ -1019,13 +1039,6 @@ static inline unsigned hist_bucket(uint64_t ns)
 	return b < COORD_HIST_BUCKETS ? b : COORD_HIST_BUCKETS - 1;
 }
 
-/* A statistic read without stopping anyone. */
-static inline uint64_t stat_rd(_Atomic uint64_t *x)
-{
-	/* Relaxed: metrics are a recent value, not a synchronization point. */
-	return atomic_load_explicit(x, memory_order_relaxed);
-}
-
 int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_metrics *w,
 		  unsigned nw)
 {
@@ -1130,6 +1143,15 @@ void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *c
 		st = COORD_RV_READY | RV_READY_ERR;
 		record_error(d->c, worker, cl, code, cause, m);
 		dm_inc(&d->m.failed, 1);
+	}
+	if (cl->npw && code != COORD_EINPUT && worker >= 0 && (unsigned)worker < d->c->nworkers) {
+		uint64_t e = stat_rd(&d->c->workers[worker].losses) + 1;
+
+		for (unsigned i = 0; i < cl->npw; i++)
+			if (stat_rd(&cl->pw[i]->made[worker]) != e)
+				/* Relaxed: a state hint for coord_per_worker_state(). */
+				atomic_store_explicit(&cl->pw[i]->made[worker], e,
+						      memory_order_relaxed);
 	}
 	if (unlikely(coord_sampled(cl))) {
 		uint64_t now = coord_now_ns();

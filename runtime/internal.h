@@ -131,6 +131,11 @@ struct coord_pw {
 	uint32_t len;
 	void *args;
 	_Atomic uint32_t refs;
+	/* S7 for resources: made[w] = worker w's losses + 1 when a closure
+	 * using it last ran there, so a loss makes it ABORTED until it is made
+	 * again (coord_per_worker_state()).  Written by dispatchers. */
+	unsigned nworkers;
+	_Atomic uint64_t *made;
 };
 
 /* Worker states: enum coord_worker_state in coord.h; transitions are in

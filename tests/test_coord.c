@@ -825,6 +825,9 @@ static void test_s8_s9_per_worker_lazy(void **state)
 	assert_int_equal(coord_per_worker_create(f->c, "counter", &start, sizeof(start), &pw, NULL),
 			 0);
 	assert_int_equal(atomic_load(&t_creates[0]) + atomic_load(&t_creates[1]), 0); /* lazy */
+	/* S7: a resource not made yet on a worker is ABORTED there */
+	assert_int_equal(coord_per_worker_state(pw, 0), COORD_RV_ABORTED);
+	assert_int_equal(coord_per_worker_state(pw, 2), COORD_RV_NOT_READY);
 	call.pw = &pw;
 	call.npw = 1;
 	for (int i = 0; i < 300; i++)
@@ -851,8 +854,11 @@ static void test_s8_s9_per_worker_lazy(void **state)
 		coord_rv_put(rv[i]);
 	}
 	assert_int_equal(next[0] + next[1] - 2 * start, 300);
-	for (int w = 0; w < 2; w++)
+	for (int w = 0; w < 2; w++) {
 		assert_int_equal(atomic_load(&t_creates[w]), next[w] > start ? 1 : 0);
+		assert_int_equal(coord_per_worker_state(pw, (unsigned)w),
+				 next[w] > start ? COORD_RV_READY : COORD_RV_ABORTED);
+	}
 	coord_per_worker_put(pw);
 }
 

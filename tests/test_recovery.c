@@ -152,8 +152,11 @@ static void test_restarted_worker_resources_recreated(void **state)
 	assert_int_equal(coord_join(c, &err), 0);
 	before = atomic_load(&t_creates[0]);
 	assert_true(before >= 1);
+	assert_int_equal(coord_per_worker_state(pw, 0), COORD_RV_READY);
 	assert_int_equal(t_worker_restart(0), 0);
 	assert_true(wait_for(c, one_down, 10) >= 0 || metrics(c).recoveries >= 1);
+	/* S7: lost with its worker, until made there again */
+	assert_int_equal(coord_per_worker_state(pw, 0), COORD_RV_ABORTED);
 	assert_true(wait_for(c, all_up_recovered, 20) >= 0);
 	/* enough closures that worker 0 runs some: its resource is new */
 	for (int i = 0; i < 400 && atomic_load(&t_creates[0]) == before; i++) {
@@ -163,6 +166,7 @@ static void test_restarted_worker_resources_recreated(void **state)
 	}
 	assert_int_equal(coord_join(c, &err), 0);
 	assert_int_equal(atomic_load(&t_creates[0]), before + 1);
+	assert_int_equal(coord_per_worker_state(pw, 0), COORD_RV_READY);
 	coord_per_worker_put(pw);
 	coord_destroy(c);
 }

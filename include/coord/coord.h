@@ -409,6 +409,16 @@ COORD_API COORD_NODISCARD int coord_per_worker_create(struct coord *c, const cha
 						      struct coord_pw **out,
 						      struct coord_error *err);
 
+/**
+ * coord_per_worker_state() - S7 for a per-worker resource on @worker:
+ * COORD_RV_READY once a closure that uses it has run there; COORD_RV_ABORTED
+ * before that (resources are made lazily) and again after that worker was
+ * lost, until it is made again (before the first closure that uses it runs
+ * on the recovered worker, S9); COORD_RV_NOT_READY for a bad index.
+ * Concurrency: any thread, while the coordinator lives.
+ */
+COORD_API enum coord_rv_state coord_per_worker_state(const struct coord_pw *pw, unsigned worker);
+
 /** coord_per_worker_put() - release a per-worker handle; NULL is ignored. */
 COORD_API void coord_per_worker_put(struct coord_pw *pw);
 
