@@ -194,6 +194,41 @@ static void test_closure_deadline_fails_its_worker(void **state)
 	coord_destroy(c);
 }
 
+/*
+ * S10: a worker that does not come back within the recovery limit is
+ * dropped; with none left, queued closures are cancelled and the calls
+ * return UNAVAILABLE instead of waiting for ever.
+ */
+static void test_past_the_limit_dropped_unavailable(void **state)
+{
+	struct coord_opts o;
+	struct coord_error err;
+	struct coord_rv *rv;
+	struct coord *c;
+	int64_t ab[2] = { 1, 2 };
+	const void *v;
+	size_t len;
+
+	(void)state;
+	t_opts(&o, reg);
+	o.recovery_limit_ms = 300;
+	o.connect_timeout_ms = 200;
+	assert_int_equal(t_create(&o, 1, &c, &err), 0);
+	run_adds(c, 5);
+	assert_int_equal(kill(t_worker_pid(0), SIGKILL), 0);
+	assert_int_equal(coord_schedule(c, t_fn(c, "add"), ab, sizeof(ab), &rv, &err), 0);
+	assert_int_equal(coord_rv_fetch_timeout(rv, 20000000000ll, &v, &len, &err),
+			 COORD_ECANCELLED);
+	coord_rv_put(rv);
+	assert_int_equal(coord_join(c, &err), COORD_EUNAVAILABLE);
+	assert_non_null(strstr(err.msg, "recovery limit"));
+	assert_int_equal(metrics(c).workers_dropped, 1);
+	assert_int_equal(coord_schedule(c, t_fn(c, "add"), ab, sizeof(ab), &rv, &err),
+			 COORD_EUNAVAILABLE);
+	coord_destroy(c);
+	assert_int_equal(t_worker_restart(0), 0); /* for the next tests */
+}
+
 /* The soak: 100,000 closures on 4 workers while a random worker is killed
  * and restarted about every 200 ms: every value right, nothing lost, nothing
  * hangs. */
@@ -276,6 +311,7 @@ int main(void)
 		cmocka_unit_test(test_stopped_worker_detected_and_readmitted),
 		cmocka_unit_test(test_restarted_worker_resources_recreated),
 		cmocka_unit_test(test_closure_deadline_fails_its_worker),
+		cmocka_unit_test(test_past_the_limit_dropped_unavailable),
 		cmocka_unit_test(test_soak_kill_restart),
 	};
 	int failed;
