@@ -18,7 +18,12 @@
  *               2 workers (one coord-worker process each).
  *   cpu         getrusage(RUSAGE_SELF) user+sys of this process (the
  *               coordinator; the workers are other processes) over each
- *               throughput repeat, divided by its closures.
+ *               throughput repeat, divided by its closures.  It includes the
+ *               calling thread's spinning in fetch and the event loops'
+ *               spinning, so beside it: the calling thread's own share
+ *               (RUSAGE_THREAD) and the coord-worker processes' CPU per
+ *               closure (/proc/PID/stat, 10 ms ticks), the other half of
+ *               the cost.
  *   round trip  1 in flight, 1 worker: schedule + fetch + put of one
  *               closure at a time, every round trip a sample.
  *   ping-pong   the baseline: a forked child echoing over one blocking
@@ -55,7 +60,8 @@
  * Knobs for exploring (not used by run.sh): BENCH_TCP_ONLY=rtt, tput or
  * scale runs only that workload (the other tables then print no samples);
  * BENCH_SPIN_NS and BENCH_BATCH set coord_opts.spin_ns and .batch of every
- * coordinator made here (printed in the titles), as in bench_e2e.
+ * coordinator made here (printed in the titles), as in bench_e2e;
+ * BENCH_LOOPS sets tcp_loops (the titles still print the default).
  *
  * Paths: COORD_WORKER_BIN and BENCH_FNS in the environment override the
  * build tree's coord-worker and libcoordbenchfns.so (compiled in by meson).

@@ -235,6 +235,47 @@ static void test_hostile_peers_refused_healthy_served(void **state)
 	coord_registry_destroy(reg);
 }
 
+/*
+ * tcp_server P2: closures that run long on some connections of a worker
+ * process do not hold back another connection's: with more long closures
+ * than the server's pool has threads (one per CPU, at most 4), a short
+ * closure on an idle connection of the same process still completes while
+ * they run (the watchdog adds threads).
+ */
+static void test_long_closures_do_not_block_other_connections(void **state)
+{
+	struct coord_registry *reg = t_registry();
+	struct coord_rv *g[6], *rv;
+	struct coord_opts o;
+	struct coord *c;
+	uint64_t until = t_now_ns() + 10000000000ull;
+	const void *v;
+	size_t len;
+
+	t_reset_counters();
+	t_opts(&o, reg);
+	/* 7 connections, all to the one coord-worker of this test */
+	assert_int_equal(t_create(&o, 7, &c, NULL), 0);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(coord_schedule(c, t_fn(c, "gated"), NULL, 0, &g[i], NULL), 0);
+	while (atomic_load(&t_entered) < 6 && t_now_ns() < until)
+		t_sleep_ns(1000000);
+	assert_int_equal(atomic_load(&t_entered), 6); /* all six run at once */
+	assert_int_equal(coord_schedule(c, t_fn(c, "attempt"), NULL, 0, &rv, NULL), 0);
+	assert_int_equal(coord_rv_fetch_timeout(rv, 5000000000ll, &v, &len, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), 1); /* the gated ones still run */
+	coord_rv_put(rv);
+	atomic_store(&t_gate, 1);
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(coord_rv_fetch(g[i], &v, &len, NULL), 0);
+		coord_rv_put(g[i]);
+	}
+	assert_int_equal(coord_join(c, NULL), 0);
+	coord_destroy(c);
+	coord_registry_destroy(reg);
+	t_reset_counters();
+}
+
 static int group_setup(void **state)
 {
 	t_transport = "tcp";
@@ -251,6 +292,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hostile_peers_refused_healthy_served),
+		cmocka_unit_test(test_long_closures_do_not_block_other_connections),
 	};
 
 	t_watchdog(120);

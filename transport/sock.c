@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
  * transport/sock.c - blocking socket helpers and the handshake (sock.h).
+ *
+ * Frame reading: coord_frame_read() recv()s first (MSG_DONTWAIT) and poll()s
+ * only when nothing is there, so a frame that is already waiting costs one
+ * system call, not poll + recv.  coord_frame_try_read() is the same without
+ * any wait, for the servers' event-driven pool (tcp_server.c).
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -37,7 +37,10 @@
  *       reads without blocking (coord_frame_try_read()), serves at most 64
  *       whole frames in order and re-arms it with EPOLL_CTL_MOD as its last
  *       touch.  Frames of one connection are therefore served in order by
- *       one thread at a time; epoll_ctl/epoll_wait order the hand-over.
+ *       one thread at a time.  The kernel orders the hand-over; `held`
+ *       (exchanged with acquire on taking, stored with release right after
+ *       the re-arm) states that edge for TSan, which does not model epoll;
+ *       a new holder that comes in between waits those few instructions.
  *   P2  pool.target threads (one per CPU, at most 4) wait in epoll_wait,
  *       one event each, so a ready connection never waits behind another's
  *       frames on a busy thread while a thread is waiting.  A thread that
@@ -111,6 +114,7 @@ struct conn {
 	pthread_t thread;    /* the handshake */
 	bool joined;	     /* acceptor only */
 	bool polled;	     /* registered with the pool's epoll (serving thread only) */
+	_Atomic int held;    /* a thread serves it now (P1) */
 	_Atomic int hs_done; /* the handshake thread has finished (P3) */
 	_Atomic int done;    /* finished: the acceptor may free it (P3) */
 	/* CLOCK_MONOTONIC ns by which a started frame must be whole, 0 = none;
@@ -613,8 +617,16 @@ static void conn_serve(struct conn *k)
 	bool add;
 	int r = 0;
 
+	/* P1 (acquire): pairs with the release below in the previous holder's
+	 * conn_serve(), which it makes right after its re-arm: everything it
+	 * did to @k (the re-arm too) happens-before ours.  The event can come
+	 * a few instructions before that store: wait for it, as for a ring
+	 * slot claimed and not yet published. */
+	for (unsigned i = 1; atomic_exchange_explicit(&k->held, 1, memory_order_acquire); i++)
+		coord_spin_pause(i);
 	/* Relaxed (P5): a hint for the watchdog. */
 	atomic_store_explicit(&k->held_since, coord_now_ns(), memory_order_relaxed);
+
 	for (; frames < 64; frames++) {
 		r = coord_frame_try_read(&k->rd, &h, &payload);
 		if (r < 0)
@@ -678,9 +690,12 @@ static void conn_serve(struct conn *k)
 	k->polled = true;
 	/* Relaxed (P5): not held from here; a stale read costs one PONG. */
 	atomic_store_explicit(&k->held_since, 0, memory_order_relaxed);
-	/* P1: the last touch of @k; from here another pool thread may hold it. */
-	if (epoll_ctl(k->s->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, k->fd, &ev) == 0)
+	if (epoll_ctl(k->s->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, k->fd, &ev) == 0) {
+		/* P1 (release): pairs with the acquire above in the next
+		 * holder; the last touch of @k. */
+		atomic_store_explicit(&k->held, 0, memory_order_release);
 		return;
+	}
 	k->polled = !add;
 	coord_log(COORD_LOG_ERROR, "%s: epoll_ctl: %s", k->peer, strerror(errno));
 out:
