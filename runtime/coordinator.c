@@ -41,6 +41,8 @@
  *       taken, keeps its own outcome and its error is dropped (S3: only the
  *       first error is returned); a closure of the new round that fails
  *       while the canceller still drains is recorded for the next caller.
+ *   C8  Nothing pushed after an UNAVAILABLE report stays queued for ever
+ *       (check_unavailable(): a seq_cst Dekker pair with the report's drain).
  */
 #include <errno.h>
 #include <sched.h>
@@ -237,7 +239,9 @@ static unsigned queue_pop(struct coord *c, struct coord_closure **out, unsigned 
 }
 
 /* Wait (spin, then futex) until the ring may have room (S1). */
-static void wait_not_full(struct coord *c)
+/* Wait for room in the ring (S1); false if no worker will ever make room
+ * (UNAVAILABLE: coord_report_unavailable() wakes us). */
+static bool wait_not_full(struct coord *c)
 {
 	uint64_t cap = coord_ring_capacity(&c->ring);
 	uint64_t until = coord_now_ns() + c->opts.spin_ns;
@@ -245,16 +249,38 @@ static void wait_not_full(struct coord *c)
 
 	while (coord_now_ns() < until) {
 		if (coord_ring_size(&c->ring) < cap)
-			return;
+			return true;
 		coord_spin_pause(i++);
 	}
 	for (;;) {
 		uint32_t v = coord_ec_prepare(&c->not_full);
 
+		/* Relaxed: set before the signal that wakes us (E1); checked
+		 * first, as the drain that follows it empties the ring. */
+		if (atomic_load_explicit(&c->unavailable, memory_order_relaxed))
+			return false;
 		if (coord_ring_size(&c->ring) < cap)
-			return;
+			return true;
 		coord_ec_wait(&c->not_full, v, COORD_FOREVER);
 	}
+}
+
+static void cancel_one(struct coord *c, struct coord_closure *cl);
+static void drain_cancel(struct coord *c);
+
+/*
+ * C8  A closure pushed after the transport reported UNAVAILABLE is not left
+ *     in a queue nobody serves: the report stores `unavailable` (seq_cst)
+ *     and then drains; a push (a seq_cst RMW) is followed by a seq_cst load
+ *     of `unavailable`.  In their total order either the drain comes after
+ *     the push and cancels the closure, or the pusher sees the flag and
+ *     drains itself.
+ */
+static inline void check_unavailable(struct coord *c)
+{
+	/* seq_cst: C8. */
+	if (unlikely(atomic_load_explicit(&c->unavailable, memory_order_seq_cst)))
+		drain_cancel(c);
 }
 
 static void queue_push(struct coord *c, struct coord_closure *cl)
@@ -269,9 +295,13 @@ static void queue_push(struct coord *c, struct coord_closure *cl)
 				ov_push(c, cl, cl, 1);
 				break;
 			}
-			wait_not_full(c);
+			if (!wait_not_full(c)) {
+				cancel_one(c, cl); /* no worker left: never runs */
+				return;
+			}
 		}
 	}
+	check_unavailable(c);
 	/* Either push made queue_empty() false with a seq_cst RMW (E3). */
 	coord_ec_signal_sc(&c->not_empty);
 	/* seq_cst: the same Dekker pair as E3, with a transport event loop
@@ -308,8 +338,11 @@ static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigne
 				continue;
 			}
 			if (!c->unbounded) {
-				wait_not_full(c);
-				continue;
+				if (wait_not_full(c))
+					continue;
+				while (done < n) /* no worker left: these never run */
+					cancel_one(c, cls[done++]);
+				return;
 			}
 		}
 		/* Unbounded, and the ring is full or the overflow is in use: the
@@ -319,6 +352,7 @@ static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigne
 		ov_push(c, cls[n - 1], cls[done], (int64_t)(n - done));
 		break;
 	}
+	check_unavailable(c);
 	/* Either push made queue_empty() false with a seq_cst RMW (E3). */
 	queue_pushed(c);
 }
@@ -540,22 +574,31 @@ static inline bool error_pending(struct coord *c)
 	return atomic_load_explicit(&c->err_state, memory_order_relaxed) != ERR_EMPTY;
 }
 
-void coord_report_unavailable(struct coord *c, int worker, const char *msg)
+/* Cancel everything queued: nothing will ever run it (C8). */
+static void drain_cancel(struct coord *c)
 {
-	struct coord_closure none = { .id = COORD_NO_CLOSURE }, *buf[64];
+	struct coord_closure *buf[64];
 	unsigned n;
 
-	/* Relaxed: see coord_schedule_call(); the error below wakes joiners. */
-	atomic_store_explicit(&c->unavailable, true, memory_order_relaxed);
+	while ((n = queue_pop(c, buf, 64, true)) > 0)
+		for (unsigned i = 0; i < n; i++)
+			cancel_one(c, buf[i]);
+	coord_ec_signal(&c->not_full); /* schedule() blocked on a full ring */
+}
+
+void coord_report_unavailable(struct coord *c, int worker, const char *msg)
+{
+	struct coord_closure none = { .id = COORD_NO_CLOSURE };
+
+	/* seq_cst: C8 (and schedule_admit() refuses from now on). */
+	atomic_store_explicit(&c->unavailable, true, memory_order_seq_cst);
 	/* Relaxed: a generation no older than current, so C7 keeps it. */
 	none.gen = atomic_load_explicit(&c->gen, memory_order_relaxed);
 	record_error(c, worker, &none, COORD_EUNAVAILABLE, 0, msg);
 	/* Nothing will ever run what is queued: cancel it now, so fetches
 	 * return instead of waiting for ever.  (No wait for in-flight ones:
-	 * with no worker there are none, and a transport thread calls this.) */
-	while ((n = queue_pop(c, buf, 64, true)) > 0)
-		for (unsigned i = 0; i < n; i++)
-			cancel_one(c, buf[i]);
+	 * with no worker there are none.) */
+	drain_cancel(c);
 }
 
 /* ---- schedule / join / done ------------------------------------------------- */

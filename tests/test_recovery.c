@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -229,6 +230,66 @@ static void test_past_the_limit_dropped_unavailable(void **state)
 	assert_int_equal(t_worker_restart(0), 0); /* for the next tests */
 }
 
+struct blocked {
+	struct coord *c;
+	int r;
+	struct coord_rv *rv;
+};
+
+static void *blocked_schedule(void *arg)
+{
+	struct blocked *b = arg;
+
+	b->r = coord_schedule(b->c, t_fn(b->c, "gated"), NULL, 0, &b->rv, NULL);
+	return NULL;
+}
+
+/* A schedule() blocked on a full ring (S1) when the last worker is dropped
+ * returns instead of waiting for ever; nothing stays queued (C8). */
+static void test_blocked_schedule_released_when_unavailable(void **state)
+{
+	struct coord_opts o;
+	struct coord_error err;
+	struct coord_rv *rv[5];
+	struct blocked b = { 0 };
+	struct coord *c;
+	pthread_t th;
+	uint64_t until;
+
+	(void)state;
+	t_reset_counters();
+	t_opts(&o, reg);
+	o.ring_capacity = 4;
+	o.window = 1;
+	o.recovery_limit_ms = 300;
+	o.connect_timeout_ms = 200;
+	assert_int_equal(t_create(&o, 1, &c, &err), 0);
+	for (int i = 0; i < 5; i++) /* 1 on the worker (gated), 4 in the ring */
+		assert_int_equal(coord_schedule(c, t_fn(c, "gated"), NULL, 0, &rv[i], &err), 0);
+	b.c = c;
+	b.r = 1;
+	assert_int_equal(pthread_create(&th, NULL, blocked_schedule, &b), 0);
+	t_sleep_ns(50000000); /* it is blocked: the ring is full */
+	assert_int_equal(kill(t_worker_pid(0), SIGKILL), 0);
+	until = t_now_ns() + 20000000000ull;
+	while (metrics(c).workers_dropped == 0 && t_now_ns() < until)
+		t_sleep_ns(5000000);
+	assert_int_equal(pthread_join(th, NULL), 0); /* returned */
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(coord_rv_state(rv[i]), COORD_RV_CANCELLED);
+		coord_rv_put(rv[i]);
+	}
+	if (b.r == 0) {
+		assert_int_equal(coord_rv_state(b.rv), COORD_RV_CANCELLED);
+		coord_rv_put(b.rv);
+	}
+	assert_int_equal(coord_join(c, &err), COORD_EUNAVAILABLE);
+	assert_int_equal(metrics(c).outstanding, 0);
+	coord_destroy(c);
+	atomic_store(&t_gate, 1);
+	assert_int_equal(t_worker_restart(0), 0); /* for the next tests */
+}
+
 /* The soak: 100,000 closures on 4 workers while a random worker is killed
  * and restarted about every 200 ms: every value right, nothing lost, nothing
  * hangs. */
@@ -312,6 +373,7 @@ int main(void)
 		cmocka_unit_test(test_restarted_worker_resources_recreated),
 		cmocka_unit_test(test_closure_deadline_fails_its_worker),
 		cmocka_unit_test(test_past_the_limit_dropped_unavailable),
+		cmocka_unit_test(test_blocked_schedule_released_when_unavailable),
 		cmocka_unit_test(test_soak_kill_restart),
 	};
 	int failed;
