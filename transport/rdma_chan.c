@@ -54,12 +54,12 @@
  * Send slots and selective signalling.  The send queue is a ring of nsend
  * slots, one per work request (a credit-only message or an RDMA READ takes
  * a slot too, its buffer unused); wr_id is the slot's sequence number.  Only
- * the last work request of each posted chain, and every nsend/2-th within a
- * long chain, is signalled; a signalled completion retires every slot up
- * to it (a send queue completes in order).  So a full ring always holds a
- * signalled request, and the last request ever posted is signalled: a
- * graceful close waits for it before disconnecting (rdma_disconnect()
- * flushes what is still queued).
+ * every nsend/2-th request (by sequence number) is signalled, and RDMA
+ * READs; a signalled completion retires every slot up to it (a send queue
+ * completes in order).  So a full ring always holds a signalled request
+ * whose completion frees slots.  A graceful close signals the tail (a
+ * signalled credit-only message) and waits for it before disconnecting
+ * (rdma_disconnect() flushes what is still queued).
  *
  * Completions.  One CQ for sends and receives.  A blocking wait polls it
  * for up to opts.spin_us, then arms it (ibv_req_notify_cq), polls once more
@@ -120,6 +120,7 @@ struct coord_rdma_chan {
 	uint32_t owed;
 	/* send ring: seqs [sq_done, sq_head) are posted and not retired */
 	uint64_t sq_head, sq_done;
+	uint64_t sig_head; /* 1 + the seq of the last signalled request */
 	struct ibv_send_wr *swr;
 	struct ibv_sge *ssge;
 	/* completed receives, in order: ring of nrecv (free-running u32) */
@@ -863,10 +864,10 @@ static void cq_events_drain(struct coord_rdma_chan *ch)
 }
 
 /*
- * Post one chain of send work requests [0, n) built in ch->swr, the last
- * signalled.  Sets the chain's links.
+ * Post one chain of send work requests [0, n) built in ch->swr (the last
+ * one signalled if @sig_last).  Sets the chain's links.
  */
-static int post_chain(struct coord_rdma_chan *ch, unsigned n)
+static int post_chain(struct coord_rdma_chan *ch, unsigned n, bool sig_last)
 {
 	struct ibv_send_wr *bad;
 	int r;
@@ -876,8 +877,9 @@ static int post_chain(struct coord_rdma_chan *ch, unsigned n)
 	for (unsigned i = 0; i + 1 < n; i++)
 		ch->swr[i].next = &ch->swr[i + 1];
 	ch->swr[n - 1].next = NULL;
-	if (!(ch->swr[n - 1].send_flags & IBV_SEND_SIGNALED)) {
+	if (sig_last && !(ch->swr[n - 1].send_flags & IBV_SEND_SIGNALED)) {
 		ch->swr[n - 1].send_flags |= IBV_SEND_SIGNALED;
+		ch->sig_head = ch->swr[n - 1].wr_id + 1;
 		ch->st.signalled++;
 	}
 	r = ibv_post_send(ch->id->qp, ch->swr, &bad);
@@ -908,6 +910,7 @@ static void wr_fill(struct coord_rdma_chan *ch, unsigned k, uint64_t seq, uint32
 	/* Within a long chain, every sig_every-th is signalled too (file header). */
 	if (seq % sig_every == sig_every - 1) {
 		wr->send_flags = IBV_SEND_SIGNALED;
+		ch->sig_head = seq + 1;
 		ch->st.signalled++;
 	}
 	ch->st.sends++;
@@ -928,7 +931,7 @@ static void maybe_return_credits(struct coord_rdma_chan *ch)
 	}
 	wr_fill(ch, 0, ch->sq_head, 0);
 	ch->st.credit_msgs++;
-	if (post_chain(ch, 1) == 0)
+	if (post_chain(ch, 1, false) == 0)
 		ch->sq_head++;
 }
 
@@ -961,7 +964,7 @@ int coord_rdma_chan_send_some(struct coord_rdma_chan *ch, const void *buf, size_
 		wr_fill(ch, k++, seq, n);
 		done += n;
 	}
-	r = post_chain(ch, k);
+	r = post_chain(ch, k, false);
 	if (r < 0)
 		return -EPIPE;
 	ch->sq_head += k;
@@ -1203,7 +1206,7 @@ int coord_rdma_chan_arm(struct coord_rdma_chan *ch)
 {
 	if (ch->err || ch->closed)
 		return -EPIPE;
-	if (ch->rq_head != ch->rq_tail || poll_cq(ch) > 0)
+	if (coord_rdma_chan_readable(ch) || poll_cq(ch) > 0)
 		return 1;
 	if (ibv_req_notify_cq(ch->cq, 0)) {
 		chan_break(ch, -EIO, "ibv_req_notify_cq failed");
@@ -1214,7 +1217,9 @@ int coord_rdma_chan_arm(struct coord_rdma_chan *ch)
 
 bool coord_rdma_chan_readable(const struct coord_rdma_chan *ch)
 {
-	return ch->rq_head != ch->rq_tail && ch->roff < ch->rq_len[ch->rq_head % ch->o.nrecv];
+	/* Queued receives hold at least one byte each; the head may be used up. */
+	return ch->rq_tail - ch->rq_head > 1 ||
+	       (ch->rq_head != ch->rq_tail && ch->roff < ch->rq_len[ch->rq_head % ch->o.nrecv]);
 }
 
 const char *coord_rdma_chan_peer(const struct coord_rdma_chan *ch)
@@ -1255,11 +1260,19 @@ void coord_rdma_chan_destroy(struct coord_rdma_chan *ch)
 		return;
 	if (ch->connected && !ch->err && !ch->closed) {
 		/* Graceful: what we posted reaches the peer before the disconnection
-		 * (rdma_disconnect() flushes the send queue).  The last request
-		 * posted is signalled (post_chain). */
+		 * (rdma_disconnect() flushes the send queue).  An unsignalled tail
+		 * gets a signalled credit-only message after it (the reserved
+		 * credit, C2), whose completion says it is all through. */
 		uint64_t end = deadline_ms(CLOSE_DRAIN_MS);
 
-		while (ch->sq_done < ch->sq_head && !ch->err && !ch->closed)
+		if (ch->sig_head < ch->sq_head && ch->credits >= 1 &&
+		    ch->sq_head - ch->sq_done < ch->o.nsend) {
+			wr_fill(ch, 0, ch->sq_head, 0);
+			ch->st.credit_msgs++;
+			if (post_chain(ch, 1, true) == 0)
+				ch->sq_head++;
+		}
+		while (ch->sq_done < ch->sig_head && !ch->err && !ch->closed)
 			if (wait_event(ch, end) < 0)
 				break;
 	}
@@ -1366,6 +1379,7 @@ int coord_rdma_read(struct coord_rdma_chan *ch, struct coord_rdma_mr *local, siz
 	wr->wr.rdma.remote_addr = raddr;
 	wr->wr.rdma.rkey = rkey;
 	ch->st.signalled++;
+	ch->sig_head = seq + 1;
 	r = ibv_post_send(ch->id->qp, wr, &bad);
 	if (r) {
 		chan_break(ch, -r, "ibv_post_send (RDMA READ) failed");

@@ -68,9 +68,12 @@ struct coord_rdma_priv {
  * @max_frame:  largest payload coord_rdma_chan_read() accepts.
  * @spin_us:    busy-poll budget before a blocking wait sleeps on the
  *              completion channel (-1: never spin).
- * @rnr_retry:  RNR retries of our sends (0..6; never 7, "infinite"): credits
- *              keep RNR out of normal operation, so one means a broken peer.
- *              0 selects 3.
+ * @rnr_retry:  RNR retries the peer's sends to us get (0..6; never 7,
+ *              "infinite"; 0 selects 3).  rdma_cm hands it to the peer: in
+ *              IB CM the receiver picks its senders' RNR retry count, so a
+ *              raw peer may ask ours to retry for ever, and a peer that
+ *              never posts receives is then caught by the send timeout.
+ *              Credits keep RNR out of normal operation.
  * @io_timeout_ms: bound on coord_rdma_chan_io()'s writes (default 10 s).
  *
  * Caller-allocated plain data; zeros select the defaults.
