@@ -435,6 +435,8 @@ COORD_HIDDEN void coord_worker_lost(struct coord *c, struct coord_worker *w, con
 
 extern const struct coord_tp_ops coord_tp_inproc;
 extern const struct coord_tp_ops coord_tp_tcp;
+/* transport/rdma.c, or transport/rdma_off.c in a build without verbs. */
+extern const struct coord_tp_ops coord_tp_rdma;
 
 /*
  * Event loops that sleep in the kernel (io_uring) rather than on the queue's

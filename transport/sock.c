@@ -296,7 +296,26 @@ int coord_frame_try_read(struct coord_frame_reader *rd, struct coord_wire_hdr *h
 	}
 }
 
-void coord_send_error(int fd, int code, const char *msg)
+/* A whole frame of @len bytes to the socket of the reader @ctx. */
+static int sock_io_write(void *ctx, const void *buf, size_t len)
+{
+	return coord_sock_send_all(((struct coord_frame_reader *)ctx)->fd, buf, len);
+}
+
+static int sock_io_read(void *ctx, int idle_ms, int partial_ms, struct coord_wire_hdr *h,
+			const uint8_t **payload)
+{
+	return coord_frame_read(ctx, idle_ms, partial_ms, h, payload);
+}
+
+void coord_frame_io_sock(struct coord_frame_io *io, struct coord_frame_reader *rd)
+{
+	io->ctx = rd;
+	io->read = sock_io_read;
+	io->write = sock_io_write;
+}
+
+void coord_send_error_io(const struct coord_frame_io *io, int code, const char *msg)
 {
 	uint8_t b[COORD_WIRE_HDR + 6 + 256];
 	struct coord_wire_writer w;
@@ -305,10 +324,20 @@ void coord_send_error(int fd, int code, const char *msg)
 	snprintf(m, sizeof(m), "%s", msg);
 	coord_wire_writer_init(&w, b, sizeof(b));
 	if (coord_wire_put_error(&w, code, m) == 0)
-		(void)coord_sock_send_all(fd, b, w.len);
+		(void)io->write(io->ctx, b, w.len);
 }
 
-static int send_frame_hello(int fd, uint16_t type, const struct coord_wire_hello *hello)
+void coord_send_error(int fd, int code, const char *msg)
+{
+	struct coord_frame_reader rd = { .fd = fd };
+	struct coord_frame_io io;
+
+	coord_frame_io_sock(&io, &rd);
+	coord_send_error_io(&io, code, msg);
+}
+
+static int send_frame_hello(const struct coord_frame_io *io, uint16_t type,
+			    const struct coord_wire_hello *hello)
 {
 	uint8_t b[COORD_WIRE_HDR + 96];
 	struct coord_wire_writer w;
@@ -316,10 +345,10 @@ static int send_frame_hello(int fd, uint16_t type, const struct coord_wire_hello
 	coord_wire_writer_init(&w, b, sizeof(b));
 	if (coord_wire_put_hello(&w, type, hello) < 0)
 		return -EINVAL;
-	return coord_sock_send_all(fd, b, w.len);
+	return io->write(io->ctx, b, w.len);
 }
 
-static int send_frame_auth(int fd, const uint8_t mac[COORD_WIRE_MAC])
+static int send_frame_auth(const struct coord_frame_io *io, const uint8_t mac[COORD_WIRE_MAC])
 {
 	uint8_t b[COORD_WIRE_HDR + COORD_WIRE_MAC];
 	struct coord_wire_writer w;
@@ -327,7 +356,7 @@ static int send_frame_auth(int fd, const uint8_t mac[COORD_WIRE_MAC])
 	coord_wire_writer_init(&w, b, sizeof(b));
 	if (coord_wire_put_auth(&w, mac) < 0)
 		return -EINVAL;
-	return coord_sock_send_all(fd, b, w.len);
+	return io->write(io->ctx, b, w.len);
 }
 
 static bool all_zero(const uint8_t *p, size_t n)
@@ -359,11 +388,11 @@ static bool proof_ok(const struct coord_key *key, uint8_t label, const uint8_t *
 }
 
 /* Read one frame of @type within @timeout_ms, or fail with a reason. */
-static int read_expect(struct coord_frame_reader *rd, uint16_t type, int timeout_ms,
+static int read_expect(const struct coord_frame_io *io, uint16_t type, int timeout_ms,
 		       struct coord_wire_hdr *h, const uint8_t **payload, const char *peer,
 		       struct coord_error *err)
 {
-	int r = coord_frame_read(rd, timeout_ms, timeout_ms, h, payload);
+	int r = io->read(io->ctx, timeout_ms, timeout_ms, h, payload);
 
 	if (r == -ETIMEDOUT)
 		return coord_seterr(err, r, "%s: no %s within %d ms", peer,
@@ -392,9 +421,9 @@ static const char *role_name(uint8_t role)
 					      : "peer of unknown role";
 }
 
-int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key *key, uint8_t role,
-			   uint8_t server_role, uint32_t task, int timeout_ms, const char *peer,
-			   struct coord_error *err)
+int coord_handshake_client_io(const struct coord_frame_io *io, const struct coord_key *key,
+			      uint8_t role, uint8_t server_role, uint32_t task, int timeout_ms,
+			      const char *peer, struct coord_error *err)
 {
 	struct coord_wire_hello hello = { .magic = COORD_WIRE_MAGIC,
 					  .vmin = COORD_WIRE_VERSION,
@@ -408,10 +437,10 @@ int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key
 	int r;
 
 	coord_auth_nonce(hello.nonce);
-	r = send_frame_hello(rd->fd, COORD_WIRE_HELLO, &hello);
+	r = send_frame_hello(io, COORD_WIRE_HELLO, &hello);
 	if (r < 0)
 		return coord_seterr(err, r, "%s: cannot send HELLO: %s", peer, strerror(-r));
-	r = read_expect(rd, COORD_WIRE_HELLO_ACK, timeout_ms, &h, &payload, peer, err);
+	r = read_expect(io, COORD_WIRE_HELLO_ACK, timeout_ms, &h, &payload, peer, err);
 	if (r < 0)
 		return r;
 	r = coord_wire_get_hello(&h, payload, &ack);
@@ -423,13 +452,13 @@ int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key
 									 : "wrong role");
 	if (!proof_ok(key, COORD_AUTH_SERVER, hello.nonce, ack.nonce, ack.mac)) {
 		memset(mac, 0, sizeof(mac)); /* never prove ourselves to an unproven peer */
-		(void)send_frame_auth(rd->fd, mac);
+		(void)send_frame_auth(io, mac);
 		return coord_seterr(err, -EACCES, "%s: authentication failed: the server %s", peer,
 				    key && key->set ? "does not hold our cluster key"
 						    : "requires a cluster key and we have none");
 	}
 	proof(key, COORD_AUTH_CLIENT, ack.nonce, hello.nonce, mac);
-	r = send_frame_auth(rd->fd, mac);
+	r = send_frame_auth(io, mac);
 	if (r == 0 && (ack.role != server_role || ack.task != task))
 		return coord_seterr(err, -EPROTO,
 				    "%s is a %s serving task %u, not the %s of task %u we expected",
@@ -440,9 +469,9 @@ int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key
 	return 0;
 }
 
-int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key *key,
-			   uint8_t my_role, uint32_t *task, int timeout_ms, const char *peer,
-			   struct coord_error *err)
+int coord_handshake_server_io(const struct coord_frame_io *io, const struct coord_key *key,
+			      uint8_t my_role, uint32_t *task, int timeout_ms, const char *peer,
+			      struct coord_error *err)
 {
 	struct coord_wire_hello hello,
 		ack = { .magic = COORD_WIRE_MAGIC, .vmin = COORD_WIRE_VERSION, .role = my_role };
@@ -451,7 +480,7 @@ int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key
 	uint8_t mac[COORD_WIRE_MAC];
 	int r;
 
-	r = read_expect(rd, COORD_WIRE_HELLO, timeout_ms, &h, &payload, peer, err);
+	r = read_expect(io, COORD_WIRE_HELLO, timeout_ms, &h, &payload, peer, err);
 	if (r < 0)
 		return r;
 	r = coord_wire_get_hello(&h, payload, &hello);
@@ -464,7 +493,7 @@ int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key
 		bool ver = hello.vmin > COORD_WIRE_VERSION || hello.vmax < COORD_WIRE_VERSION;
 
 		ack.status = ver ? COORD_WIRE_BAD_VERSION : COORD_WIRE_BAD_ROLE;
-		(void)send_frame_hello(rd->fd, COORD_WIRE_HELLO_ACK, &ack);
+		(void)send_frame_hello(io, COORD_WIRE_HELLO_ACK, &ack);
 		if (ver)
 			return coord_seterr(err, -EPROTONOSUPPORT,
 					    "%s: wire versions %u..%u, we speak %u", peer,
@@ -474,20 +503,40 @@ int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key
 	}
 	coord_auth_nonce(ack.nonce);
 	proof(key, COORD_AUTH_SERVER, hello.nonce, ack.nonce, ack.mac);
-	r = send_frame_hello(rd->fd, COORD_WIRE_HELLO_ACK, &ack);
+	r = send_frame_hello(io, COORD_WIRE_HELLO_ACK, &ack);
 	if (r < 0)
 		return coord_seterr(err, r, "%s: cannot send HELLO_ACK: %s", peer, strerror(-r));
-	r = read_expect(rd, COORD_WIRE_AUTH, timeout_ms, &h, &payload, peer, err);
+	r = read_expect(io, COORD_WIRE_AUTH, timeout_ms, &h, &payload, peer, err);
 	if (r < 0)
 		return r;
 	if (coord_wire_get_auth(&h, payload, mac) < 0)
 		return coord_seterr(err, -EPROTO, "%s: bad AUTH frame", peer);
 	if (!proof_ok(key, COORD_AUTH_CLIENT, ack.nonce, hello.nonce, mac)) {
-		coord_send_error(rd->fd, -EACCES, "authentication failed");
+		coord_send_error_io(io, -EACCES, "authentication failed");
 		return coord_seterr(err, -EACCES, "%s: authentication failed: %s", peer,
 				    key && key->set ? "it does not hold the cluster key"
 						    : "it sent a proof but this server has no key");
 	}
 	*task = hello.task;
 	return 0;
+}
+
+int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key *key, uint8_t role,
+			   uint8_t server_role, uint32_t task, int timeout_ms, const char *peer,
+			   struct coord_error *err)
+{
+	struct coord_frame_io io;
+
+	coord_frame_io_sock(&io, rd);
+	return coord_handshake_client_io(&io, key, role, server_role, task, timeout_ms, peer, err);
+}
+
+int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key *key,
+			   uint8_t my_role, uint32_t *task, int timeout_ms, const char *peer,
+			   struct coord_error *err)
+{
+	struct coord_frame_io io;
+
+	coord_frame_io_sock(&io, rd);
+	return coord_handshake_server_io(&io, key, my_role, task, timeout_ms, peer, err);
 }

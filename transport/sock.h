@@ -62,6 +62,52 @@ COORD_HIDDEN void coord_frame_reader_fini(struct coord_frame_reader *rd);
 COORD_HIDDEN int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
 				  struct coord_wire_hdr *h, const uint8_t **payload);
 
+/**
+ * struct coord_frame_io - what the handshake needs of a connection, so that
+ * the same code runs over a socket (coord_frame_io_sock()) and over an RDMA
+ * channel (transport/rdma_chan.h).
+ * @ctx:   the connection, passed to both callbacks.
+ * @read:  the next whole frame, with coord_frame_read()'s contract.
+ * @write: send @len bytes of whole frames; 0 or -errno.
+ */
+struct coord_frame_io {
+	void *ctx;
+	int (*read)(void *ctx, int idle_ms, int partial_ms, struct coord_wire_hdr *h,
+		    const uint8_t **payload);
+	int (*write)(void *ctx, const void *buf, size_t len);
+};
+
+/**
+ * coord_frame_io_sock() - a frame I/O over @rd's blocking socket.
+ * @io: filled in; it borrows @rd, which must outlive its use.
+ * @rd: an initialised frame reader.
+ */
+COORD_HIDDEN void coord_frame_io_sock(struct coord_frame_io *io, struct coord_frame_reader *rd);
+
+/**
+ * coord_handshake_client_io() - coord_handshake_client() over any frame I/O.
+ * @io: the connection (borrowed for the call).
+ * The other parameters and the return value: coord_handshake_client().
+ */
+COORD_HIDDEN int coord_handshake_client_io(const struct coord_frame_io *io,
+					   const struct coord_key *key, uint8_t role,
+					   uint8_t server_role, uint32_t task, int timeout_ms,
+					   const char *peer, struct coord_error *err);
+/**
+ * coord_handshake_server_io() - coord_handshake_server() over any frame I/O.
+ * @io: the connection (borrowed for the call).
+ * The other parameters and the return value: coord_handshake_server().
+ */
+COORD_HIDDEN int coord_handshake_server_io(const struct coord_frame_io *io,
+					   const struct coord_key *key, uint8_t my_role,
+					   uint32_t *task, int timeout_ms, const char *peer,
+					   struct coord_error *err);
+/**
+ * coord_send_error_io() - best effort: an ERROR frame saying why we close.
+ * @io: the connection; @code/@msg: the frame's contents (@msg cut at 255 bytes).
+ */
+COORD_HIDDEN void coord_send_error_io(const struct coord_frame_io *io, int code, const char *msg);
+
 /*
  * coord_frame_try_read() - the next whole frame if it can be had without
  * blocking: parses what is buffered, then recv()s (MSG_DONTWAIT) until a

@@ -1,0 +1,771 @@
+// SPDX-License-Identifier: MIT
+/*
+ * transport/rdma.c - the rdma transport, coordinator side: workers are
+ * coord-worker processes serving rdma (the spec's "worker" job addresses,
+ * each on an RDMA device), one RC queue pair each (transport/rdma_chan.h).
+ *
+ * The design is tcp.c's, with channels in place of sockets and epoll in
+ * place of io_uring (completions come through each channel's completion
+ * channel fd and rdma_cm fd, which epoll watches):
+ *   1. a few event loops (opts.tcp_loops, default min(workers, 2)), each a
+ *      dispatcher owning a share of the connections;
+ *   2. a loop takes up to min(batch, credit) closures (credit: free
+ *      in-flight slots, opts.window per connection), blocking on the queue's
+ *      futex only when nothing is in flight; spreads them over its
+ *      connections (least loaded first), encodes one REQ frame per
+ *      connection into its output buffer and posts it: one chain of SENDs
+ *      per connection per round (coord_rdma_chan_send_some(); what credits
+ *      do not allow now goes out on a later round);
+ *   3. reaps: every channel's completions, then its whole RES frames, read
+ *      in place from the receive buffers (zero copy for frames within one
+ *      buffer), whose results complete the RemoteValues; one
+ *      coord_dispatch_finish() for all;
+ *   4. with nothing to do, arms every channel and sleeps in epoll_wait()
+ *      (registered in loop_sleepers: schedule() wakes it through an
+ *      eventfd).
+ * In flight: (slot, sequence) closure ids, checked against the attempt, as
+ * over tcp.  Only the loop touches its connections: no locks, and no
+ * atomics on that state.
+ *
+ * Failure: a closed or broken channel, or a bad frame, fails the
+ * connection: its closures go back on the queue, its worker is marked down,
+ * the others go on; the last one lost reports UNAVAILABLE.  Reconnection
+ * (ops->reconnect) is not written yet: NULL, as tcp's was at first.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "runtime/internal.h"
+#include "runtime/ps.h"
+#include "transport/rdma_chan.h"
+
+struct rdma_loop;
+
+struct rdma_conn {
+	struct rdma_loop *loop;
+	struct coord_worker *w;
+	struct coord_rdma_chan *ch;
+	bool up;
+	bool idle; /* up with nothing in flight: counted in rdma_tp.idle */
+	char peer[80];
+	/* output: bytes [ooff, ow.len) of obuf are not posted yet */
+	uint8_t *obuf;
+	size_t ocap, ooff;
+	struct coord_wire_writer ow;
+	/* in flight */
+	struct coord_closure **slots;
+	uint32_t *seq;
+	uint32_t *freel;
+	unsigned nfree, window;
+};
+
+struct rdma_loop {
+	struct coord_dispatcher *d;
+	struct rdma_tp *t;
+	pthread_t thread;
+	bool started;
+	int epfd, efd;
+	struct rdma_conn **conns;
+	unsigned nconns, rr;
+	_Atomic bool armed; /* asleep in epoll; the next schedule writes efd */
+	uint64_t inflight;  /* taken by this loop and not yet finished */
+	struct coord_closure **batch, **done;
+	unsigned ndone, done_cap;
+};
+
+struct rdma_tp {
+	struct coord *c;
+	struct coord_key key;
+	struct coord_rdma_opts copts;
+	struct rdma_conn *conns;
+	struct rdma_loop *loops;
+	unsigned nloops;
+	_Atomic unsigned up;
+	_Atomic int idle; /* connections up with nothing in flight, all loops */
+};
+
+/* Keep rdma_tp.idle in step with @k's in-flight count (loop thread only). */
+static void conn_idle_update(struct rdma_conn *k)
+{
+	bool idle = k->up && k->nfree == k->window;
+
+	if (idle != k->idle) {
+		k->idle = idle;
+		/* Relaxed: a placement hint for the other loops. */
+		atomic_fetch_add_explicit(&k->loop->t->idle, idle ? 1 : -1, memory_order_relaxed);
+	}
+}
+
+/* One dispatcher per event loop: opts.tcp_loops, default 2, at most one per worker. */
+static unsigned rdma_ndispatchers(const struct coord *c)
+{
+	unsigned n = c->opts.tcp_loops ? c->opts.tcp_loops : 2;
+
+	return n < c->nworkers ? n : c->nworkers;
+}
+
+/* ---- failure ---------------------------------------------------------------------- */
+
+static void conn_fail(struct rdma_conn *k, const char *why)
+{
+	struct rdma_loop *l = k->loop;
+	struct coord *c = l->t->c;
+	struct coord_closure *back[256];
+	unsigned n = 0, total = 0;
+
+	if (!k->up)
+		return;
+	k->up = false;
+	conn_idle_update(k);
+	/* Release: the worker's state is read by metrics and recovery. */
+	atomic_store_explicit(&k->w->state, COORD_WORKER_DOWN, memory_order_release);
+	for (unsigned s = 0; s < k->window; s++) {
+		if (!k->slots[s])
+			continue;
+		back[n++] = k->slots[s];
+		k->slots[s] = NULL;
+		k->freel[k->nfree++] = s;
+		total++;
+		if (n == ARRAY_SIZE(back)) {
+			coord_dispatch_put_back(l->d, back, n);
+			n = 0;
+		}
+	}
+	if (n)
+		coord_dispatch_put_back(l->d, back, n);
+	l->inflight -= total;
+	/* A closed channel's fds may stay readable: out of the epoll set. */
+	if (k->ch) {
+		int cq_fd, cm_fd;
+
+		coord_rdma_chan_fds(k->ch, &cq_fd, &cm_fd);
+		epoll_ctl(l->epfd, EPOLL_CTL_DEL, cq_fd, NULL);
+		epoll_ctl(l->epfd, EPOLL_CTL_DEL, cm_fd, NULL);
+	}
+	coord_log(COORD_LOG_WARN, "worker %d (%s) lost over rdma: %s; %u closures put back",
+		  k->w->index, k->peer, why, total);
+	/* Relaxed: a count; the last one down reports (once). */
+	if (atomic_fetch_sub_explicit(&l->t->up, 1, memory_order_relaxed) == 1)
+		coord_report_unavailable(c, k->w->index, "every worker is lost");
+}
+
+/* ---- results ---------------------------------------------------------------------- */
+
+static void finish_done(struct rdma_loop *l)
+{
+	if (!l->ndone)
+		return;
+	coord_dispatch_finish(l->d, NULL, l->done, l->ndone);
+	l->inflight -= l->ndone;
+	l->ndone = 0;
+}
+
+static int on_res_frame(struct rdma_conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
+{
+	struct rdma_loop *l = k->loop;
+	struct coord_wire_iter it;
+	struct coord_wire_res r;
+	int rc;
+
+	coord_wire_iter_init(&it, h, payload);
+	while ((rc = coord_wire_next_res(&it, &r)) == 1) {
+		uint32_t slot = (uint32_t)r.closure_id, seq = (uint32_t)(r.closure_id >> 32);
+		struct coord_closure *cl;
+
+		if (slot >= k->window || !k->slots[slot] || k->seq[slot] != seq)
+			return -EBADSLT; /* a result for nothing we sent */
+		cl = k->slots[slot];
+		if (r.attempt != cl->attempt || r.code > 0)
+			return -EPROTO;
+		k->slots[slot] = NULL;
+		k->freel[k->nfree++] = slot;
+		conn_idle_update(k);
+		if (r.code == 0) {
+			void *b = coord_closure_result_buf(cl, r.len);
+
+			if (b || r.len == 0) {
+				if (r.len)
+					memcpy(b, r.data, r.len);
+				coord_dispatch_complete(l->d, cl, k->w->index, 0, 0, NULL);
+			} else {
+				coord_dispatch_complete(l->d, cl, k->w->index, COORD_ENOMEM, 0,
+							"no memory for the result");
+			}
+		} else if (coord_dispatch_ps_retry(l->d, cl, r.code, r.cause)) {
+			coord_dispatch_put_back(l->d, &cl, 1); /* S11: transient */
+			l->inflight--;
+			continue;
+		} else {
+			char msg[COORD_ERRMSG_LEN];
+			size_t n = r.len < sizeof(msg) - 1 ? r.len : sizeof(msg) - 1;
+
+			memcpy(msg, r.data, n);
+			msg[n] = 0;
+			coord_dispatch_complete(l->d, cl, k->w->index, r.code, r.cause,
+						n ? msg : NULL);
+		}
+		/* Relaxed: a statistic. */
+		atomic_fetch_add_explicit(&k->w->executed, 1, memory_order_relaxed);
+		l->done[l->ndone++] = cl;
+		if (l->ndone == l->done_cap)
+			finish_done(l);
+	}
+	return rc;
+}
+
+/* Post what @k's output buffer holds, as far as credits allow. */
+static void flush_out(struct rdma_conn *k)
+{
+	size_t sent = 0;
+
+	if (!k->up || k->ow.len == 0)
+		return;
+	if (k->ow.frame != SIZE_MAX)
+		coord_wire_end(&k->ow);
+	if (coord_rdma_chan_send_some(k->ch, k->obuf + k->ooff, k->ow.len - k->ooff, &sent) < 0) {
+		conn_fail(k, "the channel closed");
+		return;
+	}
+	k->ooff += sent;
+	if (k->ooff == k->ow.len) {
+		coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
+		k->ooff = 0;
+	}
+}
+
+/* Reap @k's completions and every whole frame it holds; true if any came. */
+static bool conn_reap(struct rdma_conn *k)
+{
+	struct coord_wire_hdr h;
+	const uint8_t *payload;
+	bool got = false;
+	int r = 0;
+
+	if (!k->up)
+		return false;
+	if (coord_rdma_chan_progress(k->ch) < 0 && !coord_rdma_chan_readable(k->ch)) {
+		conn_fail(k, "connection closed by the worker");
+		return true;
+	}
+	/* Bounded: at most one window of frames per round, then the others' turn. */
+	for (unsigned i = 0; i <= k->window; i++) {
+		r = coord_rdma_chan_read(k->ch, 0, 0, &h, &payload);
+		if (r == -ETIMEDOUT) {
+			r = 0;
+			break;
+		}
+		if (r < 0)
+			break;
+		got = true;
+		if (h.type == COORD_WIRE_RES) {
+			r = on_res_frame(k, &h, payload);
+		} else if (h.type == COORD_WIRE_ERROR) {
+			int32_t code;
+			const char *m = "";
+			uint16_t len = 0;
+			char why[200];
+
+			coord_wire_get_error(&h, payload, &code, &m, &len);
+			snprintf(why, sizeof(why), "the worker closed: %.*s", (int)len, m);
+			conn_fail(k, why);
+			return true;
+		} else if (h.type != COORD_WIRE_PONG) {
+			r = -EPROTO;
+		}
+		if (r < 0)
+			break;
+	}
+	if (r < 0) {
+		char why[160];
+
+		snprintf(why, sizeof(why), "%s",
+			 r == -EPIPE ? "connection closed by the worker"
+			 : r == -EBADSLT
+				 ? "bad frame from the worker (a result for no closure sent)"
+				 : strerror(-r));
+		conn_fail(k, why);
+		return true;
+	}
+	flush_out(k); /* credits may have come back */
+	return got;
+}
+
+/* ---- requests --------------------------------------------------------------------- */
+
+/* Add @cl to @k's output; false if it cannot be sent (too large). */
+static bool enqueue_req(struct rdma_conn *k, struct coord_closure *cl)
+{
+	struct coord *c = k->loop->t->c;
+	struct coord_wire_req q = { .attempt = cl->attempt,
+				    .fn = cl->fn,
+				    .len = cl->args_len,
+				    .args = cl->args,
+				    .npw = cl->npw };
+	uint32_t slot = k->freel[--k->nfree];
+	size_t need;
+
+	k->seq[slot]++;
+	q.closure_id = (uint64_t)k->seq[slot] << 32 | slot;
+	for (unsigned i = 0; i < cl->npw; i++) {
+		q.pw[i].uid = cl->pw[i]->uid;
+		q.pw[i].creator = cl->pw[i]->creator;
+		q.pw[i].len = cl->pw[i]->len;
+		q.pw[i].args = cl->pw[i]->args;
+	}
+	need = coord_wire_req_size(&q);
+	if (need + COORD_WIRE_HDR > c->opts.max_frame) {
+		k->freel[k->nfree++] = slot;
+		return false;
+	}
+	if (k->ow.frame != SIZE_MAX && k->ow.len - k->ow.frame + need > c->opts.max_frame)
+		coord_wire_end(&k->ow);
+	if (k->ow.cap - k->ow.len < need + COORD_WIRE_HDR) { /* grow obuf (slow path) */
+		size_t cap = (k->ow.len + need + COORD_WIRE_HDR) * 2;
+		uint8_t *b = realloc(k->obuf, cap);
+
+		if (!b) {
+			k->freel[k->nfree++] = slot;
+			return false;
+		}
+		k->obuf = b;
+		k->ocap = cap;
+		k->ow.buf = b;
+		k->ow.cap = cap;
+	}
+	if (k->ow.frame == SIZE_MAX)
+		coord_wire_begin(&k->ow, COORD_WIRE_REQ);
+	if (coord_wire_put_req(&k->ow, &q) < 0)
+		coord_die("wire encoder", ENOSPC); /* room was made above */
+	k->slots[slot] = cl;
+	conn_idle_update(k);
+	return true;
+}
+
+/* The live connection with the most free slots (ties: round robin) that may start now. */
+static struct rdma_conn *pick(struct rdma_loop *l, uint64_t now)
+{
+	struct rdma_conn *best = NULL;
+	unsigned besti = 0;
+
+	for (unsigned i = 0; i < l->nconns; i++) {
+		unsigned j = (l->rr + i) % l->nconns;
+		struct rdma_conn *k = l->conns[j];
+
+		if (k->up && k->nfree && k->w->start_at_ns <= now &&
+		    (!best || k->nfree > best->nfree)) {
+			best = k;
+			besti = j;
+		}
+	}
+	if (best)
+		l->rr = (besti + 1) % l->nconns;
+	return best;
+}
+
+/* Free slots on live connections that may start now (S13: staggered starts). */
+static unsigned credit(struct rdma_loop *l, uint64_t now, uint64_t *next_start, bool *has_idle)
+{
+	unsigned n = 0;
+
+	*next_start = 0;
+	*has_idle = false;
+	for (unsigned i = 0; i < l->nconns; i++) {
+		struct rdma_conn *k = l->conns[i];
+
+		if (!k->up)
+			continue;
+		if (k->w->start_at_ns > now) {
+			if (!*next_start || k->w->start_at_ns < *next_start)
+				*next_start = k->w->start_at_ns;
+			continue;
+		}
+		n += k->nfree;
+		*has_idle |= k->nfree == k->window;
+	}
+	return n;
+}
+
+static void dispatch(struct rdma_loop *l, unsigned n)
+{
+	struct coord *c = l->t->c;
+	uint64_t now = coord_now_ns();
+
+	l->inflight += n;
+	for (unsigned i = 0; i < n; i++) {
+		struct coord_closure *cl = l->batch[i];
+		struct rdma_conn *k;
+
+		if (coord_dispatch_stale(c, cl)) {
+			coord_dispatch_cancel(l->d, cl); /* S3: not started */
+			l->inflight--;
+			continue;
+		}
+		k = pick(l, now);
+		if (!k) {
+			coord_dispatch_put_back(l->d, &l->batch[i], 1);
+			l->inflight--;
+			continue;
+		}
+		if (!enqueue_req(k, cl)) {
+			coord_dispatch_complete(l->d, cl, k->w->index, -EMSGSIZE, 0,
+						"arguments too large for one frame");
+			l->done[l->ndone++] = cl;
+			if (l->ndone == l->done_cap)
+				finish_done(l);
+		}
+	}
+}
+
+/* ---- the loop --------------------------------------------------------------------- */
+
+/* Arm every channel; false if one has work already (do not sleep). */
+static bool arm_all(struct rdma_loop *l)
+{
+	for (unsigned i = 0; i < l->nconns; i++) {
+		struct rdma_conn *k = l->conns[i];
+
+		if (k->up && coord_rdma_chan_arm(k->ch) != 0)
+			return false;
+	}
+	return true;
+}
+
+static void *loop_main(void *arg)
+{
+	struct rdma_loop *l = arg;
+	struct coord *c = l->t->c;
+	unsigned max_batch = c->opts.batch;
+	uint64_t spin_until = 0;
+
+	for (;;) {
+		uint64_t now = coord_now_ns(), next_start;
+		bool has_idle, got = false;
+		unsigned cr = credit(l, now, &next_start, &has_idle), n = 0;
+		/* Relaxed: a placement hint (rdma_tp.idle), read once per round. */
+		int idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
+		bool may_take = cr > 0 && (has_idle || coord_queue_size(c) > (uint64_t)idle);
+
+		/* Relaxed: stop is also signalled through the eventfd and not_empty. */
+		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
+			break;
+		if (may_take) {
+			unsigned max = cr < max_batch ? cr : max_batch;
+
+			n = l->inflight == 0 && !next_start
+				    ? coord_dispatch_take(l->d, l->batch, max)
+				    : coord_dispatch_try_take(l->d, l->batch, max);
+			if (n)
+				dispatch(l, n);
+			/* Relaxed: a blocking take returns 0 only when stopping. */
+			else if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
+				break;
+			for (unsigned i = 0; n && i < l->nconns; i++)
+				flush_out(l->conns[i]);
+		}
+		for (unsigned i = 0; i < l->nconns; i++)
+			got |= conn_reap(l->conns[i]);
+		finish_done(l);
+		if (n || got) {
+			spin_until = coord_now_ns() + c->opts.spin_ns;
+			continue;
+		}
+		if (coord_now_ns() < spin_until) {
+			cpu_relax(); /* busy-poll a little: a result is often close */
+			continue;
+		}
+		/* Nothing to do: sleep in epoll until a completion, new work
+		 * (if we have room for it) or the next staggered start. */
+		{
+			struct epoll_event ev[16];
+			bool reg = false;
+			int ms = -1, m;
+
+			if (!arm_all(l))
+				continue;
+			if (may_take) {
+				/* Relaxed: ordered by coord_loop_sleep()'s RMW and
+				 * fence; rdma_wake() exchanges it. */
+				atomic_store_explicit(&l->armed, true, memory_order_relaxed);
+				reg = coord_loop_sleep(c);
+				if (!reg) {
+					/* Relaxed: disarm; a racing wake only costs a
+					 * spurious eventfd read. */
+					atomic_store_explicit(&l->armed, false,
+							      memory_order_relaxed);
+					continue; /* work arrived: go round */
+				}
+			}
+			if (next_start)
+				ms = next_start > now ? (int)((next_start - now) / 1000000 + 1) : 0;
+			m = epoll_wait(l->epfd, ev, 16, ms);
+			for (int i = 0; i < m; i++)
+				if (ev[i].data.ptr == l) {
+					uint64_t v;
+
+					(void)!read(l->efd, &v, sizeof(v));
+				}
+			if (reg) {
+				coord_loop_wake_done(c);
+				/* Relaxed: as above. */
+				atomic_store_explicit(&l->armed, false, memory_order_relaxed);
+			}
+		}
+	}
+	finish_done(l);
+	return NULL;
+}
+
+/* ---- set-up and tear-down --------------------------------------------------------- */
+
+static int conn_open(struct rdma_tp *t, struct rdma_conn *k, struct coord_worker *w,
+		     struct coord_error *err)
+{
+	struct coord *c = t->c;
+	struct coord_frame_io io;
+	const char *addr;
+	uint8_t *fb;
+	size_t fcap = 64;
+	struct coord_wire_writer fw;
+	int r;
+
+	k->w = w;
+	r = coord_spec_task_address(c->spec, "worker", w->index, &addr, err);
+	if (r < 0)
+		return r;
+	snprintf(k->peer, sizeof(k->peer), "%s", addr);
+	r = coord_rdma_connect(addr, &t->copts, c->opts.connect_timeout_ms, &k->ch, err);
+	if (r < 0)
+		return r;
+	coord_rdma_chan_io(&io, k->ch);
+	r = coord_handshake_client_io(&io, &t->key, COORD_ROLE_COORDINATOR, COORD_ROLE_WORKER,
+				      (uint32_t)w->index, c->opts.connect_timeout_ms, addr, err);
+	if (r < 0)
+		return r;
+	for (uint32_t i = 0; i < c->reg->n; i++)
+		fcap += 6 + strlen(c->reg->fns[i].name);
+	for (unsigned i = 0; c->ps && c->ps->remote && i < c->ps->nps; i++)
+		fcap += 6 + strlen(coord_psc_addr(c->ps->remote, i));
+	fb = malloc(fcap + 2 * COORD_WIRE_HDR);
+	if (!fb)
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	coord_wire_writer_init(&fw, fb, fcap + 2 * COORD_WIRE_HDR);
+	coord_wire_begin(&fw, COORD_WIRE_FN_TABLE);
+	for (uint32_t i = 0; i < c->reg->n; i++)
+		coord_wire_put_fn(&fw, i, c->reg->fns[i].name);
+	coord_wire_end(&fw);
+	if (c->ps && c->ps->remote && c->ps->nps) {
+		coord_wire_begin(&fw, COORD_WIRE_PS_TABLE);
+		for (unsigned i = 0; i < c->ps->nps; i++)
+			coord_wire_put_addr(&fw, i, coord_psc_addr(c->ps->remote, i));
+		coord_wire_end(&fw);
+	}
+	r = coord_rdma_chan_send(k->ch, fb, fw.len, c->opts.connect_timeout_ms);
+	free(fb);
+	if (r < 0)
+		return coord_seterr(err, r, "%s: cannot send the function table: %s", addr,
+				    strerror(-r));
+	k->window = c->opts.window;
+	k->ocap = 64 * 1024;
+	k->obuf = malloc(k->ocap);
+	k->slots = calloc(k->window, sizeof(*k->slots));
+	k->seq = calloc(k->window, sizeof(*k->seq));
+	k->freel = calloc(k->window, sizeof(*k->freel));
+	if (!k->obuf || !k->slots || !k->seq || !k->freel)
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a connection");
+	for (unsigned s = 0; s < k->window; s++)
+		k->freel[s] = k->window - 1 - s;
+	k->nfree = k->window;
+	coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
+	k->up = true;
+	k->idle = true;
+	/* Relaxed: before the loops start (pthread_create orders it). */
+	atomic_fetch_add_explicit(&t->idle, 1, memory_order_relaxed);
+	return 0;
+}
+
+/* Watch @k's two fds in its loop's epoll set. */
+static int conn_watch(struct rdma_conn *k)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = k };
+	int cq_fd, cm_fd;
+
+	coord_rdma_chan_fds(k->ch, &cq_fd, &cm_fd);
+	if (epoll_ctl(k->loop->epfd, EPOLL_CTL_ADD, cq_fd, &ev) < 0 ||
+	    epoll_ctl(k->loop->epfd, EPOLL_CTL_ADD, cm_fd, &ev) < 0)
+		return -errno;
+	return 0;
+}
+
+static void rdma_free(struct rdma_tp *t)
+{
+	struct coord *c = t->c;
+
+	for (unsigned i = 0; t->loops && i < t->nloops; i++) {
+		struct rdma_loop *l = &t->loops[i];
+
+		if (l->epfd >= 0)
+			close(l->epfd);
+		if (l->efd >= 0)
+			close(l->efd);
+		free(l->conns);
+		free(l->batch);
+		free(l->done);
+	}
+	for (unsigned i = 0; t->conns && i < c->nworkers; i++) {
+		struct rdma_conn *k = &t->conns[i];
+
+		coord_rdma_chan_destroy(k->ch);
+		free(k->obuf);
+		free(k->slots);
+		free(k->seq);
+		free(k->freel);
+	}
+	free(t->conns);
+	free(t->loops);
+	coord_key_wipe(&t->key);
+	free(t);
+	c->tp_state = NULL;
+}
+
+/* schedule() saw a loop asleep: one eventfd write per sleep (the exchange disarms). */
+static void rdma_wake(struct coord *c)
+{
+	struct rdma_tp *t = c->tp_state;
+	uint64_t one = 1;
+
+	for (unsigned i = 0; t && i < t->nloops; i++)
+		/* Acquire/release: pairs with the loop's store of armed; only
+		 * one waker writes per sleep. */
+		if (atomic_exchange_explicit(&t->loops[i].armed, false, memory_order_acq_rel))
+			(void)!write(t->loops[i].efd, &one, sizeof(one));
+}
+
+static void rdma_stop(struct coord *c)
+{
+	struct rdma_tp *t = c->tp_state;
+	uint64_t one = 1;
+
+	if (!t)
+		return;
+	for (unsigned i = 0; i < t->nloops; i++)
+		(void)!write(t->loops[i].efd, &one, sizeof(one));
+	for (unsigned i = 0; i < t->nloops; i++)
+		if (t->loops[i].started)
+			pthread_join(t->loops[i].thread, NULL);
+	for (unsigned i = 0; i < c->nworkers; i++) {
+		struct rdma_conn *k = &t->conns[i];
+
+		for (unsigned s = 0; k->slots && s < k->window; s++)
+			if (k->slots[s]) {
+				coord_dispatch_put_back(k->loop->d, &k->slots[s], 1);
+				k->slots[s] = NULL;
+			}
+		if (k->up && k->ch) {
+			struct coord_frame_io io;
+
+			coord_rdma_chan_io(&io, k->ch);
+			coord_send_error_io(&io, 0, "coordinator shutting down");
+		}
+	}
+	rdma_free(t);
+}
+
+static int rdma_start(struct coord *c, struct coord_error *err)
+{
+	struct rdma_tp *t;
+	int r;
+
+	if (!c->spec)
+		return coord_seterr(err, COORD_EINVAL,
+				    "the rdma transport needs a spec with a \"worker\" job");
+	if (c->opts.window == 0 || c->opts.window > 65536 || c->opts.max_frame < 4096 ||
+	    c->opts.max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
+		return coord_seterr(err, COORD_EINVAL,
+				    "rdma: window must be 1..65536 and max_frame 4 KiB..1 GiB");
+	r = coord_rdma_available(err);
+	if (r < 0)
+		return r;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	t->c = c;
+	c->tp_state = t;
+	t->copts.max_frame = c->opts.max_frame;
+	r = coord_key_load(c->opts.key_file, &t->key, err);
+	if (r < 0)
+		goto fail;
+	t->nloops = c->ndisp;
+	t->conns = calloc(c->nworkers, sizeof(*t->conns));
+	t->loops = calloc(t->nloops, sizeof(*t->loops));
+	if (!t->conns || !t->loops) {
+		r = coord_seterr(err, COORD_ENOMEM, "no memory");
+		goto fail;
+	}
+	for (unsigned i = 0; i < t->nloops; i++)
+		t->loops[i].efd = t->loops[i].epfd = -1;
+	for (unsigned i = 0; i < t->nloops; i++) {
+		struct rdma_loop *l = &t->loops[i];
+		unsigned nconn = (c->nworkers - i + t->nloops - 1) / t->nloops;
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = l };
+
+		l->t = t;
+		l->d = &c->disp[i];
+		l->d->tp = l;
+		l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		l->epfd = epoll_create1(EPOLL_CLOEXEC);
+		l->conns = calloc(nconn, sizeof(*l->conns));
+		l->batch = calloc(c->opts.batch, sizeof(*l->batch));
+		l->done_cap = c->opts.batch;
+		l->done = calloc(l->done_cap, sizeof(*l->done));
+		if (l->efd < 0 || l->epfd < 0 || !l->conns || !l->batch || !l->done ||
+		    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->efd, &ev) < 0) {
+			r = coord_seterr(err, COORD_ENOMEM, "no memory for an event loop");
+			goto fail;
+		}
+	}
+	for (unsigned i = 0; i < c->nworkers; i++) {
+		struct rdma_loop *l = &t->loops[i % t->nloops];
+		struct rdma_conn *k = &t->conns[i];
+
+		k->loop = l;
+		l->conns[l->nconns++] = k;
+		r = conn_open(t, k, &c->workers[i], err);
+		if (r < 0)
+			goto fail;
+		r = conn_watch(k);
+		if (r < 0) {
+			coord_seterr(err, r, "epoll_ctl: %s", strerror(-r));
+			goto fail;
+		}
+	}
+	/* Relaxed: written before the loops start (pthread_create orders it). */
+	atomic_store_explicit(&t->up, c->nworkers, memory_order_relaxed);
+	for (unsigned i = 0; i < t->nloops; i++) {
+		r = -pthread_create(&t->loops[i].thread, NULL, loop_main, &t->loops[i]);
+		if (r < 0) {
+			coord_seterr(err, r, "cannot start an event loop");
+			rdma_stop(c);
+			return r;
+		}
+		t->loops[i].started = true;
+	}
+	return 0;
+fail:
+	rdma_free(t);
+	return r;
+}
+
+const struct coord_tp_ops coord_tp_rdma = {
+	.name = "rdma",
+	.ndispatchers = rdma_ndispatchers,
+	.start = rdma_start,
+	.stop = rdma_stop,
+	.wake = rdma_wake,
+};

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+/*
+ * transport/rdma_off.c - the "rdma" transport of a build without libibverbs
+ * or librdmacm: it only says why it is not there.
+ */
+#include "runtime/internal.h"
+
+static unsigned rdma_off_ndispatchers(const struct coord *c)
+{
+	return 1;
+}
+
+static int rdma_off_start(struct coord *c, struct coord_error *err)
+{
+	return coord_seterr(err, COORD_EINVAL,
+			    "built without rdma (libibverbs/librdmacm not found at build time)");
+}
+
+static void rdma_off_stop(struct coord *c)
+{
+}
+
+static void rdma_off_wake(struct coord *c)
+{
+}
+
+const struct coord_tp_ops coord_tp_rdma = {
+	.name = "rdma",
+	.ndispatchers = rdma_off_ndispatchers,
+	.start = rdma_off_start,
+	.stop = rdma_off_stop,
+	.wake = rdma_off_wake,
+};
