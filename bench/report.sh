@@ -9,6 +9,9 @@
 #   OUT/roundtrip.png  one-at-a-time round trip per transport against its
 #                      baseline (median and p99)
 #   OUT/inflight.png   tcp closures/s against closures in flight
+#   OUT/fault.dat      bench_fault's series: closures/s and workers up per
+#                      20 ms through a worker kill ($BENCH_FAULT_SERIES)
+#   OUT/fault.png      that series, the kill, restart and re-admission marked
 #
 #   bench/report.sh [OUT] [bench args...]     (OUT defaults to bench-report/)
 #
@@ -32,7 +35,9 @@ fi
 
 rm -f "$out/rows.jsonl"
 status=0
-BENCH_JSON="$out/rows.jsonl" bash "$src/bench/run.sh" "$@" | tee "$out/run.txt" || status=$?
+rm -f "$out/fault.dat"
+BENCH_JSON="$out/rows.jsonl" BENCH_FAULT_SERIES="$out/fault.dat" \
+	bash "$src/bench/run.sh" "$@" | tee "$out/run.txt" || status=$?
 {
 	echo "["
 	sed '$!s/$/,/' "$out/rows.jsonl"
@@ -100,5 +105,37 @@ set key top left
 plot "inflight.dat" using ($1 == 1 ? $2 : 1/0):3 title "1 worker" lw 2, \
      "inflight.dat" using ($1 == 2 ? $2 : 1/0):3 title "2 workers" lw 2
 GP
+
+# fault.png: the kill, restart and re-admission times are in fault.dat's
+# "# kill_ms=... restart_ms=... readmit_ms=..." line (readmit -1: never).
+if [ -s fault.dat ] && grep -q '^[0-9]' fault.dat; then
+	marks=$(sed -n 's/^# kill_ms=\([-0-9.]*\) restart_ms=\([-0-9.]*\) readmit_ms=\([-0-9.]*\).*/\1 \2 \3/p' fault.dat)
+	read -r kill_ms restart_ms readmit_ms <<<"${marks:-0 0 -1}"
+	gnuplot <<GP
+set terminal pngcairo size 1100,620 font ",10" noenhanced
+set output "fault.png"
+set title "tcp loopback, 4 coord-worker processes: closures/s per 20 ms through a SIGKILL, restart and re-admission"
+set xlabel "ms since the flow started"
+set ylabel "closures/s"
+set y2label "workers up"
+set yrange [0:*]
+set y2range [0:5]
+set y2tics 1
+set ytics nomirror
+set grid ytics
+set key top right
+set arrow 1 from $kill_ms, graph 0 to $kill_ms, graph 1 nohead lc rgb "#c0504d" lw 2
+set label 1 "SIGKILL" at $kill_ms, graph 0.97 left offset 0.5,0 tc rgb "#c0504d"
+set arrow 2 from $restart_ms, graph 0 to $restart_ms, graph 1 nohead lc rgb "#808080" dt 2
+set label 2 "restarted" at $restart_ms, graph 0.91 left offset 0.5,0 tc rgb "#808080"
+if ($readmit_ms >= 0) {
+	set arrow 3 from $readmit_ms, graph 0 to $readmit_ms, graph 1 nohead lc rgb "#4f8a3a" lw 2
+	set label 3 "re-admitted" at $readmit_ms, graph 0.85 left offset 0.5,0 tc rgb "#4f8a3a"
+}
+plot "fault.dat" using 1:2 with linespoints lw 2 pt 7 ps 0.5 lc rgb "#3a6ea5" title "closures/s", \
+     "fault.dat" using 1:3 axes x1y2 with steps lw 1 lc rgb "#4f8a3a" title "workers up"
+GP
+	echo "report: $out/fault.png"
+fi
 echo "report: $out/results.json, $out/ring.png, $out/roundtrip.png, $out/inflight.png"
 exit $status
