@@ -1255,7 +1255,8 @@ static void closure_init(void *obj, uint32_t idx, void *arg)
 
 static const struct coord_tp_ops *find_transport(const char *name)
 {
-	static const struct coord_tp_ops *const all[] = { &coord_tp_inproc, &coord_tp_tcp };
+	static const struct coord_tp_ops *const all[] = { &coord_tp_inproc, &coord_tp_tcp,
+							  &coord_tp_rdma };
 
 	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
 		if (!strcmp(all[i]->name, name ? name : "inproc"))
@@ -1278,7 +1279,8 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	tp = find_transport(opts->transport);
 	if (!tp)
 		return coord_seterr(err, COORD_EINVAL,
-				    "unknown transport '%s' (known: inproc, tcp)", opts->transport);
+				    "unknown transport '%s' (known: inproc, tcp, rdma)",
+				    opts->transport);
 	nw = spec ? (unsigned)coord_spec_num_tasks(spec, "worker") : opts->inproc_workers;
 	if (nw == 0 || nw > 65536)
 		return coord_seterr(err, COORD_EINVAL,

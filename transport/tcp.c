@@ -320,6 +320,7 @@ static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, cons
 			}
 		} else if (coord_dispatch_ps_retry(l->d, cl, r.code, r.cause)) {
 			coord_dispatch_put_back(l->d, &cl, 1); /* S11: transient */
+			l->inflight--;
 			continue;
 		} else {
 			char msg[COORD_ERRMSG_LEN];
@@ -918,11 +919,11 @@ static uint64_t check_conns(struct tcp_loop *l, uint64_t now)
 		return 0;
 	if (now < l->next_check_ns)
 		return l->next_check_ns;
-	period = hb ? hb / 4 : dl / 4;
+	period = hb ? hb / 8 : dl / 4;
 	if (dl && dl / 4 < period)
 		period = dl / 4;
-	if (period < 5000000ull)
-		period = 5000000ull;
+	if (period < 2000000ull)
+		period = 2000000ull;
 	l->next_check_ns = now + period;
 	for (unsigned i = 0; i < l->nconns; i++) {
 		struct tcp_conn *k = l->conns[i];
@@ -930,7 +931,9 @@ static uint64_t check_conns(struct tcp_loop *l, uint64_t now)
 
 		if (!k->up)
 			continue;
-		if (hb && silent >= hb * (uint64_t)c->opts.heartbeat_misses) {
+		/* Lost one check early, so it is declared within misses x H
+		 * of its last frame whatever the check's phase. */
+		if (hb && silent + period >= hb * (uint64_t)c->opts.heartbeat_misses) {
 			snprintf(why, sizeof(why), "no heartbeat for %llu ms",
 				 (unsigned long long)(silent / 1000000));
 			conn_fail(k, why);

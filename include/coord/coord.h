@@ -36,7 +36,10 @@ struct coord_pw;
  * @registry:        functions and resource creators; borrowed, must outlive
  *                   the coordinator.  Required.
  * @transport:       "inproc" (default) or "tcp" (workers are coord-worker
- *                   processes at the addresses of @spec's "worker" job).
+ *                   processes at the addresses of @spec's "worker" job);
+ *                   "rdma" (RC queue pairs over librdmacm, when built with
+ *                   libibverbs; the servers' rdma side is still to come, so
+ *                   today it reaches only servers that speak it).
  * @inproc_workers:  workers of the in-process transport when @spec is NULL
  *                   (default 2).
  * @ring_capacity:   closure ring slots, rounded up to a power of two;
