@@ -29,6 +29,7 @@
  *               = what the read saw
  */
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -438,7 +439,6 @@ pid_t t_spawn(char *const argv[], const char *banner, unsigned *port)
 	char fmt[96], line[128];
 	int p[2];
 	pid_t pid;
-	FILE *f;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (pipe(p) < 0)
@@ -455,21 +455,33 @@ pid_t t_spawn(char *const argv[], const char *banner, unsigned *port)
 		_exit(127);
 	}
 	close(p[1]);
-	f = fdopen(p[0], "r");
 	snprintf(fmt, sizeof(fmt), "%s listening on port %%u", banner);
-	/* Bounded: the server prints its port at once or dies (EOF). */
-	alarm(20);
-	if (!f || !fgets(line, sizeof(line), f) || sscanf(line, fmt, port) != 1) {
+	/* Bounded (20 s) without alarm(), which would cancel t_watchdog():
+	 * the server prints its port at once or dies (EOF). */
+	{
+		struct pollfd pf = { .fd = p[0], .events = POLLIN };
+		size_t n = 0;
+		uint64_t until = t_now_ns() + 20000000000ull;
+
+		while (n < sizeof(line) - 1 && t_now_ns() < until) {
+			ssize_t k;
+
+			if (poll(&pf, 1, 100) <= 0)
+				continue;
+			k = read(p[0], line + n, 1);
+			if (k <= 0 || line[n] == '\n')
+				break;
+			n++;
+		}
+		line[n] = 0;
+	}
+	close(p[0]);
+	if (sscanf(line, fmt, port) != 1) {
 		fprintf(stderr, "%s did not start\n", argv[0]);
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
-		if (f)
-			fclose(f);
-		alarm(0);
 		return -1;
 	}
-	alarm(0);
-	fclose(f);
 	return pid;
 }
 
@@ -632,6 +644,9 @@ void t_opts(struct coord_opts *o, struct coord_registry *reg)
 	/* tcp: a few closures in flight per worker, so queues behave as the
 	 * contract tests expect (what is sent to a worker runs, S3) */
 	o->window = 4;
+	/* a worker that dies unexpectedly (a sanitizer report) fails the
+	 * test in seconds rather than waiting out TF's hour (S10) */
+	o->recovery_limit_ms = 10000;
 }
 
 int t_create(struct coord_opts *o, unsigned nworkers, struct coord **c, struct coord_error *err)
