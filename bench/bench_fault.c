@@ -919,7 +919,7 @@ int main(int argc, char **argv)
 	       inf.median, inf.max, pb.median, pb.max);
 	printf("# hang detection in heartbeat intervals H=%d ms: idle median %.2f H (p99 %.2f, "
 	       "max %.2f), under load median %.2f H (p99 %.2f, max %.2f); a PING goes out after "
-	       "1 H of silence, the loss is declared at %d H of silence, checked every H/4\n",
+	       "1 H of silence, the loss is declared one H/8 check before %d H of silence\n",
 	       HB_MS, st[2].median / HB_MS, st[2].p99 / HB_MS, st[2].max / HB_MS,
 	       st[3].median / HB_MS, st[3].p99 / HB_MS, st[3].max / HB_MS, HB_MISSES);
 	kill_met = st[0].n && st[1].n && st[0].p99 <= KILL_TARGET_MS && st[1].p99 <= KILL_TARGET_MS;
