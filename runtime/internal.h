@@ -169,7 +169,7 @@ struct coord_worker {
 	void *tp;			     /* the transport's per-worker state */
 	_Atomic uint64_t losses, recoveries; /* metrics */
 	/* The recovery thread's own bookkeeping (recovery.c). */
-	bool rec_active;
+	bool rec_active, rec_busy;
 	unsigned rec_tries;
 	uint64_t rec_down_ns, rec_next_ns;
 };

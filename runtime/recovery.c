@@ -6,8 +6,9 @@
  * A transport that loses a worker (EOF, a socket error, a missed heartbeat,
  * a closure past its deadline) puts that worker's closures back on the queue
  * itself, at once, and calls coord_worker_lost(): the worker goes UP -> DOWN
- * and this thread wakes.  For each DOWN worker it calls the transport's
- * reconnect() (connect, handshake, hand the connection to its event loop),
+ * and this thread wakes.  For each DOWN worker it has the transport's
+ * reconnect() run (connect, handshake, hand the connection to its event
+ * loop; on an attempt thread, R2),
  * first at once and then with exponential backoff and jitter
  * (RECOVERY_BASE_MS doubling up to RECOVERY_MAX_MS, times 0.5-1.5), until
  * it succeeds (DOWN -> UP: the worker takes closures again; its per-worker
@@ -26,8 +27,11 @@
  *   R1  Only coord_worker_lost() moves UP -> DOWN (a CAS: one loss is
  *       counted once however many paths notice it); only this thread moves
  *       DOWN -> UP and DOWN -> DROPPED.
- *   R2  reconnect() runs on this thread only, never concurrently with itself
- *       for one worker, and never after coord_recovery_stop() returns.
+ *   R2  reconnect() runs on a short-lived attempt thread the recovery
+ *       thread starts (at most RECOVERY_PAR at once, so one hanging connect
+ *       does not hold back the other workers, B2), never two at once for
+ *       one worker (rec_busy), and every attempt is joined before
+ *       coord_recovery_stop() returns.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -99,24 +103,43 @@ static bool all_dropped(struct coord *c)
 	return true;
 }
 
-/* One DOWN worker whose try is due; its next due time, or 0 when settled. */
-static uint64_t try_one(struct coord_recovery *r, struct coord_worker *w, uint64_t now)
+/*
+ * One reconnect attempt runs on its own short-lived thread, so a worker
+ * whose connect or handshake hangs until connect_timeout_ms (a stopped or
+ * partitioned machine) does not hold back the others (B2).  At most
+ * RECOVERY_PAR attempts run at once; the recovery thread settles each one
+ * (R2: one attempt per worker at a time; all are joined before stop
+ * returns).
+ */
+#define RECOVERY_PAR 16
+
+struct attempt {
+	struct coord_recovery *r;
+	struct coord_worker *w;
+	pthread_t thread;
+	int rc;
+	struct coord_error err;
+	_Atomic int done; /* the attempt's result is in rc/err */
+};
+
+static void *attempt_main(void *arg)
+{
+	struct attempt *a = arg;
+
+	a->rc = a->r->c->tp->reconnect(a->r->c, a->w, &a->err);
+	/* Release: rc and err happen-before the recovery thread's acquire. */
+	atomic_store_explicit(&a->done, 1, memory_order_release);
+	coord_ec_signal(&a->r->wake);
+	return NULL;
+}
+
+/* The outcome of @w's finished attempt: re-admitted, dropped, or due again. */
+static void settle(struct coord_recovery *r, struct coord_worker *w, int rc,
+		   const struct coord_error *err)
 {
 	struct coord *c = r->c;
-	struct coord_error err = { 0 };
-	uint64_t limit = (uint64_t)c->opts.recovery_limit_ms * 1000000ull;
-	int rc;
+	uint64_t limit = (uint64_t)c->opts.recovery_limit_ms * 1000000ull, now = coord_now_ns();
 
-	if (!w->rec_active) { /* a fresh loss: first try at once */
-		w->rec_active = true;
-		w->rec_down_ns = now;
-		w->rec_tries = 0;
-		w->rec_next_ns = now;
-	}
-	if (now < w->rec_next_ns)
-		return w->rec_next_ns;
-	rc = c->tp->reconnect(c, w, &err);
-	now = coord_now_ns();
 	if (rc == 0) {
 		w->rec_active = false;
 		/* R1, release: the transport's admission of the connection
@@ -126,7 +149,7 @@ static uint64_t try_one(struct coord_recovery *r, struct coord_worker *w, uint64
 		atomic_fetch_add_explicit(&w->recoveries, 1, memory_order_relaxed);
 		coord_log(COORD_LOG_INFO, "worker %d re-admitted after %.1f s (%u tries)", w->index,
 			  (double)(now - w->rec_down_ns) / 1e9, w->rec_tries + 1);
-		return 0;
+		return;
 	}
 	w->rec_tries++;
 	if (now - w->rec_down_ns >= limit) {
@@ -134,49 +157,83 @@ static uint64_t try_one(struct coord_recovery *r, struct coord_worker *w, uint64
 		/* R1, release: as above. */
 		atomic_store_explicit(&w->state, COORD_WORKER_DROPPED, memory_order_release);
 		coord_log(COORD_LOG_ERROR, "worker %d dropped: not back within %lld s (%s)",
-			  w->index, (long long)(c->opts.recovery_limit_ms / 1000), err.msg);
+			  w->index, (long long)(c->opts.recovery_limit_ms / 1000), err->msg);
 		if (all_dropped(c))
 			coord_report_unavailable(
 				c, w->index, "every worker is lost and past the recovery limit");
-		return 0;
+		return;
 	}
 	w->rec_next_ns = now + backoff_ns(r, w->rec_tries - 1);
 	if (w->rec_next_ns > w->rec_down_ns + limit)
 		w->rec_next_ns = w->rec_down_ns + limit;
 	coord_log(COORD_LOG_DEBUG, "worker %d: reconnect %u failed: %s", w->index, w->rec_tries,
-		  err.msg);
-	return w->rec_next_ns;
+		  err->msg);
 }
 
 static void *recovery_main(void *arg)
 {
 	struct coord_recovery *r = arg;
 	struct coord *c = r->c;
+	struct attempt *run[RECOVERY_PAR] = { 0 };
+	unsigned nrun = 0;
 
-	/* Relaxed: a poll flag; the signal after it wakes us (E1). */
-	while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+	for (;;) {
 		uint32_t v = coord_ec_prepare(&r->wake);
 		uint64_t now = coord_now_ns(), due = now + RECOVERY_IDLE_MS * 1000000ull;
+		/* Relaxed: a poll flag; the signal after it wakes us (E1). */
+		bool stop = atomic_load_explicit(&r->stop, memory_order_relaxed);
 
+		/* Settle finished attempts (and, stopping, wait for the rest:
+		 * each is bounded by connect_timeout_ms; R2). */
+		for (unsigned i = 0; i < nrun;) {
+			struct attempt *a = run[i];
+
+			/* Acquire: pairs with attempt_main()'s release. */
+			if (!atomic_load_explicit(&a->done, memory_order_acquire) && !stop) {
+				i++;
+				continue;
+			}
+			pthread_join(a->thread, NULL);
+			a->w->rec_busy = false;
+			if (!stop)
+				settle(r, a->w, a->rc, &a->err);
+			free(a);
+			run[i] = run[--nrun];
+		}
+		if (stop)
+			break;
 		for (unsigned i = 0; i < c->nworkers; i++) {
 			struct coord_worker *w = &c->workers[i];
-			uint64_t next;
+			struct attempt *a;
 
 			/* Acquire: pairs with coord_worker_lost() (R1). */
-			if (atomic_load_explicit(&w->state, memory_order_acquire) !=
-			    COORD_WORKER_DOWN)
+			if (w->rec_busy || atomic_load_explicit(&w->state, memory_order_acquire) !=
+						   COORD_WORKER_DOWN)
 				continue;
-			/* Relaxed: as above; checked between slow reconnects. */
-			if (atomic_load_explicit(&r->stop, memory_order_relaxed))
-				return NULL;
-			next = try_one(r, w, now);
-			now = coord_now_ns();
-			if (next && next < due)
-				due = next;
+			if (!w->rec_active) { /* a fresh loss: first try at once */
+				w->rec_active = true;
+				w->rec_down_ns = now;
+				w->rec_tries = 0;
+				w->rec_next_ns = now;
+			}
+			if (now < w->rec_next_ns || nrun == RECOVERY_PAR) {
+				if (w->rec_next_ns < due)
+					due = w->rec_next_ns > now ? w->rec_next_ns
+								   : now + 1000000ull;
+				continue;
+			}
+			a = calloc(1, sizeof(*a));
+			if (!a)
+				break; /* try again next round */
+			a->r = r;
+			a->w = w;
+			if (pthread_create(&a->thread, NULL, attempt_main, a) != 0) {
+				free(a);
+				break;
+			}
+			w->rec_busy = true;
+			run[nrun++] = a;
 		}
-		/* Relaxed: as above. */
-		if (atomic_load_explicit(&r->stop, memory_order_relaxed))
-			break;
 		if (due > now)
 			(void)coord_ec_wait(&r->wake, v, due);
 	}

@@ -230,6 +230,46 @@ static void test_past_the_limit_dropped_unavailable(void **state)
 	assert_int_equal(t_worker_restart(0), 0); /* for the next tests */
 }
 
+/* B2: a stopped worker, whose reconnects hang until connect_timeout_ms,
+ * does not hold back the recovery of another worker. */
+static void test_hanging_reconnect_does_not_hold_back_others(void **state)
+{
+	struct coord_opts o;
+	struct coord_error err;
+	struct coord *c;
+	pid_t stopped = t_worker_pid(0);
+	uint64_t t0, until;
+
+	(void)state;
+	t_opts(&o, reg);
+	o.heartbeat_ms = HB_MS;
+	o.heartbeat_misses = 2;
+	o.connect_timeout_ms = 8000; /* a reconnect to the stopped one hangs this long */
+	assert_int_equal(t_create(&o, 2, &c, &err), 0);
+	run_adds(c, 10);
+	assert_int_equal(kill(stopped, SIGSTOP), 0);
+	assert_true(wait_for(c, one_down, 10) >= 0); /* its reconnect now hangs */
+	t_sleep_ns(100000000);
+	t0 = t_now_ns();
+	assert_int_equal(t_worker_restart(1), 0);
+	until = t0 + 6000000000ull; /* well before the hanging attempt gives up */
+	while (t_now_ns() < until) {
+		struct coord_worker_metrics w[2];
+		struct coord_metrics m;
+
+		assert_int_equal(coord_metrics(c, &m, w, 2), 0);
+		if (w[1].recoveries >= 1 && w[1].state == COORD_WORKER_UP)
+			break;
+		t_sleep_ns(5000000);
+	}
+	assert_true(t_now_ns() < until);
+	print_message("worker 1 re-admitted %.0f ms after its restart, worker 0 still stopped\n",
+		      (double)(t_now_ns() - t0) / 1e6);
+	run_adds(c, 10);
+	assert_int_equal(kill(stopped, SIGCONT), 0);
+	coord_destroy(c); /* joins the pending attempt (bounded by the timeout) */
+}
+
 struct blocked {
 	struct coord *c;
 	int r;
@@ -373,6 +413,7 @@ int main(void)
 		cmocka_unit_test(test_restarted_worker_resources_recreated),
 		cmocka_unit_test(test_closure_deadline_fails_its_worker),
 		cmocka_unit_test(test_past_the_limit_dropped_unavailable),
+		cmocka_unit_test(test_hanging_reconnect_does_not_hold_back_others),
 		cmocka_unit_test(test_blocked_schedule_released_when_unavailable),
 		cmocka_unit_test(test_soak_kill_restart),
 	};
