@@ -816,8 +816,9 @@ static int inputs_setup(struct coord *c, struct coord_closure *x, const struct c
 
 /* coord_schedule_call() for filled @x with inputs: count it, register it on
  * every input, and resolve it now if they are all final (B1). */
-static int schedule_consumer(struct coord *c, struct coord_closure *x, const struct coord_call *call,
-			     struct coord_rv **out, struct coord_error *err)
+static int schedule_consumer(struct coord *c, struct coord_closure *x,
+			     const struct coord_call *call, struct coord_rv **out,
+			     struct coord_error *err)
 {
 	uint32_t done = 0;
 

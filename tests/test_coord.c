@@ -1161,9 +1161,7 @@ static void test_destroy_with_queued_work_values_outlive(void **state)
 static struct coord_rv *sched_in(struct coord *c, uint32_t fn, const void *args, size_t len,
 				 struct coord_rv *const *in, unsigned n)
 {
-	struct coord_call call = {
-		.fn = fn, .args = args, .len = len, .inputs = in, .ninputs = n
-	};
+	struct coord_call call = { .fn = fn, .args = args, .len = len, .inputs = in, .ninputs = n };
 	struct coord_error err = { 0 };
 	struct coord_rv *rv = NULL;
 	int r = coord_schedule_call(c, &call, &rv, &err);
@@ -1592,7 +1590,8 @@ int main(void)
 		T(test_s9_creation_failure_is_input_error),                                        \
 		cmocka_unit_test(test_s13_stagger_observed), cmocka_unit_test(test_s14_unbounded), \
 		T(test_s15_unknown_function_refused), T(test_b8_attempt_visible),                  \
-		T(test_b7_metrics), cmocka_unit_test(test_destroy_with_queued_work_values_outlive),  \
+		T(test_b7_metrics),                                                                \
+		cmocka_unit_test(test_destroy_with_queued_work_values_outlive),                    \
 		T(test_b1_chain_10000), T(test_b1_fan_in_1000), T(test_b1_values_right),           \
 		T(test_b1_input_error), cmocka_unit_test(test_b1_cancelled_input),                 \
 		T(test_b1_s3_consumers_waiting), T(test_b1_waiting_take_no_thread)
