@@ -30,7 +30,7 @@ echo "# coord $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CP
 status=0
 # bench_tcp (issue 3) starts its own coord-worker processes on ephemeral
 # loopback ports and a forked ping-pong baseline; about a minute.
-for b in ring schedule e2e tcp; do
+for b in ring schedule e2e dataflow tcp; do
 	echo "## bench_$b $*"
 	start=$(date +%s)
 	if ! "$build/bench/bench_$b" "$@"; then

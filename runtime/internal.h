@@ -139,7 +139,6 @@ struct coord_closure {
 	uint32_t nin;			  /* inputs (CL_HAS_IN) */
 	struct coord_dep *in;		  /* nin edges, from c->bufs (in_cls) */
 	uint8_t in_cls;
-	struct coord_closure *dnext; /* the completer's worklist link */
 
 	char inline_res[CL_INLINE_RES];
 };
