@@ -51,21 +51,21 @@
  *   coordinator (results come back to it), so a lost worker never loses an
  *   input: the consumer reads them from the inputs' RemoteValues (inproc, in
  *   place) or gets them inside its REQ record (tcp).  No lineage is needed.
- *   C8  Registration on input I: set RV_DEPS in I's state word with a CAS
+ *   DF1 Registration on input I: set RV_DEPS in I's state word with a CAS
  *       while I is NOT_READY (else I is final: count it done), then push the
- *       edge on I->deps with a CAS (release, R4), unless it is SEALED (count
+ *       edge on I->deps with a CAS (release, DR1), unless it is SEALED (count
  *       it done).  I's completer makes the state final with one CAS (R1 in
  *       rv.c) and, only if the old word had RV_DEPS, exchanges I->deps with
- *       SEALED (acquire, A4) and follows every edge it got.  Each edge is
+ *       SEALED (acquire, DA1) and follows every edge it got.  Each edge is
  *       therefore counted exactly once: by the completer if the push came
  *       first in I->deps' modification order, else by the consumer; a
  *       closure nobody consumes pays a bit test on a word it already holds.
- *   C9  A consumer holds a reference on each input from schedule until it
+ *   DF2 A consumer holds a reference on each input from schedule until it
  *       is final itself (then coord_deps_final() drops them and frees its
  *       edges: every edge was counted by then, so nobody follows one).  So
  *       an input is never recycled while an edge of it is live, and
  *       I->deps, SEALED once, is reset only when I is freed (CL_DIRTY_DEPS).
- *   C10 The decrement of `pending` (acq_rel) that reaches 0 makes its thread
+ *   DF3 The decrement of `pending` (acq_rel) that reaches 0 makes its thread
  *       the consumer's owner, which sees every input's outcome and every
  *       write of schedule().  It fails the consumer (an input failed:
  *       COORD_EINPUT, cause the input's code), cancels it (an input was
@@ -529,7 +529,7 @@ static void cancel_older(struct coord *c, uint64_t g)
 		}
 		coord_ec_wait(&c->drained, v, COORD_FOREVER);
 	}
-	/* C10: consumers that in-flight completions queued with a generation
+	/* DF3: consumers that in-flight completions queued with a generation
 	 * they read before our bump are in the queue now (each completion came
 	 * before its dispatcher's inflight release): cancel them too.
 	 * Relaxed: set once, before the first consumer is counted. */
@@ -608,7 +608,7 @@ void coord_report_unavailable(struct coord *c, int worker, const char *msg)
 			cancel_one(c, buf[i]);
 }
 
-/* ---- dataflow: RemoteValues as arguments (B1, C8-C10) ----------------------- */
+/* ---- dataflow: RemoteValues as arguments (B1, DF1-DF3) ----------------------- */
 
 /* Edges whose input became final, to count on their consumers, and whether
  * this thread is already walking them (cascades iterate, never recurse). */
@@ -623,13 +623,13 @@ const void *coord_closure_input(const void *src, uint32_t i, uint32_t *len,
 
 	(void)cur;
 	/* READY and unchanging (V2); its state was acquired by the thread that
-	 * queued x, whose push published it to this worker (C10). */
+	 * queued x, whose push published it to this worker (DF3). */
 	*len = in->res_len;
 	return in->res;
 }
 
 /* @x's inputs all failed or finished: fail it with COORD_EINPUT for input
- * @i, which failed (C10).  Owner of @x only; drops its runtime reference. */
+ * @i, which failed (DF3).  Owner of @x only; drops its runtime reference. */
 static void dep_fail(struct coord *c, struct coord_closure *x, uint32_t i)
 {
 	const struct coord_closure *in = x->in[i].input;
@@ -660,7 +660,7 @@ static void dep_fail(struct coord *c, struct coord_closure *x, uint32_t i)
 	coord_closure_put(x);
 }
 
-/* @x is runnable: queue it without ever blocking (C10). */
+/* @x is runnable: queue it without ever blocking (DF3). */
 static void dep_queue(struct coord *c, struct coord_closure *x)
 {
 	if ((c->unbounded && !ov_empty(c)) || coord_ring_push_mp(&c->ring, x) < 0)
@@ -668,15 +668,15 @@ static void dep_queue(struct coord *c, struct coord_closure *x)
 	queue_pushed(c); /* either push was a seq_cst RMW (E3) */
 }
 
-/* Every input of @x is final and we own @x (C10): decide its fate. */
+/* Every input of @x is final and we own @x (DF3): decide its fate. */
 static void dep_resolve(struct coord *c, struct coord_closure *x)
 {
 	uint32_t bad = UINT32_MAX;
 	bool cancelled = false;
 
 	for (uint32_t i = 0; i < x->nin; i++) {
-		/* A5 (acquire): pairs with R1 in coord_rv_set_final(): the
-		 * input's outcome and value (C10). */
+		/* DA2 (acquire): pairs with R1 in coord_rv_set_final(): the
+		 * input's outcome and value (DF3). */
 		uint32_t st = atomic_load_explicit(&x->in[i].input->state, memory_order_acquire) &
 			      RV_STATE_MASK;
 
@@ -698,10 +698,10 @@ static void dep_resolve(struct coord *c, struct coord_closure *x)
 		dep_queue(c, x);
 }
 
-/* One input of @x is final (its edge counted once, C8). */
+/* One input of @x is final (its edge counted once, DF1). */
 static void dep_done(struct coord *c, struct coord_closure *x, uint32_t n)
 {
-	/* acq_rel (C10): release what we saw to the owner; the decrement that
+	/* acq_rel (DF3): release what we saw to the owner; the decrement that
 	 * reaches 0 acquires every earlier one, schedule()'s included. */
 	if (atomic_fetch_sub_explicit(&x->pending, n, memory_order_acq_rel) == n)
 		dep_resolve(c, x);
@@ -710,7 +710,7 @@ static void dep_done(struct coord *c, struct coord_closure *x, uint32_t n)
 void coord_deps_final(struct coord_closure *cl, uint32_t old)
 {
 	if (old & RV_HASIN) {
-		/* C9: every edge of cl was counted before it was queued or
+		/* DF2: every edge of cl was counted before it was queued or
 		 * resolved, so nobody follows them now: drop the inputs. */
 		struct coord_dep *in = cl->in;
 		uint32_t n = cl->nin;
@@ -722,12 +722,12 @@ void coord_deps_final(struct coord_closure *cl, uint32_t old)
 		coord_buf_put(&cl->c->bufs, in, cl->in_cls);
 	}
 	if (old & RV_DEPS) {
-		/* A4 (acquire): pairs with R4 in dep_register(): the edges'
-		 * contents.  SEALED turns later registrations away (C8). */
+		/* DA1 (acquire): pairs with DR1 in dep_register(): the edges'
+		 * contents.  SEALED turns later registrations away (DF1). */
 		struct coord_dep *e = atomic_exchange_explicit(&cl->deps, COORD_DEPS_SEALED,
 							       memory_order_acquire);
 
-		cl->res_dirty |= CL_DIRTY_DEPS; /* reset deps before reuse (C9) */
+		cl->res_dirty |= CL_DIRTY_DEPS; /* reset deps before reuse (DF2) */
 		while (e) {
 			struct coord_dep *nx = e->next;
 
@@ -750,7 +750,7 @@ void coord_deps_final(struct coord_closure *cl, uint32_t old)
 	tl_firing = false;
 }
 
-/* C8: put edge @e on its input's dependents list; false if the input is
+/* DF1: put edge @e on its input's dependents list; false if the input is
  * final already (the caller counts the edge itself). */
 static bool dep_register(struct coord_dep *e)
 {
@@ -764,7 +764,7 @@ static bool dep_register(struct coord_dep *e)
 			return false;
 		if (w & RV_DEPS)
 			break;
-		/* Relaxed (C8): only the atomicity matters: either this CAS
+		/* Relaxed (DF1): only the atomicity matters: either this CAS
 		 * sees the final word, or the final CAS sees RV_DEPS. */
 		if (atomic_compare_exchange_weak_explicit(&in->state, &w, w | RV_DEPS,
 							  memory_order_relaxed,
@@ -777,15 +777,15 @@ static bool dep_register(struct coord_dep *e)
 		if (h == COORD_DEPS_SEALED)
 			return false;
 		e->next = h;
-		/* R4 (release): pairs with A4 in coord_deps_final(): the edge
-		 * is complete before its completer can follow it (C8). */
+		/* DR1 (release): pairs with DA1 in coord_deps_final(): the edge
+		 * is complete before its completer can follow it (DF1). */
 		if (atomic_compare_exchange_weak_explicit(&in->deps, &h, e, memory_order_release,
 							  memory_order_relaxed))
 			return true;
 	}
 }
 
-/* Give fresh closure @x the inputs of @call (C9); 0 or COORD_ENOMEM. */
+/* Give fresh closure @x the inputs of @call (DF2); 0 or COORD_ENOMEM. */
 static int inputs_setup(struct coord *c, struct coord_closure *x, const struct coord_call *call)
 {
 	uint32_t n = call->ninputs;
@@ -805,8 +805,8 @@ static int inputs_setup(struct coord *c, struct coord_closure *x, const struct c
 	}
 	x->nin = n;
 	x->res_dirty |= CL_HAS_IN;
-	/* Relaxed: x is private until registered (R4 publishes it, and the
-	 * pending decrements chain to its owner, C10).  The +1 keeps it from
+	/* Relaxed: x is private until registered (DR1 publishes it, and the
+	 * pending decrements chain to its owner, DF3).  The +1 keeps it from
 	 * resolving while we still register. */
 	atomic_store_explicit(&x->pending, n + 1, memory_order_relaxed);
 	/* Relaxed: private, as above. */
@@ -829,15 +829,15 @@ static int schedule_consumer(struct coord *c, struct coord_closure *x,
 		coord_pool_put(c->closures, x->idx);
 		return coord_seterr(err, COORD_ENOMEM, "no memory for %u inputs", call->ninputs);
 	}
-	/* Relaxed: read by cancellers only, to drain once more (C10); set
+	/* Relaxed: read by cancellers only, to drain once more (DF3); set
 	 * before this consumer can be queued by anyone. */
 	if (!atomic_load_explicit(&c->dataflow, memory_order_relaxed))
 		atomic_store_explicit(&c->dataflow, true, memory_order_relaxed);
 	/* Relaxed: C1, as in coord_schedule_call(); every decrement comes
-	 * after x's owner acquired our final pending decrement (C10). */
+	 * after x's owner acquired our final pending decrement (DF3). */
 	atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
 	/* Acquire: C3, as in coord_schedule_call(): the generation when the
-	 * consumer starts waiting (a canceller then reaches it, C10). */
+	 * consumer starts waiting (a canceller then reaches it, DF3). */
 	x->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
 	if (out)
 		*out = (struct coord_rv *)x;

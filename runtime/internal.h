@@ -61,7 +61,7 @@
 #define RV_STATE_MASK 0x7u
 #define RV_READY_ERR 0x4u
 #define RV_WAITER 0x8u
-/* Dataflow (B1, coordinator.c C8-C10): a consumer may have registered on
+/* Dataflow (B1, coordinator.c DF1-DF3): a consumer may have registered on
  * this closure's dependents list (set with a CAS while NOT_READY; the final
  * CAS reads it for free, so a closure without consumers pays nothing). */
 #define RV_DEPS 0x10u
@@ -133,7 +133,7 @@ struct coord_closure {
 	struct coord_closure *next; /* overflow FIFO link */
 	struct rcu_head rcu;
 
-	/* Dataflow (B1; coordinator.c C8-C10), off the fast path. */
+	/* Dataflow (B1; coordinator.c DF1-DF3), off the fast path. */
 	_Atomic(struct coord_dep *) deps; /* dependents; NULL when handed out */
 	_Atomic uint32_t pending;	  /* inputs not final yet, + 1 while registering */
 	uint32_t nin;			  /* inputs (CL_HAS_IN) */
@@ -269,7 +269,7 @@ struct coord {
 	struct coord_recovery *recovery; /* the slow path, or NULL (inproc) */
 	_Atomic uint64_t cancelled;	 /* metrics (B7) */
 	_Atomic uint64_t dep_failed;	 /* consumers failed by an input (B1, B7) */
-	_Atomic bool dataflow;		 /* a consumer was scheduled (B1, C10) */
+	_Atomic bool dataflow;		 /* a consumer was scheduled (B1, DF3) */
 	uint64_t created_ns;
 };
 

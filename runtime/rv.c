@@ -101,7 +101,7 @@ bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
 	}
 	if (w & RV_WAITER)
 		coord_futex_wake_all(&cl->state);
-	/* B1: inputs to drop, dependents to hand on (C8-C10, coordinator.c). */
+	/* B1: inputs to drop, dependents to hand on (DF1-DF3, coordinator.c). */
 	if (unlikely(w & (RV_DEPS | RV_HASIN)))
 		coord_deps_final(cl, w);
 	return true;
@@ -234,7 +234,7 @@ void coord_closure_drop_contents(struct coord_closure *cl)
 	if (cl->res_dirty) {
 		if (unlikely(cl->res_dirty & CL_DIRTY_DEPS))
 			/* Relaxed: refs == 0, so no consumer can register any
-			 * more (each holds a reference); C9. */
+			 * more (each holds a reference); DF2. */
 			atomic_store_explicit(&cl->deps, NULL, memory_order_relaxed);
 		cl->res = cl->inline_res;
 		cl->res_len = 0;
