@@ -86,6 +86,8 @@ int coord_exec(struct coord_exec_env *env, const struct coord_exec_call *call,
 	ctx->sink = sink;
 	ctx->has_msg = 0;
 	ctx->ps_failed = 0;
+	ctx->in_cur.i = 0;
+	ctx->in_cur.p = NULL;
 	*cause = 0;
 	if (call->fn >= env->reg->n || !env->reg->fns[call->fn].fn) {
 		snprintf(ctx->msg, sizeof(ctx->msg), "worker %d has no function %u", env->worker,
@@ -175,4 +177,21 @@ void *coord_ctx_per_worker(const struct coord_ctx *ctx, unsigned i)
 unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx)
 {
 	return ctx->call ? ctx->call->npw : 0;
+}
+
+unsigned coord_ctx_num_inputs(const struct coord_ctx *ctx)
+{
+	return ctx->call ? ctx->call->nin : 0;
+}
+
+const void *coord_ctx_input(struct coord_ctx *ctx, unsigned i, size_t *len)
+{
+	uint32_t n = 0;
+	const void *p = NULL;
+
+	if (ctx->call && i < ctx->call->nin)
+		p = ctx->call->in_get(ctx->call->in_src, i, &n, &ctx->in_cur);
+	if (len)
+		*len = n;
+	return n ? p : NULL;
 }

@@ -61,9 +61,35 @@
 #define RV_STATE_MASK 0x7u
 #define RV_READY_ERR 0x4u
 #define RV_WAITER 0x8u
+/* Dataflow (B1, coordinator.c DF1-DF3): a consumer may have registered on
+ * this closure's dependents list (set with a CAS while NOT_READY; the final
+ * CAS reads it for free, so a closure without consumers pays nothing). */
+#define RV_DEPS 0x10u
+/* This closure has inputs whose references it drops when it is final. */
+#define RV_HASIN 0x20u
+
+/* res_dirty bits (drop_contents resets what they name). */
+#define CL_DIRTY_RES 0x1u  /* res_len or err_code written */
+#define CL_DIRTY_DEPS 0x2u /* deps sealed: reset to NULL before reuse */
+#define CL_HAS_IN 0x4u	   /* nin inputs in @in (read by the executor) */
+
+/* The dependents list's sealed marker (never a valid edge address). */
+#define COORD_DEPS_SEALED ((struct coord_dep *)(uintptr_t)1)
 
 struct coord_pw;
 struct coord;
+struct coord_closure;
+
+/*
+ * One input edge of a consumer (B1): consumer->in[i] names input i; while
+ * the input is NOT_READY the edge is linked on the input's dependents list
+ * (@next), and the input's completer follows it to @consumer.
+ */
+struct coord_dep {
+	struct coord_dep *next;
+	struct coord_closure *consumer;
+	struct coord_closure *input;
+};
 
 /*
  * Layout: the first cache line holds everything schedule() writes and the
@@ -85,7 +111,7 @@ struct coord_closure {
 	uint8_t args_cls;
 	uint8_t res_cls;
 	uint8_t npw;
-	uint8_t res_dirty; /* res_len or err_code written: drop_contents cleans */
+	uint8_t res_dirty; /* CL_DIRTY_* / CL_HAS_IN: drop_contents cleans */
 	uint32_t idx;	   /* pool index, fixed for the object's life */
 	uint64_t gen;	   /* cancellation generation, taken when queued (S3) */
 	uint64_t id;	   /* reuse << 32 | pool index: coord_rv_id() */
@@ -106,6 +132,13 @@ struct coord_closure {
 	struct coord_pw *pw[COORD_MAX_PW];
 	struct coord_closure *next; /* overflow FIFO link */
 	struct rcu_head rcu;
+
+	/* Dataflow (B1; coordinator.c DF1-DF3), off the fast path. */
+	_Atomic(struct coord_dep *) deps; /* dependents; NULL when handed out */
+	_Atomic uint32_t pending;	  /* inputs not final yet, + 1 while registering */
+	uint32_t nin;			  /* inputs (CL_HAS_IN) */
+	struct coord_dep *in;		  /* nin edges, from c->bufs (in_cls) */
+	uint8_t in_cls;
 
 	char inline_res[CL_INLINE_RES];
 };
@@ -235,6 +268,8 @@ struct coord {
 	struct coord_ps *ps;		 /* parameter servers (runtime/ps.h), or NULL */
 	struct coord_recovery *recovery; /* the slow path, or NULL (inproc) */
 	_Atomic uint64_t cancelled;	 /* metrics (B7) */
+	_Atomic uint64_t dep_failed;	 /* consumers failed by an input (B1, B7) */
+	_Atomic bool dataflow;		 /* a consumer was scheduled (B1, DF3) */
 	uint64_t created_ns;
 };
 
@@ -310,8 +345,13 @@ COORD_HIDDEN void coord_dispatch_put_back(struct coord_dispatcher *d, struct coo
 					  unsigned n);
 
 /* runtime/rv.c: make @cl final with state @st (a RemoteValue state, or
- * READY|RV_READY_ERR); false if it already was (late result: dropped). */
+ * READY|RV_READY_ERR); false if it already was (late result: dropped).
+ * Then, if the old word says so, drops @cl's inputs and hands its
+ * dependents on (coord_deps_final()). */
 COORD_HIDDEN bool coord_rv_set_final(struct coord_closure *cl, uint32_t st);
+/* runtime/coordinator.c: the dataflow half of a final transition (B1):
+ * @old is the state word the final CAS replaced (RV_DEPS / RV_HASIN). */
+COORD_HIDDEN void coord_deps_final(struct coord_closure *cl, uint32_t old);
 /* Drop one reference; the last one recycles the closure. */
 COORD_HIDDEN void coord_closure_put(struct coord_closure *cl);
 /* The two halves of coord_closure_put(), for batched returns: unref says
@@ -355,6 +395,16 @@ struct coord_pw_ref {
 	const void *args;
 };
 
+/*
+ * The inputs of a call (B1) as a worker reads them: input @i's bytes from
+ * @src, which is a closure (inproc: the values in place) or a REQ record's
+ * packed input section (transport/wire.c); struct coord_in_cursor and
+ * coord_input_get_t are in runtime/util.h, shared with the wire layer.
+ */
+/* Input @i of consumer closure @src (a coord_input_get_t; cursor unused). */
+COORD_HIDDEN const void *coord_closure_input(const void *src, uint32_t i, uint32_t *len,
+					     struct coord_in_cursor *cur);
+
 /* One call to run on a worker, whatever carried it there. */
 struct coord_exec_call {
 	uint64_t id;
@@ -364,6 +414,9 @@ struct coord_exec_call {
 	uint32_t len;
 	unsigned npw;
 	struct coord_pw_ref pw[COORD_MAX_PW];
+	uint32_t nin; /* inputs (B1), read through in_get(in_src, ...) */
+	coord_input_get_t in_get;
+	const void *in_src;
 };
 
 /* Where a function's result bytes go: a closure (inproc) or a frame. */
@@ -376,6 +429,7 @@ struct coord_ctx {
 	void *sink;
 	void *pw[COORD_MAX_PW];
 	int ps_failed; /* COORD_CAUSE_PS(task) of a ps it could not reach, or 0 */
+	struct coord_in_cursor in_cur;
 	int has_msg;
 	char msg[COORD_ERRMSG_LEN];
 };

@@ -5,6 +5,11 @@
  * State word (closure.state):
  *   bits 0-2  NOT_READY(0) READY(1) ABORTED(2) CANCELLED(3) READY|ERR(4|1)
  *   bit  3    RV_WAITER: a fetcher is parked (or about to be) on the word.
+ *   bit  4    RV_DEPS: a consumer registered on the dependents list (B1).
+ *   bit  5    RV_HASIN: the closure holds inputs (B1).
+ *   Bits 3-5 live only while NOT_READY: the final CAS replaces the whole
+ *   word, and its old value tells the completer whether there is dataflow
+ *   work (coord_deps_final()): the default path tests a register, no load.
  *
  * Transitions (S7): NOT_READY -> READY | READY_ERR | CANCELLED | ABORTED;
  * ABORTED -> NOT_READY (rebuilt: put back and run again).  The completer
@@ -59,7 +64,7 @@ void *coord_closure_result_buf(struct coord_closure *cl, size_t len)
 	/* V1: only the owner writes, before R1. */
 	if (cl->res_cls != COORD_BUF_INLINE)
 		coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
-	cl->res_dirty = 1;
+	cl->res_dirty |= CL_DIRTY_RES;
 	b = coord_buf_get(&cl->c->bufs, len, cl->inline_res, CL_INLINE_RES, &cl->res_cls);
 	if (!b) {
 		cl->res_cls = COORD_BUF_INLINE;
@@ -96,6 +101,9 @@ bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
 	}
 	if (w & RV_WAITER)
 		coord_futex_wake_all(&cl->state);
+	/* B1: inputs to drop, dependents to hand on (DF1-DF3, coordinator.c). */
+	if (unlikely(w & (RV_DEPS | RV_HASIN)))
+		coord_deps_final(cl, w);
 	return true;
 }
 
@@ -224,6 +232,10 @@ void coord_closure_drop_contents(struct coord_closure *cl)
 		cl->res = cl->inline_res;
 	}
 	if (cl->res_dirty) {
+		if (unlikely(cl->res_dirty & CL_DIRTY_DEPS))
+			/* Relaxed: refs == 0, so no consumer can register any
+			 * more (each holds a reference); DF2. */
+			atomic_store_explicit(&cl->deps, NULL, memory_order_relaxed);
 		cl->res = cl->inline_res;
 		cl->res_len = 0;
 		cl->err_code = 0;

@@ -66,4 +66,16 @@ static inline void coord_spin_pause(unsigned step)
 		cpu_relax();
 }
 
+/*
+ * Reading the inputs of a call (B1): input @i's bytes from @src (a closure,
+ * or a REQ record's packed input section).  @cur lets a walk over packed
+ * values resume where the previous read ended; NULL is allowed.
+ */
+struct coord_in_cursor {
+	uint32_t i;
+	const void *p;
+};
+typedef const void *(*coord_input_get_t)(const void *src, uint32_t i, uint32_t *len,
+					 struct coord_in_cursor *cur);
+
 #endif /* COORD_RUNTIME_UTIL_H */

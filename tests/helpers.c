@@ -190,6 +190,66 @@ static int f_gated(struct coord_ctx *ctx, const void *args, size_t len)
 	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
 }
 
+/* B1: args: optional int64 k; result: int64 k + the sum of the inputs,
+ * each an int64 or an int32 (a gated result); any other size fails. */
+static int f_sum_inputs(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	int64_t s = 0;
+	unsigned n = coord_ctx_num_inputs(ctx);
+
+	ENTER();
+	if (len == sizeof(s))
+		memcpy(&s, args, sizeof(s));
+	for (unsigned i = 0; i < n; i++) {
+		size_t l;
+		const void *v = coord_ctx_input(ctx, i, &l);
+		int64_t x = 0;
+		int32_t y;
+
+		if (l == sizeof(x)) {
+			memcpy(&x, v, sizeof(x));
+		} else if (l == sizeof(y)) {
+			memcpy(&y, v, sizeof(y));
+			x = y;
+		} else {
+			EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "sum_inputs: input %u has %zu bytes",
+					    i, l));
+		}
+		s += x;
+	}
+	EXIT(coord_ctx_set_result(ctx, &s, sizeof(s)));
+}
+
+/* B1: result: the inputs' bytes one after another (in reverse order of
+ * index when args is "r", to read them out of order). */
+static int f_concat_inputs(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	unsigned n = coord_ctx_num_inputs(ctx);
+	int rev = len == 1 && *(const char *)args == 'r';
+	size_t total = 0, off = 0, l;
+	uint8_t *out;
+
+	ENTER();
+	for (unsigned i = 0; i < n; i++) {
+		coord_ctx_input(ctx, i, &l);
+		total += l;
+	}
+	out = coord_ctx_result_buf(ctx, total);
+	if (!out && total)
+		EXIT(COORD_ENOMEM);
+	for (unsigned k = 0; k < n; k++) {
+		unsigned i = rev ? n - 1 - k : k;
+		const void *v = coord_ctx_input(ctx, i, &l);
+
+		if (l)
+			memcpy(out + (rev ? total - off - l : off), v, l);
+		off += l;
+	}
+	if (coord_ctx_input(ctx, n, &l) != NULL || l != 0)
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "input past the end"));
+	EXIT(0);
+}
+
 /* args: uint32 microseconds; records its pid, sleeps; result: { attempt,
  * worker index } (uint32 x 2). */
 static int f_sleep_attempt(struct coord_ctx *ctx, const void *args, size_t len)
@@ -410,6 +470,8 @@ int t_register(struct coord_registry *r)
 	    coord_registry_add(r, "attempt", f_attempt) ||
 	    coord_registry_add(r, "stamp", f_stamp) || coord_registry_add(r, "order", f_order) ||
 	    coord_registry_add(r, "pw_next", f_pw_next) ||
+	    coord_registry_add(r, "sum_inputs", f_sum_inputs) ||
+	    coord_registry_add(r, "concat_inputs", f_concat_inputs) ||
 	    coord_registry_add_resource(r, "counter", r_counter, free))
 		return -1;
 	return 0;

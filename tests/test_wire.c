@@ -42,6 +42,14 @@ static size_t make_req_frame(uint8_t *b, size_t cap)
 			};
 			q.pw[1] = (struct coord_wire_pw){ .uid = 10, .creator = 4, .len = 0 };
 		}
+		if (i == 2) { /* B1: three inputs, one of them empty */
+			static const uint8_t in[] = { 3, 0, 0, 0, 'a', 'b', 'c', 0,  0,
+						      0, 0, 2, 0, 0,   0,   'x', 'y' };
+
+			q.nin = 3;
+			q.in = in;
+			q.in_len = sizeof(in);
+		}
 		assert_int_equal(coord_wire_put_req(&w, &q), 0);
 	}
 	coord_wire_end(&w);
@@ -73,6 +81,27 @@ static void test_wire_req_round_trip(void **state)
 			assert_int_equal(q.pw[0].creator, 3);
 			assert_memory_equal(q.pw[0].args, "abcd", 4);
 			assert_int_equal(q.pw[1].len, 0);
+		}
+		assert_int_equal(q.nin, i == 2 ? 3 : 0);
+		if (i == 2) {
+			struct coord_in_cursor cur = { 0, NULL };
+			uint32_t len;
+			const char *v;
+
+			assert_int_equal(q.in_len, 17);
+			/* in order, then out of order, with and without a cursor */
+			v = coord_wire_input(q.in, 0, &len, &cur);
+			assert_int_equal(len, 3);
+			assert_memory_equal(v, "abc", 3);
+			coord_wire_input(q.in, 1, &len, &cur);
+			assert_int_equal(len, 0);
+			v = coord_wire_input(q.in, 2, &len, &cur);
+			assert_int_equal(len, 2);
+			assert_memory_equal(v, "xy", 2);
+			v = coord_wire_input(q.in, 0, &len, &cur);
+			assert_memory_equal(v, "abc", 3);
+			v = coord_wire_input(q.in, 2, &len, NULL);
+			assert_memory_equal(v, "xy", 2);
 		}
 		i++;
 	}
@@ -198,6 +227,63 @@ static int decode_all(const uint8_t *b, size_t n, uint32_t max_frame)
 	while ((r = coord_wire_next_req(&it, &q)) == 1)
 		;
 	return r;
+}
+
+/* B1: the request flags and the input section are checked: an unknown
+ * flag, INPUTS with no inputs, a count the payload cannot hold, a value
+ * running past the end are refused; the getter path encodes the same bytes. */
+static void test_wire_req_inputs_checked(void **state)
+{
+	uint8_t b[256], b2[256];
+	struct coord_wire_writer w;
+	struct coord_wire_req q = { .closure_id = 5, .fn = 1 };
+	static const uint8_t in[] = { 1, 0, 0, 0, 'z' };
+	size_t n, req_at = COORD_WIRE_HDR, sect;
+
+	q.nin = 1;
+	q.in = in;
+	q.in_len = sizeof(in);
+	coord_wire_writer_init(&w, b, sizeof(b));
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_REQ), 0);
+	assert_int_equal(coord_wire_put_req(&w, &q), 0);
+	coord_wire_end(&w);
+	n = w.len;
+	assert_int_equal(decode_all(b, n, 1 << 20), 0);
+	sect = req_at + COORD_WIRE_REQ_FIXED; /* no pw, no args: the count */
+	assert_int_equal(b[req_at + 22], COORD_WIRE_REQ_INPUTS);
+	/* an unknown flag bit */
+	memcpy(b2, b, n);
+	b2[req_at + 22] |= 0x2;
+	assert_int_equal(decode_all(b2, n, 1 << 20), -EPROTO);
+	/* INPUTS set, count 0 (not canonical) */
+	memcpy(b2, b, n);
+	memset(b2 + sect, 0, 4);
+	assert_int_equal(decode_all(b2, n, 1 << 20), -EPROTO);
+	/* a count the payload cannot hold */
+	memcpy(b2, b, n);
+	memset(b2 + sect, 0xff, 4);
+	assert_int_equal(decode_all(b2, n, 1 << 20), -EPROTO);
+	/* a value longer than what is left */
+	memcpy(b2, b, n);
+	b2[sect + 4] = 2;
+	assert_int_equal(decode_all(b2, n, 1 << 20), -EPROTO);
+	/* the flag cleared: the section is left over, refused */
+	memcpy(b2, b, n);
+	b2[req_at + 22] = 0;
+	assert_int_equal(decode_all(b2, n, 1 << 20), -EPROTO);
+	/* the getter path (coordinator side) gives the same bytes */
+	{
+		struct coord_wire_req q2 = { .closure_id = 5, .fn = 1 };
+
+		coord_wire_req_set_inputs(&q2, 1, coord_wire_input, in);
+		assert_int_equal(q2.in_len, sizeof(in));
+		coord_wire_writer_init(&w, b2, sizeof(b2));
+		assert_int_equal(coord_wire_begin(&w, COORD_WIRE_REQ), 0);
+		assert_int_equal(coord_wire_put_req(&w, &q2), 0);
+		coord_wire_end(&w);
+		assert_int_equal(w.len, n);
+		assert_memory_equal(b2, b, n);
+	}
 }
 
 /* Every prefix of a valid frame is "need more" or refused, never decoded. */
@@ -427,6 +513,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_wire_req_round_trip),
+		cmocka_unit_test(test_wire_req_inputs_checked),
 		cmocka_unit_test(test_wire_res_fn_ping_error_round_trip),
 		cmocka_unit_test(test_wire_hello_round_trip_and_magic),
 		cmocka_unit_test(test_wire_every_truncation),

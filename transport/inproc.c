@@ -75,6 +75,10 @@ static void *inproc_main(void *arg)
 				call.pw[k].len = cl->pw[k]->len;
 				call.pw[k].args = cl->pw[k]->args;
 			}
+			/* B1: inputs read in place, from their RemoteValues. */
+			call.nin = unlikely(cl->res_dirty & CL_HAS_IN) ? cl->nin : 0;
+			call.in_get = coord_closure_input;
+			call.in_src = cl;
 			code = coord_exec(&iw->env, &call, closure_result_buf, cl, &ctx, &cause);
 			if (coord_dispatch_ps_retry(d, cl, code, cause)) {
 				coord_dispatch_put_back(d, &cl, 1); /* S11: transient */

@@ -494,7 +494,10 @@ static int on_req(struct conn *k, const struct coord_wire_hdr *h, const uint8_t 
 						.attempt = q.attempt,
 						.args = q.args,
 						.len = q.len,
-						.npw = q.npw };
+						.npw = q.npw,
+						.nin = q.nin, /* B1 */
+						.in_get = coord_wire_input,
+						.in_src = q.in };
 		struct coord_wire_res res = { .closure_id = q.closure_id, .attempt = q.attempt };
 		struct coord_ctx ctx;
 		int code, cause;

@@ -148,6 +148,7 @@ static int iter_end(struct coord_wire_iter *it)
 int coord_wire_next_req(struct coord_wire_iter *it, struct coord_wire_req *r)
 {
 	const uint8_t *p;
+	uint16_t flags;
 
 	if (it->left == 0)
 		return iter_end(it);
@@ -159,7 +160,8 @@ int coord_wire_next_req(struct coord_wire_iter *it, struct coord_wire_req *r)
 	r->fn = get32(p + 12);
 	r->len = get32(p + 16);
 	r->npw = get16(p + 20);
-	if (get16(p + 22) != 0 || r->npw > COORD_MAX_PW || get32(p + 24) != 0)
+	flags = get16(p + 22);
+	if ((flags & ~COORD_WIRE_REQ_INPUTS) || r->npw > COORD_MAX_PW || get32(p + 24) != 0)
 		return -EPROTO;
 	for (unsigned i = 0; i < r->npw; i++) {
 		const uint8_t *q = take(it, COORD_WIRE_PW_FIXED);
@@ -176,8 +178,55 @@ int coord_wire_next_req(struct coord_wire_iter *it, struct coord_wire_req *r)
 	r->args = take(it, r->len);
 	if (!r->args)
 		return -EPROTO;
+	r->nin = 0;
+	r->in = NULL;
+	r->in_len = 0;
+	r->in_get = NULL;
+	r->in_src = NULL;
+	if (flags & COORD_WIRE_REQ_INPUTS) {
+		const uint8_t *q = take(it, 4), *start;
+
+		if (!q)
+			return -EPROTO;
+		r->nin = get32(q);
+		/* Canonical: the flag only with inputs; each takes 4 bytes at
+		 * least, so a huge count is refused before any loop. */
+		if (r->nin == 0 || (uint64_t)r->nin * 4 > (size_t)(it->end - it->p))
+			return -EPROTO;
+		start = it->p;
+		for (uint32_t i = 0; i < r->nin; i++) {
+			q = take(it, 4);
+			if (!q || !take(it, get32(q)))
+				return -EPROTO;
+		}
+		r->in = start;
+		r->in_len = (size_t)(it->p - start);
+	}
 	it->left--;
 	return 1;
+}
+
+const void *coord_wire_input(const void *src, uint32_t i, uint32_t *len,
+			     struct coord_in_cursor *cur)
+{
+	struct coord_in_cursor c0 = { 0, NULL };
+	const uint8_t *p;
+
+	/* The section was checked by coord_wire_next_req(): no bounds here. */
+	if (!cur)
+		cur = &c0;
+	if (!cur->p || cur->i > i) {
+		cur->i = 0;
+		cur->p = src;
+	}
+	p = cur->p;
+	while (cur->i < i) {
+		p += 4 + (size_t)get32(p);
+		cur->i++;
+	}
+	cur->p = p;
+	*len = get32(p);
+	return p + 4;
 }
 
 int coord_wire_next_res(struct coord_wire_iter *it, struct coord_wire_res *r)
@@ -390,7 +439,25 @@ size_t coord_wire_req_size(const struct coord_wire_req *r)
 
 	for (unsigned i = 0; i < r->npw; i++)
 		n += COORD_WIRE_PW_FIXED + r->pw[i].len;
+	if (r->nin)
+		n += 4 + r->in_len;
 	return n;
+}
+
+void coord_wire_req_set_inputs(struct coord_wire_req *r, uint32_t nin, coord_input_get_t get,
+			       const void *src)
+{
+	uint32_t len;
+
+	r->nin = nin;
+	r->in_get = get;
+	r->in_src = src;
+	r->in = NULL;
+	r->in_len = 0;
+	for (uint32_t i = 0; i < nin; i++) {
+		get(src, i, &len, NULL);
+		r->in_len += 4 + (size_t)len;
+	}
 }
 
 int coord_wire_put_req(struct coord_wire_writer *w, const struct coord_wire_req *r)
@@ -407,7 +474,7 @@ int coord_wire_put_req(struct coord_wire_writer *w, const struct coord_wire_req 
 	put32(p + 12, r->fn);
 	put32(p + 16, r->len);
 	put16(p + 20, r->npw);
-	put16(p + 22, 0);
+	put16(p + 22, r->nin ? COORD_WIRE_REQ_INPUTS : 0);
 	put32(p + 24, 0);
 	p += COORD_WIRE_REQ_FIXED;
 	for (unsigned i = 0; i < r->npw; i++) {
@@ -420,6 +487,24 @@ int coord_wire_put_req(struct coord_wire_writer *w, const struct coord_wire_req 
 	}
 	if (r->len)
 		memcpy(p, r->args, r->len);
+	p += r->len;
+	if (r->nin) {
+		put32(p, r->nin);
+		p += 4;
+		if (!r->in_get) {
+			memcpy(p, r->in, r->in_len);
+		} else {
+			for (uint32_t i = 0; i < r->nin; i++) {
+				uint32_t len;
+				const void *v = r->in_get(r->in_src, i, &len, NULL);
+
+				put32(p, len);
+				if (len)
+					memcpy(p + 4, v, len);
+				p += 4 + (size_t)len;
+			}
+		}
+	}
 	w->count++;
 	return 0;
 }

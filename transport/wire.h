@@ -34,9 +34,13 @@
  *                                 closes (count 1)
  *
  *   request = u64 closure_id, u32 attempt, u32 fn, u32 args_len, u16 npw,
- *             u16 flags(0), u32 reserved(0),
+ *             u16 flags, u32 reserved(0),
  *             npw x { u64 uid, u32 creator, u32 len, bytes[len] },
- *             bytes[args_len]
+ *             bytes[args_len],
+ *             [flags & INPUTS: u32 nin (>= 1), nin x { u32 len, bytes[len] }]
+ *             flags: COORD_WIRE_REQ_INPUTS (0x1) "inputs follow": the values
+ *             of the closure's RemoteValue inputs (B1), in order; any other
+ *             bit is refused, and INPUTS with nin == 0 too (canonical form).
  *   result  = u64 closure_id, u32 attempt, i32 code, i32 cause, u32 len,
  *             bytes[len]          (the value when code == 0, else the message)
  *   var request = u64 rid, u16 op, u16 name_len, u32 var, u64 off, u64 n,
@@ -68,7 +72,8 @@
 #define COORD_WIRE_MAC 32
 #define COORD_WIRE_MAX_FRAME_DEFAULT (16u << 20)
 #define COORD_WIRE_MAX_FRAME_LIMIT (1u << 30)
-#define COORD_WIRE_REQ_FIXED 28 /* request bytes before pw refs and args */
+#define COORD_WIRE_REQ_FIXED 28	   /* request bytes before pw refs and args */
+#define COORD_WIRE_REQ_INPUTS 0x1u /* request flag: inputs follow (B1) */
 #define COORD_WIRE_PW_FIXED 16
 #define COORD_WIRE_RES_FIXED 24
 #define COORD_WIRE_VREQ_FIXED 36
@@ -126,6 +131,18 @@ struct coord_wire_req {
 	uint16_t npw;
 	const void *args;
 	struct coord_wire_pw pw[COORD_MAX_PW];
+	/*
+	 * Inputs (B1): @nin values.  Decoded: @in points at the first of
+	 * them in the payload (nin x { u32 len, bytes }, checked), @in_len
+	 * bytes in all; read them with coord_wire_input().  Encoding: @in_get
+	 * (if set) gives value i of @in_src, and @in_len must be what
+	 * coord_wire_req_set_inputs() computed; else @in/@in_len are copied.
+	 */
+	uint32_t nin;
+	const void *in;
+	size_t in_len;
+	coord_input_get_t in_get;
+	const void *in_src;
 };
 
 struct coord_wire_res {
@@ -236,6 +253,14 @@ COORD_HIDDEN int coord_wire_begin(struct coord_wire_writer *w, uint16_t type);
 COORD_HIDDEN void coord_wire_end(struct coord_wire_writer *w);
 
 COORD_HIDDEN size_t coord_wire_req_size(const struct coord_wire_req *r);
+/* coord_wire_req_set_inputs() - @r carries the @nin values @get(@src, i)
+ * (B1); sets nin, in_get, in_src and in_len. */
+COORD_HIDDEN void coord_wire_req_set_inputs(struct coord_wire_req *r, uint32_t nin,
+					    coord_input_get_t get, const void *src);
+/* coord_wire_input() - value @i of a decoded request's inputs (@src = its
+ * @in), a coord_input_get_t: O(1) when read in order through @cur. */
+COORD_HIDDEN const void *coord_wire_input(const void *src, uint32_t i, uint32_t *len,
+					  struct coord_in_cursor *cur);
 COORD_HIDDEN int coord_wire_put_req(struct coord_wire_writer *w, const struct coord_wire_req *r);
 COORD_HIDDEN int coord_wire_put_res(struct coord_wire_writer *w, const struct coord_wire_res *r);
 COORD_HIDDEN int coord_wire_put_fn(struct coord_wire_writer *w, uint32_t id, const char *name);

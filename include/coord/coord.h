@@ -239,6 +239,19 @@ COORD_API COORD_NODISCARD int coord_fn_lookup(const struct coord *c, const char 
  *            is final (keep them until join, or hold the RemoteValue).
  * @npw:      entries in @pw; at most COORD_MAX_PW.
  * @flags:    reserved, 0.
+ * @inputs:   RemoteValues of this coordinator whose values the function
+ *            reads (B1, dataflow): coord_ctx_input(ctx, i, &len) is
+ *            @inputs[i]'s value.  The array is copied; the closure takes its
+ *            own reference to each input (the caller may coord_rv_put() its
+ *            handles at once) and drops it when the closure is final.  The
+ *            closure is queued only once every input is final: it never
+ *            occupies a worker, a thread or a ring slot while it waits, and
+ *            scheduling it never blocks on its inputs.  An input that failed
+ *            fails it with COORD_EINPUT (err.cause: the input's code, the
+ *            message names the input); an input that was cancelled cancels
+ *            it.  Values live on the coordinator, so a lost worker never
+ *            loses one (no lineage re-execution is needed).
+ * @ninputs:  entries in @inputs; at most COORD_MAX_INPUTS.
  */
 struct coord_call {
 	uint32_t fn;
@@ -247,7 +260,12 @@ struct coord_call {
 	struct coord_pw *const *pw;
 	unsigned npw;
 	uint64_t flags;
+	struct coord_rv *const *inputs;
+	unsigned ninputs;
 };
+
+/* Most inputs of one call (struct coord_call.inputs). */
+#define COORD_MAX_INPUTS 65536u
 
 #define COORD_MAX_PW 4
 

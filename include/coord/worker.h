@@ -119,6 +119,33 @@ COORD_API void *coord_ctx_result_buf(struct coord_ctx *ctx, size_t len);
 COORD_API int coord_ctx_fail(struct coord_ctx *ctx, int code, const char *fmt, ...)
 	COORD_PRINTF(3, 4);
 
+/**
+ * coord_ctx_num_inputs() - how many RemoteValue inputs the running closure
+ * was scheduled with (struct coord_call.inputs, B1); 0 for none.
+ *
+ * Concurrency: the function's own thread, during the call.
+ */
+COORD_API unsigned coord_ctx_num_inputs(const struct coord_ctx *ctx);
+
+/**
+ * coord_ctx_input() - the value of input @i (B1).
+ * @ctx: the running closure's context.
+ * @i:   0 .. coord_ctx_num_inputs() - 1.
+ * @len: optional; the value's length in bytes.
+ *
+ * Every input is READY with a value when the function runs (a failed or
+ * cancelled input fails or cancels the closure before it is queued).  The
+ * bytes are borrowed for the duration of the call: in place in the input's
+ * RemoteValue (inproc) or in the request frame (tcp); do not write them.
+ * Reading the inputs in order is O(1) each; random order over tcp walks
+ * the frame from the start.
+ *
+ * Concurrency: the function's own thread, during the call.
+ * Return: the bytes (NULL for an empty value, *@len 0), or NULL with *@len
+ * 0 for @i out of range.
+ */
+COORD_API const void *coord_ctx_input(struct coord_ctx *ctx, unsigned i, size_t *len);
+
 /** coord_ctx_attempt() - 1 on the first run of this closure, 2 after one put-back... (B8). */
 COORD_API unsigned coord_ctx_attempt(const struct coord_ctx *ctx);
 

@@ -31,9 +31,31 @@ static void check_frame(const struct coord_wire_hdr *h, const uint8_t *frame)
 		struct coord_wire_req q;
 
 		coord_wire_begin(&w, h->type);
-		while ((r = coord_wire_next_req(&it, &q)) == 1)
+		while ((r = coord_wire_next_req(&it, &q)) == 1) {
+			if (q.nin) {
+				/* B1: every input lies inside the payload, read in
+				 * order through the cursor; re-encoded through the
+				 * getter (the coordinator's path), the bytes match. */
+				struct coord_wire_req q2 = q;
+				struct coord_in_cursor cur = { 0, NULL };
+				size_t total = 0;
+
+				for (uint32_t i = 0; i < q.nin; i++) {
+					uint32_t len;
+					const uint8_t *v = coord_wire_input(q.in, i, &len, &cur);
+
+					if (v < payload || v + len > payload + h->len)
+						abort();
+					total += 4 + (size_t)len;
+				}
+				coord_wire_req_set_inputs(&q2, q.nin, coord_wire_input, q.in);
+				if (total != q.in_len || q2.in_len != q.in_len)
+					abort();
+				q = q2;
+			}
 			if (coord_wire_put_req(&w, &q) < 0)
 				abort();
+		}
 		break;
 	}
 	case COORD_WIRE_RES: {
