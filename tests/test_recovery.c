@@ -83,6 +83,11 @@ static bool one_down(const struct coord_metrics *m)
 	return m->workers_down >= 1;
 }
 
+static bool one_lost(const struct coord_metrics *m)
+{
+	return m->losses >= 1;
+}
+
 static bool all_up_recovered(const struct coord_metrics *m)
 {
 	return m->workers_up == m->workers && m->recoveries >= 1;
@@ -189,7 +194,8 @@ static void test_closure_deadline_fails_its_worker(void **state)
 	memcpy(out, v, sizeof(out));
 	assert_int_equal(out[0], 2);
 	coord_rv_put(rv);
-	assert_true(metrics(c).losses >= 1);
+	/* the loss is counted right after the put-back: wait for it */
+	assert_true(wait_for(c, one_lost, 10) >= 0);
 	assert_true(wait_for(c, all_up_recovered, 20) >= 0);
 	assert_int_equal(coord_join(c, &err), 0);
 	coord_destroy(c);
