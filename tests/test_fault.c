@@ -230,7 +230,7 @@ static void adds(struct coord *c, int n)
 static void test_partition_detected_and_healed(void **state)
 {
 	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
-	const char *key = "/tmp/coord-test-fault-key";
+	char key[64]; /* per test process: concurrent runs do not share it */
 	char listen[48], spec[200], *ip = "/usr/sbin/ip";
 	unsigned port_a, port_b;
 	pid_t pid_a, pid_b;
@@ -242,6 +242,7 @@ static void test_partition_detected_and_healed(void **state)
 	FILE *f;
 
 	(void)state;
+	snprintf(key, sizeof(key), "/tmp/coord-test-fault-key-%d", (int)getpid());
 	if (t_netns_create(&ns, 0) < 0) {
 		t_netns_destroy(&ns);
 		skip(); /* needs root and iproute2 */

@@ -448,7 +448,7 @@ static int create_keyed(const char *key, unsigned wport, unsigned pport, struct 
  * (real processes); the same servers keep serving the right key. */
 static void test_wrong_key_across_processes(void **state)
 {
-	const char *good = "/tmp/coord-test-key-good", *bad = "/tmp/coord-test-key-bad";
+	char good[64], bad[64]; /* per test process: concurrent runs do not share them */
 	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
 	char *wargv[] = { (char *)bin, "--fns",	     (char *)fns, "--listen", "127.0.0.1:0",
 			  "--key",     (char *)good, "--log",	  "error",    NULL };
@@ -474,6 +474,8 @@ static void test_wrong_key_across_processes(void **state)
 	float one;
 
 	(void)state;
+	snprintf(good, sizeof(good), "/tmp/coord-test-key-good-%d", (int)getpid());
+	snprintf(bad, sizeof(bad), "/tmp/coord-test-key-bad-%d", (int)getpid());
 	assert_int_equal(
 		write_key(good, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"),
 		0);
