@@ -4,7 +4,13 @@
  * or librdmacm: it only says why it is not there.
  */
 #include "runtime/internal.h"
+#include "transport/rdma_chan.h"
 #include "transport/srv_proto.h"
+
+int coord_rdma_available(struct coord_error *err)
+{
+	return coord_seterr(err, -ENODEV, "rdma: coord was built without libibverbs/librdmacm");
+}
 
 int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
 {
