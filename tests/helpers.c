@@ -488,9 +488,20 @@ struct coord_registry *t_registry(void)
 	return r;
 }
 
-/* ---- transports: inproc, or coord-worker processes over tcp ---------------------- */
+/* ---- transports: inproc, or coord-worker processes over tcp or rdma -------------- */
 
 const char *t_transport = "inproc";
+
+/* Where workers listen: loopback for tcp; over rdma an address on an RDMA
+ * device ($RDMA_TEST_ADDR, default the rig's 10.0.2.15). */
+const char *t_addr(void)
+{
+	const char *a = getenv("RDMA_TEST_ADDR");
+
+	if (strcmp(t_transport, "rdma") != 0)
+		return "127.0.0.1";
+	return a && *a ? a : "10.0.2.15";
+}
 
 #define T_MAX_PROCS 8
 static pid_t t_pids[T_MAX_PROCS];
@@ -624,16 +635,17 @@ static int worker_spawn(unsigned i, unsigned port)
 {
 	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
 	const char *log = getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error";
-	char listen[32];
-	char *argv[] = { (char *)bin, "--fns",	   (char *)fns,	   "--listen", listen,
-			 "--log",     (char *)log, "--partial-ms", "500",      NULL };
+	char listen[80];
+	char *argv[] = { (char *)bin, "--fns",	     (char *)fns,	  "--listen",
+			 listen,      "--log",	     (char *)log,	  "--partial-ms",
+			 "500",	      "--transport", (char *)t_transport, NULL };
 	pid_t pid;
 
 	if (!bin || !fns) {
 		fprintf(stderr, "COORD_WORKER_BIN and COORD_TESTFNS must be set\n");
 		return -1;
 	}
-	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+	snprintf(listen, sizeof(listen), "%s:%u", t_addr(), port);
 	pid = t_spawn(argv, "coord-worker", &t_ports[i]);
 	if (pid < 0)
 		return -1;
@@ -684,13 +696,13 @@ unsigned t_worker_port(unsigned i)
 
 char *t_spec_json(unsigned nworkers)
 {
-	size_t cap = 32 + (size_t)nworkers * 24;
+	size_t cap = 32 + (size_t)nworkers * 80;
 	char *s = malloc(cap);
 	size_t off = 0;
 
 	off += (size_t)snprintf(s + off, cap - off, "{\"worker\": [");
 	for (unsigned i = 0; i < nworkers; i++)
-		off += (size_t)snprintf(s + off, cap - off, "%s\"127.0.0.1:%u\"", i ? ", " : "",
+		off += (size_t)snprintf(s + off, cap - off, "%s\"%s:%u\"", i ? ", " : "", t_addr(),
 					t_ports[i % (t_nprocs ? t_nprocs : 1)]);
 	snprintf(s + off, cap - off, "]}");
 	return s;
@@ -717,7 +729,7 @@ int t_create(struct coord_opts *o, unsigned nworkers, struct coord **c, struct c
 	char *json;
 	int r;
 
-	if (strcmp(t_transport, "tcp") != 0) {
+	if (strcmp(t_transport, "inproc") == 0) {
 		o->inproc_workers = nworkers;
 		return coord_create(NULL, o, c, err);
 	}

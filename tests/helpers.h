@@ -76,6 +76,9 @@ int t_register(struct coord_registry *reg);
  * t_workers_start() (COORD_WORKER_BIN, COORD_TESTFNS from meson).
  */
 extern const char *t_transport;
+/* The address worker processes listen on: 127.0.0.1, or over rdma
+ * $RDMA_TEST_ADDR (default 10.0.2.15, the rig's guest). */
+const char *t_addr(void);
 /*
  * t_spawn() - run @argv (a server) with stdout on a pipe, wait for its
  * "<@banner> listening on port P" line; its pid (*@port = P) or -1.  The

@@ -13,7 +13,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: coord-ps (--spec SPEC [--task N] | --listen HOST:PORT [--task N])\n"
 		   "                [--key FILE] [--max-frame BYTES] [--partial-ms MS]\n"
-		   "                [--log LEVEL]\n"
+		   "                [--log LEVEL] [--transport tcp|rdma]\n"
 		   "\n"
 		   "Serve one parameter-server task: named float32 variables that the\n"
 		   "coordinator creates (coord_var_create()) and worker functions read and\n"
@@ -34,6 +34,8 @@ static void usage(FILE *f)
 		   "  --partial-ms MS  a peer that stops in the middle of a frame this long\n"
 		   "                  is closed (default 10000)\n"
 		   "  --log LEVEL     error, warn (default), info or debug\n"
+		   "  --transport T   tcp (default) or rdma (ADDR: an address of an\n"
+		   "                  RDMA device)\n"
 		   "\n"
 		   "Prints `coord-ps listening on port P` once ready; SIGTERM or SIGINT\n"
 		   "stops it cleanly (variables not saved are lost).\n");

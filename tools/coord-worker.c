@@ -15,7 +15,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: coord-worker --fns LIB.so (--spec SPEC [--task N] | --listen HOST:PORT)\n"
 		"                    [--key FILE] [--max-frame BYTES] [--partial-ms MS]\n"
-		"                    [--log LEVEL]\n"
+		"                    [--log LEVEL] [--transport tcp|rdma]\n"
 		"\n"
 		"Serve the functions that LIB.so registers (its exported\n"
 		"`int coord_register_fns(struct coord_registry *)`) to coord coordinators.\n"
@@ -30,6 +30,9 @@ static void usage(FILE *f)
 		"  --partial-ms MS  a peer that stops in the middle of a frame this long\n"
 		"                  is closed (default 10000)\n"
 		"  --log LEVEL     error, warn (default), info or debug\n"
+		"  --transport T   tcp (default) or rdma: an RC queue pair per\n"
+		"                  coordinator (ADDR: an address of an RDMA device;\n"
+		"                  needs a cluster key unless loopback)\n"
 		"\n"
 		"Prints `coord-worker listening on port P` once ready; SIGTERM or SIGINT\n"
 		"stops it cleanly.\n");

@@ -76,6 +76,13 @@ int cli_opt(struct cli *cl, int c, const char *arg)
 	case 'v':
 		setenv("COORD_LOG", arg, 1);
 		return 1;
+	case 'T':
+		if (strcmp(arg, "tcp") != 0 && strcmp(arg, "rdma") != 0) {
+			fprintf(stderr, "%s: --transport wants tcp or rdma\n", cl->name);
+			return -1;
+		}
+		cl->o.transport = arg;
+		return 1;
 	default:
 		return 0;
 	}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tools/server_cli.h - what coord-worker and coord-ps share: the common
- * options (--spec --task --listen --key --max-frame --partial-ms --log),
+ * options (--spec --task --listen --key --max-frame --partial-ms --log
+ * --transport),
  * the listen address from a spec, the "listening on port P" line, and a
  * clean stop on SIGTERM / SIGINT.
  */
@@ -20,6 +21,7 @@
 		{ "max-frame", required_argument, NULL, 'm' },                                     \
 		{ "partial-ms", required_argument, NULL, 'p' },                                    \
 		{ "log", required_argument, NULL, 'v' },                                           \
+		{ "transport", required_argument, NULL, 'T' },                                     \
 	{                                                                                          \
 		"help", no_argument, NULL, 'h'                                                     \
 	}

@@ -1222,6 +1222,11 @@ bool coord_rdma_chan_readable(const struct coord_rdma_chan *ch)
 	       (ch->rq_head != ch->rq_tail && ch->roff < ch->rq_len[ch->rq_head % ch->o.nrecv]);
 }
 
+bool coord_rdma_chan_partial(const struct coord_rdma_chan *ch)
+{
+	return ch->assembling;
+}
+
 const char *coord_rdma_chan_peer(const struct coord_rdma_chan *ch)
 {
 	return ch->peer;

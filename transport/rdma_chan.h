@@ -254,6 +254,16 @@ COORD_HIDDEN int coord_rdma_chan_arm(struct coord_rdma_chan *ch);
 COORD_HIDDEN bool coord_rdma_chan_readable(const struct coord_rdma_chan *ch);
 
 /**
+ * coord_rdma_chan_partial() - did the last read stop in the middle of a
+ *                             frame?
+ * @ch: the channel.
+ *
+ * Return: true if bytes of an unfinished frame are held (a -ETIMEDOUT of
+ * coord_rdma_chan_read() then means partial_ms passed, not idle_ms).
+ */
+COORD_HIDDEN bool coord_rdma_chan_partial(const struct coord_rdma_chan *ch);
+
+/**
  * coord_rdma_chan_peer() - "host:port" of the peer, for logs.
  * @ch: the channel.
  *

@@ -90,6 +90,7 @@
 #include "runtime/internal.h"
 #include "runtime/ps.h"
 #include "transport/sock.h"
+#include "transport/srv_proto.h"
 
 #define FLUSH_AFTER_NS 200000ull /* a result waits at most this for its batch */
 #define STUCK_NS 1000000ull	 /* a pool thread held one connection this long: add one */
@@ -101,8 +102,8 @@
 struct srv;
 
 /* A client of one set of ps tasks, shared by the connections naming it. */
-struct shared_ps {
-	struct shared_ps *next;
+struct coord_srv_ps {
+	struct coord_srv_ps *next;
 	char *key; /* the addresses, joined by ',' */
 	unsigned refs;
 	struct coord_ps *ps;
@@ -121,25 +122,12 @@ struct conn {
 	 * the watchdog closes the connection after it (P4) */
 	_Atomic uint64_t partial_deadline;
 	_Atomic int stalled; /* the watchdog shut the read side (P4) */
-	/* Keepalive (P5): the coordinator's heartbeat interval (its PING
-	 * token), since when a thread holds us, and when we last sent. */
-	_Atomic uint32_t hb_ms;
+	/* Keepalive (P5): since when a thread holds us, and when we last
+	 * sent (the coordinator's heartbeat interval is p.hb_ms). */
 	_Atomic uint64_t held_since, last_sent_ns;
 	pthread_mutex_t send_lock; /* the holder's and the watchdog's sends */
-	char peer[80];
 	struct coord_frame_reader rd;
-	struct coord_exec_env env;
-	uint32_t *fnmap; /* coordinator's function id -> our registry index */
-	uint32_t nfn;
-	struct shared_ps *ps;		 /* worker: the ps tasks (env.ps) */
-	struct coord_ps_scratch scratch; /* ps: aligned copies of request data */
-	/* the RES frame being built */
-	uint8_t *out;
-	size_t outcap;
-	struct coord_wire_writer w;
-	/* the current closure's result */
-	uint8_t *res;
-	size_t rescap, reslen;
+	struct coord_srv_conn p; /* the protocol (srv_proto.h) */
 	struct conn *next;
 };
 
@@ -153,14 +141,9 @@ struct pool_thread {
 };
 
 struct srv {
-	const struct coord_server_opts *o;
-	uint8_t role;		   /* COORD_ROLE_WORKER or COORD_ROLE_PS */
-	struct coord_varstore *vs; /* ps: the variables */
-	struct coord_key key;
+	struct coord_srv base; /* base.lock guards conns too */
 	_Atomic int stopping;
-	pthread_mutex_t lock; /* guards conns and pss */
 	struct conn *conns;
-	struct shared_ps *pss;
 	/* the serving pool (P1, P2) */
 	int epfd, stop_efd;
 	unsigned target;	      /* threads that wait in epoll_wait at once */
@@ -181,12 +164,13 @@ void coord_server_opts_init(struct coord_server_opts *o)
 	o->partial_ms = 10000;
 	o->stop_fd = -1;
 	o->task = -1;
+	o->transport = "tcp";
 }
 
 /* Result sink of coord_exec(): the connection's result buffer. */
 static void *conn_result_buf(void *sink, size_t len)
 {
-	struct conn *k = sink;
+	struct coord_srv_conn *k = sink;
 
 	if (len > k->s->o->max_frame - COORD_WIRE_HDR - COORD_WIRE_RES_FIXED)
 		return NULL; /* could never be sent */
@@ -203,7 +187,7 @@ static void *conn_result_buf(void *sink, size_t len)
 }
 
 /* The frames this connection answers with. */
-static uint16_t frame_type(const struct conn *k)
+static uint16_t frame_type(const struct coord_srv_conn *k)
 {
 	return k->s->role == COORD_ROLE_PS ? COORD_WIRE_VAR_RES : COORD_WIRE_RES;
 }
@@ -221,6 +205,12 @@ static int conn_send(struct conn *k, const void *b, size_t len)
 	return r;
 }
 
+/* The engine's send interface over a socket (struct coord_srv_io). */
+static int tcp_io_send(void *ctx, const void *b, size_t len)
+{
+	return conn_send(ctx, b, len);
+}
+
 static void conn_error(struct conn *k, int code, const char *why)
 {
 	pthread_mutex_lock(&k->send_lock);
@@ -228,21 +218,21 @@ static void conn_error(struct conn *k, int code, const char *why)
 	pthread_mutex_unlock(&k->send_lock);
 }
 
-static int flush(struct conn *k)
+static int flush(struct coord_srv_conn *k)
 {
 	int r;
 
 	if (k->w.count == 0)
 		return 0;
 	coord_wire_end(&k->w);
-	r = conn_send(k, k->out, k->w.len);
+	r = k->io.send(k->io.ctx, k->out, k->w.len);
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
 	coord_wire_begin(&k->w, frame_type(k));
 	return r;
 }
 
 /* Append a RES (@res) or VAR_RES (@vres) record, flushing and growing. */
-static int add_record(struct conn *k, const struct coord_wire_res *res,
+static int add_record(struct coord_srv_conn *k, const struct coord_wire_res *res,
 		      const struct coord_wire_vres *vres)
 {
 	size_t need = COORD_WIRE_HDR + (res ? COORD_WIRE_RES_FIXED + (size_t)res->len
@@ -267,12 +257,13 @@ static int add_record(struct conn *k, const struct coord_wire_res *res,
 	return res ? coord_wire_put_res(&k->w, res) : coord_wire_put_vres(&k->w, vres);
 }
 
-static int add_result(struct conn *k, const struct coord_wire_res *res)
+static int add_result(struct coord_srv_conn *k, const struct coord_wire_res *res)
 {
 	return add_record(k, res, NULL);
 }
 
-static int on_fn_table(struct conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
+static int on_fn_table(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
+		       const uint8_t *payload)
 {
 	struct coord_wire_iter it;
 	const struct coord_registry *reg = k->s->o->registry;
@@ -311,9 +302,9 @@ static int on_fn_table(struct conn *k, const struct coord_wire_hdr *h, const uin
 	return r;
 }
 
-static void ps_release(struct srv *s, struct shared_ps *sp)
+static void ps_release(struct coord_srv *s, struct coord_srv_ps *sp)
 {
-	struct shared_ps **pp;
+	struct coord_srv_ps **pp;
 	bool last;
 
 	if (!sp)
@@ -334,13 +325,14 @@ static void ps_release(struct srv *s, struct shared_ps *sp)
 }
 
 /* PS_TABLE: tasks 0..count-1 in order; share a client with the same table. */
-static int on_ps_table(struct conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
+static int on_ps_table(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
+		       const uint8_t *payload)
 {
-	struct srv *s = k->s;
+	struct coord_srv *s = k->s;
 	struct coord_wire_iter it;
 	const char *addrs[MAX_PS_TASKS];
 	char *key, *p, *copy;
-	struct shared_ps *sp;
+	struct coord_srv_ps *sp;
 	struct coord_error err;
 	uint32_t task, n = 0;
 	uint16_t len;
@@ -412,7 +404,7 @@ static int on_ps_table(struct conn *k, const struct coord_wire_hdr *h, const uin
 }
 
 struct vres_sink {
-	struct conn *k;
+	struct coord_srv_conn *k;
 	uint64_t rid;
 	int io; /* the connection failed while sending */
 };
@@ -433,7 +425,8 @@ static int emit_vres(void *arg, const void *p, size_t len)
 }
 
 /* VAR_REQ: run each op on our store; one VAR_RES record each. */
-static int on_var_req(struct conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
+static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
+		      const uint8_t *payload)
 {
 	struct coord_wire_iter it;
 	struct coord_wire_vreq q;
@@ -475,12 +468,12 @@ static int on_var_req(struct conn *k, const struct coord_wire_hdr *h, const uint
 	return flush(k);
 }
 
-static uint32_t map_fn(struct conn *k, uint32_t id)
+static uint32_t map_fn(struct coord_srv_conn *k, uint32_t id)
 {
 	return id < k->nfn ? k->fnmap[id] : UINT32_MAX;
 }
 
-static int on_req(struct conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
+static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
 {
 	struct coord_wire_iter it;
 	struct coord_wire_req q;
@@ -540,7 +533,8 @@ static int on_req(struct conn *k, const struct coord_wire_hdr *h, const uint8_t 
  * One frame of an established connection.  Return: 0 go on; 1 the
  * coordinator closed (logged); < 0 close with that reason.
  */
-static int on_frame(struct conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
+static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
+		    const uint8_t *payload)
 {
 	int r;
 
@@ -570,7 +564,7 @@ static int on_frame(struct conn *k, const struct coord_wire_hdr *h, const uint8_
 						      memory_order_relaxed);
 			coord_wire_writer_init(&w, b, sizeof(b));
 			coord_wire_put_ping(&w, COORD_WIRE_PONG, tok);
-			r = conn_send(k, b, w.len);
+			r = k->io.send(k->io.ctx, b, w.len);
 		}
 		return r;
 	}
@@ -588,15 +582,77 @@ static int on_frame(struct conn *k, const struct coord_wire_hdr *h, const uint8_
 	}
 }
 
+/* ---- the engine's interface (srv_proto.h) ----------------------------------------- */
+
+int coord_srv_conn_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
+			 const uint8_t *payload)
+{
+	return on_frame(k, h, payload);
+}
+
+int coord_srv_init(struct coord_srv *s, const struct coord_server_opts *o, uint8_t role,
+		   struct coord_varstore *vs, struct coord_error *err)
+{
+	int r;
+
+	memset(s, 0, sizeof(*s));
+	s->o = o;
+	s->role = role;
+	s->vs = vs;
+	r = coord_key_load(o->key_file, &s->key, err);
+	if (r < 0)
+		return r;
+	pthread_mutex_init(&s->lock, NULL);
+	return 0;
+}
+
+void coord_srv_fini(struct coord_srv *s)
+{
+	pthread_mutex_destroy(&s->lock);
+	coord_key_wipe(&s->key);
+}
+
+int coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
+			const struct coord_srv_io *io)
+{
+	k->s = s;
+	k->io = *io;
+	k->outcap = 64 * 1024;
+	k->out = malloc(k->outcap);
+	return k->out ? 0 : -ENOMEM;
+}
+
+void coord_srv_conn_start(struct coord_srv_conn *k, uint32_t task)
+{
+	k->env.reg = k->s->o->registry;
+	k->env.worker = (int)task;
+	coord_wire_writer_init(&k->w, k->out, k->outcap);
+	coord_wire_begin(&k->w, frame_type(k));
+}
+
+void coord_srv_conn_drop_ps(struct coord_srv_conn *k)
+{
+	ps_release(k->s, k->ps);
+	k->ps = NULL;
+	k->env.ps = NULL;
+}
+
+void coord_srv_conn_fini(struct coord_srv_conn *k)
+{
+	coord_exec_env_fini(&k->env);
+	free(k->scratch.buf);
+	free(k->fnmap);
+	free(k->out);
+	free(k->res);
+}
+
 /* The connection is over: nothing touches it after this but the acceptor. */
 static void conn_finish(struct conn *k)
 {
 	if (k->polled)
 		epoll_ctl(k->s->epfd, EPOLL_CTL_DEL, k->fd, NULL);
 	/* Here, not in conn_free(): reap() holds s->lock, ps_release takes it. */
-	ps_release(k->s, k->ps);
-	k->ps = NULL;
-	k->env.ps = NULL;
+	coord_srv_conn_drop_ps(&k->p);
 	shutdown(k->fd, SHUT_RDWR);
 	/* P3 (release): pairs with the acquire in reap(): the acceptor frees
 	 * the connection only after everything above. */
@@ -612,7 +668,7 @@ static void conn_finish(struct conn *k)
  */
 static void conn_serve(struct conn *k)
 {
-	const struct coord_server_opts *o = k->s->o;
+	const struct coord_server_opts *o = k->s->base.o;
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = k };
 	struct coord_wire_hdr h;
 	const uint8_t *payload;
@@ -634,14 +690,14 @@ static void conn_serve(struct conn *k)
 		r = coord_frame_try_read(&k->rd, &h, &payload);
 		if (r < 0)
 			break;
-		r = on_frame(k, &h, payload);
+		r = coord_srv_conn_frame(&k->p, &h, payload);
 		if (r == 1)
 			goto out;
 		if (r < 0) {
 			const char *why = r == -EPROTO ? "malformed or unexpected frame"
 						       : strerror(-r);
 
-			coord_log(COORD_LOG_WARN, "%s: closing: %s (%s frame)", k->peer, why,
+			coord_log(COORD_LOG_WARN, "%s: closing: %s (%s frame)", k->p.peer, why,
 				  coord_wire_type_name(h.type));
 			conn_error(k, r, why);
 			goto out;
@@ -660,7 +716,7 @@ static void conn_serve(struct conn *k)
 	if (r == -EPIPE && atomic_load_explicit(&k->stalled, memory_order_relaxed))
 		r = -ETIMEDOUT; /* the watchdog shut our read side (P4) */
 	if (r == -EPIPE) {
-		coord_log(COORD_LOG_INFO, "%s: closed by the coordinator", k->peer);
+		coord_log(COORD_LOG_INFO, "%s: closed by the coordinator", k->p.peer);
 		goto out;
 	}
 	if (r < 0 && r != -EAGAIN) {
@@ -669,7 +725,7 @@ static void conn_serve(struct conn *k)
 				  : r == -EPROTO   ? "malformed frame header"
 						   : strerror(-r);
 
-		coord_log(COORD_LOG_WARN, "%s: closing: %s", k->peer, why);
+		coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
 		conn_error(k, r, why);
 		goto out;
 	}
@@ -700,7 +756,7 @@ static void conn_serve(struct conn *k)
 		return;
 	}
 	k->polled = !add;
-	coord_log(COORD_LOG_ERROR, "%s: epoll_ctl: %s", k->peer, strerror(errno));
+	coord_log(COORD_LOG_ERROR, "%s: epoll_ctl: %s", k->p.peer, strerror(errno));
 out:
 	conn_finish(k);
 }
@@ -709,28 +765,25 @@ out:
 static void *hs_main(void *arg)
 {
 	struct conn *k = arg;
-	const struct coord_server_opts *o = k->s->o;
+	const struct coord_server_opts *o = k->s->base.o;
 	struct coord_error err;
 	uint32_t task = 0;
 	int r;
 
-	r = coord_handshake_server(&k->rd, &k->s->key, k->s->role, &task, o->handshake_ms, k->peer,
-				   &err);
-	if (r == 0 && k->s->role == COORD_ROLE_PS && o->task >= 0 && task != (uint32_t)o->task)
+	r = coord_handshake_server(&k->rd, &k->s->base.key, k->s->base.role, &task, o->handshake_ms,
+				   k->p.peer, &err);
+	if (r == 0 && k->s->base.role == COORD_ROLE_PS && o->task >= 0 && task != (uint32_t)o->task)
 		r = coord_seterr(&err, -EPROTO, "%s asked for ps task %u, this is ps task %d",
-				 k->peer, task, o->task);
+				 k->p.peer, task, o->task);
 	if (r < 0) {
 		coord_log(COORD_LOG_WARN, "refused %s", err.msg);
 		if (r != -EPIPE && r != -EACCES) /* -EACCES already said so */
 			coord_send_error(k->fd, r, err.msg);
 		conn_finish(k);
 	} else {
-		k->env.reg = o->registry;
-		k->env.worker = (int)task;
-		coord_log(COORD_LOG_INFO, "%s connected to %s %u", k->peer,
-			  k->s->role == COORD_ROLE_PS ? "ps task" : "worker", task);
-		coord_wire_writer_init(&k->w, k->out, k->outcap);
-		coord_wire_begin(&k->w, frame_type(k));
+		coord_srv_conn_start(&k->p, task);
+		coord_log(COORD_LOG_INFO, "%s connected to %s %u", k->p.peer,
+			  k->s->base.role == COORD_ROLE_PS ? "ps task" : "worker", task);
 		/* Frames that came with the handshake are served here; the
 		 * EPOLL_CTL_ADD at its end hands the connection to the pool. */
 		conn_serve(k);
@@ -845,7 +898,8 @@ static void keepalive(struct conn *k, uint64_t now)
 	/* Relaxed (P5): hints, here and below. */
 	uint64_t held = atomic_load_explicit(&k->held_since, memory_order_relaxed);
 	/* Relaxed (P5): as above. */
-	uint64_t half = (uint64_t)atomic_load_explicit(&k->hb_ms, memory_order_relaxed) * 500000ull;
+	uint64_t half = (uint64_t)atomic_load_explicit(&k->p.hb_ms, memory_order_relaxed) *
+			500000ull;
 	uint8_t b[COORD_WIRE_HDR + 8];
 	struct coord_wire_writer w;
 	ssize_t n;
@@ -883,7 +937,7 @@ static bool watch(struct srv *s)
 	if (stuck && atomic_load_explicit(&s->waiting, memory_order_relaxed) <= 0 &&
 	    s->nthreads < MAX_POOL_THREADS && pool_spawn(s) < 0)
 		coord_log(COORD_LOG_ERROR, "cannot add a serving thread");
-	pthread_mutex_lock(&s->lock);
+	pthread_mutex_lock(&s->base.lock);
 	for (struct conn *k = s->conns; k; k = k->next) {
 		/* Relaxed (P4): a hint; the holder re-checks stalled. */
 		uint64_t d = atomic_load_explicit(&k->partial_deadline, memory_order_relaxed);
@@ -895,7 +949,7 @@ static bool watch(struct srv *s)
 		if (!atomic_exchange_explicit(&k->stalled, 1, memory_order_relaxed))
 			shutdown(k->fd, SHUT_RD); /* its holder reads EOF: closes (P4) */
 	}
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&s->base.lock);
 	return busy;
 }
 
@@ -904,11 +958,7 @@ static void conn_free(struct conn *k)
 	close(k->fd);
 	pthread_mutex_destroy(&k->send_lock);
 	coord_frame_reader_fini(&k->rd);
-	coord_exec_env_fini(&k->env);
-	free(k->scratch.buf);
-	free(k->fnmap);
-	free(k->out);
-	free(k->res);
+	coord_srv_conn_fini(&k->p);
 	free(k);
 }
 
@@ -918,7 +968,7 @@ static void reap(struct srv *s, bool all)
 {
 	struct conn **pp, *k, *dead = NULL;
 
-	pthread_mutex_lock(&s->lock);
+	pthread_mutex_lock(&s->base.lock);
 	for (pp = &s->conns; (k = *pp);) {
 		/* P3 (acquire): pairs with the release in hs_main(). */
 		if (!k->joined &&
@@ -937,13 +987,13 @@ static void reap(struct srv *s, bool all)
 			pp = &k->next;
 		}
 	}
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&s->base.lock);
 	while ((k = dead)) {
 		dead = k->next;
 		/* Off the lock: ps_release() takes it.  Relaxed: the pool has
 		 * stopped (@all), or done was acquired above. */
 		if (!atomic_load_explicit(&k->done, memory_order_relaxed))
-			ps_release(s, k->ps);
+			coord_srv_conn_drop_ps(&k->p);
 		conn_free(k);
 	}
 }
@@ -952,6 +1002,7 @@ static void accept_one(struct srv *s, int lfd)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
+	struct coord_srv_io io = { .send = tcp_io_send };
 	struct conn *k;
 	int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC), one = 1;
 
@@ -959,7 +1010,7 @@ static void accept_one(struct srv *s, int lfd)
 		return;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	k = calloc(1, sizeof(*k));
-	if (!k || coord_frame_reader_init(&k->rd, fd, s->o->max_frame) < 0) {
+	if (!k || coord_frame_reader_init(&k->rd, fd, s->base.o->max_frame) < 0) {
 		coord_log(COORD_LOG_ERROR, "out of memory for a connection");
 		free(k);
 		close(fd);
@@ -968,18 +1019,18 @@ static void accept_one(struct srv *s, int lfd)
 	k->s = s;
 	k->fd = fd;
 	pthread_mutex_init(&k->send_lock, NULL);
-	k->outcap = 64 * 1024;
-	k->out = malloc(k->outcap);
-	coord_sock_name((struct sockaddr *)&ss, len, k->peer, sizeof(k->peer));
-	if (!k->out || pthread_create(&k->thread, NULL, hs_main, k) != 0) {
-		coord_log(COORD_LOG_ERROR, "cannot start a thread for %s", k->peer);
+	io.ctx = k;
+	coord_sock_name((struct sockaddr *)&ss, len, k->p.peer, sizeof(k->p.peer));
+	if (coord_srv_conn_init(&k->p, &s->base, &io) < 0 ||
+	    pthread_create(&k->thread, NULL, hs_main, k) != 0) {
+		coord_log(COORD_LOG_ERROR, "cannot start a thread for %s", k->p.peer);
 		conn_free(k);
 		return;
 	}
-	pthread_mutex_lock(&s->lock);
+	pthread_mutex_lock(&s->base.lock);
 	k->next = s->conns;
 	s->conns = k;
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&s->base.lock);
 }
 
 /* Threads that wait for connections at once: one per CPU, at most 4. */
@@ -993,21 +1044,31 @@ static unsigned pool_target(void)
 static int serve(const struct coord_server_opts *o, uint8_t role, struct coord_varstore *vs,
 		 struct coord_error *err)
 {
-	struct srv s = { .o = o, .role = role, .vs = vs, .epfd = -1, .stop_efd = -1 };
+	struct srv s = { .epfd = -1, .stop_efd = -1 };
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 	bool busy = false;
 	unsigned port;
 	int lfd, r;
 
-	r = coord_key_load(o->key_file, &s.key, err);
+	r = coord_srv_init(&s.base, o, role, vs, err);
 	if (r < 0)
 		return r;
-	r = coord_sock_listen(o->listen, &s.key, &lfd, &port, err);
-	if (r < 0) {
-		coord_key_wipe(&s.key);
+	if (o->transport && strcmp(o->transport, "tcp") != 0) {
+		/* The same engine over rdma channels (rdma_server.c). */
+		if (strcmp(o->transport, "rdma") == 0)
+			r = coord_rdma_serve(&s.base, err);
+		else
+			r = coord_seterr(err, COORD_EINVAL,
+					 "unknown server transport \"%s\" (tcp or rdma)",
+					 o->transport);
+		coord_srv_fini(&s.base);
 		return r;
 	}
-	pthread_mutex_init(&s.lock, NULL);
+	r = coord_sock_listen(o->listen, &s.base.key, &lfd, &port, err);
+	if (r < 0) {
+		coord_srv_fini(&s.base);
+		return r;
+	}
 	pthread_mutex_init(&s.park_lock, NULL);
 	pthread_cond_init(&s.park_cv, NULL);
 	s.target = pool_target();
@@ -1025,11 +1086,13 @@ static int serve(const struct coord_server_opts *o, uint8_t role, struct coord_v
 		}
 	if (role == COORD_ROLE_PS)
 		coord_log(COORD_LOG_INFO, "serving ps task %d on port %u (%s)", o->task, port,
-			  s.key.set ? "cluster key required" : "no cluster key: loopback only");
+			  s.base.key.set ? "cluster key required"
+					 : "no cluster key: loopback only");
 	else
 		coord_log(COORD_LOG_INFO, "serving %u functions on port %u (%s)", o->registry->n,
 			  port,
-			  s.key.set ? "cluster key required" : "no cluster key: loopback only");
+			  s.base.key.set ? "cluster key required"
+					 : "no cluster key: loopback only");
 	if (o->on_listen)
 		o->on_listen(port, o->arg);
 	for (;;) {
@@ -1073,8 +1136,7 @@ out:
 		close(s.stop_efd);
 	pthread_cond_destroy(&s.park_cv);
 	pthread_mutex_destroy(&s.park_lock);
-	pthread_mutex_destroy(&s.lock);
-	coord_key_wipe(&s.key);
+	coord_srv_fini(&s.base);
 	return r;
 }
 

@@ -185,6 +185,10 @@ COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
  * @on_listen:  called once listening, with the bound port and @arg.
  * @task:       coord_ps_serve() only: this ps task's index; peers that ask
  *              for another are refused.  -1 (default): take the peer's.
+ * @transport:  "tcp" (default) or "rdma" (an RC queue pair per connection,
+ *              rdma_cm on @listen, which must be an address of an RDMA
+ *              device; fails with the reason in a build without verbs or on
+ *              a host without an RDMA device).
  */
 struct coord_server_opts {
 	const struct coord_registry *registry;
@@ -197,6 +201,7 @@ struct coord_server_opts {
 	void (*on_listen)(unsigned port, void *arg);
 	void *arg;
 	int task;
+	const char *transport;
 };
 
 /** coord_server_opts_init() - defaults as documented above (coord/var.h has coord_ps_serve()). */
