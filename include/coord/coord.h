@@ -38,8 +38,8 @@ struct coord_pw;
  * @transport:       "inproc" (default) or "tcp" (workers are coord-worker
  *                   processes at the addresses of @spec's "worker" job);
  *                   "rdma" (RC queue pairs over librdmacm, when built with
- *                   libibverbs; the servers' rdma side is still to come, so
- *                   today it reaches only servers that speak it).
+ *                   libibverbs: coord-worker/coord-ps --transport rdma;
+ *                   no heartbeats or reconnection over rdma yet).
  * @inproc_workers:  workers of the in-process transport when @spec is NULL
  *                   (default 2).
  * @ring_capacity:   closure ring slots, rounded up to a power of two;
