@@ -81,8 +81,11 @@ static int ps_start(unsigned i, const char *key)
 	return ps_pid[i] < 0 ? -1 : 0;
 }
 
-/* The cluster: 4 workers; 2 ps tasks (processes over tcp, stores inproc). */
-static int create(struct coord **c, struct coord_error *err)
+/*
+ * The cluster: 4 workers; 2 ps tasks (processes over tcp, stores inproc),
+ * with the given S11/S12 options (-1: the defaults).
+ */
+static int create_opts(int threshold, int exit_code, struct coord **c, struct coord_error *err)
 {
 	struct coord_opts o;
 	struct coord_spec *spec = NULL;
@@ -90,6 +93,8 @@ static int create(struct coord **c, struct coord_error *err)
 	int r;
 
 	t_opts(&o, reg);
+	o.ps_failure_threshold = threshold;
+	o.restart_exit_code = exit_code;
 	if (strcmp(t_transport, "tcp") != 0) {
 		o.inproc_workers = NW;
 		o.inproc_ps = NPS;
@@ -105,6 +110,11 @@ static int create(struct coord **c, struct coord_error *err)
 		r = coord_create(spec, &o, c, err);
 	coord_spec_destroy(spec);
 	return r;
+}
+
+static int create(struct coord **c, struct coord_error *err)
+{
+	return create_opts(-1, -1, c, err);
 }
 
 static struct coord *make(void)
@@ -641,29 +651,6 @@ static void test_ps_dies(void **state)
 		}
 	destroy(c);
 	assert_int_equal(ps_start(0, NULL), 0);
-}
-
-/* A coordinator of the tcp cluster with the given S11/S12 options. */
-static int create_opts(int threshold, int exit_code, struct coord **c, struct coord_error *err)
-{
-	struct coord_opts o;
-	struct coord_spec *spec = NULL;
-	char json[512], *w;
-	int r;
-
-	t_opts(&o, reg);
-	o.ps_failure_threshold = threshold;
-	o.restart_exit_code = exit_code;
-	w = t_spec_json(NW);
-	w[strlen(w) - 1] = 0;
-	snprintf(json, sizeof(json), "%s, \"ps\": [\"127.0.0.1:%u\", \"127.0.0.1:%u\"]}", w,
-		 ps_port[0], ps_port[1]);
-	free(w);
-	r = coord_spec_parse(json, &spec, err);
-	if (r == 0)
-		r = coord_create(spec, &o, c, err);
-	coord_spec_destroy(spec);
-	return r;
 }
 
 /* A variable on ps task 0 (created while it is up). */
