@@ -319,6 +319,8 @@ static bool enqueue_req(struct rdma_conn *k, struct coord_closure *cl)
 		q.pw[i].len = cl->pw[i]->len;
 		q.pw[i].args = cl->pw[i]->args;
 	}
+	if (unlikely(cl->res_dirty & CL_HAS_IN)) /* B1: the inputs' values ride along */
+		coord_wire_req_set_inputs(&q, cl->nin, coord_closure_input, cl);
 	need = coord_wire_req_size(&q);
 	if (need + COORD_WIRE_HDR > c->opts.max_frame) {
 		k->freel[k->nfree++] = slot;
