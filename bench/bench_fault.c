@@ -219,21 +219,11 @@ static bool worker_restart(unsigned i, uint64_t *listening_ns)
 static void workers_stop(void)
 {
 	for (unsigned i = 0; i < NPROC; i++) {
-		uint64_t until = bench_now_ns() + 5000000000ull;
-
 		if (procs[i] <= 0)
 			continue;
 		if (stopped[i])
 			kill(procs[i], SIGCONT);
-		kill(procs[i], SIGTERM);
-		while (waitpid(procs[i], NULL, WNOHANG) == 0) {
-			if (bench_now_ns() > until) {
-				kill(procs[i], SIGKILL);
-				waitpid(procs[i], NULL, 0);
-				break;
-			}
-			sleep_ns(1000000ull);
-		}
+		bench_reap(procs[i]);
 		procs[i] = 0;
 	}
 }

@@ -151,20 +151,8 @@ static int worker_start(const char *bin, const char *fns)
 
 static void workers_stop(void)
 {
-	for (unsigned i = 0; i < nprocs; i++) {
-		uint64_t until = bench_now_ns() + 5000000000ull;
-		struct timespec ms = { 0, 1000000 };
-
-		kill(procs[i], SIGTERM);
-		while (waitpid(procs[i], NULL, WNOHANG) == 0) {
-			if (bench_now_ns() > until) {
-				kill(procs[i], SIGKILL);
-				waitpid(procs[i], NULL, 0);
-				break;
-			}
-			nanosleep(&ms, NULL);
-		}
-	}
+	for (unsigned i = 0; i < nprocs; i++)
+		bench_reap(procs[i]);
 	nprocs = 0;
 }
 

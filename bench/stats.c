@@ -3,10 +3,13 @@
  * bench/stats.c - see stats.h.
  */
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 
 #include "stats.h"
 
@@ -214,4 +217,20 @@ bool bench_check(bool ok, const char *fmt, ...)
 int bench_exit_code(void)
 {
 	return failures ? 1 : 0;
+}
+
+void bench_reap(int pid)
+{
+	uint64_t until = bench_now_ns() + 5000000000ull;
+	struct timespec ms = { 0, 1000000 };
+
+	kill(pid, SIGTERM);
+	while (waitpid(pid, NULL, WNOHANG) == 0) {
+		if (bench_now_ns() > until) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+			return;
+		}
+		nanosleep(&ms, NULL);
+	}
 }

@@ -102,6 +102,9 @@ void bench_parse_args(int argc, char **argv, struct bench_args *a);
 bool bench_check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int bench_exit_code(void);
 
+/* bench_reap() - SIGTERM @pid, wait up to 5 s, then SIGKILL it; reaped. */
+void bench_reap(int pid);
+
 /* bench_met() - "met" / "not_met" for a target in a SUMMARY line. */
 static inline const char *bench_met(bool met)
 {

@@ -202,6 +202,28 @@ static int reserve(struct coord_frame_reader *rd, size_t need)
 	return 0;
 }
 
+/*
+ * The next whole frame already in @rd's buffer: 0 (@h, @payload set);
+ * -EAGAIN with *@need the bytes a whole header or frame takes; or the
+ * header's error.
+ */
+static int take_frame(struct coord_frame_reader *rd, struct coord_wire_hdr *h,
+		      const uint8_t **payload, size_t *need)
+{
+	size_t avail = rd->len - rd->off;
+	int r = coord_wire_parse_hdr(rd->buf + rd->off, avail, rd->max_frame, h);
+
+	*need = COORD_WIRE_HDR;
+	if (r < 0)
+		return r;
+	*need = COORD_WIRE_HDR + (size_t)h->len;
+	if (avail < *need)
+		return -EAGAIN;
+	*payload = rd->buf + rd->off + COORD_WIRE_HDR;
+	rd->off += *need;
+	return 0;
+}
+
 int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
 		     struct coord_wire_hdr *h, const uint8_t **payload)
 {
@@ -215,17 +237,9 @@ int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
 		int r, wait;
 		ssize_t n;
 
-		r = coord_wire_parse_hdr(rd->buf + rd->off, avail, rd->max_frame, h);
-		if (r == 0) {
-			need = COORD_WIRE_HDR + (size_t)h->len;
-			if (avail >= need) {
-				*payload = rd->buf + rd->off + COORD_WIRE_HDR;
-				rd->off += need;
-				return 0;
-			}
-		} else if (r != -EAGAIN) {
+		r = take_frame(rd, h, payload, &need);
+		if (r != -EAGAIN)
 			return r;
-		}
 		r = reserve(rd, need);
 		if (r < 0)
 			return r;
@@ -266,20 +280,12 @@ int coord_frame_try_read(struct coord_frame_reader *rd, struct coord_wire_hdr *h
 	if (rd->off == rd->len)
 		rd->off = rd->len = 0;
 	for (;;) {
-		size_t avail = rd->len - rd->off, need = COORD_WIRE_HDR;
+		size_t need;
 		ssize_t n;
-		int r = coord_wire_parse_hdr(rd->buf + rd->off, avail, rd->max_frame, h);
+		int r = take_frame(rd, h, payload, &need);
 
-		if (r == 0) {
-			need = COORD_WIRE_HDR + (size_t)h->len;
-			if (avail >= need) {
-				*payload = rd->buf + rd->off + COORD_WIRE_HDR;
-				rd->off += need;
-				return 0;
-			}
-		} else if (r != -EAGAIN) {
+		if (r != -EAGAIN)
 			return r;
-		}
 		r = reserve(rd, need);
 		if (r < 0)
 			return r;
