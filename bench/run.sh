@@ -32,7 +32,7 @@ status=0
 # loopback ports and a forked ping-pong baseline; about a minute.
 # bench_fault (issue 4) starts 4 coord-workers and kills, stops and restarts
 # them (a series goes to $BENCH_FAULT_SERIES if set); about 45 s.
-for b in ring schedule e2e dataflow tcp fault; do
+for b in ring schedule e2e dataflow hints tcp fault; do
 	echo "## bench_$b $*"
 	start=$(date +%s)
 	if ! "$build/bench/bench_$b" "$@"; then

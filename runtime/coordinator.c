@@ -123,6 +123,8 @@ void coord_opts_init(struct coord_opts *o)
 	o->heartbeat_ms = 1000;
 	o->heartbeat_misses = 3;
 	o->closure_timeout_ms = 0;
+	o->affinity_fallback_ms = 100;
+	o->priority_aging_ms = 100;
 }
 
 /* Seconds (a decimal number) from the environment, as ms; -1 if unset. */
@@ -244,18 +246,38 @@ static unsigned ov_pop(struct coord *c, struct coord_closure **out, unsigned max
 	return n;
 }
 
-static bool queue_empty(struct coord *c)
+bool coord_main_queue_empty(struct coord *c)
 {
 	return coord_ring_empty(&c->ring) && ov_empty(c);
+}
+
+/* Hinted closures queued (B4; sched.c H1), a hint. */
+static inline int64_t hq_queued(struct coord *c)
+{
+	/* Relaxed: a polling hint; sched.c decides under its lock. */
+	return atomic_load_explicit(&c->hq_count, memory_order_relaxed);
+}
+
+static bool queue_empty(struct coord *c)
+{
+	return coord_main_queue_empty(c) && hq_queued(c) <= 0;
+}
+
+/* Is there anything @d may take?  Hinted closures count only when @d can
+ * serve one (sched.c H2), so one waiting for another worker costs @d no
+ * spinning. */
+static bool work_for(struct coord_dispatcher *d)
+{
+	return !coord_main_queue_empty(d->c) || (hq_queued(d->c) > 0 && coord_hq_work(d));
 }
 
 /* Closures waiting, a snapshot for batch sizing. */
 uint64_t coord_queue_size(struct coord *c)
 {
 	/* Relaxed: a sizing hint only. */
-	int64_t ov = atomic_load_explicit(&c->ov_count, memory_order_relaxed);
+	int64_t ov = atomic_load_explicit(&c->ov_count, memory_order_relaxed), h = hq_queued(c);
 
-	return coord_ring_size(&c->ring) + (ov > 0 ? (uint64_t)ov : 0);
+	return coord_ring_size(&c->ring) + (ov > 0 ? (uint64_t)ov : 0) + (h > 0 ? (uint64_t)h : 0);
 }
 
 /*
@@ -274,6 +296,11 @@ static unsigned queue_pop(struct coord *c, struct coord_closure **out, unsigned 
 	if (c->unbounded && n < max)
 		n += ov_pop(c, out + n, max - n, block);
 	return n;
+}
+
+unsigned coord_queue_pop(struct coord *c, struct coord_closure **out, unsigned max)
+{
+	return queue_pop(c, out, max, false);
 }
 
 /* Wait (spin, then futex) until the ring may have room (S1). */
@@ -306,6 +333,26 @@ static bool wait_not_full(struct coord *c)
 static void cancel_one(struct coord *c, struct coord_closure *cl);
 static void drain_cancel(struct coord *c);
 
+/* S1 for hinted closures (B4): the hint queue holds at most the ring's
+ * capacity; false if no worker will ever make room (as wait_not_full()). */
+static bool wait_hq_room(struct coord *c)
+{
+	uint64_t cap = coord_ring_capacity(&c->ring);
+
+	if (c->unbounded || hq_queued(c) < (int64_t)cap)
+		return true;
+	for (;;) {
+		uint32_t v = coord_ec_prepare(&c->not_full);
+
+		/* Relaxed: as in wait_not_full(). */
+		if (atomic_load_explicit(&c->unavailable, memory_order_relaxed))
+			return false;
+		if (hq_queued(c) < (int64_t)cap)
+			return true;
+		coord_ec_wait(&c->not_full, v, coord_now_ns() + 1000000ull);
+	}
+}
+
 /*
  * C8  A closure pushed after the transport reported UNAVAILABLE is not left
  *     in a queue nobody serves: the report stores `unavailable` (seq_cst)
@@ -323,9 +370,15 @@ static inline void check_unavailable(struct coord *c)
 
 static void queue_push(struct coord *c, struct coord_closure *cl)
 {
-	/* Unbounded: once closures overflowed, later ones queue behind them,
-	 * so the ring drains and the overflow is served (no starvation). */
-	if (c->unbounded && !ov_empty(c)) {
+	if (unlikely(cl->res_dirty & CL_HINT)) { /* B4: the hint queue */
+		if (!wait_hq_room(c)) {
+			cancel_one(c, cl); /* no worker left: never runs */
+			return;
+		}
+		coord_hq_push(c, cl);
+	} else if (c->unbounded && !ov_empty(c)) {
+		/* Unbounded: once closures overflowed, later ones queue behind
+		 * them, so the ring drains and the overflow is served. */
 		ov_push(c, cl, cl, 1);
 	} else {
 		while (coord_ring_push_mp(&c->ring, cl) < 0) {
@@ -356,6 +409,11 @@ static void queue_pushed(struct coord *c)
 	/* seq_cst: as in queue_push(). */
 	if (unlikely(atomic_load_explicit(&c->loop_sleepers, memory_order_seq_cst)))
 		c->tp->wake(c);
+}
+
+void coord_queue_wake(struct coord *c)
+{
+	queue_pushed(c);
 }
 
 /* queue_push() for @n closures, in order: one ring claim and one wake per
@@ -395,12 +453,14 @@ static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigne
 	queue_pushed(c);
 }
 
-bool coord_loop_sleep(struct coord *c)
+bool coord_loop_sleep(struct coord_dispatcher *d)
 {
+	struct coord *c = d->c;
+
 	/* seq_cst: pairs with the load in queue_push() (see there). */
 	atomic_fetch_add_explicit(&c->loop_sleepers, 1, memory_order_seq_cst);
 	coord_smp_mb(); /* the registration before the re-check below */
-	if (!queue_empty(c)) {
+	if (work_for(d)) {
 		coord_loop_wake_done(c);
 		return false;
 	}
@@ -443,6 +503,35 @@ static void cancel_one(struct coord *c, struct coord_closure *cl)
 	outstanding_sub(c, 1);
 	/* The runtime's reference goes through epoch reclamation: a transport
 	 * may still resolve this closure's id in a read-side section. */
+	urcu_bp_register_thread();
+	urcu_bp_call_rcu(&cl->rcu, rcu_put_cb);
+}
+
+void coord_cancel_queued(struct coord *c, struct coord_closure *cl)
+{
+	cancel_one(c, cl);
+}
+
+static void record_error(struct coord *c, int worker, struct coord_closure *cl, int code, int cause,
+			 const char *msg);
+
+void coord_fail_queued(struct coord *c, struct coord_closure *cl, int code, int worker,
+		       const char *msg)
+{
+	size_t len = strlen(msg) + 1;
+	char *b = coord_closure_result_buf(cl, len);
+
+	if (b)
+		memcpy(b, msg, len);
+	cl->res_dirty |= CL_DIRTY_RES;
+	cl->err_code = code;
+	cl->err_cause = 0;
+	cl->err_worker = worker;
+	record_error(c, worker, cl, code, 0, msg); /* S3 */
+	coord_rv_set_final(cl, COORD_RV_READY | RV_READY_ERR);
+	outstanding_sub(c, 1);
+	/* Through epoch reclamation, as cancel_one(): a put-back closure's id
+	 * may still be resolved by a transport. */
 	urcu_bp_register_thread();
 	urcu_bp_call_rcu(&cl->rcu, rcu_put_cb);
 }
@@ -541,6 +630,7 @@ static void drain_older(struct coord *c, uint64_t g)
 		ov_push(c, keep, keep_last, nkeep);
 		coord_ec_signal_sc(&c->not_empty);
 	}
+	coord_hq_drain(c, g); /* B4: hinted closures, which never enter the ring */
 	coord_ec_signal(&c->not_full);
 }
 
@@ -633,6 +723,7 @@ static void drain_cancel(struct coord *c)
 	while ((n = queue_pop(c, buf, 64, true)) > 0)
 		for (unsigned i = 0; i < n; i++)
 			cancel_one(c, buf[i]);
+	coord_hq_drain(c, UINT64_MAX);
 	coord_ec_signal(&c->not_full); /* schedule() blocked on a full ring */
 }
 
@@ -706,7 +797,9 @@ static void dep_fail(struct coord *c, struct coord_closure *x, uint32_t i)
 /* @x is runnable: queue it without ever blocking (DF3). */
 static void dep_queue(struct coord *c, struct coord_closure *x)
 {
-	if ((c->unbounded && !ov_empty(c)) || coord_ring_push_mp(&c->ring, x) < 0)
+	if (unlikely(x->res_dirty & CL_HINT))
+		coord_hq_push(c, x); /* B4; never blocks either */
+	else if ((c->unbounded && !ov_empty(c)) || coord_ring_push_mp(&c->ring, x) < 0)
 		ov_push(c, x, x, 1);
 	queue_pushed(c); /* either push was a seq_cst RMW (E3) */
 }
@@ -949,9 +1042,21 @@ static int call_check(struct coord *c, const struct coord_call *call, struct coo
 		if (unlikely(!call->pw[i] || call->pw[i]->c != c))
 			return coord_seterr(err, COORD_EINVAL,
 					    "per-worker argument %u is not of this coordinator", i);
+	if (unlikely(call->priority || call->affinity || call->affinity_mode)) {
+		int r = coord_hq_check(c, call, err); /* B4 */
+
+		if (r < 0)
+			return r;
+	}
 	if (unlikely(call->ninputs))
 		return inputs_check(c, call, err);
 	return 0;
+}
+
+/* Does @call take the hint queue (B4)? */
+static inline bool call_hinted(const struct coord_call *call)
+{
+	return call->priority || call->affinity;
 }
 
 /* Fill a closure fresh from the pool with @call; 0 or COORD_ENOMEM (then
@@ -1003,7 +1108,9 @@ static int schedule_one(struct coord *c, const struct coord_call *call, struct c
 		return coord_seterr(err, COORD_ENOMEM, "no memory for %zu argument bytes",
 				    call->len);
 	}
-	if (unlikely(call->ninputs)) /* B1: waits for its inputs instead */
+	if (unlikely(call_hinted(call)))
+		coord_hq_fill(cl, call); /* B4 */
+	if (unlikely(call->ninputs))	 /* B1: waits for its inputs instead */
 		return schedule_consumer(c, cl, call, out, err);
 	/* Relaxed: C1 only needs the increment before the push, and the push's
 	 * release orders it before any completion's decrement. */
@@ -1033,9 +1140,10 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 	return schedule_one(c, call, out, err);
 }
 
-/* coord_schedule_many() when some calls have inputs (B1): one at a time. */
-static int schedule_many_consumers(struct coord *c, const struct coord_call *calls, size_t n,
-				   struct coord_rv **out, size_t *queued, struct coord_error *err)
+/* coord_schedule_many() when some calls have inputs (B1) or hints (B4):
+ * one at a time. */
+static int schedule_many_each(struct coord *c, const struct coord_call *calls, size_t n,
+			      struct coord_rv **out, size_t *queued, struct coord_error *err)
 {
 	for (size_t i = 0; i < n; i++) {
 		int r = schedule_one(c, &calls[i], out ? &out[i] : NULL, err);
@@ -1056,7 +1164,7 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 {
 	struct coord_closure *cls[SCHED_CHUNK];
 	size_t done = 0;
-	bool with_inputs = false;
+	bool each = false;
 	int r;
 
 	if (queued)
@@ -1079,10 +1187,10 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 			}
 			return r;
 		}
-		with_inputs |= calls[i].ninputs != 0;
+		each |= calls[i].ninputs != 0 || call_hinted(&calls[i]);
 	}
-	if (unlikely(with_inputs)) /* B1: consumers one at a time, in order */
-		return schedule_many_consumers(c, calls, n, out, queued, err);
+	if (unlikely(each)) /* B1, B4: one at a time, in order */
+		return schedule_many_each(c, calls, n, out, queued, err);
 	while (done < n) {
 		unsigned want = n - done < SCHED_CHUNK ? (unsigned)(n - done) : SCHED_CHUNK;
 		unsigned k = 0, got;
@@ -1250,13 +1358,14 @@ void coord_per_worker_put(struct coord_pw *pw)
 
 /* ---- the dispatch interface ----------------------------------------------------- */
 
-static void idle_wait(struct coord *c)
+static void idle_wait(struct coord_dispatcher *d)
 {
+	struct coord *c = d->c;
 	uint64_t until = coord_now_ns() + c->opts.spin_ns;
 
 	for (unsigned i = 0;; i++) {
 		/* Relaxed: stop is re-checked after every wake. */
-		if (!queue_empty(c) || atomic_load_explicit(&c->stopping, memory_order_relaxed))
+		if (work_for(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed))
 			return;
 		if ((i & 63) == 63 && coord_now_ns() >= until)
 			break;
@@ -1264,11 +1373,13 @@ static void idle_wait(struct coord *c)
 	}
 	for (;;) {
 		uint32_t v = coord_ec_prepare(&c->not_empty);
+		uint64_t due;
 
 		/* Relaxed: as above; the eventcount orders the re-check (E1). */
-		if (!queue_empty(c) || atomic_load_explicit(&c->stopping, memory_order_relaxed))
+		if (work_for(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed))
 			return;
-		coord_ec_wait(&c->not_empty, v, COORD_FOREVER);
+		due = coord_dispatch_due(d); /* B4: a fallback or a start to come */
+		coord_ec_wait(&c->not_empty, v, due ? due : COORD_FOREVER);
 	}
 }
 
@@ -1286,7 +1397,10 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 	want = backlog < 1 ? 1 : backlog < max ? (unsigned)backlog : max;
 	/* D2 (seq_cst): reserve before the pop; see C2. */
 	atomic_fetch_add_explicit(&d->inflight, want, memory_order_seq_cst);
-	n = queue_pop(c, out, want, false);
+	if (unlikely(hq_queued(c) > 0))
+		n = coord_hq_take(d, out, want); /* B4: hints and the ring, in order */
+	else
+		n = queue_pop(c, out, want, false);
 	/* The producers wrote these closures' first lines: ask for them all now
 	 * (for writing: the taker completes them), so the misses overlap. */
 	for (unsigned i = 0; i < n; i++)
@@ -1325,8 +1439,8 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 		/* Relaxed: stop is also signalled through not_empty. */
 		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
 			return 0;
-		if (queue_empty(c)) {
-			idle_wait(c);
+		if (!work_for(d)) {
+			idle_wait(d);
 			continue;
 		}
 		k = take_once(d, out, max, &n);
@@ -1343,8 +1457,7 @@ unsigned coord_dispatch_try_take(struct coord_dispatcher *d, struct coord_closur
 	unsigned n;
 
 	/* Relaxed: as in coord_dispatch_take(). */
-	if (max == 0 || queue_empty(d->c) ||
-	    atomic_load_explicit(&d->c->stopping, memory_order_relaxed))
+	if (max == 0 || !work_for(d) || atomic_load_explicit(&d->c->stopping, memory_order_relaxed))
 		return 0;
 	return take_once(d, out, max, &n);
 }
@@ -1378,6 +1491,11 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 			continue;
 		}
 		cl->attempt++; /* B8: the next run sees attempt + 1 */
+		if (unlikely(cl->res_dirty & CL_HINT)) {
+			coord_hq_push(c, cl); /* B4: back under its hints */
+			nb++;
+			continue;
+		}
 		cl->next = newest;
 		newest = cl;
 		if (!oldest)
@@ -1393,8 +1511,8 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 	 * a canceller's D1 load sees the lower count. */
 	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);
 	coord_ec_signal(&c->drained);
-	if (newest)
-		coord_ec_signal_sc(&c->not_empty); /* ov_push's RMW (E3) */
+	if (nb)
+		queue_pushed(c); /* ov_push's or coord_hq_push()'s RMW (E3) */
 }
 
 /* ---- metrics (B7) ------------------------------------------------------------ */
@@ -1622,6 +1740,9 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	if (opts->batch == 0 || opts->batch > 1024)
 		return coord_seterr(err, COORD_EINVAL, "batch must be 1..1024 (got %u)",
 				    opts->batch);
+	if (opts->affinity_fallback_ms < 0 || opts->priority_aging_ms <= 0)
+		return coord_seterr(err, COORD_EINVAL,
+				    "affinity_fallback_ms must be >= 0 and priority_aging_ms > 0");
 	c = aligned_alloc(CACHELINE, (sizeof(*c) + CACHELINE - 1) & ~(size_t)(CACHELINE - 1));
 	if (!c)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a coordinator");
@@ -1769,6 +1890,7 @@ void coord_destroy(struct coord *c)
 	c->ps = NULL;
 	cancel_older(c, gen_bump(c)); /* anything left (none expected) */
 	urcu_bp_barrier();	      /* every deferred closure release has run */
+	coord_hq_destroy(c);
 	coord_ring_fini(&c->ring);
 	pthread_mutex_destroy(&c->ov_lock);
 	free(c->workers);

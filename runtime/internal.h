@@ -72,6 +72,7 @@
 #define CL_DIRTY_RES 0x1u  /* res_len or err_code written */
 #define CL_DIRTY_DEPS 0x2u /* deps sealed: reset to NULL before reuse */
 #define CL_HAS_IN 0x4u	   /* nin inputs in @in (read by the executor) */
+#define CL_HINT 0x8u	   /* priority or affinity (B4): the hint fields are set */
 
 /* The dependents list's sealed marker (never a valid edge address). */
 #define COORD_DEPS_SEALED ((struct coord_dep *)(uintptr_t)1)
@@ -140,8 +141,22 @@ struct coord_closure {
 	struct coord_dep *in;		  /* nin edges, from c->bufs (in_cls) */
 	uint8_t in_cls;
 
+	/* Hints (B4, runtime/sched.c), meaningful when CL_HINT is set; the
+	 * hint queue links closures through @next. */
+	uint8_t lvl;	/* priority + 1: 0..3 */
+	bool pref;	/* affinity preferred, not strict */
+	uint32_t aff;	/* affinity set: 0 any, 1..N one worker, then named */
+	int32_t target; /* the worker a take chose for it, or -1: any */
+	uint64_t t_q;	/* when it was queued (aging, fallback) */
+
 	char inline_res[CL_INLINE_RES];
 };
+
+/* The worker a take chose for @cl (B4), or -1: the transport places it. */
+static inline int coord_closure_target(const struct coord_closure *cl)
+{
+	return unlikely(cl->res_dirty & CL_HINT) ? cl->target : -1;
+}
 
 /* A registered function or resource creator. */
 struct coord_fn_entry {
@@ -218,6 +233,15 @@ struct coord_dispatcher {
 	struct coord *c __cacheline_aligned;
 	unsigned index;
 	void *tp; /* the transport's per-dispatcher state */
+	/* B4 (runtime/sched.c H2), this dispatcher's thread only: the hint
+	 * version it last found nothing at, when to look again regardless,
+	 * workers of ours that had closures waiting but no room. */
+	uint64_t hq_seen, hq_due;
+	bool any_blocked;
+	unsigned nblk;
+	unsigned *blk;
+	int32_t *room;
+	void *cands;
 	struct coord_dmetrics m __cacheline_aligned;
 };
 
@@ -271,6 +295,11 @@ struct coord {
 	_Atomic uint64_t dep_failed;	 /* consumers failed by an input (B1, B7) */
 	_Atomic bool dataflow;		 /* a consumer was scheduled (B1, DF3) */
 	uint64_t created_ns;
+	/* B4 hints (runtime/sched.c H1, H2): the default path only reads
+	 * hq_count; hinted schedules and takes write both. */
+	_Atomic int64_t hq_count __cacheline_aligned;
+	_Atomic uint64_t hq_ver;
+	_Atomic(struct coord_hq *) hq;
 };
 
 static inline struct coord_closure *rv_cl(const struct coord_rv *rv)
@@ -343,6 +372,46 @@ COORD_HIDDEN void coord_dispatch_finish(struct coord_dispatcher *d, struct coord
  */
 COORD_HIDDEN void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **cls,
 					  unsigned n);
+
+/*
+ * coord_dispatch_due() - B4: when this dispatcher should look at the queue
+ * again even if nothing is pushed (a preferred closure's fallback, a
+ * staggered start), in coord_now_ns() time; 0: no such time.  Event loops
+ * that sleep in the kernel bound their sleep by it.
+ */
+COORD_HIDDEN uint64_t coord_dispatch_due(struct coord_dispatcher *d);
+
+/* --- the hint queue (runtime/sched.c, B4) ---------------------------------- */
+
+struct coord_hq;
+/* Validate @call's hints (making the queue on first use). */
+COORD_HIDDEN int coord_hq_check(struct coord *c, const struct coord_call *call,
+				struct coord_error *err);
+/* Copy @call's hints into @cl (CL_HINT). */
+COORD_HIDDEN void coord_hq_fill(struct coord_closure *cl, const struct coord_call *call);
+/* Queue hinted @cl (lock-free); the caller wakes the dispatchers. */
+COORD_HIDDEN void coord_hq_push(struct coord *c, struct coord_closure *cl);
+/* Take up to @max for @d: hinted closures and the main queue, in order. */
+COORD_HIDDEN unsigned coord_hq_take(struct coord_dispatcher *d, struct coord_closure **out,
+				    unsigned max);
+/* Is there hinted work @d may take (H2)?  @d's thread only. */
+COORD_HIDDEN bool coord_hq_work(struct coord_dispatcher *d);
+/* Cancel hinted closures of a generation older than @g (S3). */
+COORD_HIDDEN void coord_hq_drain(struct coord *c, uint64_t g);
+/* The recovery thread: a worker came back / was dropped (H2, H3). */
+COORD_HIDDEN void coord_hq_worker_up(struct coord *c);
+COORD_HIDDEN void coord_hq_worker_dropped(struct coord *c, unsigned w);
+COORD_HIDDEN void coord_hq_destroy(struct coord *c);
+
+/* coordinator.c, for sched.c: pop the main queue (ring and overflow,
+ * without waiting), is it empty, cancel or fail a queued closure, wake
+ * whoever takes after a seq_cst RMW made work visible (E3). */
+COORD_HIDDEN unsigned coord_queue_pop(struct coord *c, struct coord_closure **out, unsigned max);
+COORD_HIDDEN bool coord_main_queue_empty(struct coord *c);
+COORD_HIDDEN void coord_cancel_queued(struct coord *c, struct coord_closure *cl);
+COORD_HIDDEN void coord_fail_queued(struct coord *c, struct coord_closure *cl, int code, int worker,
+				    const char *msg);
+COORD_HIDDEN void coord_queue_wake(struct coord *c);
 
 /* runtime/rv.c: make @cl final with state @st (a RemoteValue state, or
  * READY|RV_READY_ERR); false if it already was (late result: dropped).
@@ -471,6 +540,12 @@ struct coord_tp_ops {
 	 * NULL: this transport's workers never fail (no recovery thread).
 	 */
 	int (*reconnect)(struct coord *c, struct coord_worker *w, struct coord_error *err);
+	/*
+	 * room: B4: how many more closures dispatcher @d can send worker @w
+	 * now: -1 if @d does not serve @w or @w cannot take any (not up, not
+	 * started: S13), else its free slots (0: full).  @d's thread only.
+	 */
+	int (*room)(struct coord_dispatcher *d, unsigned w);
 };
 
 /* --- recovery (runtime/recovery.c) ----------------------------------------- */
@@ -498,7 +573,7 @@ extern const struct coord_tp_ops coord_tp_rdma;
  * sleep (the queue is still empty); producers then call ops->wake().  After
  * the sleep, coord_loop_wake_done().
  */
-COORD_HIDDEN bool coord_loop_sleep(struct coord *c);
+COORD_HIDDEN bool coord_loop_sleep(struct coord_dispatcher *d);
 /* coord_queue_size() - closures waiting (a snapshot). */
 COORD_HIDDEN uint64_t coord_queue_size(struct coord *c);
 COORD_HIDDEN void coord_loop_wake_done(struct coord *c);

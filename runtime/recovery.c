@@ -149,6 +149,7 @@ static void settle(struct coord_recovery *r, struct coord_worker *w, int rc,
 		atomic_fetch_add_explicit(&w->recoveries, 1, memory_order_relaxed);
 		coord_log(COORD_LOG_INFO, "worker %d re-admitted after %.1f s (%u tries)", w->index,
 			  (double)(now - w->rec_down_ns) / 1e9, w->rec_tries + 1);
+		coord_hq_worker_up(c); /* B4: closures bound to it may go now */
 		return;
 	}
 	w->rec_tries++;
@@ -158,6 +159,7 @@ static void settle(struct coord_recovery *r, struct coord_worker *w, int rc,
 		atomic_store_explicit(&w->state, COORD_WORKER_DROPPED, memory_order_release);
 		coord_log(COORD_LOG_ERROR, "worker %d dropped: not back within %lld s (%s)",
 			  w->index, (long long)(c->opts.recovery_limit_ms / 1000), err->msg);
+		coord_hq_worker_dropped(c, (unsigned)w->index); /* B4: H3 */
 		if (all_dropped(c))
 			coord_report_unavailable(
 				c, w->index, "every worker is lost and past the recovery limit");

@@ -240,6 +240,94 @@ static void test_past_the_limit_dropped_unavailable(void **state)
 	assert_int_equal(t_worker_restart(0), 0); /* for the next tests */
 }
 
+/* Schedule sleep_us(@us) with affinity to worker @w (B4). */
+static struct coord_rv *sched_on(struct coord *c, unsigned w, unsigned mode, uint32_t us,
+				 int expect)
+{
+	struct coord_call call = { .fn = t_fn(c, "sleep_us"),
+				   .args = &us,
+				   .len = sizeof(us),
+				   .affinity = COORD_ON_WORKER(w),
+				   .affinity_mode = mode };
+	struct coord_error err;
+	struct coord_rv *rv = NULL;
+
+	assert_int_equal(coord_schedule_call(c, &call, &rv, &err), expect);
+	return rv;
+}
+
+static int32_t fetch_worker(struct coord_rv *rv, int expect)
+{
+	struct coord_error err;
+	const void *v;
+	size_t len;
+	int32_t w = -1;
+
+	assert_int_equal(coord_rv_fetch_timeout(rv, 20000000000ll, &v, &len, &err), expect);
+	if (expect == 0) {
+		assert_int_equal(len, sizeof(w));
+		memcpy(&w, v, sizeof(w));
+	}
+	coord_rv_put(rv);
+	return w;
+}
+
+/* B4: a closure with strict affinity to a lost worker waits for its
+ * recovery (it never runs elsewhere), then runs there; the others go on. */
+static void test_b4_strict_waits_for_recovery(void **state)
+{
+	struct coord *c = make(2, 0);
+	struct coord_rv *rv[8];
+
+	(void)state;
+	assert_int_equal(fetch_worker(sched_on(c, 1, COORD_AFFINITY_STRICT, 0, 0), 0), 1);
+	assert_int_equal(kill(t_worker_pid(1), SIGKILL), 0);
+	assert_true(wait_for(c, one_down, 10) >= 0);
+	for (int i = 0; i < 8; i++)
+		rv[i] = sched_on(c, 1, COORD_AFFINITY_STRICT, 0, 0);
+	run_adds(c, 50); /* worker 0 carries on */
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(coord_rv_state(rv[i]), COORD_RV_NOT_READY);
+	assert_int_equal(t_worker_restart(1), 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(fetch_worker(rv[i], 0), 1);
+	assert_true(metrics(c).recoveries >= 1);
+	assert_int_equal(coord_join(c, NULL), 0);
+	coord_destroy(c);
+}
+
+/* B4 with S10: once its worker is dropped, a strict closure fails with
+ * COORD_EUNAVAILABLE (and join returns it), new strict ones are refused at
+ * schedule, preferred ones run elsewhere, and the coordinator goes on. */
+static void test_b4_strict_dropped_fails_unavailable(void **state)
+{
+	struct coord_opts o;
+	struct coord_error err;
+	struct coord_rv *strict, *pref;
+	struct coord *c;
+
+	(void)state;
+	t_opts(&o, reg);
+	o.recovery_limit_ms = 300;
+	o.connect_timeout_ms = 200;
+	o.affinity_fallback_ms = 60000; /* only the drop makes it fall back */
+	assert_int_equal(t_create(&o, 2, &c, &err), 0);
+	run_adds(c, 5);
+	assert_int_equal(kill(t_worker_pid(1), SIGKILL), 0);
+	strict = sched_on(c, 1, COORD_AFFINITY_STRICT, 0, 0);
+	pref = sched_on(c, 1, COORD_AFFINITY_PREFERRED, 0, 0);
+	assert_int_equal(fetch_worker(pref, 0), 0);
+	assert_int_equal(fetch_worker(strict, COORD_EUNAVAILABLE), -1);
+	assert_int_equal(coord_join(c, &err), COORD_EUNAVAILABLE);
+	assert_non_null(strstr(err.msg, "strict affinity"));
+	assert_int_equal(metrics(c).workers_dropped, 1);
+	assert_null(sched_on(c, 1, COORD_AFFINITY_STRICT, 0, COORD_EUNAVAILABLE));
+	run_adds(c, 20); /* worker 0 serves on */
+	assert_int_equal(coord_join(c, &err), 0);
+	coord_destroy(c);
+	assert_int_equal(t_worker_restart(1), 0); /* for the next tests */
+}
+
 /* B2: a stopped worker, whose reconnects hang until connect_timeout_ms,
  * does not hold back the recovery of another worker. */
 static void test_hanging_reconnect_does_not_hold_back_others(void **state)
@@ -425,6 +513,8 @@ int main(void)
 		cmocka_unit_test(test_past_the_limit_dropped_unavailable),
 		cmocka_unit_test(test_hanging_reconnect_does_not_hold_back_others),
 		cmocka_unit_test(test_blocked_schedule_released_when_unavailable),
+		cmocka_unit_test(test_b4_strict_waits_for_recovery),
+		cmocka_unit_test(test_b4_strict_dropped_fails_unavailable),
 		cmocka_unit_test(test_soak_kill_restart),
 	};
 	int failed;

@@ -141,6 +141,14 @@ static unsigned inproc_ndispatchers(const struct coord *c)
 	return c->nworkers;
 }
 
+/* B4: each dispatcher serves its own worker, which is always up. */
+static int inproc_room(struct coord_dispatcher *d, unsigned w)
+{
+	if (w != d->index || coord_now_ns() < d->c->workers[w].start_at_ns)
+		return -1;
+	return (int)d->c->opts.batch;
+}
+
 /* In-process dispatchers sleep on the queue's futex, never in the kernel. */
 static void inproc_wake(struct coord *c)
 {
@@ -152,4 +160,5 @@ const struct coord_tp_ops coord_tp_inproc = {
 	.wake = inproc_wake,
 	.start = inproc_start,
 	.stop = inproc_stop,
+	.room = inproc_room,
 };

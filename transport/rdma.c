@@ -409,8 +409,9 @@ static void dispatch(struct rdma_loop *l, unsigned n)
 			l->inflight--;
 			continue;
 		}
-		k = pick(l, now);
-		if (!k) {
+		k = coord_closure_target(cl) < 0 ? pick(l, now)
+						 : &l->t->conns[coord_closure_target(cl)]; /* B4 */
+		if (!k || !k->up || !k->nfree) {
 			coord_dispatch_put_back(l->d, &l->batch[i], 1);
 			l->inflight--;
 			continue;
@@ -495,7 +496,7 @@ static void *loop_main(void *arg)
 				/* Relaxed: ordered by coord_loop_sleep()'s RMW and
 				 * fence; rdma_wake() exchanges it. */
 				atomic_store_explicit(&l->armed, true, memory_order_relaxed);
-				reg = coord_loop_sleep(c);
+				reg = coord_loop_sleep(l->d);
 				if (!reg) {
 					/* Relaxed: disarm; a racing wake only costs a
 					 * spurious eventfd read. */
@@ -504,6 +505,9 @@ static void *loop_main(void *arg)
 					continue; /* work arrived: go round */
 				}
 			}
+			if (may_take && coord_dispatch_due(l->d) &&
+			    (!next_start || coord_dispatch_due(l->d) < next_start))
+				next_start = coord_dispatch_due(l->d); /* B4: a fallback */
 			if (next_start)
 				ms = next_start > now ? (int)((next_start - now) / 1000000 + 1) : 0;
 			m = epoll_wait(l->epfd, ev, 16, ms);
@@ -764,10 +768,22 @@ fail:
 	return r;
 }
 
+/* B4: room on worker @w for loop @d's takes (its thread only). */
+static int rdma_room(struct coord_dispatcher *d, unsigned w)
+{
+	struct rdma_tp *t = d->c->tp_state;
+	struct rdma_conn *k = &t->conns[w];
+
+	if (k->loop->d != d || !k->up || k->w->start_at_ns > coord_now_ns())
+		return -1;
+	return (int)k->nfree;
+}
+
 const struct coord_tp_ops coord_tp_rdma = {
 	.name = "rdma",
 	.ndispatchers = rdma_ndispatchers,
 	.start = rdma_start,
 	.stop = rdma_stop,
 	.wake = rdma_wake,
+	.room = rdma_room,
 };

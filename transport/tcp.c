@@ -556,8 +556,9 @@ static void dispatch(struct tcp_loop *l, unsigned n)
 			l->inflight--;
 			continue;
 		}
-		k = pick(l, now);
-		if (!k) { /* lost a connection meanwhile: back on the queue */
+		k = coord_closure_target(cl) < 0 ? pick(l, now)
+						 : &l->t->conns[coord_closure_target(cl)]; /* B4 */
+		if (!k || !k->up || !k->nfree) { /* lost meanwhile: back on the queue */
 			coord_dispatch_put_back(l->d, &l->batch[i], 1);
 			l->inflight--;
 			continue;
@@ -654,7 +655,7 @@ static void *loop_main(void *arg)
 				/* Relaxed: ordered by coord_loop_sleep()'s RMW and
 				 * fence; tcp_wake() exchanges it. */
 				atomic_store_explicit(&l->armed, true, memory_order_relaxed);
-				reg = coord_loop_sleep(c);
+				reg = coord_loop_sleep(l->d);
 			}
 			if (may_take && !reg) {
 				/* Relaxed: disarm; a racing wake only costs a
@@ -665,6 +666,9 @@ static void *loop_main(void *arg)
 			}
 			if (due && (!next_start || due < next_start))
 				next_start = due; /* the next liveness check */
+			due = may_take ? coord_dispatch_due(l->d) : 0;
+			if (due && (!next_start || due < next_start))
+				next_start = due; /* B4: a preferred closure's fallback */
 			if (next_start) {
 				uint64_t d = next_start > now ? next_start - now : 0;
 
@@ -1140,6 +1144,17 @@ fail:
 	return r;
 }
 
+/* B4: room on worker @w for loop @d's takes (its thread only). */
+static int tcp_room(struct coord_dispatcher *d, unsigned w)
+{
+	struct tcp *t = d->c->tp_state;
+	struct tcp_conn *k = &t->conns[w];
+
+	if (k->loop->d != d || !k->up || k->w->start_at_ns > coord_now_ns())
+		return -1;
+	return (int)k->nfree;
+}
+
 const struct coord_tp_ops coord_tp_tcp = {
 	.name = "tcp",
 	.ndispatchers = tcp_ndispatchers,
@@ -1147,4 +1162,5 @@ const struct coord_tp_ops coord_tp_tcp = {
 	.stop = tcp_stop,
 	.wake = tcp_wake,
 	.reconnect = tcp_reconnect,
+	.room = tcp_room,
 };

@@ -81,6 +81,12 @@ struct coord_pw;
  *                   is a lost worker (a stopped or partitioned machine).
  * @closure_timeout_ms: B6: a closure running longer than this counts as a
  *                   failure of its worker (0, the default: no deadline).
+ * @affinity_fallback_ms: B4: a closure with preferred affinity that waited
+ *                   this long for its workers may run on any worker
+ *                   (default 100).
+ * @priority_aging_ms: B4: a queued closure competes one priority level
+ *                   higher for every this-long it has waited (default 100),
+ *                   so lower priorities are never starved.
  * @restart_exit_code: S12: when schedule/join/done would return a ps
  *                   failure, log it and exit(3) the process with this code
  *                   instead, so a supervisor restarts the coordinator (which
@@ -110,6 +116,8 @@ struct coord_opts {
 	int heartbeat_ms;
 	int heartbeat_misses;
 	int64_t closure_timeout_ms;
+	int64_t affinity_fallback_ms;
+	int64_t priority_aging_ms;
 	uint64_t flags;
 };
 
@@ -252,6 +260,23 @@ COORD_API COORD_NODISCARD int coord_fn_lookup(const struct coord *c, const char 
  *            it.  Values live on the coordinator, so a lost worker never
  *            loses one (no lineage re-execution is needed).
  * @ninputs:  entries in @inputs; at most COORD_MAX_INPUTS.
+ * @priority: B4: enum coord_priority (0, normal, by default).  Higher
+ *            levels are dispatched first; a closure that has waited
+ *            opts.priority_aging_ms competes one level higher for each
+ *            such wait, so a lower one is never starved.  Within a level,
+ *            oldest first.
+ * @affinity: B4: 0 (any worker, the default); COORD_ON_WORKER(i); or a
+ *            set from coord_affinity_set().
+ * @affinity_mode: B4: how @affinity binds (enum coord_affinity_mode):
+ *            strict (the default) runs only there, waiting while those
+ *            workers are down and failing with COORD_EUNAVAILABLE once
+ *            every one of them is dropped (S10); preferred falls back to
+ *            any worker after opts.affinity_fallback_ms of waiting (or at
+ *            once when they are all dropped).
+ *
+ * A call with neither @priority nor @affinity takes the default path,
+ * which hints cost nothing (B4); hinted calls are lock-free to schedule
+ * and are matched to workers by the dispatchers in batches.
  */
 struct coord_call {
 	uint32_t fn;
@@ -262,7 +287,48 @@ struct coord_call {
 	uint64_t flags;
 	struct coord_rv *const *inputs;
 	unsigned ninputs;
+	int priority;
+	uint32_t affinity;
+	unsigned affinity_mode;
 };
+
+/* Priority levels of struct coord_call.priority (B4). */
+enum coord_priority {
+	COORD_PRIO_LOW = -1,
+	COORD_PRIO_NORMAL = 0,
+	COORD_PRIO_HIGH = 1,
+	COORD_PRIO_URGENT = 2,
+};
+
+/* struct coord_call.affinity_mode (B4). */
+enum coord_affinity_mode {
+	COORD_AFFINITY_STRICT = 0,
+	COORD_AFFINITY_PREFERRED = 1,
+};
+
+/* struct coord_call.affinity for worker @i alone (B4). */
+#define COORD_ON_WORKER(i) ((uint32_t)(i) + 1u)
+
+/* Most affinity sets one coordinator keeps (coord_affinity_set()). */
+#define COORD_MAX_AFFINITY_SETS 256u
+
+/**
+ * coord_affinity_set() - name a set of workers for struct
+ * coord_call.affinity (B4), once, off the fast path.
+ * @c:       coordinator.
+ * @workers: worker indices (0 .. coord_num_workers() - 1), @n of them;
+ *           duplicates are ignored.
+ * @n:       1 .. coord_num_workers().
+ * @id:      on success the set's affinity value.  The same workers give
+ *           the same id again.
+ * @err:     optional detail on failure.
+ *
+ * Concurrency: any thread; takes a lock (not on the scheduling path).
+ * Return: 0; COORD_EINVAL (an index out of range, n == 0, or past
+ * COORD_MAX_AFFINITY_SETS distinct sets); COORD_ENOMEM.
+ */
+COORD_API COORD_NODISCARD int coord_affinity_set(struct coord *c, const unsigned *workers,
+						 unsigned n, uint32_t *id, struct coord_error *err);
 
 /* Most inputs of one call (struct coord_call.inputs). */
 #define COORD_MAX_INPUTS 65536u
