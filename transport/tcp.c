@@ -56,13 +56,17 @@
  * idle (S2).  A known-short function that turns long is caught two ways:
  * its first long result raises the estimate, and a busy connection with no
  * result for PACK_STALL_NS is no longer packed (at most the closures packed
- * in that 1 ms wait behind it).  Measured (bench_tcp scale rows, loopback,
- * 2 vCPUs shared and noisy, repeats of 5): 256 connections 0.09-0.12 of the
- * 2-connection rate before, 0.31-0.90 after (medians 260-480 K/s); the
+ * in that 1 ms wait behind it).  Measured (bench_tcp scale row, loopback,
+ * 2 vCPUs shared, load 3-8, five runs of 5 repeats interleaved with the
+ * previous build): 256 connections 0.07-0.17 of the 2-connection rate
+ * before (median 0.10), 0.44-0.56 after (median 0.45, 190-405 K/s); the
  * row with 8 in flight per connection went from 0.44-0.57 to 1.6-2.3x the
- * 2-connection rate.  Sticking to the packed connection once it is idle
- * again (rather than any idle one) lets its worker serve successive frames
- * in one wake-up.
+ * 2-connection rate (first version of this code).  Not yet 0.80: frames
+ * there carry about half as many closures as with 2 connections (11-13
+ * against 14-27, counted), and single repeats still fall to 60-100 K/s;
+ * a slow run that raises an estimate is a suspect, not pinned down.
+ * Sticking to the packed connection once it is idle again (rather than
+ * any idle one) lets its worker serve successive frames in one wake-up.
  *
  * Measured (bench_tcp, 2 vCPUs shared with other load; issue 3):
  *   - io_uring is set up with COOP_TASKRUN | TASKRUN_FLAG: a completion does
