@@ -16,9 +16,9 @@
  *      waiting; while batches come whole, credit
  *      is left and there is more work than idle workers, it takes more
  *      before sending, so a connection gets one frame per round;
- *   2. spreads them over its connections round-robin, encodes one REQ frame
- *      per connection into that connection's output buffer and starts the
- *      sends: one io_uring_submit() for the whole batch;
+ *   2. places them on its connections (pick(), "Placement" below), encodes
+ *      one REQ frame per connection into that connection's output buffer
+ *      and starts the sends: one io_uring_submit() for the whole batch;
  *   3. sleeps in io_uring for completions (registered in loop_sleepers so
  *      that schedule() wakes it through an eventfd when new work arrives);
  *   4. reaps every completion at once: RECV completions are parsed into RES
@@ -35,14 +35,47 @@
  * misbehaving and its connection is failed.  Only the loop touches its
  * connections: no locks, no atomics on this state.
  *
+ * Placement.  A frame costs each side a send, a receive and usually a
+ * thread wake-up (~10 us of CPU each side here); an empty closure costs the
+ * worker ~0.1-0.5 us.  Spread one per connection (least-loaded placement),
+ * 256 closures in flight over 256 connections cost a frame each, and the
+ * coordinator reached 0.04-0.13 of its 2-connection rate, where frames carry
+ * dozens.  So closures are packed: pick() keeps adding to one busy
+ * connection while the closures already on it are known to be short, and
+ * moves on when they are not.  Workers report each successful call's run
+ * time in its result (wire.h: the cause field of a code-0 result); each
+ * loop keeps, per function, an estimate that rises at once to a longer
+ * sample (run_note()).  A connection's backlog_ns sums the estimates of
+ * what is in flight on it; a closure may be placed behind that only while
+ * it is under PACK_WAIT_NS (about one loopback round trip: what sending the
+ * closure on a frame of its own would cost it under load).  A function
+ * never seen to finish (unknown) or longer than that fills the budget, so
+ * nothing is packed behind it: for those, and whenever no packable
+ * connection exists, placement is least-loaded as before, and a closure
+ * never waits behind a long (or possibly long) one while another worker is
+ * idle (S2).  A known-short function that turns long is caught two ways:
+ * its first long result raises the estimate, and a busy connection with no
+ * result for PACK_STALL_NS is no longer packed (at most the closures packed
+ * in that 1 ms wait behind it).  Measured (bench_tcp scale row, loopback,
+ * 2 vCPUs shared, load 3-8, five runs of 5 repeats interleaved with the
+ * previous build): 256 connections 0.07-0.17 of the 2-connection rate
+ * before (median 0.10), 0.44-0.56 after (median 0.45, 190-405 K/s); the
+ * row with 8 in flight per connection went from 0.44-0.57 to 1.6-2.3x the
+ * 2-connection rate (first version of this code).  Not yet 0.80: frames
+ * there carry about half as many closures as with 2 connections (11-13
+ * against 14-27, counted), and single repeats still fall to 60-100 K/s;
+ * a slow run that raises an estimate is a suspect, not pinned down.
+ * Sticking to the packed connection once it is idle again (rather than
+ * any idle one) lets its worker serve successive frames in one wake-up.
+ *
  * Measured (bench_tcp, 2 vCPUs shared with other load; issue 3):
  *   - io_uring is set up with COOP_TASKRUN | TASKRUN_FLAG: a completion does
  *     not IPI the loop.  256 connections, one closure in flight on each:
  *     coordinator CPU per closure 12.7-13.4 -> 10.7-11.3 us, rate +30%.
- *   - That case costs a loop about one small TCP send and one receive per
- *     closure (~8-10 us of kernel time here; a raw epoll echo client over
- *     256 loopback sockets needs 8-9.5 us per message): one frame per
- *     closure is the floor, not the scans below.
+ *   - That case (before packing) cost a loop about one small TCP send and
+ *     one receive per closure (~8-10 us of kernel time here; a raw epoll
+ *     echo client over 256 loopback sockets needs 8-9.5 us per message):
+ *     one frame per closure was the floor, not the scans below.
  *   - pick() and credit() scan the loop's connections (O(n) per closure and
  *     per round).  Profiled at 256 connections they are ~4% of the
  *     coordinator's CPU; an O(1) idle-connection FIFO for pick() and a
@@ -51,7 +84,15 @@
  *   - One loop instead of two for 2 workers: no measurable difference.
  *   - Spinning after a send (polling the CQ before sleeping) made the round
  *     trip worse (p50 37-63 us against 41-45): with the caller spinning in
- *     fetch, the worker then finds no free CPU.
+ *     fetch, the worker then finds no free CPU.  Spinning on the queue
+ *     instead, after finishing closures with nothing in flight (so that the
+ *     caller's next schedule needs no eventfd write and the loop no
+ *     wake-up), made no difference (p50 45-58 against 48-50 us, ping-pong
+ *     21-22 us): the caller's spin and the loop already meet without one.
+ *     Pinning the worker to one CPU took it to 36-37 us; the caller and the
+ *     loop on one CPU, to 100-110: the cost is three threads on two CPUs,
+ *     not a handoff (a fetch that drives the connection itself would be
+ *     the next step).
  *
  * Failure.  EOF, a socket error, a bad frame, heartbeat_misses heartbeat
  * intervals of silence (a PING goes out after one interval; the worker
@@ -83,6 +124,11 @@
 
 enum { OP_RECV = 0, OP_SEND = 1, OP_EFD = 2, OP_MASK = 3 };
 
+/* Placement (see "Placement" above). */
+#define PACK_WAIT_NS 50000u    /* W: expected run time a closure may wait behind */
+#define PACK_STALL_NS 1000000u /* no result for this long: stop packing onto it */
+#define RUN_UNKNOWN UINT32_MAX
+
 struct tcp_loop;
 
 struct tcp_conn {
@@ -107,6 +153,9 @@ struct tcp_conn {
 	uint64_t *sent_ns; /* when each slot's closure was queued (B6) */
 	uint32_t *freel;
 	unsigned nfree, window;
+	/* placement: each slot's expected run time, charged to backlog_ns */
+	uint32_t *run;
+	uint64_t backlog_ns, busy_ns; /* busy_ns: when it last went from idle to busy */
 	/* liveness (issue 4): anything received resets last_rx_ns */
 	uint64_t last_rx_ns, ping_ns;
 	struct tcp_conn *admit_next; /* on its loop's admission list */
@@ -133,6 +182,12 @@ struct tcp_loop {
 	struct tcp_conn *admit;
 	_Atomic bool admit_pending;
 	uint64_t next_check_ns; /* heartbeats and closure deadlines */
+	/* Placement: per function, its expected run time on a worker (ns;
+	 * RUN_UNKNOWN until a result reported one), and the connection
+	 * closures are being packed onto. */
+	uint32_t *run_ns;
+	uint32_t nfn;
+	struct tcp_conn *pack;
 };
 
 struct tcp {
@@ -261,6 +316,7 @@ static void conn_fail(struct tcp_conn *k, const char *why)
 	}
 	if (n)
 		coord_dispatch_put_back(l->d, back, n);
+	k->backlog_ns = 0;
 	l->inflight -= total;
 	shutdown(k->fd, SHUT_RDWR); /* pending recv/send complete now */
 	/* Relaxed: a count of live connections (logs). */
@@ -276,6 +332,25 @@ static void conn_fail(struct tcp_conn *k, const char *why)
 }
 
 /* ---- results ------------------------------------------------------------------------ */
+
+/*
+ * A function's expected run time from one reported sample @ns: up at once to
+ * a longer sample, down by half the difference per shorter one, so a
+ * function that turned long stops being packed at its first long result,
+ * and a single slow run (a worker thread preempted mid-call, frequent when
+ * 2 CPUs serve hundreds of connections) is forgotten within a few results.
+ * Measured: decaying by an eighth instead left the scale row in its
+ * one-closure-per-frame mode for whole repeats more often.
+ */
+static void run_note(uint32_t *est, uint32_t ns)
+{
+	if (ns == RUN_UNKNOWN)
+		return; /* not reported (an error, or an older worker) */
+	if (*est == RUN_UNKNOWN || ns >= *est)
+		*est = ns;
+	else
+		*est -= (*est - ns) / 2;
+}
 
 /* Retire the completed closures in one go (counts, references, wakes). */
 static void finish_done(struct tcp_loop *l)
@@ -306,7 +381,10 @@ static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, cons
 			return -EPROTO;
 		k->slots[slot] = NULL;
 		k->freel[k->nfree++] = slot;
+		k->backlog_ns -= k->run[slot];
 		conn_idle_update(k);
+		if (cl->fn < l->nfn)
+			run_note(&l->run_ns[cl->fn], coord_wire_run_ns(&r));
 		if (r.code == 0) {
 			void *b = coord_closure_result_buf(cl, r.len);
 
@@ -441,13 +519,14 @@ static void on_send(struct tcp_conn *k, int res)
 /* Add @cl to @k's output; false if it cannot be sent (too large). */
 static bool enqueue_req(struct tcp_conn *k, struct coord_closure *cl, uint64_t now)
 {
-	struct coord *c = k->loop->t->c;
+	struct tcp_loop *l = k->loop;
+	struct coord *c = l->t->c;
 	struct coord_wire_req q = { .attempt = cl->attempt,
 				    .fn = cl->fn,
 				    .len = cl->args_len,
 				    .args = cl->args,
 				    .npw = cl->npw };
-	uint32_t slot = k->freel[--k->nfree];
+	uint32_t slot = k->freel[--k->nfree], run;
 	size_t need;
 
 	k->seq[slot]++;
@@ -487,33 +566,74 @@ static bool enqueue_req(struct tcp_conn *k, struct coord_closure *cl, uint64_t n
 		coord_die("wire encoder", ENOSPC); /* room was made above */
 	k->slots[slot] = cl;
 	k->sent_ns[slot] = now;
+	/* Placement: what this closure adds to the work queued on @k; one of
+	 * unknown or long run time fills the budget, so nothing is packed
+	 * behind it. */
+	run = cl->fn < l->nfn ? l->run_ns[cl->fn] : RUN_UNKNOWN;
+	k->run[slot] = run < PACK_WAIT_NS ? run : PACK_WAIT_NS;
+	if (k->nfree == k->window - 1)
+		k->busy_ns = now;
+	k->backlog_ns += k->run[slot];
 	conn_idle_update(k);
 	return true;
 }
 
 /*
- * The live connection with the fewest closures in flight (ties: round
- * robin) whose start time has come.  Least-loaded, not plain round robin, so
- * a closure does not wait behind a long one while another worker is idle
- * (S2: any available worker).
+ * May a closure be packed onto busy connection @k, behind what it runs?
+ * Only while all of that is known to be short (its expected run times sum
+ * to less than PACK_WAIT_NS) and results are coming (one of those closures
+ * may have turned long: then stop).
+ */
+static bool packable(const struct tcp_conn *k, uint64_t now)
+{
+	uint64_t seen = k->last_rx_ns > k->busy_ns ? k->last_rx_ns : k->busy_ns;
+
+	return k->up && k->nfree && k->nfree < k->window && k->backlog_ns < PACK_WAIT_NS &&
+	       now - seen < PACK_STALL_NS;
+}
+
+/* Is @k up, started and with nothing in flight? */
+static bool idle_conn(const struct tcp_conn *k, uint64_t now)
+{
+	return k->up && k->nfree == k->window && k->w->start_at_ns <= now;
+}
+
+/*
+ * Where the next closure goes (see "Placement" in the file header): the
+ * connection being packed while it is packable, else the fullest packable
+ * one, else the live connection with the fewest closures in flight (ties:
+ * round robin) whose start time has come.  Least-loaded, not plain round
+ * robin, so a closure does not wait behind a long one (or one whose length
+ * is unknown) while another worker is idle (S2: any available worker).
  */
 static struct tcp_conn *pick(struct tcp_loop *l, uint64_t now)
 {
-	struct tcp_conn *best = NULL;
+	struct tcp_conn *best = NULL, *pack = NULL;
 	unsigned besti = 0;
 
+	/* The connection being packed, also once it is idle again (an idle
+	 * one is as good as any other: least loaded), so that one
+	 * connection carries the stream and its worker serves it as one. */
+	if (l->pack && (packable(l->pack, now) || idle_conn(l->pack, now)))
+		return l->pack;
 	for (unsigned i = 0; i < l->nconns; i++) {
 		unsigned j = (l->rr + i) % l->nconns;
 		struct tcp_conn *k = l->conns[j];
 
-		if (k->up && k->nfree && k->w->start_at_ns <= now &&
-		    (!best || k->nfree > best->nfree)) {
+		if (!k->up || !k->nfree || k->w->start_at_ns > now)
+			continue;
+		if (packable(k, now) && (!pack || k->nfree < pack->nfree))
+			pack = k;
+		if (!best || k->nfree > best->nfree) {
 			best = k;
 			besti = j;
 		}
 	}
-	if (best)
+	if (pack)
+		best = pack;
+	else if (best)
 		l->rr = (besti + 1) % l->nconns;
+	l->pack = best;
 	return best;
 }
 
@@ -809,7 +929,9 @@ static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
 	k->seq = calloc(k->window, sizeof(*k->seq));
 	k->sent_ns = calloc(k->window, sizeof(*k->sent_ns));
 	k->freel = calloc(k->window, sizeof(*k->freel));
-	if (!k->rbuf || !k->sbuf || !k->obuf || !k->slots || !k->seq || !k->sent_ns || !k->freel)
+	k->run = calloc(k->window, sizeof(*k->run));
+	if (!k->rbuf || !k->sbuf || !k->obuf || !k->slots || !k->seq || !k->sent_ns || !k->freel ||
+	    !k->run)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a connection");
 	for (unsigned s = 0; s < k->window; s++)
 		k->freel[s] = k->window - 1 - s;
@@ -972,6 +1094,7 @@ static void conn_close(struct tcp_conn *k)
 	free(k->seq);
 	free(k->sent_ns);
 	free(k->freel);
+	free(k->run);
 }
 
 static void tcp_free(struct tcp *t)
@@ -991,6 +1114,7 @@ static void tcp_free(struct tcp *t)
 		free(l->conns);
 		free(l->batch);
 		free(l->done);
+		free(l->run_ns);
 	}
 	for (unsigned i = 0; t->conns && i < c->nworkers; i++)
 		conn_close(&t->conns[i]);
@@ -1097,7 +1221,11 @@ static int tcp_start(struct coord *c, struct coord_error *err)
 		l->batch = calloc(c->opts.batch, sizeof(*l->batch));
 		l->done_cap = c->opts.batch;
 		l->done = calloc(l->done_cap, sizeof(*l->done));
-		if (l->efd < 0 || !l->conns || !l->batch || !l->done) {
+		l->nfn = c->reg->n;
+		l->run_ns = malloc((l->nfn ? l->nfn : 1) * sizeof(*l->run_ns));
+		for (unsigned f = 0; l->run_ns && f < l->nfn; f++)
+			l->run_ns[f] = RUN_UNKNOWN;
+		if (l->efd < 0 || !l->conns || !l->batch || !l->done || !l->run_ns) {
 			r = coord_seterr(err, COORD_ENOMEM, "no memory for an event loop");
 			goto fail;
 		}

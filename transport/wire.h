@@ -43,6 +43,11 @@
  *             bit is refused, and INPUTS with nin == 0 too (canonical form).
  *   result  = u64 closure_id, u32 attempt, i32 code, i32 cause, u32 len,
  *             bytes[len]          (the value when code == 0, else the message)
+ *             cause: the error's typed cause when code != 0; when code == 0,
+ *             1 + the call's run time on the worker in ns, saturated at
+ *             INT32_MAX (0: not reported).  The coordinator places closures
+ *             by it (transport/tcp.c, "Placement"); older peers send and
+ *             ignore 0, so the record's layout is unchanged.
  *   var request = u64 rid, u16 op, u16 name_len, u32 var, u64 off, u64 n,
  *             u32 data_len, name[name_len], data[data_len]
  *   var result  = u64 rid, i32 code, u32 len, bytes[len]
@@ -153,6 +158,18 @@ struct coord_wire_res {
 	uint32_t len;
 	const void *data;
 };
+
+/* A successful result's run time, as its cause field carries it (see above). */
+static inline int32_t coord_wire_run_ns_enc(uint64_t ns)
+{
+	return ns >= (uint64_t)INT32_MAX - 1 ? INT32_MAX : (int32_t)ns + 1;
+}
+
+/* The run time of a successful result @r in ns, or UINT32_MAX if not reported. */
+static inline uint32_t coord_wire_run_ns(const struct coord_wire_res *r)
+{
+	return r->code == 0 && r->cause > 0 ? (uint32_t)r->cause - 1 : UINT32_MAX;
+}
 
 struct coord_wire_vreq {
 	uint64_t rid;
