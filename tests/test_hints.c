@@ -836,6 +836,41 @@ static void test_b4_stress_random(void **state)
 	assert_true(rounds > 0 && ran > 0);
 }
 
+/* B4 with S13: closures bound to a worker whose staggered start is still
+ * to come wait for it (strict, and preferred before the fallback) and run
+ * there once it starts; nobody has to push anything for them to go. */
+static void test_b4_waits_for_staggered_start(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	struct coord_opts o;
+	struct coord_error err;
+	uint32_t who;
+	struct coord_rv *rv[4];
+	uint32_t us = 0;
+	uint64_t t0 = t_now_ns();
+
+	assert_non_null(f);
+	*state = f;
+	t_reset_counters();
+	f->reg = t_registry();
+	t_opts(&o, f->reg);
+	o.window = 1;
+	o.start_delay_ms = 150; /* worker 1 starts 150 ms after create */
+	o.affinity_fallback_ms = 60000;
+	assert_int_equal(t_create(&o, 2, &f->c, &err), 0);
+	who = t_fn(f->c, "sleep_us");
+	for (int i = 0; i < 4; i++)
+		rv[i] = sched(f->c, who, &us, sizeof(us), i % 2 ? COORD_PRIO_HIGH : 0,
+			      COORD_ON_WORKER(1),
+			      i < 2 ? COORD_AFFINITY_STRICT : COORD_AFFINITY_PREFERRED);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(fetch_i32(rv[i]), 1);
+		coord_rv_put(rv[i]);
+	}
+	assert_true(t_now_ns() - t0 >= 140000000ull);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+}
+
 static int tcp_group_setup(void **state)
 {
 	(void)state;
@@ -885,7 +920,8 @@ int main(void)
 		T(test_b4_targeted_not_put_back), T(test_b4_waiting_costs_no_cpu),                 \
 		T(test_b4_error_with_hinted_queued_no_spin),                                       \
 		T(test_b4_destroy_with_hinted_queued), T(test_b4_backpressure),                    \
-		T(test_b4_unbounded), T(test_b4_stress_random)
+		T(test_b4_unbounded), T(test_b4_waits_for_staggered_start),                        \
+		T(test_b4_stress_random)
 	const struct CMUnitTest tests[] = { HINT_TESTS };
 	struct coord_error err = { 0 };
 	int failed = 0;
