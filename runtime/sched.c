@@ -36,7 +36,9 @@
  *       reads it (E3 with the push's signal, as ov_count, Q1).
  *   H2  hq_ver is bumped (seq_cst RMW) after every push and every change
  *       that may make a closure servable by someone who could not serve it
- *       before (a worker back UP, a set whose members are all dropped).  A
+ *       before (a worker back UP, from the recovery thread and from the
+ *       transport when it installs the connection, as ops->room may turn
+ *       from -1 only then; a set whose members are all dropped).  A
  *       dispatcher that took nothing records the version it read before it
  *       looked (hq_seen) and does not look again until the version moves,
  *       a deadline it computed passes (a preferred fallback, a staggered
