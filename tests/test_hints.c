@@ -330,6 +330,34 @@ static void test_b4_low_not_starved(void **state)
 		coord_rv_put(urgent[i]);
 }
 
+/* B4: a closure without hints (the main queue, NORMAL) queued before a
+ * burst of urgent ones ages as a LOW hinted one does: it does not wait for
+ * every urgent closure that arrived while the worker was busy. */
+static void test_b4_plain_not_starved(void **state)
+{
+	struct fx *f = fx_make(state, 1, 10, 100); /* one level per 10 ms */
+	uint32_t gated = t_fn(f->c, "gated"), who = t_fn(f->c, "sleep_us");
+	struct coord_rv *g, *plain, *urgent[300];
+	uint32_t us = 1000, zero = 0;
+	long ran_before;
+
+	g = sched(f->c, gated, NULL, 0, 0, 0, 0);
+	wait_entered(1);
+	plain = sched(f->c, who, &zero, sizeof(zero), 0, 0, 0);
+	for (int i = 0; i < 300; i++) /* 300 ms of urgent work, all newer */
+		urgent[i] = sched(f->c, who, &us, sizeof(us), COORD_PRIO_URGENT, 0, 0);
+	atomic_store(&t_gate, 1);
+	assert_int_equal(fetch_i32(plain), 0);
+	ran_before = atomic_load(&t_exited);
+	print_message("plain closure ran after %ld others\n", ran_before);
+	assert_true(ran_before < 250); /* most urgent ones were still waiting */
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_rv_put(g);
+	coord_rv_put(plain);
+	for (int i = 0; i < 300; i++)
+		coord_rv_put(urgent[i]);
+}
+
 /* B4 with S3: hinted closures still queued are cancelled by an error, and
  * nothing is executing when the error is returned. */
 static void test_b4_s3_hinted_cancelled(void **state)
@@ -915,10 +943,10 @@ int main(void)
 	T(test_b4_strict_runs_there), T(test_b4_strict_waits_for_busy_worker),                     \
 		T(test_b4_preferred_falls_back), T(test_b4_affinity_set),                          \
 		T(test_b4_bad_hints_refused), T(test_b4_priority_order),                           \
-		T(test_b4_low_not_starved), T(test_b4_s3_hinted_cancelled),                        \
-		T(test_b4_consumer_with_affinity), T(test_b4_schedule_many_hinted),                \
-		T(test_b4_targeted_not_put_back), T(test_b4_waiting_costs_no_cpu),                 \
-		T(test_b4_error_with_hinted_queued_no_spin),                                       \
+		T(test_b4_low_not_starved), T(test_b4_plain_not_starved),                          \
+		T(test_b4_s3_hinted_cancelled), T(test_b4_consumer_with_affinity),                 \
+		T(test_b4_schedule_many_hinted), T(test_b4_targeted_not_put_back),                 \
+		T(test_b4_waiting_costs_no_cpu), T(test_b4_error_with_hinted_queued_no_spin),      \
 		T(test_b4_destroy_with_hinted_queued), T(test_b4_backpressure),                    \
 		T(test_b4_unbounded), T(test_b4_waits_for_staggered_start),                        \
 		T(test_b4_stress_random)
