@@ -544,6 +544,11 @@ struct coord_tp_ops {
 	 * room: B4: how many more closures dispatcher @d can send worker @w
 	 * now: -1 if @d does not serve @w or @w cannot take any (not up, not
 	 * started: S13), else its free slots (0: full).  @d's thread only.
+	 * Two duties come with it (runtime/sched.c H2): when room goes from
+	 * -1 to >= 0 for any reason but a start time (a connection installed
+	 * again), call coord_hq_worker_up(); and place the closures a take
+	 * targeted (coord_closure_target() >= 0) before the others, since
+	 * the take counted on those workers' slots for them.
 	 */
 	int (*room)(struct coord_dispatcher *d, unsigned w);
 };

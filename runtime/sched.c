@@ -25,9 +25,10 @@
  *   Order.  A head's effective level is its level plus one per
  *   opts.priority_aging_ms it has waited (capped at URGENT); higher first,
  *   then older first.  The main queue's age is the time since a take first
- *   passed it over while it was not empty.  So a lower priority is never
- *   starved: after (URGENT - level) agings it ties with the newest urgent
- *   closure and wins on age.
+ *   passed it over while it was not empty, or since a hinted push found it
+ *   not empty, if that came first (a take may come long after: every worker
+ *   busy).  So a lower priority is never starved: after (URGENT - level)
+ *   agings it ties with the newest urgent closure and wins on age.
  *
  * Invariants
  *   H1  hq_count is raised (seq_cst RMW) before a push lands on `in` and
@@ -36,7 +37,9 @@
  *       reads it (E3 with the push's signal, as ov_count, Q1).
  *   H2  hq_ver is bumped (seq_cst RMW) after every push and every change
  *       that may make a closure servable by someone who could not serve it
- *       before (a worker back UP, a set whose members are all dropped).  A
+ *       before (a worker back UP, from the recovery thread and from the
+ *       transport when it installs the connection, as ops->room may turn
+ *       from -1 only then; a set whose members are all dropped).  A
  *       dispatcher that took nothing records the version it read before it
  *       looked (hq_seen) and does not look again until the version moves,
  *       a deadline it computed passes (a preferred fallback, a staggered
@@ -86,8 +89,11 @@ struct coord_hq {
 	struct hq_set *sets;
 	_Atomic uint32_t nsets;
 	uint32_t cap;
-	struct hq_set *ne;     /* sets with closures */
-	uint64_t main_skip_ns; /* when a take first passed over the main queue */
+	struct hq_set *ne; /* sets with closures */
+	/* When the main queue was first seen waiting: by a take that passed it
+	 * over, or by a hinted push (Order); 0 when not.  Atomic because
+	 * pushers set it too (CAS from 0); a ranking hint only. */
+	_Atomic uint64_t main_skip_ns;
 	uint64_t aging_ns, fallback_ns, stagger_end_ns;
 };
 
@@ -293,8 +299,9 @@ void coord_hq_push(struct coord *c, struct coord_closure *cl)
 {
 	struct coord_hq *hq = hq_of(c); /* made by coord_hq_check() */
 	struct coord_closure *h;
+	uint64_t t = coord_now_ns(), z = 0;
 
-	cl->t_q = coord_now_ns();
+	cl->t_q = t;
 	/* seq_cst: H1 (and E3: the caller's signal needs no fence). */
 	atomic_fetch_add_explicit(&c->hq_count, 1, memory_order_seq_cst);
 	/* Relaxed: the CAS below re-validates. */
@@ -305,6 +312,14 @@ void coord_hq_push(struct coord *c, struct coord_closure *cl)
 		 * `in` (acquire in absorb()). */
 	} while (!atomic_compare_exchange_weak_explicit(&hq->in, &h, cl, memory_order_release,
 							memory_order_relaxed));
+	/* Order: a main queue waiting now is older than @cl (t, not cl->t_q:
+	 * @cl may be taken already).  Relaxed: a ranking hint; a take that
+	 * resets it meanwhile only makes the main queue look younger. */
+	if (!atomic_load_explicit(&hq->main_skip_ns, memory_order_relaxed) &&
+	    !coord_main_queue_empty(c))
+		/* Relaxed: as above; a failed CAS keeps an older time. */
+		atomic_compare_exchange_strong_explicit(&hq->main_skip_ns, &z, t - 1,
+							memory_order_relaxed, memory_order_relaxed);
 	/* seq_cst: H2, after the push. */
 	atomic_fetch_add_explicit(&c->hq_ver, 1, memory_order_seq_cst);
 }
@@ -432,7 +447,7 @@ unsigned coord_hq_take(struct coord_dispatcher *d, struct coord_closure **out, u
 	struct coord_hq *hq = hq_of(c);
 	struct cand *cands;
 	unsigned ncand = 0, k = 0, nhint = 0;
-	uint64_t total = 0, now, due = 0, ver;
+	uint64_t total = 0, now, due = 0, ver, skip, z = 0;
 	bool main_live, main_taken = false;
 	int64_t failed;
 
@@ -476,6 +491,8 @@ unsigned coord_hq_take(struct coord_dispatcher *d, struct coord_closure **out, u
 					cands[ncand++] = (struct cand){ .s = s, .f = &s->q[p][l] };
 	}
 	main_live = !coord_main_queue_empty(c);
+	/* Relaxed: Order, a ranking hint (pushers may set it, see there). */
+	skip = atomic_load_explicit(&hq->main_skip_ns, memory_order_relaxed);
 	while (k < max && total > 0) {
 		struct cand *best = NULL;
 		uint64_t beff = 0, bage = 0, age, eff;
@@ -512,7 +529,7 @@ unsigned coord_hq_take(struct coord_dispatcher *d, struct coord_closure **out, u
 			}
 		}
 		if (main_live) {
-			uint64_t t = hq->main_skip_ns ? hq->main_skip_ns : now;
+			uint64_t t = skip ? skip : now;
 
 			eff = rank(hq, HQ_NORMAL, t, now, &age);
 			if (!best || eff > beff || (eff == beff && age > bage))
@@ -555,10 +572,13 @@ unsigned coord_hq_take(struct coord_dispatcher *d, struct coord_closure **out, u
 			if (d->room[s->mem[j]] == 0) /* ours, up, full */
 				blk_add(d, s->mem[j]);
 	}
-	if (main_live && !main_taken && !hq->main_skip_ns)
-		hq->main_skip_ns = now;
+	if (main_live && !main_taken && !skip)
+		/* Relaxed: as above; a pusher's older time wins. */
+		atomic_compare_exchange_strong_explicit(&hq->main_skip_ns, &z, now,
+							memory_order_relaxed, memory_order_relaxed);
 	else if (main_taken)
-		hq->main_skip_ns = 0;
+		/* Relaxed: as above. */
+		atomic_store_explicit(&hq->main_skip_ns, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&hq->lock);
 	count_sub(c, (int64_t)nhint + failed);
 	d->hq_due = due;

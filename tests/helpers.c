@@ -287,6 +287,27 @@ static int f_attempt(struct coord_ctx *ctx, const void *args, size_t len)
 	EXIT(coord_ctx_set_result(ctx, &a, sizeof(a)));
 }
 
+/* B4 stress: args int64[2]; result { int64 a + b, int32 worker, uint32
+ * attempt }, so a test checks the value, where it ran and how often. */
+static int f_add_where(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct {
+		int64_t sum;
+		int32_t worker;
+		uint32_t attempt;
+	} out;
+	int64_t ab[2];
+
+	ENTER();
+	if (len != sizeof(ab))
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "add_where wants 16 bytes, got %zu", len));
+	memcpy(ab, args, sizeof(ab));
+	out.sum = ab[0] + ab[1];
+	out.worker = coord_ctx_worker(ctx);
+	out.attempt = coord_ctx_attempt(ctx);
+	EXIT(coord_ctx_set_result(ctx, &out, sizeof(out)));
+}
+
 static int f_order(struct coord_ctx *ctx, const void *args, size_t len)
 {
 	int64_t x = -1;
@@ -468,6 +489,7 @@ int t_register(struct coord_registry *r)
 	    coord_registry_add(r, "sleep_us", f_sleep_us) ||
 	    coord_registry_add(r, "fail", f_fail) || coord_registry_add(r, "gated", f_gated) ||
 	    coord_registry_add(r, "attempt", f_attempt) ||
+	    coord_registry_add(r, "add_where", f_add_where) ||
 	    coord_registry_add(r, "stamp", f_stamp) || coord_registry_add(r, "order", f_order) ||
 	    coord_registry_add(r, "pw_next", f_pw_next) ||
 	    coord_registry_add(r, "sum_inputs", f_sum_inputs) ||

@@ -296,6 +296,58 @@ static void test_b4_strict_waits_for_recovery(void **state)
 	coord_destroy(c);
 }
 
+/* B4 with S10: the same with heartbeats off and one event loop for both
+ * workers, so the loop waits for work on the queue's futex while worker 1
+ * is down.  The strict closure must still run once worker 1 is back: the
+ * loop has to go round to install the reconnected worker (H2). */
+static void test_b4_strict_after_reconnect_heartbeats_off(void **state)
+{
+	struct coord_opts o;
+	struct coord_error err;
+	struct coord_rv *rv[4];
+	struct coord *c;
+
+	(void)state;
+	t_opts(&o, reg);
+	o.heartbeat_ms = 0; /* a dead worker is seen by its EOF only */
+	o.tcp_loops = 1;
+	o.connect_timeout_ms = 1000;
+	assert_int_equal(t_create(&o, 2, &c, &err), 0);
+	assert_int_equal(fetch_worker(sched_on(c, 1, COORD_AFFINITY_STRICT, 0, 0), 0), 1);
+	assert_int_equal(kill(t_worker_pid(1), SIGKILL), 0);
+	/* With heartbeats off, a loop idle on the futex reaps the EOF only
+	 * when work wakes it: feed it until it has (bounded). */
+	for (int i = 0; i < 500; i++) {
+		struct coord_metrics m = metrics(c);
+
+		if (one_down(&m))
+			break;
+		run_adds(c, 1);
+		t_sleep_ns(10000000);
+	}
+	assert_true(wait_for(c, one_down, 1) >= 0);
+	run_adds(c, 10); /* worker 0 carries on; the loop then idles */
+	for (int i = 0; i < 4; i++)
+		rv[i] = sched_on(c, 1, COORD_AFFINITY_STRICT, 0, 0);
+	t_sleep_ns(50000000);
+	assert_int_equal(t_worker_restart(1), 0);
+	assert_true(wait_for(c, all_up_recovered, 10) >= 0);
+	for (int i = 0; i < 4; i++) {
+		struct coord_error e;
+		const void *v;
+		size_t len;
+		int32_t w = -1;
+
+		/* bounded: a lost wakeup would leave it NOT_READY for ever */
+		assert_int_equal(coord_rv_fetch_timeout(rv[i], 5000000000ll, &v, &len, &e), 0);
+		memcpy(&w, v, sizeof(w));
+		assert_int_equal(w, 1);
+		coord_rv_put(rv[i]);
+	}
+	assert_int_equal(coord_join(c, NULL), 0);
+	coord_destroy(c);
+}
+
 /* B4 with S10: once its worker is dropped, a strict closure fails with
  * COORD_EUNAVAILABLE (and join returns it), new strict ones are refused at
  * schedule, preferred ones run elsewhere, and the coordinator goes on. */
@@ -515,6 +567,7 @@ int main(void)
 		cmocka_unit_test(test_blocked_schedule_released_when_unavailable),
 		cmocka_unit_test(test_b4_strict_waits_for_recovery),
 		cmocka_unit_test(test_b4_strict_dropped_fails_unavailable),
+		cmocka_unit_test(test_b4_strict_after_reconnect_heartbeats_off),
 		cmocka_unit_test(test_soak_kill_restart),
 	};
 	int failed;

@@ -394,36 +394,47 @@ static unsigned credit(struct rdma_loop *l, uint64_t now, uint64_t *next_start, 
 	return n;
 }
 
-static void dispatch(struct rdma_loop *l, unsigned n)
+/* Send @cl on the channel its take aimed it at (B4), or where pick() says. */
+static void place(struct rdma_loop *l, struct coord_closure *cl, uint64_t now)
 {
 	struct coord *c = l->t->c;
+	struct rdma_conn *k;
+
+	if (coord_dispatch_stale(c, cl)) {
+		coord_dispatch_cancel(l->d, cl); /* S3: not started */
+		l->inflight--;
+		return;
+	}
+	k = coord_closure_target(cl) < 0 ? pick(l, now)
+					 : &l->t->conns[coord_closure_target(cl)]; /* B4 */
+	if (!k || !k->up || !k->nfree) {
+		coord_dispatch_put_back(l->d, &cl, 1);
+		l->inflight--;
+		return;
+	}
+	if (!enqueue_req(k, cl)) {
+		coord_dispatch_complete(l->d, cl, k->w->index, -EMSGSIZE, 0,
+					"arguments too large for one frame");
+		l->done[l->ndone++] = cl;
+		if (l->ndone == l->done_cap)
+			finish_done(l);
+	}
+}
+
+static void dispatch(struct rdma_loop *l, unsigned n)
+{
 	uint64_t now = coord_now_ns();
+	unsigned m = 0;
 
 	l->inflight += n;
-	for (unsigned i = 0; i < n; i++) {
-		struct coord_closure *cl = l->batch[i];
-		struct rdma_conn *k;
-
-		if (coord_dispatch_stale(c, cl)) {
-			coord_dispatch_cancel(l->d, cl); /* S3: not started */
-			l->inflight--;
-			continue;
-		}
-		k = coord_closure_target(cl) < 0 ? pick(l, now)
-						 : &l->t->conns[coord_closure_target(cl)]; /* B4 */
-		if (!k || !k->up || !k->nfree) {
-			coord_dispatch_put_back(l->d, &l->batch[i], 1);
-			l->inflight--;
-			continue;
-		}
-		if (!enqueue_req(k, cl)) {
-			coord_dispatch_complete(l->d, cl, k->w->index, -EMSGSIZE, 0,
-						"arguments too large for one frame");
-			l->done[l->ndone++] = cl;
-			if (l->ndone == l->done_cap)
-				finish_done(l);
-		}
-	}
+	/* B4: targeted closures first, as in transport/tcp.c dispatch(). */
+	for (unsigned i = 0; i < n; i++)
+		if (coord_closure_target(l->batch[i]) < 0)
+			l->batch[m++] = l->batch[i];
+		else
+			place(l, l->batch[i], now);
+	for (unsigned i = 0; i < m; i++)
+		place(l, l->batch[i], now);
 }
 
 /* ---- the loop --------------------------------------------------------------------- */

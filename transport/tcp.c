@@ -638,18 +638,23 @@ static struct tcp_conn *pick(struct tcp_loop *l, uint64_t now)
 }
 
 /* Free slots on live connections that may start now; *@next_start gets the
- * earliest staggered start still to come (S13), or 0. */
-static unsigned credit(struct tcp_loop *l, uint64_t now, uint64_t *next_start, bool *has_idle)
+ * earliest staggered start still to come (S13), or 0; *@has_down: some
+ * connection is down (its worker may be re-admitted, admit()). */
+static unsigned credit(struct tcp_loop *l, uint64_t now, uint64_t *next_start, bool *has_idle,
+		       bool *has_down)
 {
 	unsigned n = 0;
 
 	*next_start = 0;
 	*has_idle = false;
+	*has_down = false;
 	for (unsigned i = 0; i < l->nconns; i++) {
 		struct tcp_conn *k = l->conns[i];
 
-		if (!k->up)
+		if (!k->up) {
+			*has_down = true;
 			continue;
+		}
 		if (k->w->start_at_ns > now) {
 			if (!*next_start || k->w->start_at_ns < *next_start)
 				*next_start = k->w->start_at_ns;
@@ -661,36 +666,50 @@ static unsigned credit(struct tcp_loop *l, uint64_t now, uint64_t *next_start, b
 	return n;
 }
 
-static void dispatch(struct tcp_loop *l, unsigned n)
+/* Send @cl on the connection its take aimed it at (B4), or where pick() says. */
+static void place(struct tcp_loop *l, struct coord_closure *cl, uint64_t now)
 {
 	struct coord *c = l->t->c;
+	struct tcp_conn *k;
+
+	if (coord_dispatch_stale(c, cl)) {
+		coord_dispatch_cancel(l->d, cl); /* S3: not started */
+		l->inflight--;
+		return;
+	}
+	k = coord_closure_target(cl) < 0 ? pick(l, now)
+					 : &l->t->conns[coord_closure_target(cl)]; /* B4 */
+	if (!k || !k->up || !k->nfree) { /* lost meanwhile: back on the queue */
+		coord_dispatch_put_back(l->d, &cl, 1);
+		l->inflight--;
+		return;
+	}
+	if (!enqueue_req(k, cl, now)) {
+		coord_dispatch_complete(l->d, cl, k->w->index, -EMSGSIZE, 0,
+					"arguments too large for one frame");
+		l->done[l->ndone++] = cl;
+		if (l->ndone == l->done_cap)
+			finish_done(l);
+	}
+}
+
+static void dispatch(struct tcp_loop *l, unsigned n)
+{
 	uint64_t now = coord_now_ns();
+	unsigned m = 0;
 
 	l->inflight += n;
-	for (unsigned i = 0; i < n; i++) {
-		struct coord_closure *cl = l->batch[i];
-		struct tcp_conn *k;
-
-		if (coord_dispatch_stale(c, cl)) {
-			coord_dispatch_cancel(l->d, cl); /* S3: not started */
-			l->inflight--;
-			continue;
-		}
-		k = coord_closure_target(cl) < 0 ? pick(l, now)
-						 : &l->t->conns[coord_closure_target(cl)]; /* B4 */
-		if (!k || !k->up || !k->nfree) { /* lost meanwhile: back on the queue */
-			coord_dispatch_put_back(l->d, &l->batch[i], 1);
-			l->inflight--;
-			continue;
-		}
-		if (!enqueue_req(k, cl, now)) {
-			coord_dispatch_complete(l->d, cl, k->w->index, -EMSGSIZE, 0,
-						"arguments too large for one frame");
-			l->done[l->ndone++] = cl;
-			if (l->ndone == l->done_cap)
-				finish_done(l);
-		}
-	}
+	/* B4: first the closures a take aimed at a worker: it counted on
+	 * their slots (runtime/sched.c), which pick() must not give to the
+	 * others (that put them back, attempt + 1, B8); then the rest, in
+	 * order, compacted to the front of the batch. */
+	for (unsigned i = 0; i < n; i++)
+		if (coord_closure_target(l->batch[i]) < 0)
+			l->batch[m++] = l->batch[i];
+		else
+			place(l, l->batch[i], now);
+	for (unsigned i = 0; i < m; i++)
+		place(l, l->batch[i], now);
 }
 
 /* ---- the loop ------------------------------------------------------------------------- */
@@ -722,8 +741,9 @@ static void *loop_main(void *arg)
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		uint64_t now = loop_tick(l), next_start, due = l->next_check_ns;
-		bool has_idle;
-		unsigned cr = credit(l, now, &next_start, &has_idle), head, seen = 0, n = 0;
+		bool has_idle, has_down;
+		unsigned cr = credit(l, now, &next_start, &has_idle, &has_down), head, seen = 0,
+			 n = 0;
 		/* Relaxed: a placement hint (tcp.idle), read once per round. */
 		int idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
 		/* Placement across loops: a loop whose workers are all busy
@@ -738,7 +758,10 @@ static void *loop_main(void *arg)
 		if (may_take) {
 			unsigned max = cr < max_batch ? cr : max_batch;
 
-			n = l->inflight == 0 && !next_start && !due
+			/* Not on the futex while a connection is down: only this
+			 * loop installs its worker when it comes back (admit()),
+			 * and closures bound to it (B4) wait for that. */
+			n = l->inflight == 0 && !next_start && !due && !has_down
 				    ? coord_dispatch_take(l->d, l->batch, max)
 				    : coord_dispatch_try_take(l->d, l->batch, max);
 			if (n)
@@ -977,6 +1000,7 @@ static void admit(struct tcp_loop *l)
 {
 	struct tcp_conn *list, *k, *later = NULL;
 	uint64_t now = coord_now_ns();
+	bool installed = false;
 
 	/* Acquire: pairs with tcp_reconnect()'s release. */
 	if (!atomic_exchange_explicit(&l->admit_pending, false, memory_order_acquire))
@@ -1006,7 +1030,14 @@ static void admit(struct tcp_loop *l)
 		/* Relaxed: a count of live connections (logs). */
 		atomic_fetch_add_explicit(&l->t->up, 1, memory_order_relaxed);
 		coord_log(COORD_LOG_INFO, "worker %d (%s) connected again", k->w->index, k->peer);
+		installed = true;
 	}
+	/* B4 (sched.c H2): closures bound to these workers may go now.  The
+	 * recovery thread says so too when it marks them UP, but that may
+	 * come before this (a take in between saw no room and stopped
+	 * looking), or the installation may wait for the old fd here. */
+	if (installed)
+		coord_hq_worker_up(l->t->c);
 	if (later) {
 		pthread_mutex_lock(&l->admit_lock);
 		for (k = later; k->admit_next; k = k->admit_next)
