@@ -1259,6 +1259,18 @@ void coord_rdma_chan_io(struct coord_frame_io *io, struct coord_rdma_chan *ch)
 
 /* ---- closing ---------------------------------------------------------------------- */
 
+void coord_rdma_chan_shutdown(struct coord_rdma_chan *ch)
+{
+	if (!ch)
+		return;
+	if (!ch->err)
+		ch->err = -EPIPE; /* sticky: sends and reads fail, destroy does not drain */
+	if (ch->connected) {
+		rdma_disconnect(ch->id); /* the peer sees DISCONNECTED: -EPIPE */
+		ch->connected = false;
+	}
+}
+
 void coord_rdma_chan_destroy(struct coord_rdma_chan *ch)
 {
 	if (!ch)

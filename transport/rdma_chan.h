@@ -170,6 +170,17 @@ COORD_HIDDEN void coord_rdma_listener_destroy(struct coord_rdma_listener *l);
 COORD_HIDDEN void coord_rdma_chan_destroy(struct coord_rdma_chan *ch);
 
 /**
+ * coord_rdma_chan_shutdown() - disconnect @ch now, without waiting.
+ * @ch: the channel; it stays allocated (its fds valid) until
+ *      coord_rdma_chan_destroy(), which then skips the graceful drain.
+ *
+ * What was posted and not yet delivered may be lost (rdma_disconnect()
+ * flushes the queues); the peer sees the disconnection (-EPIPE).  For a
+ * peer given up on: a missed heartbeat, a closure past its deadline.
+ */
+COORD_HIDDEN void coord_rdma_chan_shutdown(struct coord_rdma_chan *ch);
+
+/**
  * coord_rdma_chan_send() - send whole frames.
  * @ch:         the channel.
  * @buf/@len:   one or more whole frames (not checked here: the receiver

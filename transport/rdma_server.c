@@ -25,6 +25,16 @@
  *       partial_ms (a peer that returns no credits or posts no receives),
  *       and the idle read by IDLE_TICK_MS, after which the thread looks at
  *       `stopping`.
+ *   Q3  Keepalive (tcp_server.c's P5): while the connection's thread
+ *       serves a frame (a long closure, a ps round trip) it cannot answer
+ *       the coordinator's PINGs, so the acceptor, between polls, sends an
+ *       unsolicited PONG when the thread has been busy for half the
+ *       coordinator's heartbeat interval (the token of its first PING) and
+ *       nothing was sent meanwhile.  The channel is still used by one
+ *       thread at a time (rdma_chan.h): every use of it, by the serving
+ *       thread (read, send) or the acceptor (the PONG), holds chan_lock;
+ *       the serving thread does not hold it while the engine runs a
+ *       closure, and the acceptor only tries it (a holder is alive).
  *
  * Hostile input: the channel checks every header (coord_wire_parse_hdr())
  * before it buffers anything, the engine decodes every frame with the
@@ -33,8 +43,6 @@
  * stalls gets an ERROR frame when the channel can still carry one, is
  * disconnected and logged.  Nothing it does reaches another connection.
  *
- * Not yet: the keepalive of tcp_server.c's P5 (an unsolicited PONG while a
- * long closure runs); the rdma coordinator sends no heartbeats yet.
  */
 #include <errno.h>
 #include <poll.h>
@@ -59,7 +67,11 @@ struct rconn {
 	pthread_t thread;
 	struct coord_rdma_chan *ch;
 	struct coord_srv_conn p;
-	_Atomic int done; /* Q1 */
+	_Atomic int done;	   /* Q1 */
+	pthread_mutex_t chan_lock; /* Q3: every use of @ch */
+	/* Q3: since when the thread serves a frame (0: it does not), and
+	 * when a frame was last sent; hints for the acceptor's keepalive. */
+	_Atomic uint64_t busy_since, last_sent_ns;
 	struct rconn *next;
 };
 
@@ -69,12 +81,19 @@ struct rsrv {
 	struct rconn *conns; /* acceptor only */
 };
 
-/* The engine's send interface (struct coord_srv_io): bounded by partial_ms (Q2). */
+/* The engine's send interface (struct coord_srv_io): bounded by partial_ms
+ * (Q2), under chan_lock (Q3). */
 static int rdma_io_send(void *ctx, const void *b, size_t len)
 {
 	struct rconn *k = ctx;
+	int r;
 
-	return coord_rdma_chan_send(k->ch, b, len, k->s->base->o->partial_ms);
+	pthread_mutex_lock(&k->chan_lock);
+	r = coord_rdma_chan_send(k->ch, b, len, k->s->base->o->partial_ms);
+	/* Relaxed (Q3): a hint for the keepalive. */
+	atomic_store_explicit(&k->last_sent_ns, coord_now_ns(), memory_order_relaxed);
+	pthread_mutex_unlock(&k->chan_lock);
+	return r;
 }
 
 /* Refuse: log, and say why on the channel if it can still carry a frame. */
@@ -85,8 +104,10 @@ static void refuse(struct rconn *k, int r, const char *why)
 	coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
 	if (r == -EPIPE || r == -ETIMEDOUT || r == -EIO)
 		return; /* closed, or no credits: an ERROR frame would not get through */
+	pthread_mutex_lock(&k->chan_lock);
 	coord_rdma_chan_io(&io, k->ch);
 	coord_send_error_io(&io, r, why);
+	pthread_mutex_unlock(&k->chan_lock);
 }
 
 static void serve_frames(struct rconn *k)
@@ -98,8 +119,13 @@ static void serve_frames(struct rconn *k)
 	int r;
 
 	for (;;) {
+		bool partial;
+
+		pthread_mutex_lock(&k->chan_lock);
 		r = coord_rdma_chan_read(k->ch, IDLE_TICK_MS, o->partial_ms, &h, &payload);
-		if (r == -ETIMEDOUT && !coord_rdma_chan_partial(k->ch)) {
+		partial = coord_rdma_chan_partial(k->ch);
+		pthread_mutex_unlock(&k->chan_lock);
+		if (r == -ETIMEDOUT && !partial) {
 			/* Relaxed: a poll flag, read once per idle tick (Q2). */
 			if (atomic_load_explicit(&k->s->stopping, memory_order_relaxed))
 				return;
@@ -119,7 +145,11 @@ static void serve_frames(struct rconn *k)
 			refuse(k, r == -ETIMEDOUT ? -EPROTO : r, why);
 			return;
 		}
+		/* Relaxed (Q3): a hint for the keepalive. */
+		atomic_store_explicit(&k->busy_since, coord_now_ns(), memory_order_relaxed);
 		r = coord_srv_conn_frame(&k->p, &h, payload);
+		/* Relaxed (Q3): as above; a stale read costs one PONG. */
+		atomic_store_explicit(&k->busy_since, 0, memory_order_relaxed);
 		if (r == 1)
 			return;
 		if (r < 0) {
@@ -142,6 +172,7 @@ static void *conn_main(void *arg)
 	uint32_t task = 0;
 	int r;
 
+	pthread_mutex_lock(&k->chan_lock); /* Q3 (the handshake uses the channel) */
 	coord_rdma_chan_io(&io, k->ch);
 	r = coord_handshake_server_io(&io, &s->key, s->role, &task, o->handshake_ms, k->p.peer,
 				      &err);
@@ -152,7 +183,9 @@ static void *conn_main(void *arg)
 		coord_log(COORD_LOG_WARN, "refused %s", err.msg);
 		if (r != -EPIPE && r != -EACCES) /* -EACCES already said so */
 			coord_send_error_io(&io, r, err.msg);
+		pthread_mutex_unlock(&k->chan_lock);
 	} else {
+		pthread_mutex_unlock(&k->chan_lock);
 		coord_srv_conn_start(&k->p, task);
 		coord_log(COORD_LOG_INFO, "%s connected to %s %u over rdma", k->p.peer,
 			  s->role == COORD_ROLE_PS ? "ps task" : "worker", task);
@@ -169,7 +202,40 @@ static void conn_free(struct rconn *k)
 {
 	coord_rdma_chan_destroy(k->ch);
 	coord_srv_conn_fini(&k->p);
+	pthread_mutex_destroy(&k->chan_lock);
 	free(k);
+}
+
+/*
+ * Q3: an unsolicited PONG for a connection whose thread has served one
+ * frame for half the coordinator's heartbeat interval with nothing sent
+ * meanwhile.  Acceptor thread; never waits: a PONG fits in one SEND, which
+ * credits allow now or not at all (then the connection is busy sending:
+ * alive, or its sends will time out).
+ */
+static void keepalive(struct rconn *k, uint64_t now)
+{
+	/* Relaxed (Q3): hints, here and below. */
+	uint64_t busy = atomic_load_explicit(&k->busy_since, memory_order_relaxed);
+	/* Relaxed (Q3): as above. */
+	uint64_t half = (uint64_t)atomic_load_explicit(&k->p.hb_ms, memory_order_relaxed) *
+			500000ull;
+	uint8_t b[COORD_WIRE_HDR + 8];
+	struct coord_wire_writer w;
+	size_t sent = 0;
+
+	if (!busy || !half || now - busy < half ||
+	    /* Relaxed (Q3): as above. */
+	    now - atomic_load_explicit(&k->last_sent_ns, memory_order_relaxed) < half)
+		return;
+	if (pthread_mutex_trylock(&k->chan_lock) != 0)
+		return; /* the thread uses the channel: alive */
+	coord_wire_writer_init(&w, b, sizeof(b));
+	coord_wire_put_ping(&w, COORD_WIRE_PONG, half / 500000ull);
+	if (coord_rdma_chan_send_some(k->ch, b, w.len, &sent) == 0 && sent == w.len)
+		/* Relaxed (Q3): as above. */
+		atomic_store_explicit(&k->last_sent_ns, now, memory_order_relaxed);
+	pthread_mutex_unlock(&k->chan_lock);
 }
 
 /* Join and free finished connections; with @all, every one (stopping). */
@@ -216,6 +282,7 @@ static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
 		coord_rdma_chan_destroy(ch);
 		return;
 	}
+	pthread_mutex_init(&k->chan_lock, NULL);
 	k->s = rs;
 	k->ch = ch;
 	snprintf(k->p.peer, sizeof(k->p.peer), "%s", coord_rdma_chan_peer(ch));
@@ -269,6 +336,11 @@ int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
 				accept_one(&rs, l);
 		}
 		reap(&rs, false);
+		for (struct rconn *k = rs.conns; k; k = k->next) {
+			/* Q1 (acquire): a finished connection is left to reap(). */
+			if (!atomic_load_explicit(&k->done, memory_order_acquire))
+				keepalive(k, coord_now_ns());
+		}
 	}
 	/* Relaxed: each connection's thread polls it once per idle tick (Q2). */
 	atomic_store_explicit(&rs.stopping, 1, memory_order_relaxed);
