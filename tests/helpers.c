@@ -521,6 +521,15 @@ pid_t t_spawn(char *const argv[], const char *banner, unsigned *port)
 		/* die with the test, so a failed test leaves no server holding
 		 * the test runner's pipes */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getenv("T_SERVER_STDERR")) { /* its log, for tests that read it */
+			int fd = open(getenv("T_SERVER_STDERR"), O_WRONLY | O_CREAT | O_APPEND,
+				      0600);
+
+			if (fd >= 0) {
+				dup2(fd, 2);
+				close(fd);
+			}
+		}
 		dup2(p[1], 1);
 		close(p[0]);
 		close(p[1]);
