@@ -49,6 +49,30 @@
  *       none.  Chains are walked and changed only under names_lock.
  *   V5  Every argument is checked before the first lock is taken, so a
  *       failing call changes nothing (scatter_add checks every index first).
+ *
+ * Readers without locks: one-sided RDMA READs (transport/ps_client.c's
+ * rdma path; the ps CPU takes no part).  A remote reader reads the
+ * variable's write counts (struct coord_var_ver), then the data, then the
+ * counts again, as three RDMA READs the RC responder executes in order:
+ *   S1  Every write brackets its stores: begun += 1 before the first (a
+ *       release fence after it orders the count before the data stores),
+ *       done += 1 after the last (release).  Writers of different stripes
+ *       may overlap: the counts say how many started and finished, not who.
+ *   S2  A snapshot is valid iff the first read saw begun == done and the
+ *       second saw the same begun: then no write was running when the
+ *       data read started and none started before it ended (a write that
+ *       overlapped it would have started before the second read, so after
+ *       the first, or be counted in begun and not in done at the first).
+ *       Anything else is retried, a few times, then read two-sided.
+ *   S3  What a reader may see: exactly the variable's value between two
+ *       writes (never a torn mix of two writes, across stripes too), or a
+ *       retry.  It relies on the responder executing the three READs in
+ *       order (the RC ordering rules; rxe does) and reading each 8-byte
+ *       count in one access.  A delete adds to begun only (S2 never holds
+ *       again) before the data is freed; the counts live until the store is
+ *       destroyed, so a stale mapping reads garbage that never validates.
+ *   Locked readers (coord_vs_read()) do not look at the counts: stripes
+ *   already order them with the writes.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -105,8 +129,27 @@ void coord_vs_var_free(struct coord_var *v)
 	for (unsigned s = 0; s < v->nstripes; s++)
 		pthread_mutex_destroy(&v->stripes[s].lock);
 	free(v->stripes);
+	free(v->ver);
 	free(v->data);
 	free(v);
+}
+
+void coord_vs_write_begin(struct coord_var *v)
+{
+	/* S1, relaxed RMW: writers of other stripes may count at once; only
+	 * the sum matters.  The fence below orders it before our stores. */
+	atomic_fetch_add_explicit(&v->ver->begun, 1, memory_order_relaxed);
+	/* S1 (release fence): the begun count is visible before any data store
+	 * that follows, to a remote reader's DMA (S2) too.  A fence, not an
+	 * ordering on the counter: the stores it orders are plain floats. */
+	atomic_thread_fence(memory_order_release);
+}
+
+void coord_vs_write_end(struct coord_var *v)
+{
+	/* S1 (release): every data store above is visible before done counts
+	 * this write (S2's second read of begun pairs with it). */
+	atomic_fetch_add_explicit(&v->ver->done, 1, memory_order_release);
 }
 
 void coord_varstore_destroy(struct coord_varstore *vs)
@@ -348,17 +391,23 @@ int coord_vs_var_alloc(const char *name, unsigned ndim, const uint64_t *dims,
 	v->nstripes = (unsigned)((v->rows + v->rows_per_stripe - 1) / v->rows_per_stripe);
 	v->data = calloc(v->nelem, sizeof(float));
 	v->stripes = aligned_alloc(CACHELINE, v->nstripes * sizeof(*v->stripes));
-	if (!v->data || !v->stripes) {
+	v->ver = aligned_alloc(CACHELINE, sizeof(*v->ver));
+	if (!v->data || !v->stripes || !v->ver) {
 		size_t nelem = v->nelem;
 
 		free(v->data);
 		free(v->stripes);
+		free(v->ver);
 		free(v);
 		return coord_seterr(err, -ENOMEM, "variable '%s': out of memory for %zu elements",
 				    name, nelem);
 	}
 	for (unsigned s = 0; s < v->nstripes; s++)
 		pthread_mutex_init(&v->stripes[s].lock, NULL);
+	/* Relaxed: the variable is private until published (R1). */
+	atomic_store_explicit(&v->ver->begun, 0, memory_order_relaxed);
+	/* Relaxed: as above. */
+	atomic_store_explicit(&v->ver->done, 0, memory_order_relaxed);
 	*out = v;
 	return 0;
 }
@@ -565,11 +614,15 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 		memcpy(out, d, n * sizeof(float));
 		break;
 	case OP_ASSIGN:
+		coord_vs_write_begin(v); /* S1 */
 		memcpy(d, in, n * sizeof(float));
+		coord_vs_write_end(v);
 		break;
 	case OP_ADD:
+		coord_vs_write_begin(v); /* S1 */
 		for (size_t i = 0; i < n; i++)
 			d[i] += in[i];
+		coord_vs_write_end(v);
 		break;
 	}
 	coord_vs_unlock(v, lo, hi);
@@ -632,6 +685,7 @@ int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t *
 	if (v->deleted) {
 		ret = deleted_err(v, "scatter_add", err);
 	} else {
+		coord_vs_write_begin(v); /* S1 */
 		for (size_t k = 0; k < nidx; k++) {
 			float *row = v->data + (size_t)indices[k] * v->rowlen;
 			const float *u = updates + k * v->rowlen;
@@ -639,6 +693,7 @@ int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t *
 			for (size_t j = 0; j < v->rowlen; j++)
 				row[j] += u[j];
 		}
+		coord_vs_write_end(v);
 	}
 	for (unsigned s = 0; s < v->nstripes; s++)
 		if (mask & (1ull << s))
@@ -674,6 +729,7 @@ int coord_vs_delete(struct coord_varstore *vs, uint32_t id, struct coord_error *
 		link = &p->hnext;
 	}
 	coord_vs_lock(v, 0, v->nstripes - 1);
+	coord_vs_write_begin(v); /* S3: never ended, so no snapshot validates again */
 	v->deleted = true;
 	data = v->data;
 	v->data = NULL;
@@ -682,6 +738,27 @@ int coord_vs_delete(struct coord_varstore *vs, uint32_t id, struct coord_error *
 	atomic_fetch_sub_explicit(&vs->nlive, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&vs->names_lock);
 	free(data);
+	return 0;
+}
+
+int coord_vs_map(struct coord_varstore *vs, uint32_t id, struct coord_var_map *out,
+		 struct coord_error *err)
+{
+	struct coord_var *v;
+	int ret;
+
+	v = get_or_err(vs, id, "map", &ret, err);
+	if (!v)
+		return ret;
+	coord_vs_lock(v, 0, 0);
+	if (v->deleted) { /* V2 */
+		coord_vs_unlock(v, 0, 0);
+		return deleted_err(v, "map", err);
+	}
+	out->data = v->data;
+	out->nelem = v->nelem;
+	out->ver = v->ver;
+	coord_vs_unlock(v, 0, 0);
 	return 0;
 }
 

@@ -379,6 +379,33 @@ struct coord_var_stripe {
 } __cacheline_aligned;
 
 /*
+ * struct coord_var_ver - a variable's write counts, for readers that do not
+ * take its locks: one-sided RDMA READs by workers (varstore.c S1-S3).
+ * @begun: writes started; @done: writes finished.  Every write of the
+ * variable's data (assign, assign_add, scatter_add, a checkpoint restore)
+ * adds one to @begun before its first store and one to @done after its
+ * last; a delete adds one to @begun only, so no later snapshot validates.
+ * Its own cache line, at a fixed address for the variable's life; the
+ * layout is what a remote reader reads (two little-endian u64).
+ */
+struct coord_var_ver {
+	_Atomic uint64_t begun;
+	_Atomic uint64_t done;
+} __cacheline_aligned;
+
+/*
+ * struct coord_var_map - what a one-sided reader needs of a variable
+ * (coord_vs_map()): its data and its write counts, both fixed until the
+ * store is destroyed (a deleted variable's data may be freed: the counts
+ * then never validate again).
+ */
+struct coord_var_map {
+	float *data;
+	size_t nelem;
+	struct coord_var_ver *ver;
+};
+
+/*
  * struct coord_var - one variable.  name..nstripes are immutable once the
  * variable is published; deleted and data are written with every stripe
  * lock and vs->names_lock held, and read with any one stripe lock or
@@ -398,6 +425,7 @@ struct coord_var {
 	bool deleted;
 	float *data;
 	struct coord_var_stripe *stripes;
+	struct coord_var_ver *ver; /* write counts (S1-S3), fixed */
 };
 
 struct coord_varstore {
@@ -440,5 +468,20 @@ COORD_HIDDEN int coord_vs_publish_locked(struct coord_varstore *vs, struct coord
 /* Lock / unlock the stripes [@lo, @hi] of @v in ascending order. */
 COORD_HIDDEN void coord_vs_lock(struct coord_var *v, unsigned lo, unsigned hi);
 COORD_HIDDEN void coord_vs_unlock(struct coord_var *v, unsigned lo, unsigned hi);
+
+/**
+ * coord_vs_map() - where a live variable's data and write counts are, for a
+ *                  reader that does not take its locks (one-sided RDMA
+ *                  READ; varstore.c S1-S3).
+ * @vs/@id: store and variable.  @out: filled in.
+ *
+ * Concurrency: any thread.  Return: 0; -ENOENT no such id; -ENOENT deleted.
+ */
+COORD_HIDDEN COORD_NODISCARD int coord_vs_map(struct coord_varstore *vs, uint32_t id,
+					      struct coord_var_map *out, struct coord_error *err);
+/* coord_vs_write_begin()/_end() - bracket every store to @v's data (S1);
+ * the caller holds the stripes it writes. */
+COORD_HIDDEN void coord_vs_write_begin(struct coord_var *v);
+COORD_HIDDEN void coord_vs_write_end(struct coord_var *v);
 
 #endif /* COORD_RUNTIME_VARSTORE_H */

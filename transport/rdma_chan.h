@@ -355,4 +355,30 @@ COORD_HIDDEN int coord_rdma_read(struct coord_rdma_chan *ch, struct coord_rdma_m
 				 size_t loff, uint64_t raddr, uint32_t rkey, size_t len,
 				 int timeout_ms);
 
+/**
+ * struct coord_rdma_rseg - one RDMA READ of coord_rdma_readv().
+ * @loff:  where in the local region the bytes go.
+ * @raddr/@rkey: what the peer exported; @len: bytes.
+ */
+struct coord_rdma_rseg {
+	size_t loff;
+	uint64_t raddr;
+	uint32_t rkey;
+	size_t len;
+};
+
+/**
+ * coord_rdma_readv() - @n RDMA READs posted as one chain, waited for
+ *                      together (one round trip).
+ * @ch/@local/@timeout_ms: as coord_rdma_read().
+ * @seg/@n: the reads, 1..nsend of them.
+ *
+ * The responder executes them in order (RC), so a later READ samples the
+ * peer's memory after an earlier one did (what a seqlock reader needs,
+ * runtime/varstore.c S2).  Only the last is signalled.
+ * Return: as coord_rdma_read().
+ */
+COORD_HIDDEN int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
+				  const struct coord_rdma_rseg *seg, unsigned n, int timeout_ms);
+
 #endif /* COORD_TRANSPORT_RDMA_CHAN_H */

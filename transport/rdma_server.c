@@ -35,6 +35,13 @@
  *       thread (read, send) or the acceptor (the PONG), holds chan_lock;
  *       the serving thread does not hold it while the engine runs a
  *       closure, and the acceptor only tries it (a holder is alive).
+ *   Q4  One-sided reads (ps): a MAP op registers a variable's data and
+ *       write counts for remote reads once (map_lock; the registration
+ *       serves every connection, one protection domain per device) and
+ *       answers with their addresses and rkeys; readers then use RDMA READ
+ *       without this process (runtime/varstore.c S1-S3).  A DELETE
+ *       deregisters first; everything is deregistered when serving stops,
+ *       before the caller destroys the store.
  *
  * Hostile input: the channel checks every header (coord_wire_parse_hdr())
  * before it buffers anything, the engine decodes every frame with the
@@ -46,6 +53,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -53,6 +61,8 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "runtime/ps.h"
+#include "runtime/varstore.h"
 #include "transport/rdma_chan.h"
 #include "transport/sock.h"
 #include "transport/srv_proto.h"
@@ -75,10 +85,22 @@ struct rconn {
 	struct rconn *next;
 };
 
+/* A variable registered for remote reads (ps, MAP ops; Q4). */
+struct rmap {
+	uint32_t id;
+	struct coord_rdma_mr *data, *ver;
+	struct coord_ps_map m;
+};
+
 struct rsrv {
 	struct coord_srv *base;
 	_Atomic int stopping;
 	struct rconn *conns; /* acceptor only */
+	/* Q4: registrations, shared by every connection (one protection
+	 * domain per device in this process); off the fast path. */
+	pthread_mutex_t map_lock;
+	struct rmap *maps;
+	unsigned nmaps, capmaps;
 };
 
 /* The engine's send interface (struct coord_srv_io): bounded by partial_ms
@@ -255,6 +277,76 @@ static void reap(struct rsrv *rs, bool all)
 	}
 }
 
+/* Q4: the MAP op (struct coord_srv map_var). */
+static int map_var(struct coord_srv_conn *p, uint32_t id, struct coord_ps_map *out,
+		   struct coord_error *err)
+{
+	struct rconn *k = (struct rconn *)((char *)p - offsetof(struct rconn, p));
+	struct rsrv *rs = k->s;
+	struct coord_var_map vm;
+	struct rmap *m = NULL;
+	int r;
+
+	pthread_mutex_lock(&rs->map_lock);
+	for (unsigned i = 0; i < rs->nmaps && !m; i++)
+		if (rs->maps[i].id == id)
+			m = &rs->maps[i];
+	if (m) {
+		*out = m->m;
+		pthread_mutex_unlock(&rs->map_lock);
+		return 0;
+	}
+	r = coord_vs_map(rs->base->vs, id, &vm, err);
+	if (r < 0)
+		goto out;
+	if (rs->nmaps == rs->capmaps) {
+		unsigned cap = rs->capmaps ? 2 * rs->capmaps : 16;
+		struct rmap *b = realloc(rs->maps, cap * sizeof(*b));
+
+		if (!b) {
+			r = coord_seterr(err, COORD_ENOMEM, "map: no memory");
+			goto out;
+		}
+		rs->maps = b;
+		rs->capmaps = cap;
+	}
+	m = &rs->maps[rs->nmaps];
+	memset(m, 0, sizeof(*m));
+	m->id = id;
+	r = coord_rdma_reg(k->ch, vm.data, vm.nelem * sizeof(float), true, &m->data);
+	if (r == 0)
+		r = coord_rdma_reg(k->ch, vm.ver, sizeof(*vm.ver), true, &m->ver);
+	if (r < 0) {
+		coord_rdma_dereg(m->data);
+		r = coord_seterr(err, r, "map: cannot register the variable: %s", strerror(-r));
+		goto out;
+	}
+	coord_rdma_mr_export(m->data, &m->m.data_addr, &m->m.data_rkey);
+	coord_rdma_mr_export(m->ver, &m->m.ver_addr, &m->m.ver_rkey);
+	m->m.nelem = vm.nelem;
+	rs->nmaps++;
+	*out = m->m;
+out:
+	pthread_mutex_unlock(&rs->map_lock);
+	return r;
+}
+
+/* Q4: @id is about to be deleted: no remote read may reach its memory. */
+static void unmap_var(struct coord_srv *s, uint32_t id)
+{
+	struct rsrv *rs = s->map_ctx;
+
+	pthread_mutex_lock(&rs->map_lock);
+	for (unsigned i = 0; i < rs->nmaps; i++)
+		if (rs->maps[i].id == id) {
+			coord_rdma_dereg(rs->maps[i].data);
+			coord_rdma_dereg(rs->maps[i].ver);
+			rs->maps[i] = rs->maps[--rs->nmaps];
+			break;
+		}
+	pthread_mutex_unlock(&rs->map_lock);
+}
+
 static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
 {
 	const struct coord_server_opts *o = rs->base->o;
@@ -316,6 +408,12 @@ int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
 	r = coord_rdma_listen(o->listen, &ro, &l, &port, err);
 	if (r < 0)
 		return r;
+	pthread_mutex_init(&rs.map_lock, NULL);
+	if (s->role == COORD_ROLE_PS && s->vs) { /* Q4 */
+		s->map_var = map_var;
+		s->unmap_var = unmap_var;
+		s->map_ctx = &rs;
+	}
 	if (s->role == COORD_ROLE_PS)
 		coord_log(COORD_LOG_INFO, "serving ps task %d over rdma on port %u (%s)", o->task,
 			  port, s->key.set ? "cluster key required" : "no cluster key");
@@ -345,6 +443,14 @@ int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
 	/* Relaxed: each connection's thread polls it once per idle tick (Q2). */
 	atomic_store_explicit(&rs.stopping, 1, memory_order_relaxed);
 	reap(&rs, true);
+	s->map_var = NULL;
+	s->unmap_var = NULL;
+	for (unsigned i = 0; i < rs.nmaps; i++) { /* Q4: before the store goes */
+		coord_rdma_dereg(rs.maps[i].data);
+		coord_rdma_dereg(rs.maps[i].ver);
+	}
+	free(rs.maps);
+	pthread_mutex_destroy(&rs.map_lock);
 	coord_rdma_listener_destroy(l);
 	return 0;
 }
