@@ -67,22 +67,23 @@ enum coord_ps_opcode {
 
 /*
  * struct coord_ps_map - a MAP result (little-endian on the wire, packed as
- * listed): the data (nelem floats at data_addr, data_rkey) and the write
- * counts (struct coord_var_ver at ver_addr, ver_rkey) of one variable.
+ * listed): one variable's block (runtime/varstore.h: done, the nelem floats
+ * at COORD_VAR_DATA_OFF, begun at block_len - 8), readable at block_addr
+ * with rkey.
  */
 struct coord_ps_map {
-	uint64_t data_addr;
-	uint64_t ver_addr;
+	uint64_t block_addr;
+	uint64_t block_len;
 	uint64_t nelem;
-	uint32_t data_rkey;
-	uint32_t ver_rkey;
+	uint32_t rkey;
+	uint32_t reserved;
 };
 #define COORD_PS_MAP_LEN 32
 
 static inline void coord_ps_map_put(uint8_t *b, const struct coord_ps_map *m)
 {
-	uint64_t q[3] = { htole64(m->data_addr), htole64(m->ver_addr), htole64(m->nelem) };
-	uint32_t d[2] = { htole32(m->data_rkey), htole32(m->ver_rkey) };
+	uint64_t q[3] = { htole64(m->block_addr), htole64(m->block_len), htole64(m->nelem) };
+	uint32_t d[2] = { htole32(m->rkey), 0 };
 
 	memcpy(b, q, sizeof(q));
 	memcpy(b + 24, d, sizeof(d));
@@ -95,11 +96,11 @@ static inline void coord_ps_map_get(const uint8_t *b, struct coord_ps_map *m)
 
 	memcpy(q, b, sizeof(q));
 	memcpy(d, b + 24, sizeof(d));
-	m->data_addr = le64toh(q[0]);
-	m->ver_addr = le64toh(q[1]);
+	m->block_addr = le64toh(q[0]);
+	m->block_len = le64toh(q[1]);
 	m->nelem = le64toh(q[2]);
-	m->data_rkey = le32toh(d[0]);
-	m->ver_rkey = le32toh(d[1]);
+	m->rkey = le32toh(d[0]);
+	m->reserved = 0;
 }
 
 /* Longest checkpoint directory a SAVE or RESTORE names, bytes. */

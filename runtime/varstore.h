@@ -379,30 +379,26 @@ struct coord_var_stripe {
 } __cacheline_aligned;
 
 /*
- * struct coord_var_ver - a variable's write counts, for readers that do not
- * take its locks: one-sided RDMA READs by workers (varstore.c S1-S3).
- * @begun: writes started; @done: writes finished.  Every write of the
- * variable's data (assign, assign_add, scatter_add, a checkpoint restore)
- * adds one to @begun before its first store and one to @done after its
- * last; a delete adds one to @begun only, so no later snapshot validates.
- * Its own cache line, at a fixed address for the variable's life; the
- * layout is what a remote reader reads (two little-endian u64).
+ * A variable's memory is one block (varstore.c S1-S3), so that a remote
+ * reader can take a snapshot with one RDMA READ:
+ *   [0, 8)                          done: writes finished (u64)
+ *   [COORD_VAR_DATA_OFF, +4 nelem)  the data (float32)
+ *   [block_len - 8, block_len)      begun: writes started (u64)
+ * Every write of the data (assign, assign_add, scatter_add, a checkpoint
+ * restore) adds one to begun before its first store and one to done after
+ * its last.  A reader that reads done first and begun last, with the data
+ * between, saw no write iff the two are equal.
  */
-struct coord_var_ver {
-	_Atomic uint64_t begun;
-	_Atomic uint64_t done;
-} __cacheline_aligned;
+#define COORD_VAR_DATA_OFF 64
 
 /*
  * struct coord_var_map - what a one-sided reader needs of a variable
- * (coord_vs_map()): its data and its write counts, both fixed until the
- * store is destroyed (a deleted variable's data may be freed: the counts
- * then never validate again).
+ * (coord_vs_map()): its block (above), fixed while the variable lives.
  */
 struct coord_var_map {
-	float *data;
+	void *block;
+	size_t block_len;
 	size_t nelem;
-	struct coord_var_ver *ver;
 };
 
 /*
@@ -423,9 +419,12 @@ struct coord_var {
 	uint32_t id;
 	uint32_t hnext; /* next id + 1 in the name bucket, 0 ends */
 	bool deleted;
-	float *data;
+	float *data; /* block + COORD_VAR_DATA_OFF; NULL once deleted */
 	struct coord_var_stripe *stripes;
-	struct coord_var_ver *ver; /* write counts (S1-S3), fixed */
+	/* The block (S1-S3): done at its start, begun at its end. */
+	uint8_t *block;
+	size_t block_len;
+	_Atomic uint64_t *done, *begun;
 };
 
 struct coord_varstore {
@@ -470,9 +469,9 @@ COORD_HIDDEN void coord_vs_lock(struct coord_var *v, unsigned lo, unsigned hi);
 COORD_HIDDEN void coord_vs_unlock(struct coord_var *v, unsigned lo, unsigned hi);
 
 /**
- * coord_vs_map() - where a live variable's data and write counts are, for a
- *                  reader that does not take its locks (one-sided RDMA
- *                  READ; varstore.c S1-S3).
+ * coord_vs_map() - where a live variable's block is (data and write
+ *                  counts), for a reader that does not take its locks
+ *                  (one-sided RDMA READ; varstore.c S1-S3).
  * @vs/@id: store and variable.  @out: filled in.
  *
  * Concurrency: any thread.  Return: 0; -ENOENT no such id; -ENOENT deleted.

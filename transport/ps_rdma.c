@@ -3,29 +3,37 @@
  * transport/ps_rdma.c - the ps client's rdma connections and one-sided
  * variable reads (ps_rdma.h).
  *
- * A channel (rdma_chan.h) belongs to one thread at a time; here three kinds
- * of thread want it: the ps client's reader (VAR_RES frames), its senders
- * (flat-combined VAR_REQ frames, ps_client.c flush()) and the callers of
- * one-sided reads.
- *   P1  Every use of the channel holds chan_lock.  Nobody sleeps holding
- *       it except for a bounded wait inside the channel (a send's credits,
- *       a READ chain's completion, the rest of a started frame).
- *   P2  The reader looks for a frame under the lock without waiting, arms
+ * Two channels (rdma_chan.h) to the ps task, each used by one thread at a
+ * time: `ch` carries frames, wanted by the ps client's reader thread
+ * (VAR_RES frames) and its senders (flat-combined VAR_REQ frames,
+ * ps_client.c flush()); `rch` carries only one-sided reads, so their
+ * completions wake nobody else (on one channel, the reader thread, asleep
+ * on the armed completion channel, woke for every READ completion and
+ * fought the reading thread for the lock: about twice the round trip in
+ * the rig).  The ps serves `rch` as a connection that never sends a frame.
+ *   P1  Every use of `ch` holds chan_lock, of `rch` read_lock.  Nobody
+ *       sleeps holding one except for a bounded wait inside the channel (a
+ *       send's credits, a READ chain's completion, the rest of a started
+ *       frame).
+ *   P2  The reader looks for a frame under chan_lock without waiting, arms
  *       the channel, lets go and sleeps in poll() on the completion and
- *       rdma_cm fds and wake_fd.  A sender or reader that holds the lock may
- *       reap a completion the reader was waiting for (the channel polls its
- *       CQ while it waits); if a frame is then buffered it writes wake_fd
- *       before letting go (kick()), so the reader never sleeps on one.
- *   P3  Shutdown sets `stop`, writes wake_fd and disconnects under the
- *       lock; the reader then returns -EPIPE and ps_client.c joins it
- *       before coord_psr_destroy().
+ *       rdma_cm fds and wake_fd.  A sender that holds the lock may reap a
+ *       completion the reader was waiting for (the channel polls its CQ
+ *       while it waits for credits); if a frame is then buffered it writes
+ *       wake_fd before letting go (kick()), so the reader never sleeps on
+ *       one.
+ *   P3  Shutdown sets `stop`, writes wake_fd and disconnects both channels
+ *       under their locks; the reader then returns -EPIPE and ps_client.c
+ *       joins it before coord_psr_destroy().
  * The payload coord_psr_next() returns stays valid until the reader's next
  * call: only a read moves the channel past a frame (other lock holders
  * post sends and READs, which leave the received frames alone).
  *
- * One-sided reads follow runtime/varstore.c S2: a chain of three RDMA READs
- * (the write counts, the data, the begun count again) in one round trip,
- * into a registered bounce buffer, retried while a writer overlaps.
+ * One-sided reads follow runtime/varstore.c S2: one RDMA READ of the
+ * variable's whole block [done | data | begun] when it is at most
+ * COORD_PSR_WHOLE_SLACK bytes more than the range, else a chain of three (done, the range, begun)
+ * in one round trip; into a registered bounce buffer, retried while a
+ * writer overlaps.
  */
 #include <errno.h>
 #include <poll.h>
@@ -46,14 +54,18 @@
 #define PSR_PARTIAL_MS 10000 /* the rest of a started frame */
 #define PSR_READ_MS 5000     /* a READ chain's completion */
 #define PSR_IDLE_MS 1000     /* the reader looks at `stop` at least this often */
-#define PSR_DATA_OFF 128     /* bounce buffer: counts at 0 and 64, data here */
+/* The bounce buffer: a whole block, or done / the data / begun of a chain. */
+#define PSR_BUF_LEN (COORD_VAR_DATA_OFF + COORD_PSR_READ_MAX + 64)
 
 struct coord_psr {
-	pthread_mutex_t chan_lock; /* P1 */
+	pthread_mutex_t chan_lock; /* P1: ch */
 	struct coord_rdma_chan *ch;
+	pthread_mutex_t read_lock; /* P1: rch, buf */
+	struct coord_rdma_chan *rch;
 	int wake_fd;	   /* P2 */
 	_Atomic bool stop; /* P3 */
-	uint8_t *buf;	   /* the bounce buffer of one-sided reads (under chan_lock) */
+	bool chain_only;   /* $COORD_RDMA_READ_CHAIN=1: never one READ of a block (S3) */
+	uint8_t *buf;	   /* the bounce buffer of one-sided reads (under read_lock) */
 	struct coord_rdma_mr *mr;
 };
 
@@ -80,19 +92,27 @@ int coord_psr_connect(const char *addr, const struct coord_key *key, uint8_t rol
 		return coord_seterr(err, COORD_ENOMEM, "no memory");
 	r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pthread_mutex_init(&r->chan_lock, NULL);
-	r->buf = aligned_alloc(CACHELINE, PSR_DATA_OFF + COORD_PSR_READ_MAX);
+	pthread_mutex_init(&r->read_lock, NULL);
+	r->buf = aligned_alloc(CACHELINE, PSR_BUF_LEN);
+	r->chain_only = getenv("COORD_RDMA_READ_CHAIN") &&
+			!strcmp(getenv("COORD_RDMA_READ_CHAIN"), "1");
 	if (r->wake_fd < 0 || !r->buf) {
 		rc = coord_seterr(err, COORD_ENOMEM, "no memory for a ps connection");
 		goto fail;
 	}
-	rc = coord_rdma_connect(addr, &o, timeout_ms, &r->ch, err);
-	if (rc < 0)
-		goto fail;
-	coord_rdma_chan_io(&io, r->ch);
-	rc = coord_handshake_client_io(&io, key, role, COORD_ROLE_PS, task, timeout_ms, addr, err);
-	if (rc < 0)
-		goto fail;
-	rc = coord_rdma_reg(r->ch, r->buf, PSR_DATA_OFF + COORD_PSR_READ_MAX, false, &r->mr);
+	for (int i = 0; i < 2; i++) { /* ch, then rch (P1) */
+		struct coord_rdma_chan **pc = i ? &r->rch : &r->ch;
+
+		rc = coord_rdma_connect(addr, &o, timeout_ms, pc, err);
+		if (rc < 0)
+			goto fail;
+		coord_rdma_chan_io(&io, *pc);
+		rc = coord_handshake_client_io(&io, key, role, COORD_ROLE_PS, task, timeout_ms,
+					       addr, err);
+		if (rc < 0)
+			goto fail;
+	}
+	rc = coord_rdma_reg(r->rch, r->buf, PSR_BUF_LEN, false, &r->mr);
 	if (rc < 0) {
 		coord_seterr(err, rc, "%s: cannot register a read buffer: %s", addr, strerror(-rc));
 		goto fail;
@@ -163,39 +183,53 @@ static uint64_t ld64(const uint8_t *p)
 int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off, uint64_t n,
 		       void *dst, unsigned *tries)
 {
+	size_t bytes = n * sizeof(float), tail = (bytes + 7) & ~(size_t)7;
+	bool whole = m->block_len <= PSR_BUF_LEN && m->block_len <= bytes + COORD_PSR_WHOLE_SLACK &&
+		     !r->chain_only;
+	/* S2: done first, the data, begun last; one READ of the whole block
+	 * (its bytes in address order) or a chain of three (in order). */
 	struct coord_rdma_rseg seg[3] = {
-		/* S2: the counts, then the data, then begun again, in order */
-		{ .loff = 0, .raddr = m->ver_addr, .rkey = m->ver_rkey, .len = 16 },
-		{ .loff = PSR_DATA_OFF,
-		  .raddr = m->data_addr + off * sizeof(float),
-		  .rkey = m->data_rkey,
-		  .len = n * sizeof(float) },
-		{ .loff = 64, .raddr = m->ver_addr, .rkey = m->ver_rkey, .len = 8 },
+		{ .loff = 0, .raddr = m->block_addr, .rkey = m->rkey, .len = 8 },
+		{ .loff = COORD_VAR_DATA_OFF,
+		  .raddr = m->block_addr + COORD_VAR_DATA_OFF + off * sizeof(float),
+		  .rkey = m->rkey,
+		  .len = bytes },
+		{ .loff = COORD_VAR_DATA_OFF + tail,
+		  .raddr = m->block_addr + m->block_len - 8,
+		  .rkey = m->rkey,
+		  .len = 8 },
 	};
+	const uint8_t *data = r->buf + COORD_VAR_DATA_OFF,
+		      *begun = r->buf + COORD_VAR_DATA_OFF + tail;
 	unsigned t = 0;
 	int rc = -EAGAIN;
 
 	*tries = 0;
-	if (off > m->nelem || n > m->nelem - off)
+	if (off > m->nelem || n > m->nelem - off || m->block_len < COORD_VAR_DATA_OFF + 8 ||
+	    m->block_len - COORD_VAR_DATA_OFF - 8 < m->nelem * sizeof(float))
 		return -EINVAL;
-	if (n > COORD_PSR_READ_MAX / sizeof(float))
+	if (bytes > COORD_PSR_READ_MAX)
 		return -E2BIG;
 	if (n == 0)
 		return 0;
-	pthread_mutex_lock(&r->chan_lock);
+	if (whole) {
+		seg[0].len = m->block_len;
+		data = r->buf + COORD_VAR_DATA_OFF + off * sizeof(float);
+		begun = r->buf + m->block_len - 8;
+	}
+	pthread_mutex_lock(&r->read_lock);
 	while (t < COORD_PSR_TRIES) {
 		t++;
-		rc = coord_rdma_readv(r->ch, r->mr, seg, 3, PSR_READ_MS);
+		rc = coord_rdma_readv(r->rch, r->mr, seg, whole ? 1 : 3, PSR_READ_MS);
 		if (rc < 0)
 			break;
-		if (ld64(r->buf) == ld64(r->buf + 8) && ld64(r->buf + 64) == ld64(r->buf)) {
-			memcpy(dst, r->buf + PSR_DATA_OFF, n * sizeof(float));
-			break; /* S2: no write overlapped the data READ */
+		if (ld64(r->buf) == ld64(begun)) {
+			memcpy(dst, data, bytes);
+			break; /* S2: no write overlapped the data */
 		}
 		rc = -EAGAIN;
 	}
-	kick(r);
-	pthread_mutex_unlock(&r->chan_lock);
+	pthread_mutex_unlock(&r->read_lock);
 	*tries = t;
 	return rc;
 }
@@ -210,6 +244,9 @@ void coord_psr_shutdown(struct coord_psr *r)
 	pthread_mutex_lock(&r->chan_lock);
 	coord_rdma_chan_shutdown(r->ch);
 	pthread_mutex_unlock(&r->chan_lock);
+	pthread_mutex_lock(&r->read_lock);
+	coord_rdma_chan_shutdown(r->rch);
+	pthread_mutex_unlock(&r->read_lock);
 }
 
 void coord_psr_destroy(struct coord_psr *r)
@@ -217,10 +254,12 @@ void coord_psr_destroy(struct coord_psr *r)
 	if (!r)
 		return;
 	coord_rdma_dereg(r->mr);
+	coord_rdma_chan_destroy(r->rch);
 	coord_rdma_chan_destroy(r->ch);
 	if (r->wake_fd >= 0)
 		close(r->wake_fd);
 	pthread_mutex_destroy(&r->chan_lock);
+	pthread_mutex_destroy(&r->read_lock);
 	free(r->buf);
 	free(r);
 }

@@ -5,12 +5,12 @@
  * shared by the client's sender and its reader thread, and one-sided
  * variable reads (RDMA READ, no ps CPU; runtime/varstore.c S1-S3).
  *
- * Threading (ps_rdma.c P1-P3): a channel is used by one thread at a time
- * (rdma_chan.h), so every use holds the connection's chan_lock: the reader
- * thread takes it only to look for a frame (never to sleep), senders and
- * one-sided readers for their send or READ chain.  The reader sleeps on
- * the channel's fds and an eventfd that the others write when a frame
- * arrived while they held the channel.
+ * Threading (ps_rdma.c P1-P3): two channels to the ps task, each used by
+ * one thread at a time (rdma_chan.h): frames (the reader thread takes its
+ * lock only to look for a frame, never to sleep; senders for their send)
+ * and one-sided reads (their own channel and lock, so their completions
+ * wake no other thread).  The reader sleeps on the frame channel's fds and
+ * an eventfd that a sender writes when a frame arrived while it held it.
  *
  * rdma_off.c has the stubs of a build without verbs (connect: -ENODEV).
  */
@@ -28,8 +28,12 @@
 
 struct coord_psr;
 
-/* Reads of more floats than this go two-sided (the bounce buffer's size). */
+/* Reads of more bytes than this go two-sided (the bounce buffer's size). */
 #define COORD_PSR_READ_MAX (64u << 10)
+/* A read takes the variable's whole block (runtime/varstore.h) in one RDMA
+ * READ when the block is at most this many bytes more than the range (and
+ * fits the bounce buffer); else the range, between its counts, in three. */
+#define COORD_PSR_WHOLE_SLACK 4096u
 /* Snapshots tried before a read goes two-sided (S2: a writer kept overlapping). */
 #define COORD_PSR_TRIES 8
 

@@ -35,8 +35,8 @@
  *       thread (read, send) or the acceptor (the PONG), holds chan_lock;
  *       the serving thread does not hold it while the engine runs a
  *       closure, and the acceptor only tries it (a holder is alive).
- *   Q4  One-sided reads (ps): a MAP op registers a variable's data and
- *       write counts for remote reads once (map_lock; the registration
+ *   Q4  One-sided reads (ps): a MAP op registers a variable's block (its
+ *       data between its write counts, varstore.h) for remote reads once (map_lock; the registration
  *       serves every connection, one protection domain per device) and
  *       answers with their addresses and rkeys; readers then use RDMA READ
  *       without this process (runtime/varstore.c S1-S3).  A DELETE
@@ -88,7 +88,7 @@ struct rconn {
 /* A variable registered for remote reads (ps, MAP ops; Q4). */
 struct rmap {
 	uint32_t id;
-	struct coord_rdma_mr *data, *ver;
+	struct coord_rdma_mr *mr; /* the variable's block (varstore.h) */
 	struct coord_ps_map m;
 };
 
@@ -313,16 +313,13 @@ static int map_var(struct coord_srv_conn *p, uint32_t id, struct coord_ps_map *o
 	m = &rs->maps[rs->nmaps];
 	memset(m, 0, sizeof(*m));
 	m->id = id;
-	r = coord_rdma_reg(k->ch, vm.data, vm.nelem * sizeof(float), true, &m->data);
-	if (r == 0)
-		r = coord_rdma_reg(k->ch, vm.ver, sizeof(*vm.ver), true, &m->ver);
+	r = coord_rdma_reg(k->ch, vm.block, vm.block_len, true, &m->mr);
 	if (r < 0) {
-		coord_rdma_dereg(m->data);
 		r = coord_seterr(err, r, "map: cannot register the variable: %s", strerror(-r));
 		goto out;
 	}
-	coord_rdma_mr_export(m->data, &m->m.data_addr, &m->m.data_rkey);
-	coord_rdma_mr_export(m->ver, &m->m.ver_addr, &m->m.ver_rkey);
+	coord_rdma_mr_export(m->mr, &m->m.block_addr, &m->m.rkey);
+	m->m.block_len = vm.block_len;
 	m->m.nelem = vm.nelem;
 	rs->nmaps++;
 	*out = m->m;
@@ -339,8 +336,7 @@ static void unmap_var(struct coord_srv *s, uint32_t id)
 	pthread_mutex_lock(&rs->map_lock);
 	for (unsigned i = 0; i < rs->nmaps; i++)
 		if (rs->maps[i].id == id) {
-			coord_rdma_dereg(rs->maps[i].data);
-			coord_rdma_dereg(rs->maps[i].ver);
+			coord_rdma_dereg(rs->maps[i].mr);
 			rs->maps[i] = rs->maps[--rs->nmaps];
 			break;
 		}
@@ -446,8 +442,7 @@ int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
 	s->map_var = NULL;
 	s->unmap_var = NULL;
 	for (unsigned i = 0; i < rs.nmaps; i++) { /* Q4: before the store goes */
-		coord_rdma_dereg(rs.maps[i].data);
-		coord_rdma_dereg(rs.maps[i].ver);
+		coord_rdma_dereg(rs.maps[i].mr);
 	}
 	free(rs.maps);
 	pthread_mutex_destroy(&rs.map_lock);

@@ -10,10 +10,12 @@
  *                part in a one-sided read (soft-RoCE answers READs in the
  *                kernel); a two-sided op (assign_add) waits for it, and
  *                completes after SIGCONT.
- *   consistent   while the coordinator assigns one value to all 1024
- *                elements again and again, worker functions read the whole
- *                variable thousands of times: never a torn read (two values
- *                in one snapshot), and the value seen changes.
+ *   consistent   while the coordinator assigns one value to 1024 elements
+ *                again and again, worker functions read them thousands of
+ *                times: never a torn read (two values in one snapshot), and
+ *                the value seen changes; for a small variable (each read one
+ *                RDMA READ of its whole block) and a large one (a chain of
+ *                three READs).
  * Bounded: t_watchdog(), deadlines on every fetch.  Exit 77 without a device.
  */
 #include <stdarg.h>
@@ -152,18 +154,18 @@ static void *assigner_main(void *arg)
 	return NULL;
 }
 
-static void test_rdma_ps_one_sided_consistent_under_assigns(void **state)
+/* Readers of [0, 1024) of @name (shape @rows x @cols) during assigns to it. */
+static void consistent_under_assigns(const char *name, uint64_t rows, uint64_t cols)
 {
 	struct coord *c = make(2);
-	uint64_t dims[2] = { 32, 32 };
+	uint64_t dims[2] = { rows, cols };
 	struct coord_error err = { 0 };
 	struct assigner as = { .c = c };
 	struct coord_rv *rv[4];
 	uint64_t torn = 0, changes = 0, reads = 0;
 	pthread_t th;
 
-	(void)state;
-	assert_int_equal(coord_var_create(c, "rdma/u", 2, dims, NULL, &as.v, &err), 0);
+	assert_int_equal(coord_var_create(c, name, 2, dims, NULL, &as.v, &err), 0);
 	assert_int_equal(pthread_create(&th, NULL, assigner_main, &as), 0);
 	for (int round = 0; round < 3; round++) {
 		for (int i = 0; i < 4; i++) {
@@ -190,8 +192,9 @@ static void test_rdma_ps_one_sided_consistent_under_assigns(void **state)
 	}
 	atomic_store(&as.stop, 1);
 	pthread_join(th, NULL);
-	print_message("%llu reads of 1024 floats during %ld assigns: %llu torn, %llu changes "
-		      "seen\n",
+	print_message("%s (%llu x %llu): %llu reads of 1024 floats during %ld assigns: %llu torn, "
+		      "%llu changes seen\n",
+		      name, (unsigned long long)rows, (unsigned long long)cols,
 		      (unsigned long long)reads, as.n, (unsigned long long)torn,
 		      (unsigned long long)changes);
 	assert_int_equal(as.bad, 0);
@@ -200,6 +203,21 @@ static void test_rdma_ps_one_sided_consistent_under_assigns(void **state)
 	assert_true(changes > 0);
 	assert_int_equal(coord_join(c, &err), 0);
 	coord_destroy(c);
+}
+
+/* A 32 x 32 variable: each read takes its whole block in one RDMA READ. */
+static void test_rdma_ps_one_sided_consistent_whole_block(void **state)
+{
+	(void)state;
+	consistent_under_assigns("rdma/u", 32, 32);
+}
+
+/* A 64 x 1024 variable (256 KiB): reads of its first row take a chain of
+ * three READs (done, the row, begun). */
+static void test_rdma_ps_one_sided_consistent_chain(void **state)
+{
+	(void)state;
+	consistent_under_assigns("rdma/big", 64, 1024);
 }
 
 static int group_setup(void **state)
@@ -240,7 +258,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rdma_ps_one_sided_values_ps_stopped),
-		cmocka_unit_test(test_rdma_ps_one_sided_consistent_under_assigns),
+		cmocka_unit_test(test_rdma_ps_one_sided_consistent_whole_block),
+		cmocka_unit_test(test_rdma_ps_one_sided_consistent_chain),
 	};
 	struct coord_error err = { 0 };
 	int failed;
