@@ -45,6 +45,9 @@
 /* The heartbeat interval of make(): HB_MS, longer in the rdma group (its
  * guest runs under TCG emulation, where a PONG can take a while). */
 static int hb_ms = HB_MS;
+/* make()'s connect + handshake bound: longer in the rdma group, whose
+ * guest may run sanitizer builds under TCG. */
+static int connect_ms = 1000;
 
 static struct coord_registry *reg;
 
@@ -59,7 +62,7 @@ static struct coord *make(unsigned nw, int64_t closure_timeout_ms)
 	o.heartbeat_ms = hb_ms;
 	o.heartbeat_misses = 2;
 	o.closure_timeout_ms = closure_timeout_ms;
-	o.connect_timeout_ms = 1000;
+	o.connect_timeout_ms = connect_ms;
 	if (t_create(&o, nw, &c, &err) != 0) {
 		print_error("create: %s\n", err.msg);
 		fail();
@@ -531,6 +534,7 @@ static int group_setup(void **state)
 	(void)state;
 	t_transport = "tcp";
 	hb_ms = HB_MS;
+	connect_ms = 1000;
 	return t_workers_start(NPROC) == 0 ? 0 : -1;
 }
 
@@ -551,6 +555,7 @@ static int rdma_group_setup(void **state)
 	       "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
 	t_transport = "rdma";
 	hb_ms = 250;
+	connect_ms = 5000;
 	return t_workers_start(2) == 0 ? 0 : -1;
 }
 

@@ -600,6 +600,11 @@ static void *loop_main(void *arg)
 	unsigned max_batch = c->opts.batch;
 	uint64_t spin_until = 0;
 
+	/* Silence is counted from now, not from each connection's open: the
+	 * connections opened one after another, and a slow start (many
+	 * workers, a slow handshake) must not count as missed heartbeats. */
+	for (unsigned i = 0; i < l->nconns; i++)
+		l->conns[i]->last_rx_ns = coord_now_ns();
 	for (;;) {
 		uint64_t now, next_start, due;
 		bool has_idle, got = false;
