@@ -54,7 +54,6 @@
 #define PSR_PARTIAL_MS 10000 /* the rest of a started frame */
 #define PSR_READ_MS 5000     /* a READ chain's completion */
 #define PSR_IDLE_MS 1000     /* the reader looks at `stop` at least this often */
-#define PSR_READ_SPIN_US 300 /* a one-sided read polls this long, then sleeps */
 /* The bounce buffer: a whole block, or done / the data / begun of a chain. */
 #define PSR_BUF_LEN (COORD_VAR_DATA_OFF + COORD_PSR_READ_MAX + 64)
 
@@ -104,13 +103,6 @@ int coord_psr_connect(const char *addr, const struct coord_key *key, uint8_t rol
 	for (int i = 0; i < 2; i++) { /* ch, then rch (P1) */
 		struct coord_rdma_chan **pc = i ? &r->rch : &r->ch;
 
-		/* rch: a caller waits for its READs, about one round trip:
-		 * spin that long before sleeping; few receives (no frames). */
-		if (i) {
-			o.spin_us = PSR_READ_SPIN_US;
-			o.nrecv = 4;
-			o.nsend = 8;
-		}
 		rc = coord_rdma_connect(addr, &o, timeout_ms, pc, err);
 		if (rc < 0)
 			goto fail;
