@@ -27,6 +27,12 @@
  *   DELETE       -       id   -      -      -                           -
  *   SAVE         dir     -    step   -      -                           -
  *   RESTORE      dir     -    -      -      -                           u64 step
+ *   MAP          -       id   -      -      -                           struct coord_ps_map
+ *
+ * MAP (rdma only: a ps served over rdma registers the variable's memory for
+ * remote reads and answers with its address and keys, COORD_PS_MAP_LEN
+ * bytes; elsewhere it fails with COORD_EINVAL).  A worker then reads the
+ * variable with RDMA READs, without the ps CPU (runtime/varstore.c S1-S3).
  *
  * SAVE and RESTORE on task t use the directory dir/ps-<t> (created by SAVE).
  * All multi-byte values are little-endian; data and results carry no padding
@@ -35,8 +41,10 @@
 #ifndef COORD_RUNTIME_PS_H
 #define COORD_RUNTIME_PS_H
 
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <coord/error.h>
 
@@ -53,8 +61,47 @@ enum coord_ps_opcode {
 	COORD_PS_DELETE = 7,
 	COORD_PS_SAVE = 8,
 	COORD_PS_RESTORE = 9,
-	COORD_PS_OP_MAX = 9,
+	COORD_PS_MAP = 10,
+	COORD_PS_OP_MAX = 10,
 };
+
+/*
+ * struct coord_ps_map - a MAP result (little-endian on the wire, packed as
+ * listed): one variable's block (runtime/varstore.h: done, the nelem floats
+ * at COORD_VAR_DATA_OFF, begun at block_len - 8), readable at block_addr
+ * with rkey.
+ */
+struct coord_ps_map {
+	uint64_t block_addr;
+	uint64_t block_len;
+	uint64_t nelem;
+	uint32_t rkey;
+	uint32_t reserved;
+};
+#define COORD_PS_MAP_LEN 32
+
+static inline void coord_ps_map_put(uint8_t *b, const struct coord_ps_map *m)
+{
+	uint64_t q[3] = { htole64(m->block_addr), htole64(m->block_len), htole64(m->nelem) };
+	uint32_t d[2] = { htole32(m->rkey), 0 };
+
+	memcpy(b, q, sizeof(q));
+	memcpy(b + 24, d, sizeof(d));
+}
+
+static inline void coord_ps_map_get(const uint8_t *b, struct coord_ps_map *m)
+{
+	uint64_t q[3];
+	uint32_t d[2];
+
+	memcpy(q, b, sizeof(q));
+	memcpy(d, b + 24, sizeof(d));
+	m->block_addr = le64toh(q[0]);
+	m->block_len = le64toh(q[1]);
+	m->nelem = le64toh(q[2]);
+	m->rkey = le32toh(d[0]);
+	m->reserved = 0;
+}
 
 /* Longest checkpoint directory a SAVE or RESTORE names, bytes. */
 #define COORD_PS_DIR_MAX 4000
@@ -167,6 +214,10 @@ struct coord;
 struct coord_spec;
 COORD_HIDDEN int coord_ps_setup(struct coord *c, const struct coord_spec *spec,
 				struct coord_error *err);
+/* coord_psc_use_rdma() - @ps (from coord_psc_create(), before its first
+ * use) reaches its tasks over rdma: frame channels, and one-sided READs
+ * (transport/ps_client.c, ps_rdma.h). */
+COORD_HIDDEN void coord_psc_use_rdma(struct coord_ps *ps);
 /* coord_psc_addr() - the address of task @i (for PS_TABLE frames). */
 COORD_HIDDEN const char *coord_psc_addr(const struct coord_psc *p, unsigned i);
 

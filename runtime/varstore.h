@@ -379,6 +379,29 @@ struct coord_var_stripe {
 } __cacheline_aligned;
 
 /*
+ * A variable's memory is one block (varstore.c S1-S3), so that a remote
+ * reader can take a snapshot with one RDMA READ:
+ *   [0, 8)                          done: writes finished (u64)
+ *   [COORD_VAR_DATA_OFF, +4 nelem)  the data (float32)
+ *   [block_len - 8, block_len)      begun: writes started (u64)
+ * Every write of the data (assign, assign_add, scatter_add, a checkpoint
+ * restore) adds one to begun before its first store and one to done after
+ * its last.  A reader that reads done first and begun last, with the data
+ * between, saw no write iff the two are equal.
+ */
+#define COORD_VAR_DATA_OFF 64
+
+/*
+ * struct coord_var_map - what a one-sided reader needs of a variable
+ * (coord_vs_map()): its block (above), fixed while the variable lives.
+ */
+struct coord_var_map {
+	void *block;
+	size_t block_len;
+	size_t nelem;
+};
+
+/*
  * struct coord_var - one variable.  name..nstripes are immutable once the
  * variable is published; deleted and data are written with every stripe
  * lock and vs->names_lock held, and read with any one stripe lock or
@@ -396,8 +419,12 @@ struct coord_var {
 	uint32_t id;
 	uint32_t hnext; /* next id + 1 in the name bucket, 0 ends */
 	bool deleted;
-	float *data;
+	float *data; /* block + COORD_VAR_DATA_OFF; NULL once deleted */
 	struct coord_var_stripe *stripes;
+	/* The block (S1-S3): done at its start, begun at its end. */
+	uint8_t *block;
+	size_t block_len;
+	_Atomic uint64_t *done, *begun;
 };
 
 struct coord_varstore {
@@ -440,5 +467,20 @@ COORD_HIDDEN int coord_vs_publish_locked(struct coord_varstore *vs, struct coord
 /* Lock / unlock the stripes [@lo, @hi] of @v in ascending order. */
 COORD_HIDDEN void coord_vs_lock(struct coord_var *v, unsigned lo, unsigned hi);
 COORD_HIDDEN void coord_vs_unlock(struct coord_var *v, unsigned lo, unsigned hi);
+
+/**
+ * coord_vs_map() - where a live variable's block is (data and write
+ *                  counts), for a reader that does not take its locks
+ *                  (one-sided RDMA READ; varstore.c S1-S3).
+ * @vs/@id: store and variable.  @out: filled in.
+ *
+ * Concurrency: any thread.  Return: 0; -ENOENT no such id; -ENOENT deleted.
+ */
+COORD_HIDDEN COORD_NODISCARD int coord_vs_map(struct coord_varstore *vs, uint32_t id,
+					      struct coord_var_map *out, struct coord_error *err);
+/* coord_vs_write_begin()/_end() - bracket every store to @v's data (S1);
+ * the caller holds the stripes it writes. */
+COORD_HIDDEN void coord_vs_write_begin(struct coord_var *v);
+COORD_HIDDEN void coord_vs_write_end(struct coord_var *v);
 
 #endif /* COORD_RUNTIME_VARSTORE_H */

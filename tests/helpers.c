@@ -27,6 +27,13 @@
  *   var_lookup  args a name: result = { handle, nelem } (uint64 x 2)
  *   var_batch   struct t_var_args: one batch of += val and a read; result
  *               = what the read saw
+ *   var_uniform struct t_var_args (pad = reads, n <= 1024): reads
+ *               [off, off+n) pad times; result = { torn, changes, reads }
+ *               (uint64 x 3): torn reads saw two values (a writer always
+ *               assigns one value to the whole range), changes counts reads
+ *               that differ from the one before
+ *   var_read_lat struct t_var_args (pad = reads, n <= 1024): times pad
+ *               reads of [off, off+n); result = { p50, p99, min } ns (uint64)
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -410,6 +417,74 @@ static int f_var_read(struct coord_ctx *ctx, const void *args, size_t len)
 	return r < 0 ? r : coord_ctx_set_result(ctx, v, 4 * a.n);
 }
 
+/* args: struct t_var_args (pad = reads, n <= 1024); see the table above. */
+static int f_var_uniform(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	uint64_t out[3] = { 0 };
+	float v[1024], last = 0;
+	int r;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_uniform: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n == 0 || a.n > 1024 || a.pad > 100000)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_uniform: n 1..1024, pad <= 100000");
+	for (uint32_t k = 0; k < a.pad; k++) {
+		r = coord_ctx_var_read(ctx, a.var, a.off, a.n, v);
+		if (r < 0)
+			return r;
+		for (uint64_t i = 1; i < a.n; i++)
+			if (v[i] != v[0]) {
+				out[0]++;
+				break;
+			}
+		out[1] += k && v[0] != last;
+		last = v[0];
+		out[2]++;
+	}
+	return coord_ctx_set_result(ctx, out, sizeof(out));
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* args: struct t_var_args (pad = reads, n <= 1024); see the table above. */
+static int f_var_read_lat(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	uint64_t out[3], *lat;
+	float v[1024];
+	int r = 0;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_read_lat: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n == 0 || a.n > 1024 || a.pad == 0 || a.pad > 100000)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_read_lat: n 1..1024, pad 1..100000");
+	lat = malloc(a.pad * sizeof(*lat));
+	if (!lat)
+		return coord_ctx_fail(ctx, COORD_ENOMEM, "var_read_lat: no memory");
+	for (uint32_t k = 0; k < a.pad && r == 0; k++) {
+		uint64_t t0 = t_now_ns();
+
+		r = coord_ctx_var_read(ctx, a.var, a.off, a.n, v);
+		lat[k] = t_now_ns() - t0;
+	}
+	if (r == 0) {
+		qsort(lat, a.pad, sizeof(*lat), cmp_u64);
+		out[0] = lat[a.pad / 2];
+		out[1] = lat[(uint64_t)a.pad * 99 / 100];
+		out[2] = lat[0];
+	}
+	free(lat);
+	return r < 0 ? r : coord_ctx_set_result(ctx, out, sizeof(out));
+}
+
 /* args: struct t_var_args (off = row length, n = indices) + int64 idx[n];
  * every updated row gets val in each element. */
 static int f_var_scatter(struct coord_ctx *ctx, const void *args, size_t len)
@@ -483,7 +558,9 @@ int t_register(struct coord_registry *r)
 	    coord_registry_add(r, "var_read", f_var_read) ||
 	    coord_registry_add(r, "var_scatter", f_var_scatter) ||
 	    coord_registry_add(r, "var_lookup", f_var_lookup) ||
-	    coord_registry_add(r, "var_batch", f_var_batch))
+	    coord_registry_add(r, "var_batch", f_var_batch) ||
+	    coord_registry_add(r, "var_uniform", f_var_uniform) ||
+	    coord_registry_add(r, "var_read_lat", f_var_read_lat))
 		return -1;
 	if (coord_registry_add(r, "echo", f_echo) || coord_registry_add(r, "add", f_add) ||
 	    coord_registry_add(r, "sleep_us", f_sleep_us) ||
@@ -543,6 +620,15 @@ pid_t t_spawn(char *const argv[], const char *banner, unsigned *port)
 		/* die with the test, so a failed test leaves no server holding
 		 * the test runner's pipes */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getenv("T_SERVER_STDERR")) { /* its log, for tests that read it */
+			int fd = open(getenv("T_SERVER_STDERR"), O_WRONLY | O_CREAT | O_APPEND,
+				      0600);
+
+			if (fd >= 0) {
+				dup2(fd, 2);
+				close(fd);
+			}
+		}
 		dup2(p[1], 1);
 		close(p[0]);
 		close(p[1]);

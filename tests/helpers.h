@@ -82,7 +82,8 @@ const char *t_addr(void);
 /*
  * t_spawn() - run @argv (a server) with stdout on a pipe, wait for its
  * "<@banner> listening on port P" line; its pid (*@port = P) or -1.  The
- * child dies with the test (PDEATHSIG).  t_reap(): SIGTERM, then SIGKILL.
+ * child dies with the test (PDEATHSIG); with $T_SERVER_STDERR set, its
+ * stderr (the log) is appended to that file.  t_reap(): SIGTERM, then SIGKILL.
  */
 pid_t t_spawn(char *const argv[], const char *banner, unsigned *port);
 void t_reap(pid_t pid);

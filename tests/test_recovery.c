@@ -10,6 +10,13 @@
  * resumes from its checkpoint; and a soak: 100,000 closures while a random
  * worker is killed and restarted every 200 ms.  Every loop is bounded in
  * count and time.
+ *
+ * Groups ($T_GROUPS, a comma list; default all): "tcp" runs every test over
+ * tcp; "rdma" runs the ones that make sense over rdma (heartbeats, the
+ * servers' keepalive, a killed worker's closures, restart and
+ * re-admission, B6) against coord-worker
+ * --transport rdma on $RDMA_TEST_ADDR (tests/rdma/suite.txt runs it in the
+ * soft-RoCE rig; without a device the group is skipped with the reason).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,10 +36,18 @@
 
 #include <coord/var.h>
 
+#include "transport/rdma_chan.h"
 #include "helpers.h"
 
 #define NPROC 4
 #define HB_MS 100
+
+/* The heartbeat interval of make(): HB_MS, longer in the rdma group (its
+ * guest runs under TCG emulation, where a PONG can take a while). */
+static int hb_ms = HB_MS;
+/* make()'s connect + handshake bound: longer in the rdma group, whose
+ * guest may run sanitizer builds under TCG. */
+static int connect_ms = 1000;
 
 static struct coord_registry *reg;
 
@@ -44,10 +59,10 @@ static struct coord *make(unsigned nw, int64_t closure_timeout_ms)
 	struct coord *c;
 
 	t_opts(&o, reg);
-	o.heartbeat_ms = HB_MS;
+	o.heartbeat_ms = hb_ms;
 	o.heartbeat_misses = 2;
 	o.closure_timeout_ms = closure_timeout_ms;
-	o.connect_timeout_ms = 1000;
+	o.connect_timeout_ms = connect_ms;
 	if (t_create(&o, nw, &c, &err) != 0) {
 		print_error("create: %s\n", err.msg);
 		fail();
@@ -126,7 +141,7 @@ static void test_stopped_worker_detected_and_readmitted(void **state)
 	assert_int_equal(kill(pid, SIGSTOP), 0);
 	ms = wait_for(c, one_down, 10);
 	assert_true(ms >= 0);
-	print_message("stopped worker detected in %.0f ms (heartbeat %d ms x 2)\n", ms, HB_MS);
+	print_message("stopped worker detected in %.0f ms (heartbeat %d ms x 2)\n", ms, hb_ms);
 	run_adds(c, 100); /* the other worker carries on meanwhile */
 	assert_int_equal(kill(pid, SIGCONT), 0);
 	ms = wait_for(c, all_up_recovered, 20);
@@ -178,6 +193,119 @@ static void test_restarted_worker_resources_recreated(void **state)
 	assert_int_equal(atomic_load(&t_creates[0]), before + 1);
 	assert_int_equal(coord_per_worker_state(pw, 0), COORD_RV_READY);
 	coord_per_worker_put(pw);
+	coord_destroy(c);
+}
+
+/*
+ * Keepalive (tcp_server.c P5, rdma_server.c Q3): a closure that runs for
+ * several times heartbeat_ms x heartbeat_misses holds its connection's
+ * thread, which cannot answer PINGs; the server's unsolicited PONGs keep
+ * the worker from being declared lost: it runs once (attempt 1), no loss.
+ */
+static void test_long_closure_keeps_its_worker(void **state)
+{
+	struct coord *c = make(2, 0);
+	uint32_t us = (uint32_t)hb_ms * 2 * 4 * 1000, out[2];
+	struct coord_error err;
+	struct coord_rv *rv;
+	const void *v;
+	size_t len;
+
+	(void)state;
+	run_adds(c, 4);
+	assert_int_equal(coord_schedule(c, t_fn(c, "sleep_attempt"), &us, sizeof(us), &rv, &err),
+			 0);
+	assert_int_equal(coord_rv_fetch_timeout(rv, 60000000000ll, &v, &len, &err), 0);
+	memcpy(out, v, sizeof(out));
+	print_message("a %u ms closure (heartbeat %d ms x 2): attempt %u, %llu losses\n", us / 1000,
+		      hb_ms, out[0], (unsigned long long)metrics(c).losses);
+	assert_int_equal(out[0], 1);
+	coord_rv_put(rv);
+	assert_int_equal(metrics(c).losses, 0);
+	assert_int_equal(coord_join(c, &err), 0);
+	coord_destroy(c);
+}
+
+/*
+ * S2/S10/B8: a worker killed (SIGKILL) while closures run on it: they are
+ * put back at once and run on the other worker (attempt >= 2 there), every
+ * value is right; restarted at the same address, it is re-admitted and
+ * takes closures again.
+ */
+static void test_killed_worker_put_back_and_readmitted(void **state)
+{
+	enum { NSLEEP = 8, NADD = 32 };
+	struct coord *c = make(2, 0);
+	uint32_t sl = t_fn(c, "sleep_attempt"), add = t_fn(c, "add"), us = 400000;
+	struct coord_rv *rs[NSLEEP], *ra[NADD];
+	struct coord_worker_metrics w[2];
+	struct coord_error err;
+	struct coord_metrics m;
+	uint64_t until, executed0;
+	unsigned retried = 0;
+
+	(void)state;
+	t_reset_counters();
+	run_adds(c, 10);
+	/* 8 closures of 400 ms: with window 4, both workers get some */
+	for (int i = 0; i < NSLEEP; i++)
+		assert_int_equal(coord_schedule(c, sl, &us, sizeof(us), &rs[i], &err), 0);
+	for (int64_t i = 0; i < NADD; i++) {
+		int64_t ab[2] = { i, 1000 };
+
+		assert_int_equal(coord_schedule(c, add, ab, sizeof(ab), &ra[i], &err), 0);
+	}
+	/* both workers are running one: worker 0 still holds the rest of its share */
+	until = t_now_ns() + 20000000000ull;
+	while (atomic_load(&t_entered) < 2 && t_now_ns() < until)
+		t_sleep_ns(1000000);
+	assert_true(atomic_load(&t_entered) >= 2);
+	assert_int_equal(kill(t_worker_pid(0), SIGKILL), 0);
+	for (int i = 0; i < NSLEEP; i++) {
+		uint32_t out[2];
+		const void *v;
+		size_t len;
+
+		assert_int_equal(coord_rv_fetch_timeout(rs[i], 60000000000ll, &v, &len, &err), 0);
+		assert_int_equal(len, sizeof(out));
+		memcpy(out, v, sizeof(out));
+		if (out[0] >= 2) { /* put back: ran again, on the worker left */
+			assert_int_equal(out[1], 1);
+			retried++;
+		}
+		coord_rv_put(rs[i]);
+	}
+	for (int64_t i = 0; i < NADD; i++) {
+		const void *v;
+		size_t len;
+		int64_t x;
+
+		assert_int_equal(coord_rv_fetch_timeout(ra[i], 60000000000ll, &v, &len, &err), 0);
+		memcpy(&x, v, sizeof(x));
+		assert_int_equal(x, i + 1000);
+		coord_rv_put(ra[i]);
+	}
+	m = metrics(c);
+	print_message("killed worker: %u of %d closures ran again (attempt >= 2), %llu put back\n",
+		      retried, NSLEEP, (unsigned long long)m.put_back);
+	assert_true(retried >= 1);
+	assert_true(m.put_back >= retried);
+	assert_true(m.losses >= 1);
+	/* restarted at its address: re-admitted, and it runs closures again */
+	assert_int_equal(t_worker_restart(0), 0);
+	assert_true(wait_for(c, all_up_recovered, 60) >= 0);
+	assert_int_equal(coord_metrics(c, &m, w, 2), 0);
+	executed0 = w[0].executed;
+	until = t_now_ns() + 30000000000ull;
+	while (t_now_ns() < until) {
+		run_adds(c, 16);
+		assert_int_equal(coord_metrics(c, &m, w, 2), 0);
+		if (w[0].executed > executed0)
+			break;
+	}
+	assert_true(w[0].executed > executed0);
+	assert_int_equal(w[0].state, COORD_WORKER_UP);
+	assert_int_equal(coord_join(c, &err), 0);
 	coord_destroy(c);
 }
 
@@ -545,6 +673,8 @@ static int group_setup(void **state)
 {
 	(void)state;
 	t_transport = "tcp";
+	hb_ms = HB_MS;
+	connect_ms = 1000;
 	return t_workers_start(NPROC) == 0 ? 0 : -1;
 }
 
@@ -556,11 +686,49 @@ static int group_teardown(void **state)
 	return 0;
 }
 
+/* Over rdma the workers listen on an RDMA device's address (t_addr()), not
+ * loopback: a cluster key is required (B5); the workers inherit it. */
+static int rdma_group_setup(void **state)
+{
+	(void)state;
+	setenv("COORD_CLUSTER_KEY",
+	       "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+	t_transport = "rdma";
+	hb_ms = 250;
+	connect_ms = 5000;
+	return t_workers_start(2) == 0 ? 0 : -1;
+}
+
+static int rdma_group_teardown(void **state)
+{
+	(void)state;
+	t_workers_stop();
+	t_transport = "inproc";
+	unsetenv("COORD_CLUSTER_KEY");
+	return 0;
+}
+
+/* Is group @name selected by $T_GROUPS (a comma list; default: all)? */
+static bool group_on(const char *name)
+{
+	const char *g = getenv("T_GROUPS");
+	size_t n = strlen(name);
+
+	if (!g || !*g)
+		return true;
+	for (const char *p = g; (p = strstr(p, name)); p += n)
+		if ((p == g || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+			return true;
+	return false;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stopped_worker_detected_and_readmitted),
 		cmocka_unit_test(test_restarted_worker_resources_recreated),
+		cmocka_unit_test(test_killed_worker_put_back_and_readmitted),
+		cmocka_unit_test(test_long_closure_keeps_its_worker),
 		cmocka_unit_test(test_closure_deadline_fails_its_worker),
 		cmocka_unit_test(test_past_the_limit_dropped_unavailable),
 		cmocka_unit_test(test_hanging_reconnect_does_not_hold_back_others),
@@ -570,13 +738,37 @@ int main(void)
 		cmocka_unit_test(test_b4_strict_after_reconnect_heartbeats_off),
 		cmocka_unit_test(test_soak_kill_restart),
 	};
-	int failed;
+	/* Over rdma: heartbeats, a killed worker, restart, re-admission, B6. */
+	const struct CMUnitTest rdma_tests[] = {
+		cmocka_unit_test(test_stopped_worker_detected_and_readmitted),
+		cmocka_unit_test(test_killed_worker_put_back_and_readmitted),
+		cmocka_unit_test(test_long_closure_keeps_its_worker),
+		cmocka_unit_test(test_restarted_worker_resources_recreated),
+		cmocka_unit_test(test_closure_deadline_fails_its_worker),
+	};
+	struct coord_error err = { 0 };
+	int failed = 0;
 
 	t_watchdog(600);
 	reg = t_registry();
 	if (getenv("T_FILTER"))
 		cmocka_set_test_filter(getenv("T_FILTER"));
-	failed = cmocka_run_group_tests_name("recovery/tcp", tests, group_setup, group_teardown);
+	if (group_on("tcp"))
+		failed += cmocka_run_group_tests_name("recovery/tcp", tests, group_setup,
+						      group_teardown);
+	if (group_on("rdma")) {
+		/* Over rdma when this host has a device (tests/rdma/rig.sh). */
+		if (coord_rdma_available(&err) == 0) {
+			failed += cmocka_run_group_tests_name(
+				"recovery/rdma", rdma_tests, rdma_group_setup, rdma_group_teardown);
+		} else {
+			printf("recovery/rdma: skipped: %s\n", err.msg);
+			if (getenv("T_GROUPS") && !strcmp(getenv("T_GROUPS"), "rdma")) {
+				coord_registry_destroy(reg);
+				return 77; /* only rdma asked for, and no device */
+			}
+		}
+	}
 	coord_registry_destroy(reg);
 	return failed;
 }

@@ -17,6 +17,16 @@
  * batch is done, wakes it on a futex.  A lost connection fails its pending
  * requests with COORD_EUNAVAILABLE.
  *
+ * Over rdma (coord_psc_use_rdma(): the coordinator or worker itself runs
+ * over rdma, and so do the ps tasks) a connection is a frame channel
+ * (ps_rdma.h) in place of the socket, and a READ goes one-sided when it
+ * can: the variable is mapped once per connection (a MAP op, answered with
+ * its address and rkeys), then read with RDMA READs that the ps CPU takes no
+ * part in (runtime/varstore.c S1-S3: a snapshot between two writes, or a
+ * retry; after COORD_PSR_TRIES, or on any failure, the READ goes two-sided
+ * as before).  use_lock keeps the channel alive under a one-sided reader or
+ * a sender while conn_up() replaces a lost one.
+ *
  * Why a mutex here when the closure path has none: a variable op is a round
  * trip to another process (tens of microseconds); the mutex covers a copy
  * into the frame buffer and the pending table, never a system call.
@@ -33,9 +43,11 @@
 #include "runtime/futex.h"
 #include "runtime/internal.h"
 #include "runtime/ps.h"
+#include "transport/ps_rdma.h"
 #include "transport/sock.h"
 
 #define PSC_SPIN_NS 20000ull
+#define SLOT_DONE (UINT32_MAX - 1) /* coord_psc_run(): done one-sided, not queued */
 
 /* One caller's batch, on its stack. */
 struct psc_wait {
@@ -74,7 +86,24 @@ struct psc_conn {
 	uint32_t *freel;
 	uint32_t nfree;
 	char why[160]; /* why the connection went down */
+	/* rdma: the channel (NULL over tcp); replaced only with use_lock
+	 * held for writing, used with it held for reading. */
+	pthread_rwlock_t use_lock;
+	struct coord_psr *r;
+	/* rdma: variables mapped for one-sided reads, by id (under lock);
+	 * forgotten when the connection is replaced (a restarted ps). */
+	struct psc_map *maps;
+	uint32_t nmaps;
+	uint32_t gen; /* connections made (under lock): a map is of one of them */
 };
+
+/* A variable as this connection may read it one-sided. */
+struct psc_map {
+	uint8_t state; /* MAP_NONE, MAP_OK, MAP_NO (the ps cannot: read two-sided) */
+	struct coord_ps_map m;
+};
+
+enum { MAP_NONE = 0, MAP_OK = 1, MAP_NO = 2 };
 
 struct coord_psc {
 	unsigned nps;
@@ -83,6 +112,7 @@ struct coord_psc {
 	uint32_t max_frame;
 	int connect_timeout_ms;
 	int op_timeout_ms;
+	bool rdma; /* the ps tasks are served over rdma (coord_psc_use_rdma()) */
 	struct psc_conn *conns;
 };
 
@@ -144,7 +174,10 @@ static void conn_down(struct psc_conn *k, const char *why)
 	snprintf(msg, sizeof(msg), "ps task %u (%.80s) unavailable: %.120s", k->task, k->addr, why);
 	coord_log(COORD_LOG_WARN, "%s", msg);
 	fail_pending(k, COORD_EUNAVAILABLE, msg);
-	shutdown(k->fd, SHUT_RDWR);
+	if (k->r)
+		coord_psr_shutdown(k->r); /* wakes the reader (ps_rdma.c P3) */
+	else
+		shutdown(k->fd, SHUT_RDWR);
 }
 
 static int on_result(struct psc_conn *k, const struct coord_wire_vres *res)
@@ -185,7 +218,7 @@ static void *reader_main(void *arg)
 	const char *why = "connection closed";
 	int r;
 
-	if (coord_frame_reader_init(&rd, k->fd, k->p->max_frame) < 0) {
+	if (!k->r && coord_frame_reader_init(&rd, k->fd, k->p->max_frame) < 0) {
 		pthread_mutex_lock(&k->lock);
 		conn_down(k, "no memory");
 		pthread_mutex_unlock(&k->lock);
@@ -195,7 +228,9 @@ static void *reader_main(void *arg)
 		struct coord_wire_iter it;
 		struct coord_wire_vres res;
 
-		r = coord_frame_read(&rd, -1, 10000, &h, &payload);
+		/* k->r is not replaced while this reader runs (conn_up() joins it first). */
+		r = k->r ? coord_psr_next(k->r, &h, &payload)
+			 : coord_frame_read(&rd, -1, 10000, &h, &payload);
 		if (r < 0) {
 			why = r == -EPIPE ? "connection closed by the ps"
 					  : "read failed or bad frame";
@@ -225,7 +260,8 @@ static void *reader_main(void *arg)
 	pthread_mutex_lock(&k->lock);
 	conn_down(k, why);
 	pthread_mutex_unlock(&k->lock);
-	coord_frame_reader_fini(&rd);
+	if (!k->r)
+		coord_frame_reader_fini(&rd);
 	return NULL;
 }
 
@@ -248,11 +284,33 @@ static int conn_up(struct psc_conn *k, struct coord_error *err)
 	if (k->reader_started) { /* a lost connection: its reader has ended */
 		pthread_join(k->reader, NULL);
 		k->reader_started = false;
-		close(k->fd);
+		if (k->fd >= 0)
+			close(k->fd);
 		k->fd = -1;
+		pthread_rwlock_wrlock(&k->use_lock); /* no one-sided reader or sender on it */
+		coord_psr_destroy(k->r);
+		k->r = NULL;
+		pthread_rwlock_unlock(&k->use_lock);
+		pthread_mutex_lock(&k->lock);
+		if (k->maps)
+			memset(k->maps, 0, k->nmaps * sizeof(*k->maps)); /* a new ps: map again */
+		k->gen++;
+		pthread_mutex_unlock(&k->lock);
 	}
-	r = coord_sock_connect(k->addr, k->p->connect_timeout_ms, &fd, err);
-	if (r == 0) {
+	if (k->p->rdma) {
+		struct coord_psr *pr;
+
+		r = coord_psr_connect(k->addr, &k->p->key, k->p->role, k->task, k->p->max_frame,
+				      k->p->connect_timeout_ms, &pr, err);
+		if (r == 0) {
+			pthread_rwlock_wrlock(&k->use_lock);
+			k->r = pr;
+			pthread_rwlock_unlock(&k->use_lock);
+		}
+	} else {
+		r = coord_sock_connect(k->addr, k->p->connect_timeout_ms, &fd, err);
+	}
+	if (r == 0 && !k->p->rdma) {
 		r = coord_frame_reader_init(&rd, fd, k->p->max_frame);
 		if (r == 0) {
 			r = coord_handshake_client(&rd, &k->p->key, k->p->role, COORD_ROLE_PS,
@@ -280,8 +338,13 @@ static int conn_up(struct psc_conn *k, struct coord_error *err)
 		pthread_mutex_lock(&k->lock);
 		k->up = false;
 		pthread_mutex_unlock(&k->lock);
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		k->fd = -1;
+		pthread_rwlock_wrlock(&k->use_lock);
+		coord_psr_destroy(k->r);
+		k->r = NULL;
+		pthread_rwlock_unlock(&k->use_lock);
 		pthread_mutex_unlock(&k->conn_lock);
 		return coord_seterr(err, COORD_ENOMEM, "cannot start a ps reader thread");
 	}
@@ -400,12 +463,106 @@ static void flush(struct psc_conn *k)
 		k->sparecap = cap;
 		coord_wire_writer_init(&k->w, k->out, k->outcap);
 		pthread_mutex_unlock(&k->lock);
-		r = coord_sock_send_all(k->fd, b, len);
+		if (k->p->rdma) {
+			pthread_rwlock_rdlock(&k->use_lock);
+			r = k->r ? coord_psr_send(k->r, b, len) : -EPIPE;
+			pthread_rwlock_unlock(&k->use_lock);
+		} else {
+			r = coord_sock_send_all(k->fd, b, len);
+		}
 		pthread_mutex_lock(&k->lock);
 		if (r < 0)
 			conn_down(k, "send failed");
 	}
 	k->flushing = false;
+}
+
+/* ---- one-sided reads (rdma) ---------------------------------------------------------- */
+
+/* Remember @id's map on @k (under k->lock), unless the connection changed. */
+static void map_store(struct psc_conn *k, uint32_t id, uint32_t gen, uint8_t state,
+		      const struct coord_ps_map *m)
+{
+	if (k->gen != gen)
+		return; /* replaced meanwhile: its maps are of another ps */
+	if (id >= k->nmaps) {
+		uint32_t n = k->nmaps ? k->nmaps : 16;
+		struct psc_map *b;
+
+		while (n <= id)
+			n *= 2;
+		b = realloc(k->maps, n * sizeof(*b));
+		if (!b)
+			return;
+		memset(b + k->nmaps, 0, (n - k->nmaps) * sizeof(*b));
+		k->maps = b;
+		k->nmaps = n;
+	}
+	k->maps[id].state = state;
+	if (m)
+		k->maps[id].m = *m;
+}
+
+/*
+ * Try the READ @op one-sided (rdma): map its variable if this connection
+ * has not yet, then RDMA READ a snapshot (runtime/varstore.c S2).  True if
+ * @op is done (result in place, code 0); false: send it two-sided, which
+ * also reports any error properly.
+ */
+static bool read_one_sided(struct coord_psc *p, struct coord_ps_op *op)
+{
+	struct psc_conn *k = &p->conns[op->task];
+	struct coord_ps_map m;
+	uint8_t state = MAP_NONE;
+	unsigned tries = 0;
+	uint32_t gen;
+	int r;
+
+	if (op->n > COORD_PSR_READ_MAX / sizeof(float) || op->n * sizeof(float) > op->cap ||
+	    conn_up(k, NULL) < 0)
+		return false;
+	pthread_mutex_lock(&k->lock);
+	gen = k->gen;
+	if (op->id < k->nmaps) {
+		state = k->maps[op->id].state;
+		m = k->maps[op->id].m;
+	}
+	pthread_mutex_unlock(&k->lock);
+	if (state == MAP_NO)
+		return false;
+	if (state == MAP_NONE) {
+		uint8_t b[COORD_PS_MAP_LEN];
+		struct coord_ps_op mop = { .op = COORD_PS_MAP,
+					   .task = op->task,
+					   .id = op->id,
+					   .dst = b,
+					   .cap = sizeof(b) };
+
+		r = coord_psc_run(p, &mop, 1, NULL);
+		if (r == 0 && mop.dst_len == sizeof(b)) {
+			coord_ps_map_get(b, &m);
+			state = MAP_OK;
+		} else if (r == COORD_EINVAL) {
+			state = MAP_NO; /* this ps cannot map it: two-sided from now on */
+		}
+		pthread_mutex_lock(&k->lock);
+		if (state != MAP_NONE)
+			map_store(k, op->id, gen, state, &m);
+		pthread_mutex_unlock(&k->lock);
+		if (state != MAP_OK)
+			return false;
+	}
+	pthread_rwlock_rdlock(&k->use_lock);
+	r = k->r ? coord_psr_read_var(k->r, &m, op->off, op->n, op->dst, &tries) : -EPIPE;
+	pthread_rwlock_unlock(&k->use_lock);
+	if (r != 0) {
+		coord_log(COORD_LOG_DEBUG, "ps task %u: one-sided read of %u: %s after %u tries",
+			  op->task, op->id, strerror(-r), tries);
+		return false;
+	}
+	op->dst_len = op->n * sizeof(float);
+	op->code = 0;
+	return true;
 }
 
 /* ---- running a batch ------------------------------------------------------------------ */
@@ -426,6 +583,25 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 		ops[i].dst_len = 0;
 		slot[i] = UINT32_MAX;
 	}
+	/* rdma: READs one-sided where they can (no ps CPU); a delete through
+	 * us forgets its map (its registration goes with it). */
+	for (unsigned i = 0; p->rdma && i < n; i++) {
+		if (ops[i].task >= p->nps)
+			continue;
+		if (ops[i].op == COORD_PS_DELETE) {
+			struct psc_conn *k = &p->conns[ops[i].task];
+
+			pthread_mutex_lock(&k->lock);
+			if (ops[i].id < k->nmaps)
+				k->maps[ops[i].id].state = MAP_NONE;
+			pthread_mutex_unlock(&k->lock);
+		}
+		if (ops[i].op == COORD_PS_READ && read_one_sided(p, &ops[i])) {
+			slot[i] = SLOT_DONE; /* done: nothing to send */
+			/* Relaxed: our own counter, nobody waits on it yet. */
+			atomic_fetch_sub_explicit(&w.left, 1, memory_order_relaxed);
+		}
+	}
 	for (unsigned t = 0; t < p->nps; t++) {
 		struct psc_conn *k = &p->conns[t];
 		bool any = false;
@@ -433,13 +609,13 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 		int r;
 
 		for (unsigned i = 0; i < n && !any; i++)
-			any = ops[i].task == t;
+			any = ops[i].task == t && slot[i] != SLOT_DONE;
 		if (!any)
 			continue;
 		r = conn_up(k, &e);
 		pthread_mutex_lock(&k->lock);
 		for (unsigned i = 0; i < n; i++) {
-			if (ops[i].task != t)
+			if (ops[i].task != t || slot[i] == SLOT_DONE)
 				continue;
 			if (r == 0 && !k->up)
 				r = coord_seterr(&e, COORD_EUNAVAILABLE,
@@ -487,7 +663,7 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 			for (unsigned i = 0; i < n; i++) {
 				struct psc_conn *k = &p->conns[ops[i].task];
 
-				if (slot[i] == UINT32_MAX)
+				if (slot[i] == UINT32_MAX || slot[i] == SLOT_DONE)
 					continue;
 				pthread_mutex_lock(&k->lock);
 				if (k->slots[slot[i]].w == &w && k->slots[slot[i]].op == &ops[i]) {
@@ -543,6 +719,7 @@ int coord_psc_create(const char *const *addrs, unsigned nps, uint8_t role,
 		k->fd = -1;
 		pthread_mutex_init(&k->conn_lock, NULL);
 		pthread_mutex_init(&k->lock, NULL);
+		pthread_rwlock_init(&k->use_lock, NULL);
 		if (!addrs[i] || strlen(addrs[i]) >= sizeof(k->addr)) {
 			coord_ps_destroy(ps);
 			return coord_seterr(err, COORD_EINVAL, "ps task %u: bad address", i);
@@ -561,6 +738,12 @@ int coord_psc_create(const char *const *addrs, unsigned nps, uint8_t role,
 	return 0;
 }
 
+void coord_psc_use_rdma(struct coord_ps *ps)
+{
+	if (ps && ps->remote)
+		ps->remote->rdma = true;
+}
+
 void coord_psc_destroy(struct coord_psc *p)
 {
 	if (!p)
@@ -571,7 +754,10 @@ void coord_psc_destroy(struct coord_psc *p)
 		if (k->reader_started) {
 			/* Nothing is pending (no caller is inside): close quietly. */
 			pthread_mutex_lock(&k->lock);
-			if (k->up) {
+			if (k->up && k->r) {
+				k->up = false;
+				coord_psr_shutdown(k->r);
+			} else if (k->up) {
 				coord_send_error(k->fd, 0, "closing");
 				k->up = false;
 				shutdown(k->fd, SHUT_RDWR);
@@ -581,6 +767,9 @@ void coord_psc_destroy(struct coord_psc *p)
 		}
 		if (k->fd >= 0)
 			close(k->fd);
+		coord_psr_destroy(k->r);
+		free(k->maps);
+		pthread_rwlock_destroy(&k->use_lock);
 		pthread_mutex_destroy(&k->conn_lock);
 		pthread_mutex_destroy(&k->lock);
 		free(k->out);
@@ -629,6 +818,8 @@ int coord_ps_setup(struct coord *c, const struct coord_spec *spec, struct coord_
 				     c->opts.connect_timeout_ms, c->opts.ps_timeout_ms, &c->ps,
 				     err);
 		coord_key_wipe(&key);
+		if (r == 0 && strcmp(c->tp->name, "rdma") == 0)
+			coord_psc_use_rdma(c->ps); /* the ps tasks serve rdma too */
 	}
 	free(addrs);
 	if (r == 0 && !(c->ps->failures = calloc(nps, sizeof(*c->ps->failures)))) {

@@ -27,10 +27,29 @@
  * over tcp.  Only the loop touches its connections: no locks, and no
  * atomics on that state.
  *
- * Failure: a closed or broken channel, or a bad frame, fails the
- * connection: its closures go back on the queue, its worker is marked down,
- * the others go on; the last one lost reports UNAVAILABLE.  Reconnection
- * (ops->reconnect) is not written yet: NULL, as tcp's was at first.
+ * Failure, as over tcp (tcp.c's header): a closed or broken channel, a bad
+ * frame, heartbeat_misses heartbeat intervals of silence (a PING goes out
+ * after one interval; the worker answers, or keeps a busy connection alive
+ * with unsolicited PONGs, rdma_server.c P5), or a closure in flight past
+ * opts.closure_timeout_ms (B6) fail the connection: the closures in flight
+ * on it go back on the queue at once (attempt + 1, S2), the channel is shut
+ * down (the worker sees the disconnection), its worker is handed to the
+ * recovery thread (coord_worker_lost()), and the others go on (B2).
+ *
+ * Reconnection.  The recovery thread dials the worker again on its attempt
+ * thread (conn_dial(): rdma_cm connect, handshake, tables, PING) and queues
+ * the new channel on the loop's admission list; the loop installs it
+ * (admit()) at the start of its next round.  Unlike a socket, a failed
+ * channel has no completions in flight that the loop could still reap: it
+ * left the epoll set when it failed, and only the loop touches it, so the
+ * loop destroys it right there and the new one takes its place.
+ *
+ *   L1  A connection's channel, buffers and slots belong to its loop; the
+ *       recovery thread touches only the admission list (admit_lock) and
+ *       the new channel it made, which it hands over with the list.
+ *   L2  Every closure in a slot of a connection that fails is put back
+ *       exactly once (conn_fail() empties the slots before anything else
+ *       may refill them: the connection is down until admit()).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -62,8 +81,14 @@ struct rdma_conn {
 	/* in flight */
 	struct coord_closure **slots;
 	uint32_t *seq;
+	uint64_t *sent_ns; /* when each slot's closure was queued (B6) */
 	uint32_t *freel;
 	unsigned nfree, window;
+	/* liveness: any frame received resets last_rx_ns */
+	uint64_t last_rx_ns, ping_ns;
+	/* re-admission (L1): on its loop's admission list with a new channel */
+	struct rdma_conn *admit_next;
+	struct coord_rdma_chan *admit_ch;
 };
 
 struct rdma_loop {
@@ -78,6 +103,13 @@ struct rdma_loop {
 	uint64_t inflight;  /* taken by this loop and not yet finished */
 	struct coord_closure **batch, **done;
 	unsigned ndone, done_cap;
+	/* Re-admission of reconnected workers (the recovery thread pushes,
+	 * the loop installs; L1): off the fast path, so a mutex. */
+	pthread_mutex_t admit_lock;
+	bool admit_lock_init;
+	struct rdma_conn *admit;
+	_Atomic bool admit_pending;
+	uint64_t next_check_ns; /* heartbeats and closure deadlines */
 };
 
 struct rdma_tp {
@@ -124,8 +156,7 @@ static void conn_fail(struct rdma_conn *k, const char *why)
 		return;
 	k->up = false;
 	conn_idle_update(k);
-	/* Release: the worker's state is read by metrics and recovery. */
-	atomic_store_explicit(&k->w->state, COORD_WORKER_DOWN, memory_order_release);
+	/* L2: every closure in flight here goes back once (S2, attempt + 1). */
 	for (unsigned s = 0; s < k->window; s++) {
 		if (!k->slots[s])
 			continue;
@@ -141,19 +172,31 @@ static void conn_fail(struct rdma_conn *k, const char *why)
 	if (n)
 		coord_dispatch_put_back(l->d, back, n);
 	l->inflight -= total;
-	/* A closed channel's fds may stay readable: out of the epoll set. */
+	/* A closed channel's fds may stay readable: out of the epoll set; and
+	 * disconnect now, so a worker that is still alive (a missed heartbeat,
+	 * a closure past its deadline) drops its side.  Destroyed by admit()
+	 * or at stop (L1). */
 	if (k->ch) {
 		int cq_fd, cm_fd;
 
 		coord_rdma_chan_fds(k->ch, &cq_fd, &cm_fd);
 		epoll_ctl(l->epfd, EPOLL_CTL_DEL, cq_fd, NULL);
 		epoll_ctl(l->epfd, EPOLL_CTL_DEL, cm_fd, NULL);
+		coord_rdma_chan_shutdown(k->ch);
 	}
-	coord_log(COORD_LOG_WARN, "worker %d (%s) lost over rdma: %s; %u closures put back",
-		  k->w->index, k->peer, why, total);
-	/* Relaxed: a count; the last one down reports (once). */
-	if (atomic_fetch_sub_explicit(&l->t->up, 1, memory_order_relaxed) == 1)
-		coord_report_unavailable(c, k->w->index, "every worker is lost");
+	coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
+	k->ooff = 0;
+	/* Relaxed: a count of live connections (logs). */
+	atomic_fetch_sub_explicit(&l->t->up, 1, memory_order_relaxed);
+	{
+		char msg[COORD_ERRMSG_LEN];
+
+		snprintf(msg, sizeof(msg), "%s (%s, rdma); %u closures put back", why, k->peer,
+			 total);
+		/* S10: the recovery thread brings it back, or drops it and,
+		 * when none is left, reports UNAVAILABLE (runtime/recovery.c). */
+		coord_worker_lost(c, k->w, msg);
+	}
 }
 
 /* ---- results ---------------------------------------------------------------------- */
@@ -264,6 +307,8 @@ static bool conn_reap(struct rdma_conn *k)
 		if (r < 0)
 			break;
 		got = true;
+		k->last_rx_ns = coord_now_ns(); /* alive (heartbeats) */
+		k->ping_ns = 0;
 		if (h.type == COORD_WIRE_RES) {
 			r = on_res_frame(k, &h, payload);
 		} else if (h.type == COORD_WIRE_ERROR) {
@@ -300,7 +345,7 @@ static bool conn_reap(struct rdma_conn *k)
 /* ---- requests --------------------------------------------------------------------- */
 
 /* Add @cl to @k's output; false if it cannot be sent (too large). */
-static bool enqueue_req(struct rdma_conn *k, struct coord_closure *cl)
+static bool enqueue_req(struct rdma_conn *k, struct coord_closure *cl, uint64_t now)
 {
 	struct coord *c = k->loop->t->c;
 	struct coord_wire_req q = { .attempt = cl->attempt,
@@ -346,6 +391,7 @@ static bool enqueue_req(struct rdma_conn *k, struct coord_closure *cl)
 	if (coord_wire_put_req(&k->ow, &q) < 0)
 		coord_die("wire encoder", ENOSPC); /* room was made above */
 	k->slots[slot] = cl;
+	k->sent_ns[slot] = now;
 	conn_idle_update(k);
 	return true;
 }
@@ -412,7 +458,7 @@ static void place(struct rdma_loop *l, struct coord_closure *cl, uint64_t now)
 		l->inflight--;
 		return;
 	}
-	if (!enqueue_req(k, cl)) {
+	if (!enqueue_req(k, cl, now)) {
 		coord_dispatch_complete(l->d, cl, k->w->index, -EMSGSIZE, 0,
 					"arguments too large for one frame");
 		l->done[l->ndone++] = cl;
@@ -437,6 +483,121 @@ static void dispatch(struct rdma_loop *l, unsigned n)
 		place(l, l->batch[i], now);
 }
 
+/* ---- liveness and re-admission ---------------------------------------------------- */
+
+/* Append a PING (token: our heartbeat interval) to @k's output and post it. */
+static void send_ping(struct rdma_conn *k, uint64_t token)
+{
+	if (k->ow.frame != SIZE_MAX)
+		coord_wire_end(&k->ow);
+	if (k->ow.cap - k->ow.len < COORD_WIRE_HDR + 8)
+		return; /* output full: traffic is flowing anyway */
+	coord_wire_put_ping(&k->ow, COORD_WIRE_PING, token);
+	flush_out(k);
+}
+
+/*
+ * Liveness of @l's connections, as tcp.c's check_conns(): ping a connection
+ * silent for a heartbeat interval; fail one silent for heartbeat_misses
+ * intervals (a stopped or partitioned machine, a peer whose QP is gone), or
+ * one whose oldest closure has run past opts.closure_timeout_ms (B6).
+ * Rate-limited; returns the next due time (0: no checks).
+ */
+static uint64_t check_conns(struct rdma_loop *l, uint64_t now)
+{
+	struct coord *c = l->t->c;
+	uint64_t hb = (uint64_t)c->opts.heartbeat_ms * 1000000ull;
+	uint64_t dl = (uint64_t)c->opts.closure_timeout_ms * 1000000ull, period;
+	char why[160];
+
+	if (!hb && !dl)
+		return 0;
+	if (now < l->next_check_ns)
+		return l->next_check_ns;
+	period = hb ? hb / 8 : dl / 4;
+	if (dl && dl / 4 < period)
+		period = dl / 4;
+	if (period < 2000000ull)
+		period = 2000000ull;
+	l->next_check_ns = now + period;
+	for (unsigned i = 0; i < l->nconns; i++) {
+		struct rdma_conn *k = l->conns[i];
+		uint64_t silent = now > k->last_rx_ns ? now - k->last_rx_ns : 0;
+
+		if (!k->up)
+			continue;
+		/* Lost one check early, so it is declared within misses x H
+		 * of its last frame whatever the check's phase. */
+		if (hb && silent + period >= hb * (uint64_t)c->opts.heartbeat_misses) {
+			snprintf(why, sizeof(why), "no heartbeat for %llu ms",
+				 (unsigned long long)(silent / 1000000));
+			conn_fail(k, why);
+			continue;
+		}
+		if (hb && silent >= hb && !k->ping_ns) {
+			k->ping_ns = now;
+			send_ping(k, (uint64_t)c->opts.heartbeat_ms);
+		}
+		for (unsigned s = 0; dl && k->up && s < k->window; s++)
+			if (k->slots[s] && now - k->sent_ns[s] > dl) {
+				snprintf(why, sizeof(why),
+					 "closure %llu ran past its deadline of %lld ms (B6)",
+					 (unsigned long long)k->slots[s]->id,
+					 (long long)c->opts.closure_timeout_ms);
+				conn_fail(k, why);
+			}
+	}
+	return l->next_check_ns;
+}
+
+/* Loop thread: install the channels the recovery thread made (L1); their
+ * fds are in our epoll set already (rdma_reconnect()). */
+static void admit(struct rdma_loop *l)
+{
+	struct rdma_conn *list, *k;
+	bool installed = false;
+
+	/* Relaxed: a cheap look every round; the exchange below orders. */
+	if (!atomic_load_explicit(&l->admit_pending, memory_order_relaxed))
+		return;
+	/* Acquire: pairs with rdma_reconnect()'s release: the new channel
+	 * and the list it made happen-before our use of them (L1). */
+	if (!atomic_exchange_explicit(&l->admit_pending, false, memory_order_acquire))
+		return;
+	pthread_mutex_lock(&l->admit_lock);
+	list = l->admit;
+	l->admit = NULL;
+	pthread_mutex_unlock(&l->admit_lock);
+	while ((k = list)) {
+		list = k->admit_next;
+		k->admit_next = NULL;
+		if (k->up) { /* cannot happen (R1: one attempt while DOWN); be safe */
+			coord_rdma_chan_destroy(k->admit_ch);
+			k->admit_ch = NULL;
+			continue;
+		}
+		coord_rdma_chan_destroy(k->ch); /* failed: out of epoll, shut down */
+		k->ch = k->admit_ch;
+		k->admit_ch = NULL;
+		coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
+		k->ooff = 0;
+		k->last_rx_ns = coord_now_ns();
+		k->ping_ns = 0;
+		k->up = true;
+		conn_idle_update(k);
+		/* Relaxed: a count of live connections (logs). */
+		atomic_fetch_add_explicit(&l->t->up, 1, memory_order_relaxed);
+		coord_log(COORD_LOG_INFO, "worker %d (%s) connected again over rdma", k->w->index,
+			  k->peer);
+		installed = true;
+	}
+	/* B4 (sched.c H2): closures bound to these workers may go now (see
+	 * transport/tcp.c admit() for why the recovery thread's word is not
+	 * enough). */
+	if (installed)
+		coord_hq_worker_up(l->t->c);
+}
+
 /* ---- the loop --------------------------------------------------------------------- */
 
 /* Arm every channel; false if one has work already (do not sleep). */
@@ -458,21 +619,41 @@ static void *loop_main(void *arg)
 	unsigned max_batch = c->opts.batch;
 	uint64_t spin_until = 0;
 
+	/* Silence is counted from now, not from each connection's open: the
+	 * connections opened one after another, and a slow start (many
+	 * workers, a slow handshake) must not count as missed heartbeats. */
+	for (unsigned i = 0; i < l->nconns; i++)
+		l->conns[i]->last_rx_ns = coord_now_ns();
 	for (;;) {
-		uint64_t now = coord_now_ns(), next_start;
-		bool has_idle, got = false;
-		unsigned cr = credit(l, now, &next_start, &has_idle), n = 0;
-		/* Relaxed: a placement hint (rdma_tp.idle), read once per round. */
-		int idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
-		bool may_take = cr > 0 && (has_idle || coord_queue_size(c) > (uint64_t)idle);
+		uint64_t now, next_start, due;
+		bool has_idle, has_down, got = false;
+		unsigned cr, n = 0;
+		int idle;
+		bool may_take;
 
+		/* Start of a round: install reconnected workers, check liveness. */
+		admit(l);
+		now = coord_now_ns();
+		due = check_conns(l, now);
+		cr = credit(l, now, &next_start, &has_idle);
+		/* A worker being recovered: its admission is ours to do (admit()),
+		 * so do not sleep on the queue's futex meanwhile (B4: closures
+		 * bound to it wait for that; tcp.c does the same). */
+		has_down = false;
+		for (unsigned i = 0; i < l->nconns; i++)
+			has_down |= !l->conns[i]->up;
+		/* Relaxed: a placement hint (rdma_tp.idle), read once per round. */
+		idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
+		may_take = cr > 0 && (has_idle || coord_queue_size(c) > (uint64_t)idle);
 		/* Relaxed: stop is also signalled through the eventfd and not_empty. */
 		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
 			break;
 		if (may_take) {
 			unsigned max = cr < max_batch ? cr : max_batch;
 
-			n = l->inflight == 0 && !next_start
+			/* Block on the queue only with nothing in flight and no
+			 * liveness check or staggered start due. */
+			n = l->inflight == 0 && !next_start && !due && !has_down
 				    ? coord_dispatch_take(l->d, l->batch, max)
 				    : coord_dispatch_try_take(l->d, l->batch, max);
 			if (n)
@@ -495,7 +676,8 @@ static void *loop_main(void *arg)
 			continue;
 		}
 		/* Nothing to do: sleep in epoll until a completion, new work
-		 * (if we have room for it) or the next staggered start. */
+		 * (if we have room for it), a re-admission (the eventfd), the
+		 * next staggered start or the next liveness check. */
 		{
 			struct epoll_event ev[16];
 			bool reg = false;
@@ -516,6 +698,8 @@ static void *loop_main(void *arg)
 					continue; /* work arrived: go round */
 				}
 			}
+			if (due && (!next_start || due < next_start))
+				next_start = due;
 			if (may_take && coord_dispatch_due(l->d) &&
 			    (!next_start || coord_dispatch_due(l->d) < next_start))
 				next_start = coord_dispatch_due(l->d); /* B4: a fallback */
@@ -541,38 +725,45 @@ static void *loop_main(void *arg)
 
 /* ---- set-up and tear-down --------------------------------------------------------- */
 
-static int conn_open(struct rdma_tp *t, struct rdma_conn *k, struct coord_worker *w,
+/*
+ * Connect to @k's worker (k->peer), run the handshake and send what a
+ * worker needs first: the function table, the ps tasks' addresses, and a
+ * PING whose token is our heartbeat interval (so it keeps a busy connection
+ * alive, rdma_server.c P5).  Used at start and by the recovery thread's
+ * attempt (reads only what never changes after start); *@out on success,
+ * owned by the caller.
+ */
+static int conn_dial(struct rdma_tp *t, struct rdma_conn *k, struct coord_rdma_chan **out,
 		     struct coord_error *err)
 {
 	struct coord *c = t->c;
+	struct coord_rdma_chan *ch = NULL;
 	struct coord_frame_io io;
-	const char *addr;
+	const char *addr = k->peer;
 	uint8_t *fb;
 	size_t fcap = 64;
 	struct coord_wire_writer fw;
 	int r;
 
-	k->w = w;
-	r = coord_spec_task_address(c->spec, "worker", w->index, &addr, err);
+	*out = NULL;
+	r = coord_rdma_connect(addr, &t->copts, c->opts.connect_timeout_ms, &ch, err);
 	if (r < 0)
 		return r;
-	snprintf(k->peer, sizeof(k->peer), "%s", addr);
-	r = coord_rdma_connect(addr, &t->copts, c->opts.connect_timeout_ms, &k->ch, err);
-	if (r < 0)
-		return r;
-	coord_rdma_chan_io(&io, k->ch);
+	coord_rdma_chan_io(&io, ch);
 	r = coord_handshake_client_io(&io, &t->key, COORD_ROLE_COORDINATOR, COORD_ROLE_WORKER,
-				      (uint32_t)w->index, c->opts.connect_timeout_ms, addr, err);
+				      (uint32_t)k->w->index, c->opts.connect_timeout_ms, addr, err);
 	if (r < 0)
-		return r;
+		goto fail;
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		fcap += 6 + strlen(c->reg->fns[i].name);
 	for (unsigned i = 0; c->ps && c->ps->remote && i < c->ps->nps; i++)
 		fcap += 6 + strlen(coord_psc_addr(c->ps->remote, i));
-	fb = malloc(fcap + 2 * COORD_WIRE_HDR);
-	if (!fb)
-		return coord_seterr(err, COORD_ENOMEM, "no memory");
-	coord_wire_writer_init(&fw, fb, fcap + 2 * COORD_WIRE_HDR);
+	fb = malloc(fcap + 3 * COORD_WIRE_HDR + 8);
+	if (!fb) {
+		r = coord_seterr(err, COORD_ENOMEM, "no memory");
+		goto fail;
+	}
+	coord_wire_writer_init(&fw, fb, fcap + 3 * COORD_WIRE_HDR + 8);
 	coord_wire_begin(&fw, COORD_WIRE_FN_TABLE);
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		coord_wire_put_fn(&fw, i, c->reg->fns[i].name);
@@ -583,18 +774,45 @@ static int conn_open(struct rdma_tp *t, struct rdma_conn *k, struct coord_worker
 			coord_wire_put_addr(&fw, i, coord_psc_addr(c->ps->remote, i));
 		coord_wire_end(&fw);
 	}
-	r = coord_rdma_chan_send(k->ch, fb, fw.len, c->opts.connect_timeout_ms);
+	if (c->opts.heartbeat_ms > 0)
+		coord_wire_put_ping(&fw, COORD_WIRE_PING, (uint64_t)c->opts.heartbeat_ms);
+	r = coord_rdma_chan_send(ch, fb, fw.len, c->opts.connect_timeout_ms);
 	free(fb);
+	if (r < 0) {
+		r = coord_seterr(err, r, "%s: cannot send the function table: %s", addr,
+				 strerror(-r));
+		goto fail;
+	}
+	*out = ch;
+	return 0;
+fail:
+	coord_rdma_chan_destroy(ch);
+	return r;
+}
+
+static int conn_open(struct rdma_tp *t, struct rdma_conn *k, struct coord_worker *w,
+		     struct coord_error *err)
+{
+	struct coord *c = t->c;
+	const char *addr;
+	int r;
+
+	k->w = w;
+	r = coord_spec_task_address(c->spec, "worker", w->index, &addr, err);
 	if (r < 0)
-		return coord_seterr(err, r, "%s: cannot send the function table: %s", addr,
-				    strerror(-r));
+		return r;
+	snprintf(k->peer, sizeof(k->peer), "%s", addr);
+	r = conn_dial(t, k, &k->ch, err);
+	if (r < 0)
+		return r;
 	k->window = c->opts.window;
 	k->ocap = 64 * 1024;
 	k->obuf = malloc(k->ocap);
 	k->slots = calloc(k->window, sizeof(*k->slots));
 	k->seq = calloc(k->window, sizeof(*k->seq));
+	k->sent_ns = calloc(k->window, sizeof(*k->sent_ns));
 	k->freel = calloc(k->window, sizeof(*k->freel));
-	if (!k->obuf || !k->slots || !k->seq || !k->freel)
+	if (!k->obuf || !k->slots || !k->seq || !k->sent_ns || !k->freel)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a connection");
 	for (unsigned s = 0; s < k->window; s++)
 		k->freel[s] = k->window - 1 - s;
@@ -602,21 +820,66 @@ static int conn_open(struct rdma_tp *t, struct rdma_conn *k, struct coord_worker
 	coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
 	k->up = true;
 	k->idle = true;
+	k->last_rx_ns = coord_now_ns();
 	/* Relaxed: before the loops start (pthread_create orders it). */
 	atomic_fetch_add_explicit(&t->idle, 1, memory_order_relaxed);
 	return 0;
 }
 
-/* Watch @k's two fds in its loop's epoll set. */
-static int conn_watch(struct rdma_conn *k)
+/* Watch @ch's two fds in @k's loop's epoll set (epoll_ctl is thread-safe). */
+static int chan_watch(struct rdma_conn *k, struct coord_rdma_chan *ch)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = k };
 	int cq_fd, cm_fd;
 
-	coord_rdma_chan_fds(k->ch, &cq_fd, &cm_fd);
-	if (epoll_ctl(k->loop->epfd, EPOLL_CTL_ADD, cq_fd, &ev) < 0 ||
-	    epoll_ctl(k->loop->epfd, EPOLL_CTL_ADD, cm_fd, &ev) < 0)
+	coord_rdma_chan_fds(ch, &cq_fd, &cm_fd);
+	if (epoll_ctl(k->loop->epfd, EPOLL_CTL_ADD, cq_fd, &ev) < 0)
 		return -errno;
+	if (epoll_ctl(k->loop->epfd, EPOLL_CTL_ADD, cm_fd, &ev) < 0) {
+		int r = -errno;
+
+		epoll_ctl(k->loop->epfd, EPOLL_CTL_DEL, cq_fd, NULL);
+		return r;
+	}
+	return 0;
+}
+
+static int conn_watch(struct rdma_conn *k)
+{
+	return chan_watch(k, k->ch);
+}
+
+/*
+ * The recovery thread's reconnect (S10): dial the lost worker again, put
+ * the new channel's fds in the loop's epoll set (events for it only wake
+ * the loop until it is installed) and hand it to the loop, which installs
+ * it at its next round (admit(); L1).
+ */
+static int rdma_reconnect(struct coord *c, struct coord_worker *w, struct coord_error *err)
+{
+	struct rdma_tp *t = c->tp_state;
+	struct rdma_conn *k = &t->conns[w->index];
+	struct rdma_loop *l = k->loop;
+	struct coord_rdma_chan *ch;
+	uint64_t one = 1;
+	int r = conn_dial(t, k, &ch, err);
+
+	if (r < 0)
+		return r;
+	r = chan_watch(k, ch);
+	if (r < 0) {
+		coord_rdma_chan_destroy(ch);
+		return coord_seterr(err, r, "%s: epoll_ctl: %s", k->peer, strerror(-r));
+	}
+	pthread_mutex_lock(&l->admit_lock);
+	k->admit_ch = ch;
+	k->admit_next = l->admit;
+	l->admit = k;
+	pthread_mutex_unlock(&l->admit_lock);
+	/* Release: pairs with admit()'s acquire; the list (under the mutex)
+	 * and the channel before the flag the loop polls (L1). */
+	atomic_store_explicit(&l->admit_pending, true, memory_order_release);
+	(void)!write(l->efd, &one, sizeof(one));
 	return 0;
 }
 
@@ -631,6 +894,12 @@ static void rdma_free(struct rdma_tp *t)
 			close(l->epfd);
 		if (l->efd >= 0)
 			close(l->efd);
+		for (struct rdma_conn *k = l->admit; k; k = k->admit_next) {
+			coord_rdma_chan_destroy(k->admit_ch); /* reconnected, never installed */
+			k->admit_ch = NULL;
+		}
+		if (l->admit_lock_init)
+			pthread_mutex_destroy(&l->admit_lock);
 		free(l->conns);
 		free(l->batch);
 		free(l->done);
@@ -642,6 +911,7 @@ static void rdma_free(struct rdma_tp *t)
 		free(k->obuf);
 		free(k->slots);
 		free(k->seq);
+		free(k->sent_ns);
 		free(k->freel);
 	}
 	free(t->conns);
@@ -733,6 +1003,8 @@ static int rdma_start(struct coord *c, struct coord_error *err)
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = l };
 
 		l->t = t;
+		pthread_mutex_init(&l->admit_lock, NULL);
+		l->admit_lock_init = true;
 		l->d = &c->disp[i];
 		l->d->tp = l;
 		l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -797,4 +1069,5 @@ const struct coord_tp_ops coord_tp_rdma = {
 	.stop = rdma_stop,
 	.wake = rdma_wake,
 	.room = rdma_room,
+	.reconnect = rdma_reconnect,
 };

@@ -1259,6 +1259,18 @@ void coord_rdma_chan_io(struct coord_frame_io *io, struct coord_rdma_chan *ch)
 
 /* ---- closing ---------------------------------------------------------------------- */
 
+void coord_rdma_chan_shutdown(struct coord_rdma_chan *ch)
+{
+	if (!ch)
+		return;
+	if (!ch->err)
+		ch->err = -EPIPE; /* sticky: sends and reads fail, destroy does not drain */
+	if (ch->connected) {
+		rdma_disconnect(ch->id); /* the peer sees DISCONNECTED: -EPIPE */
+		ch->connected = false;
+	}
+}
+
 void coord_rdma_chan_destroy(struct coord_rdma_chan *ch)
 {
 	if (!ch)
@@ -1353,17 +1365,20 @@ void coord_rdma_mr_export(const struct coord_rdma_mr *mr, uint64_t *addr, uint32
 	*rkey = mr->mr->rkey;
 }
 
-int coord_rdma_read(struct coord_rdma_chan *ch, struct coord_rdma_mr *local, size_t loff,
-		    uint64_t raddr, uint32_t rkey, size_t len, int timeout_ms)
+int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
+		     const struct coord_rdma_rseg *seg, unsigned n, int timeout_ms)
 {
 	uint64_t deadline = deadline_ms(timeout_ms), seq;
-	struct ibv_send_wr *wr = &ch->swr[0], *bad;
-	struct ibv_sge *sge = &ch->ssge[0];
+	struct ibv_send_wr *bad;
 	int r;
 
-	if (loff > local->mr->length || len > local->mr->length - loff || len > UINT32_MAX)
+	if (n == 0 || n > ch->o.nsend)
 		return -EINVAL;
-	while (ch->sq_head - ch->sq_done >= ch->o.nsend) {
+	for (unsigned i = 0; i < n; i++)
+		if (seg[i].loff > local->mr->length ||
+		    seg[i].len > local->mr->length - seg[i].loff || seg[i].len > UINT32_MAX)
+			return -EINVAL;
+	while (ch->sq_head - ch->sq_done + n > ch->o.nsend) {
 		if (ch->err || ch->closed)
 			return -EPIPE;
 		if (wait_event(ch, deadline) < 0)
@@ -1371,26 +1386,34 @@ int coord_rdma_read(struct coord_rdma_chan *ch, struct coord_rdma_mr *local, siz
 	}
 	if (ch->err || ch->closed || !ch->connected)
 		return -EPIPE;
-	seq = ch->sq_head;
-	memset(wr, 0, sizeof(*wr));
-	sge->addr = (uintptr_t)local->mr->addr + loff;
-	sge->length = (uint32_t)len;
-	sge->lkey = local->mr->lkey;
-	wr->wr_id = seq;
-	wr->sg_list = sge;
-	wr->num_sge = 1;
-	wr->opcode = IBV_WR_RDMA_READ;
-	wr->send_flags = IBV_SEND_SIGNALED;
-	wr->wr.rdma.remote_addr = raddr;
-	wr->wr.rdma.rkey = rkey;
+	/* One chain, the last request signalled: the send queue completes in
+	 * order, so its completion says every READ before it is in too. */
+	for (unsigned i = 0; i < n; i++) {
+		struct ibv_send_wr *wr = &ch->swr[i];
+		struct ibv_sge *sge = &ch->ssge[i];
+
+		memset(wr, 0, sizeof(*wr));
+		sge->addr = (uintptr_t)local->mr->addr + seg[i].loff;
+		sge->length = (uint32_t)seg[i].len;
+		sge->lkey = local->mr->lkey;
+		wr->wr_id = ch->sq_head + i;
+		wr->sg_list = sge;
+		wr->num_sge = 1;
+		wr->opcode = IBV_WR_RDMA_READ;
+		wr->send_flags = i == n - 1 ? IBV_SEND_SIGNALED : 0;
+		wr->wr.rdma.remote_addr = seg[i].raddr;
+		wr->wr.rdma.rkey = seg[i].rkey;
+		wr->next = i + 1 < n ? &ch->swr[i + 1] : NULL;
+	}
+	seq = ch->sq_head + n - 1;
 	ch->st.signalled++;
 	ch->sig_head = seq + 1;
-	r = ibv_post_send(ch->id->qp, wr, &bad);
+	r = ibv_post_send(ch->id->qp, &ch->swr[0], &bad);
 	if (r) {
 		chan_break(ch, -r, "ibv_post_send (RDMA READ) failed");
 		return -EPIPE;
 	}
-	ch->sq_head++;
+	ch->sq_head += n;
 	while (ch->sq_done <= seq) {
 		if (ch->err)
 			return ch->err == -EIO ? -EIO : -EPIPE;
@@ -1400,4 +1423,12 @@ int coord_rdma_read(struct coord_rdma_chan *ch, struct coord_rdma_mr *local, siz
 			return -ETIMEDOUT;
 	}
 	return 0;
+}
+
+int coord_rdma_read(struct coord_rdma_chan *ch, struct coord_rdma_mr *local, size_t loff,
+		    uint64_t raddr, uint32_t rkey, size_t len, int timeout_ms)
+{
+	struct coord_rdma_rseg seg = { .loff = loff, .raddr = raddr, .rkey = rkey, .len = len };
+
+	return coord_rdma_readv(ch, local, &seg, 1, timeout_ms);
 }

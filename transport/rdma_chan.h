@@ -170,6 +170,17 @@ COORD_HIDDEN void coord_rdma_listener_destroy(struct coord_rdma_listener *l);
 COORD_HIDDEN void coord_rdma_chan_destroy(struct coord_rdma_chan *ch);
 
 /**
+ * coord_rdma_chan_shutdown() - disconnect @ch now, without waiting.
+ * @ch: the channel; it stays allocated (its fds valid) until
+ *      coord_rdma_chan_destroy(), which then skips the graceful drain.
+ *
+ * What was posted and not yet delivered may be lost (rdma_disconnect()
+ * flushes the queues); the peer sees the disconnection (-EPIPE).  For a
+ * peer given up on: a missed heartbeat, a closure past its deadline.
+ */
+COORD_HIDDEN void coord_rdma_chan_shutdown(struct coord_rdma_chan *ch);
+
+/**
  * coord_rdma_chan_send() - send whole frames.
  * @ch:         the channel.
  * @buf/@len:   one or more whole frames (not checked here: the receiver
@@ -343,5 +354,31 @@ COORD_HIDDEN void coord_rdma_mr_export(const struct coord_rdma_mr *mr, uint64_t 
 COORD_HIDDEN int coord_rdma_read(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
 				 size_t loff, uint64_t raddr, uint32_t rkey, size_t len,
 				 int timeout_ms);
+
+/**
+ * struct coord_rdma_rseg - one RDMA READ of coord_rdma_readv().
+ * @loff:  where in the local region the bytes go.
+ * @raddr/@rkey: what the peer exported; @len: bytes.
+ */
+struct coord_rdma_rseg {
+	size_t loff;
+	uint64_t raddr;
+	uint32_t rkey;
+	size_t len;
+};
+
+/**
+ * coord_rdma_readv() - @n RDMA READs posted as one chain, waited for
+ *                      together (one round trip).
+ * @ch/@local/@timeout_ms: as coord_rdma_read().
+ * @seg/@n: the reads, 1..nsend of them.
+ *
+ * The responder executes them in order (RC), so a later READ samples the
+ * peer's memory after an earlier one did (what a seqlock reader needs,
+ * runtime/varstore.c S2).  Only the last is signalled.
+ * Return: as coord_rdma_read().
+ */
+COORD_HIDDEN int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
+				  const struct coord_rdma_rseg *seg, unsigned n, int timeout_ms);
 
 #endif /* COORD_TRANSPORT_RDMA_CHAN_H */

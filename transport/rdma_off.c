@@ -4,6 +4,7 @@
  * or librdmacm: it only says why it is not there.
  */
 #include "runtime/internal.h"
+#include "transport/ps_rdma.h"
 #include "transport/rdma_chan.h"
 #include "transport/srv_proto.h"
 
@@ -47,3 +48,55 @@ const struct coord_tp_ops coord_tp_rdma = {
 	.stop = rdma_off_stop,
 	.wake = rdma_off_wake,
 };
+
+/* transport/ps_rdma.h without verbs: ps tasks cannot be reached over rdma. */
+int coord_psr_connect(const char *addr, const struct coord_key *key, uint8_t role, unsigned task,
+		      uint32_t max_frame, int timeout_ms, struct coord_psr **out,
+		      struct coord_error *err)
+{
+	(void)key;
+	(void)role;
+	(void)task;
+	(void)max_frame;
+	(void)timeout_ms;
+	*out = NULL;
+	return coord_seterr(err, -ENODEV, "%s: coord was built without rdma", addr);
+}
+
+int coord_psr_send(struct coord_psr *r, const void *buf, size_t len)
+{
+	(void)r;
+	(void)buf;
+	(void)len;
+	return -EPIPE;
+}
+
+int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload)
+{
+	(void)r;
+	(void)h;
+	(void)payload;
+	return -EPIPE;
+}
+
+int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off, uint64_t n,
+		       void *dst, unsigned *tries)
+{
+	(void)r;
+	(void)m;
+	(void)off;
+	(void)n;
+	(void)dst;
+	*tries = 0;
+	return -EPIPE;
+}
+
+void coord_psr_shutdown(struct coord_psr *r)
+{
+	(void)r;
+}
+
+void coord_psr_destroy(struct coord_psr *r)
+{
+	(void)r;
+}

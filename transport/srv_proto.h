@@ -39,7 +39,13 @@ struct coord_srv_ps;
  * @key:  the cluster key (or none).
  * @lock: guards @pss (and the transport's own connection list).
  * @pss:  clients of ps tasks, shared by connections naming the same tasks.
+ * @map_var: ps over rdma: register variable @id for remote reads and fill
+ *        @out (a MAP op, ps.h); NULL elsewhere (MAP then fails).  Called by
+ *        the thread that drives @k.
+ * @unmap_var: ps over rdma: variable @id is about to be deleted: deregister
+ *        it first, so no remote read reaches its freed memory.  NULL elsewhere.
  */
+struct coord_srv_conn;
 struct coord_srv {
 	const struct coord_server_opts *o;
 	uint8_t role;
@@ -47,6 +53,10 @@ struct coord_srv {
 	struct coord_key key;
 	pthread_mutex_t lock;
 	struct coord_srv_ps *pss;
+	int (*map_var)(struct coord_srv_conn *k, uint32_t id, struct coord_ps_map *out,
+		       struct coord_error *err);
+	void (*unmap_var)(struct coord_srv *s, uint32_t id);
+	void *map_ctx; /* the transport's, for map_var */
 };
 
 /**

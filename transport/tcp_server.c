@@ -380,6 +380,8 @@ static int on_ps_table(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		r = sp ? coord_psc_create(addrs, n, COORD_ROLE_WORKER, &s->key, s->o->max_frame,
 					  5000, 30000, &sp->ps, &err)
 		       : -ENOMEM;
+		if (r == 0 && s->o->transport && !strcmp(s->o->transport, "rdma"))
+			coord_psc_use_rdma(sp->ps); /* a worker over rdma reaches ps over rdma */
 		if (r < 0) {
 			free(sp);
 			free(key);
@@ -424,6 +426,24 @@ static int emit_vres(void *arg, const void *p, size_t len)
 	return r;
 }
 
+/* MAP (ps.h): the transport registers the variable for remote reads. */
+static int on_map(struct coord_srv_conn *k, const struct coord_ps_op *op, struct vres_sink *v,
+		  struct coord_error *err)
+{
+	struct coord_ps_map m;
+	uint8_t b[COORD_PS_MAP_LEN];
+	int r;
+
+	if (!k->s->map_var || !k->s->vs)
+		return coord_seterr(err, COORD_EINVAL,
+				    "map: remote reads need a ps served over rdma");
+	r = k->s->map_var(k, op->id, &m, err);
+	if (r < 0)
+		return r;
+	coord_ps_map_put(b, &m);
+	return emit_vres(v, b, sizeof(b));
+}
+
 /* VAR_REQ: run each op on our store; one VAR_RES record each. */
 static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		      const uint8_t *payload)
@@ -446,7 +466,13 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 					  .src_len = q.len };
 		struct vres_sink v = { .k = k, .rid = q.rid };
 		struct coord_error err = { 0 };
-		int code = coord_ps_apply(k->s->vs, task, &op, &k->scratch, emit_vres, &v, &err);
+		int code;
+
+		if (q.op == COORD_PS_DELETE && k->s->unmap_var)
+			k->s->unmap_var(k->s, q.var); /* no remote read of freed memory */
+		code = q.op == COORD_PS_MAP ? on_map(k, &op, &v, &err)
+					    : coord_ps_apply(k->s->vs, task, &op, &k->scratch,
+							     emit_vres, &v, &err);
 
 		if (v.io)
 			return v.io; /* the connection itself failed */

@@ -39,7 +39,7 @@ struct coord_pw;
  *                   processes at the addresses of @spec's "worker" job);
  *                   "rdma" (RC queue pairs over librdmacm, when built with
  *                   libibverbs: coord-worker/coord-ps --transport rdma;
- *                   no heartbeats or reconnection over rdma yet).
+ *                   heartbeats, deadlines and reconnection as over tcp).
  * @inproc_workers:  workers of the in-process transport when @spec is NULL
  *                   (default 2).
  * @ring_capacity:   closure ring slots, rounded up to a power of two;
@@ -75,7 +75,7 @@ struct coord_pw;
  *                   (default 3600000, TF's hour).  When every worker is
  *                   dropped, queued closures are cancelled and
  *                   schedule/join/done return COORD_EUNAVAILABLE.
- * @heartbeat_ms:    tcp: a worker connection with nothing received for this
+ * @heartbeat_ms:    tcp, rdma: a worker connection with nothing received for this
  *                   long is pinged (default 1000) ...
  * @heartbeat_misses: ... and one silent for heartbeat_ms * this (default 3)
  *                   is a lost worker (a stopped or partitioned machine).

@@ -11,18 +11,30 @@
  *               closures/s.
  * Checks (exit 1 on a discrepancy, never on speed): every fetch returns the
  * sum; join returns 0.  Prints one SUMMARY line per transport and workload.
+ *   var_read    with COORD_PS_BIN set: a coord-ps --transport rdma, and a
+ *               worker function (var_read_lat) that times N one-sided reads
+ *               (runtime/varstore.c S2): a 1-float and a 256-float
+ *               variable, each read as one RDMA READ of its whole block, and
+ *               256 floats of a 64 x 1024 one, a chain of three READs.
+ *               Five rounds of N each, alternating with raw_read:
+ *               one RDMA READ of as many bytes on a channel of this process
+ *               (what ib_read_lat measures), and the ratio of the p50s.
  * Exit 77 without an RDMA device.  Usage: bench_rdma [-n N] [-s SECS]
- * (COORD_WORKER_BIN, COORD_TESTFNS as for the tests).
+ * (COORD_WORKER_BIN, COORD_TESTFNS, COORD_PS_BIN as for the tests).
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <coord/var.h>
 
 #include "runtime/internal.h"
 #include "transport/rdma_chan.h"
@@ -118,6 +130,178 @@ static int run(const char *tp, unsigned n, double secs)
 	return bad;
 }
 
+/* ---- one-sided variable reads beside raw RDMA READs ------------------------------- */
+
+struct acc {
+	struct coord_rdma_listener *l;
+	struct coord_rdma_chan *ch;
+	int r;
+};
+
+static void *accept_main(void *arg)
+{
+	struct acc *a = arg;
+
+	a->r = coord_rdma_accept(a->l, 10000, &a->ch, NULL);
+	return NULL;
+}
+
+/* p50/p99 (ns) of @n single RDMA READs of @bytes over a channel of this
+ * process: the baseline of one READ round trip (ib_read_lat's measure). */
+static int raw_read(size_t bytes, unsigned n, uint64_t *p50, uint64_t *p99)
+{
+	static uint8_t remote[8192], local[8192];
+	struct coord_rdma_mr *rm = NULL, *lm = NULL;
+	struct coord_rdma_chan *c = NULL;
+	struct acc a = { 0 };
+	uint64_t *lat = calloc(n, sizeof(*lat)), raddr;
+	uint32_t rkey;
+	unsigned port;
+	pthread_t th;
+	char hp[96];
+	int r = -1;
+
+	snprintf(hp, sizeof(hp), "%s:0", t_addr());
+	if (!lat || coord_rdma_listen(hp, NULL, &a.l, &port, NULL) < 0)
+		goto out;
+	snprintf(hp, sizeof(hp), "%s:%u", t_addr(), port);
+	pthread_create(&th, NULL, accept_main, &a);
+	r = coord_rdma_connect(hp, NULL, 10000, &c, NULL);
+	pthread_join(th, NULL);
+	if (r < 0 || a.r < 0 || coord_rdma_reg(a.ch, remote, sizeof(remote), true, &rm) < 0 ||
+	    coord_rdma_reg(c, local, sizeof(local), false, &lm) < 0) {
+		r = -1;
+		goto out;
+	}
+	coord_rdma_mr_export(rm, &raddr, &rkey);
+	for (unsigned i = 0; i < n + 200 && r == 0; i++) {
+		uint64_t t0 = t_now_ns();
+
+		r = coord_rdma_read(c, lm, 0, raddr, rkey, bytes, 5000);
+		if (i >= 200)
+			lat[i - 200] = t_now_ns() - t0;
+	}
+	if (r == 0) {
+		qsort(lat, n, sizeof(*lat), cmp_u64);
+		*p50 = lat[n / 2];
+		*p99 = lat[n * 99 / 100];
+	}
+out:
+	coord_rdma_dereg(lm);
+	coord_rdma_dereg(rm);
+	coord_rdma_chan_destroy(c);
+	coord_rdma_chan_destroy(a.ch);
+	coord_rdma_listener_destroy(a.l);
+	free(lat);
+	return r;
+}
+
+#define ROUNDS 5
+
+static int run_var_read(unsigned n)
+{
+	const char *bin = getenv("COORD_PS_BIN");
+	struct coord_registry *reg = t_registry();
+	char listen[80], json[512], *w;
+	char *argv[] = { (char *)bin, "--listen", listen,	 "--task", "0",
+			 "--log",     "error",	  "--transport", "rdma",   NULL };
+	struct coord_spec *spec = NULL;
+	struct coord_opts o;
+	struct coord *c = NULL;
+	/* a 1-float and a 256-float variable (one READ of the whole block
+	 * each), and 256 floats of a 64 x 1024 one (a chain of three) */
+	static const struct {
+		const char *name;
+		unsigned ndim;
+		uint64_t dims[2], floats;
+		const char *how;
+	} vars[] = { { "bench/v1", 1, { 1, 0 }, 1, "block" },
+		     { "bench/v256", 1, { 256, 0 }, 256, "block" },
+		     { "bench/big", 2, { 64, 1024 }, 256, "chain" } };
+	unsigned port;
+	pid_t ps;
+	int bad = 0;
+
+	t_transport = "rdma";
+	snprintf(listen, sizeof(listen), "%s:0", t_addr());
+	ps = t_spawn(argv, "coord-ps", &port);
+	if (ps < 0 || t_workers_start(1) < 0) {
+		printf("bench_rdma: cannot start coord-ps or coord-worker over rdma\n");
+		return 1;
+	}
+	t_opts(&o, reg);
+	w = t_spec_json(1);
+	w[strlen(w) - 1] = 0;
+	snprintf(json, sizeof(json), "%s, \"ps\": [\"%s:%u\"]}", w, t_addr(), port);
+	free(w);
+	bad |= coord_spec_parse(json, &spec, NULL) != 0;
+	bad |= !spec || coord_create(spec, &o, &c, NULL) != 0;
+	coord_spec_destroy(spec);
+	for (unsigned vi = 0; !bad && vi < sizeof(vars) / sizeof(vars[0]); vi++) {
+		uint64_t floats = vars[vi].floats;
+		struct t_var_args a = { .off = 0, .n = floats, .pad = n };
+		uint64_t out[3], r50 = 0, r99 = 0;
+		coord_var_t v;
+		struct coord_rv *rv;
+		const void *p;
+		size_t len;
+
+		bad |= coord_var_create(c, vars[vi].name, vars[vi].ndim, vars[vi].dims, NULL, &v,
+					NULL) != 0;
+		a.var = v;
+		/* warm-up: maps the variable on this worker's ps connection */
+		a.pad = 200;
+		bad |= coord_schedule(c, t_fn(c, "var_read_lat"), &a, sizeof(a), &rv, NULL) != 0 ||
+		       coord_rv_fetch_timeout(rv, 60000000000ll, &p, &len, NULL) != 0;
+		if (!bad)
+			coord_rv_put(rv);
+		/* ROUNDS rounds, each N var reads then N raw reads, so both see
+		 * the same (shared, noisy) machine; medians of the rounds' p50s */
+		uint64_t v50[ROUNDS], v99[ROUNDS], q50[ROUNDS], q99[ROUNDS];
+
+		for (unsigned k = 0; !bad && k < ROUNDS; k++) {
+			a.pad = n;
+			bad |= coord_schedule(c, t_fn(c, "var_read_lat"), &a, sizeof(a), &rv,
+					      NULL) != 0 ||
+			       coord_rv_fetch_timeout(rv, 120000000000ll, &p, &len, NULL) != 0 ||
+			       len != sizeof(out);
+			if (bad)
+				break;
+			memcpy(out, p, sizeof(out));
+			coord_rv_put(rv);
+			v50[k] = out[0];
+			v99[k] = out[1];
+			bad |= raw_read(floats * 4, n, &q50[k], &q99[k]) != 0;
+		}
+		if (bad)
+			break;
+		qsort(v50, ROUNDS, sizeof(v50[0]), cmp_u64);
+		qsort(v99, ROUNDS, sizeof(v99[0]), cmp_u64);
+		qsort(q50, ROUNDS, sizeof(q50[0]), cmp_u64);
+		qsort(q99, ROUNDS, sizeof(q99[0]), cmp_u64);
+		r50 = q50[ROUNDS / 2];
+		r99 = q99[ROUNDS / 2];
+		printf("SUMMARY transport=rdma workload=var_read one_sided=%s var=%s floats=%llu "
+		       "n=%ux%u p50_us=%.1f p99_us=%.1f\n",
+		       vars[vi].how, vars[vi].name, (unsigned long long)floats, ROUNDS, n,
+		       v50[ROUNDS / 2] / 1e3, v99[ROUNDS / 2] / 1e3);
+		printf("SUMMARY transport=rdma workload=raw_read bytes=%llu n=%ux%u p50_us=%.1f "
+		       "p99_us=%.1f var_read_over_raw_p50=%.2f\n",
+		       (unsigned long long)floats * 4, ROUNDS, n, r50 / 1e3, r99 / 1e3,
+		       r50 ? (double)v50[ROUNDS / 2] / (double)r50 : 0.0);
+	}
+	if (c) {
+		bad |= coord_join(c, NULL) != 0;
+		coord_destroy(c);
+	}
+	coord_registry_destroy(reg);
+	t_workers_stop();
+	t_reap(ps);
+	if (bad)
+		printf("bench_rdma: FAIL: the var_read run failed\n");
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	struct coord_error err = { 0 };
@@ -146,5 +330,7 @@ int main(int argc, char **argv)
 	       "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
 	bad = run("tcp", n, secs);
 	bad |= run("rdma", n, secs);
+	if (getenv("COORD_PS_BIN"))
+		bad |= run_var_read(n / 2 < 200 ? 200 : n / 2);
 	return bad;
 }

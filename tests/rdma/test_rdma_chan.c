@@ -32,6 +32,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "transport/rdma_chan.h"
+#include "raw_peer.h"
 
 #define SKIP 77
 #define WAIT_MS 10000
@@ -499,112 +500,18 @@ static void test_rdma_chan_partial_timeout(void **state)
  * A raw verbs peer: connects with valid private data that announces @nrecv
  * receives, but posts only @posted of them and never returns a credit.
  */
-struct raw_peer {
-	struct rdma_event_channel *ech;
-	struct rdma_cm_id *id;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_mr *mr;
-	uint8_t buf[4 * BUF];
-};
-
-static int raw_wait(struct raw_peer *rp, enum rdma_cm_event_type want)
-{
-	struct pollfd p = { .fd = rp->ech->fd, .events = POLLIN };
-	struct rdma_cm_event *ev;
-	int ok;
-
-	if (poll(&p, 1, WAIT_MS) != 1 || rdma_get_cm_event(rp->ech, &ev))
-		return -ETIMEDOUT;
-	ok = ev->event == want;
-	if (!ok)
-		fprintf(stderr, "raw peer: %s, want %s\n", rdma_event_str(ev->event),
-			rdma_event_str(want));
-	rdma_ack_cm_event(ev);
-	return ok ? 0 : -EPROTO;
-}
-
-static int raw_connect(struct raw_peer *rp, const char *ip, unsigned port, uint32_t nrecv,
-		       uint32_t posted)
-{
-	struct ibv_qp_init_attr qa = {
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 }
-	};
-	struct coord_rdma_priv priv = { .magic = htole32(COORD_RDMA_MAGIC),
-					.version = htole16(COORD_RDMA_VERSION),
-					.nrecv = htole32(nrecv),
-					.buf = htole32(BUF) };
-	struct rdma_conn_param cp = { .private_data = &priv,
-				      .private_data_len = sizeof(priv),
-				      .responder_resources = 1,
-				      .initiator_depth = 1,
-				      .retry_count = 7,
-				      .rnr_retry_count = 7 };
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-
-	inet_pton(AF_INET, ip, &sin.sin_addr);
-	rp->ech = rdma_create_event_channel();
-	if (!rp->ech || rdma_create_id(rp->ech, &rp->id, NULL, RDMA_PS_TCP))
-		return -errno;
-	if (rdma_resolve_addr(rp->id, NULL, (struct sockaddr *)&sin, WAIT_MS) ||
-	    raw_wait(rp, RDMA_CM_EVENT_ADDR_RESOLVED) || rdma_resolve_route(rp->id, WAIT_MS) ||
-	    raw_wait(rp, RDMA_CM_EVENT_ROUTE_RESOLVED))
-		return -EHOSTUNREACH;
-	rp->pd = ibv_alloc_pd(rp->id->verbs);
-	rp->cq = rp->pd ? ibv_create_cq(rp->id->verbs, 16, NULL, NULL, 0) : NULL;
-	rp->mr = rp->cq ? ibv_reg_mr(rp->pd, rp->buf, sizeof(rp->buf), IBV_ACCESS_LOCAL_WRITE)
-			: NULL;
-	if (!rp->mr)
-		return -ENOMEM;
-	qa.send_cq = qa.recv_cq = rp->cq;
-	if (rdma_create_qp(rp->id, rp->pd, &qa))
-		return -errno;
-	for (uint32_t i = 0; i < posted; i++) {
-		struct ibv_sge sge = { .addr = (uintptr_t)(rp->buf + i * BUF),
-				       .length = BUF,
-				       .lkey = rp->mr->lkey };
-		struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *bad;
-
-		if (ibv_post_recv(rp->id->qp, &wr, &bad))
-			return -EIO;
-	}
-	if (rdma_connect(rp->id, &cp))
-		return -errno;
-	return raw_wait(rp, RDMA_CM_EVENT_ESTABLISHED);
-}
-
-static void raw_close(struct raw_peer *rp)
-{
-	if (rp->id) {
-		rdma_disconnect(rp->id);
-		if (rp->id->qp)
-			rdma_destroy_qp(rp->id);
-	}
-	if (rp->mr)
-		ibv_dereg_mr(rp->mr);
-	if (rp->cq)
-		ibv_destroy_cq(rp->cq);
-	if (rp->pd)
-		ibv_dealloc_pd(rp->pd);
-	if (rp->id)
-		rdma_destroy_id(rp->id);
-	if (rp->ech)
-		rdma_destroy_event_channel(rp->ech);
-}
-
 struct raw_arg {
 	uint32_t nrecv, posted;
 	unsigned port;
 	int ret;
-	struct raw_peer rp;
+	struct t_raw_peer rp;
 };
 
 static void *raw_main(void *arg)
 {
 	struct raw_arg *ra = arg;
 
-	ra->ret = raw_connect(&ra->rp, addr, ra->port, ra->nrecv, ra->posted);
+	ra->ret = t_raw_connect(&ra->rp, addr, ra->port, ra->nrecv, ra->posted, WAIT_MS);
 	return NULL;
 }
 
@@ -640,7 +547,7 @@ static int send_to_raw(uint32_t nrecv, uint32_t posted, double *secs)
 	*secs = (double)(coord_now_ns() - t0) / 1e9;
 	coord_rdma_chan_destroy(s);
 	coord_rdma_listener_destroy(l);
-	raw_close(&ra.rp);
+	t_raw_close(&ra.rp);
 	return r;
 }
 

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/rdma/test_rdma_ps.c - parameter-server variables over rdma, with
+ * one-sided reads (transport/ps_client.c, ps_rdma.h; runtime/varstore.c
+ * S1-S3): one coord-ps --transport rdma, two coord-worker --transport rdma,
+ * a coordinator over rdma, all on $RDMA_TEST_ADDR (the rig's 10.0.2.15).
+ *   values       a worker function reads what the coordinator assigned;
+ *                then the coord-ps process is stopped (SIGSTOP) and a read
+ *                still completes with the right values: the ps CPU takes no
+ *                part in a one-sided read (soft-RoCE answers READs in the
+ *                kernel); a two-sided op (assign_add) waits for it, and
+ *                completes after SIGCONT.
+ *   consistent   while the coordinator assigns one value to 1024 elements
+ *                again and again, worker functions read them thousands of
+ *                times: never a torn read (two values in one snapshot), and
+ *                the value seen changes; for a small variable (each read one
+ *                RDMA READ of its whole block) and a large one (a chain of
+ *                three READs).
+ * Bounded: t_watchdog(), deadlines on every fetch.  Exit 77 without a device.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <coord/var.h>
+
+#include "transport/rdma_chan.h"
+#include "../helpers.h"
+
+#define TEST_KEY "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+static struct coord_registry *reg;
+static pid_t ps_pid = -1;
+static unsigned ps_port;
+
+static struct coord *make(unsigned nworkers)
+{
+	struct coord_opts o;
+	struct coord_spec *spec = NULL;
+	struct coord_error err = { 0 };
+	struct coord *c = NULL;
+	char json[512], *w;
+	int r;
+
+	t_opts(&o, reg);
+	w = t_spec_json(nworkers);
+	w[strlen(w) - 1] = 0; /* drop the closing brace */
+	snprintf(json, sizeof(json), "%s, \"ps\": [\"%s:%u\"]}", w, t_addr(), ps_port);
+	free(w);
+	r = coord_spec_parse(json, &spec, &err);
+	if (r == 0)
+		r = coord_create(spec, &o, &c, &err);
+	coord_spec_destroy(spec);
+	if (r != 0)
+		fail_msg("create: %s", err.msg);
+	return c;
+}
+
+/* Run var_read on [off, off + n) (n <= 64) and compare with @want. */
+static void read_check(struct coord *c, coord_var_t v, uint64_t off, uint64_t n, const float *want,
+		       int64_t timeout_ns)
+{
+	struct t_var_args a = { .var = v, .off = off, .n = n };
+	struct coord_error err = { 0 };
+	struct coord_rv *rv;
+	const void *p;
+	size_t len;
+
+	assert_int_equal(coord_schedule(c, t_fn(c, "var_read"), &a, sizeof(a), &rv, &err), 0);
+	if (coord_rv_fetch_timeout(rv, timeout_ns, &p, &len, &err) != 0)
+		fail_msg("var_read: %s", err.msg);
+	assert_int_equal(len, 4 * n);
+	assert_memory_equal(p, want, 4 * n);
+	coord_rv_put(rv);
+}
+
+static void test_rdma_ps_one_sided_values_ps_stopped(void **state)
+{
+	struct coord *c = make(1);
+	uint64_t dims[1] = { 256 };
+	struct coord_error err = { 0 };
+	struct t_var_args add = { .off = 0, .n = 8, .val = 1.0f };
+	struct coord_rv *rv;
+	float vals[256];
+	coord_var_t v;
+	const void *p;
+	size_t len;
+
+	(void)state;
+	for (int i = 0; i < 256; i++)
+		vals[i] = (float)i * 0.5f;
+	assert_int_equal(coord_var_create(c, "rdma/w", 1, dims, NULL, &v, &err), 0);
+	assert_int_equal(coord_var_assign(c, v, 0, 256, vals, &err), 0);
+	read_check(c, v, 0, 64, vals, 30000000000ll);	      /* maps it, then READs */
+	read_check(c, v, 100, 50, vals + 100, 30000000000ll); /* one-sided */
+
+	/* The ps process is stopped: one-sided reads still complete. */
+	assert_int_equal(kill(ps_pid, SIGSTOP), 0);
+	t_sleep_ns(100000000);
+	read_check(c, v, 192, 64, vals + 192, 20000000000ll);
+	read_check(c, v, 7, 1, vals + 7, 20000000000ll);
+	print_message("read 2 ranges one-sided while coord-ps was stopped\n");
+	/* a two-sided op waits for the ps... */
+	add.var = v;
+	assert_int_equal(coord_schedule(c, t_fn(c, "var_add"), &add, sizeof(add), &rv, &err), 0);
+	t_sleep_ns(300000000);
+	assert_int_equal(coord_rv_state(rv), COORD_RV_NOT_READY);
+	assert_int_equal(kill(ps_pid, SIGCONT), 0);
+	/* ...and completes once it runs again */
+	assert_int_equal(coord_rv_fetch_timeout(rv, 30000000000ll, &p, &len, &err), 0);
+	coord_rv_put(rv);
+	for (int i = 0; i < 8; i++)
+		vals[i] += 1.0f;
+	read_check(c, v, 0, 64, vals, 30000000000ll); /* the write is seen */
+	assert_int_equal(coord_join(c, &err), 0);
+	coord_destroy(c);
+}
+
+struct assigner {
+	struct coord *c;
+	coord_var_t v;
+	_Atomic int stop;
+	long n;
+	int bad;
+};
+
+/* Assign k to every element, k = 1, 2, ..., until told to stop (bounded). */
+static void *assigner_main(void *arg)
+{
+	struct assigner *a = arg;
+	uint64_t until = t_now_ns() + 120000000000ull;
+	float vals[1024];
+
+	for (long k = 1; !atomic_load(&a->stop) && t_now_ns() < until && k < 200000; k++) {
+		for (int i = 0; i < 1024; i++)
+			vals[i] = (float)k;
+		if (coord_var_assign(a->c, a->v, 0, 1024, vals, NULL) != 0) {
+			a->bad = 1;
+			break;
+		}
+		a->n = k;
+	}
+	return NULL;
+}
+
+/* Readers of [0, 1024) of @name (shape @rows x @cols) during assigns to it. */
+static void consistent_under_assigns(const char *name, uint64_t rows, uint64_t cols)
+{
+	struct coord *c = make(2);
+	uint64_t dims[2] = { rows, cols };
+	struct coord_error err = { 0 };
+	struct assigner as = { .c = c };
+	struct coord_rv *rv[4];
+	uint64_t torn = 0, changes = 0, reads = 0;
+	pthread_t th;
+
+	assert_int_equal(coord_var_create(c, name, 2, dims, NULL, &as.v, &err), 0);
+	assert_int_equal(pthread_create(&th, NULL, assigner_main, &as), 0);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < 4; i++) {
+			struct t_var_args a = { .var = as.v, .off = 0, .n = 1024, .pad = 500 };
+
+			assert_int_equal(coord_schedule(c, t_fn(c, "var_uniform"), &a, sizeof(a),
+							&rv[i], &err),
+					 0);
+		}
+		for (int i = 0; i < 4; i++) {
+			uint64_t out[3];
+			const void *p;
+			size_t len;
+
+			if (coord_rv_fetch_timeout(rv[i], 120000000000ll, &p, &len, &err) != 0)
+				fail_msg("var_uniform: %s", err.msg);
+			assert_int_equal(len, sizeof(out));
+			memcpy(out, p, sizeof(out));
+			torn += out[0];
+			changes += out[1];
+			reads += out[2];
+			coord_rv_put(rv[i]);
+		}
+	}
+	atomic_store(&as.stop, 1);
+	pthread_join(th, NULL);
+	print_message("%s (%llu x %llu): %llu reads of 1024 floats during %ld assigns: %llu torn, "
+		      "%llu changes seen\n",
+		      name, (unsigned long long)rows, (unsigned long long)cols,
+		      (unsigned long long)reads, as.n, (unsigned long long)torn,
+		      (unsigned long long)changes);
+	assert_int_equal(as.bad, 0);
+	assert_int_equal(torn, 0);
+	assert_int_equal(reads, 3 * 4 * 500);
+	assert_true(changes > 0);
+	assert_int_equal(coord_join(c, &err), 0);
+	coord_destroy(c);
+}
+
+/* A 32 x 32 variable: each read takes its whole block in one RDMA READ. */
+static void test_rdma_ps_one_sided_consistent_whole_block(void **state)
+{
+	(void)state;
+	consistent_under_assigns("rdma/u", 32, 32);
+}
+
+/* A 64 x 1024 variable (256 KiB): reads of its first row take a chain of
+ * three READs (done, the row, begun). */
+static void test_rdma_ps_one_sided_consistent_chain(void **state)
+{
+	(void)state;
+	consistent_under_assigns("rdma/big", 64, 1024);
+}
+
+static int group_setup(void **state)
+{
+	const char *bin = getenv("COORD_PS_BIN");
+	const char *log = getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error";
+	char listen[80];
+	char *argv[] = { (char *)bin, "--listen",  listen,	  "--task", "0",
+			 "--log",     (char *)log, "--transport", "rdma",   NULL };
+
+	(void)state;
+	/* not loopback: a cluster key is required (B5); servers inherit it */
+	setenv("COORD_CLUSTER_KEY", TEST_KEY, 1);
+	t_transport = "rdma";
+	if (!bin) {
+		fprintf(stderr, "COORD_PS_BIN must be set\n");
+		return -1;
+	}
+	snprintf(listen, sizeof(listen), "%s:0", t_addr());
+	ps_pid = t_spawn(argv, "coord-ps", &ps_port);
+	if (ps_pid < 0)
+		return -1;
+	return t_workers_start(2) == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	t_workers_stop();
+	if (ps_pid > 0) {
+		kill(ps_pid, SIGCONT);
+		t_reap(ps_pid);
+	}
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_rdma_ps_one_sided_values_ps_stopped),
+		cmocka_unit_test(test_rdma_ps_one_sided_consistent_whole_block),
+		cmocka_unit_test(test_rdma_ps_one_sided_consistent_chain),
+	};
+	struct coord_error err = { 0 };
+	int failed;
+
+	t_watchdog(500);
+	if (coord_rdma_available(&err) < 0) {
+		printf("test_rdma_ps: SKIP: %s (tests/rdma/rig.sh runs this)\n", err.msg);
+		return T_EXIT_SKIP;
+	}
+	reg = t_registry();
+	failed = cmocka_run_group_tests_name("rdma_ps", tests, group_setup, group_teardown);
+	coord_registry_destroy(reg);
+	return failed;
+}
