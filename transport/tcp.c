@@ -735,8 +735,13 @@ static void *loop_main(void *arg)
 	unsigned max_batch = c->opts.batch;
 
 	arm_efd(l);
-	for (unsigned i = 0; i < l->nconns; i++)
+	/* Silence is counted from the loop's start, not from each
+	 * connection's open: they opened one after another, and a slow start
+	 * (many workers, slow handshakes) is not a missed heartbeat. */
+	for (unsigned i = 0; i < l->nconns; i++) {
+		l->conns[i]->last_rx_ns = coord_now_ns();
 		arm_recv(l->conns[i]);
+	}
 	io_uring_submit(&l->ring);
 	for (;;) {
 		struct io_uring_cqe *cqe;
