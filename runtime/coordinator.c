@@ -43,6 +43,15 @@
  *       while the canceller still drains is recorded for the next caller.
  *   C8  Nothing pushed after an UNAVAILABLE report stays queued for ever
  *       (check_unavailable(): a seq_cst Dekker pair with the report's drain).
+ *   C9  A dispatcher with defer_fin set (inproc) takes the closures it
+ *       finished off `outstanding` in batches: when it has COORD_FIN_DEFER of
+ *       them, and always before it waits for work or returns from
+ *       coord_dispatch_take() for good.  C1 holds (outstanding is still
+ *       lowered only after the closures are final), and join/done see 0 as
+ *       soon as every dispatcher has found the queue empty, which is the
+ *       moment the last closure was taken.  While a producer and a worker
+ *       chase each other one closure at a time, `outstanding` then changes
+ *       caches once per batch instead of once per closure.
  *
  * Dataflow (B1): RemoteValues as arguments
  *   A consumer (a closure with inputs) is counted in `outstanding` (C1) and
@@ -482,6 +491,18 @@ static void outstanding_sub(struct coord *c, uint64_t n)
 	 * of outstanding), C1. */
 	if (n && atomic_fetch_sub_explicit(&c->outstanding, n, memory_order_acq_rel) == n)
 		coord_ec_signal(&c->idle);
+}
+
+/* C9: closures finished per batch taken off `outstanding` at most. */
+#define COORD_FIN_DEFER 64
+
+/* C9: take what @d finished off `outstanding`.  @d's thread only. */
+static void fin_flush(struct coord_dispatcher *d)
+{
+	if (d->fin_defer) {
+		outstanding_sub(d->c, d->fin_defer);
+		d->fin_defer = 0;
+	}
 }
 
 static void rcu_put_cb(struct rcu_head *head)
@@ -1088,10 +1109,54 @@ static int closure_fill(struct coord *c, struct coord_closure *cl, const struct 
 	 * life left them so (coord_closure_drop_contents()), which keeps this
 	 * closure's first cache line the only one written here. */
 	/* Relaxed: the closure is private until the ring's release (R1 in
-	 * ring.c) publishes it with everything above. */
+	 * ring.c) publishes it with everything above.  Without a handle the
+	 * runtime owns it alone and counts nothing (V4 in rv.c). */
 	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
-	atomic_store_explicit(&cl->refs, want_rv ? 2 : 1, memory_order_relaxed);
+	atomic_store_explicit(&cl->refs, want_rv ? 2 : 0, memory_order_relaxed);
 	return 0;
+}
+
+/*
+ * P5  A closure in a producer stash (c->pstash) is free: refs == 0, in no
+ *     queue, owned by the stash.  The stash's contents are read and written
+ *     only by the thread that holds its busy flag: the acquire CAS that
+ *     takes the flag and the release store that drops it order one holder's
+ *     accesses before the next's.  coord_destroy() frees the pool with the
+ *     stashes in it (their closures count as free, not held).
+ */
+
+/* Which stash this thread uses: a number handed out on first use. */
+static __thread unsigned tl_pstash = UINT32_MAX;
+static _Atomic unsigned pstash_next;
+
+/* A free closure for schedule(), through this thread's stash (P5). */
+static struct coord_closure *closure_get(struct coord *c)
+{
+	struct coord_pstash *st;
+	struct coord_closure *cl;
+	uint32_t idle = 0;
+
+	if (unlikely(tl_pstash == UINT32_MAX))
+		/* Relaxed: only spreads threads over the stashes. */
+		tl_pstash = atomic_fetch_add_explicit(&pstash_next, 1, memory_order_relaxed);
+	st = &c->pstash[tl_pstash % COORD_PSTASH_SLOTS];
+	/* Acquire (P5): the previous holder's accesses to the stash happen-
+	 * before ours.  Another thread holds it: skip it (the pool is
+	 * thread-safe), rather than wait. */
+	if (!atomic_compare_exchange_strong_explicit(&st->busy, &idle, 1, memory_order_acquire,
+						     memory_order_relaxed))
+		return coord_pool_get(c->closures);
+	if (st->n == 0) {
+		st->n = coord_pool_get_many(c->closures, (void **)st->cl, COORD_PSTASH);
+		/* The workers that freed them last had these lines: fetch the
+		 * whole batch now, for writing, so the misses overlap. */
+		for (uint32_t i = 0; i < st->n; i++)
+			__builtin_prefetch(st->cl[i], 1, 3);
+	}
+	cl = st->n ? st->cl[--st->n] : NULL;
+	/* Release (P5): hands the stash to its next holder. */
+	atomic_store_explicit(&st->busy, 0, memory_order_release);
+	return cl;
 }
 
 /* Queue one checked @call (S1), or start it waiting for its inputs (B1). */
@@ -1100,7 +1165,7 @@ static int schedule_one(struct coord *c, const struct coord_call *call, struct c
 {
 	struct coord_closure *cl;
 
-	cl = coord_pool_get(c->closures);
+	cl = closure_get(c);
 	if (unlikely(!cl))
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
 	if (unlikely(closure_fill(c, cl, call, out != NULL) < 0)) {
@@ -1401,10 +1466,12 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 		n = coord_hq_take(d, out, want); /* B4: hints and the ring, in order */
 	else
 		n = queue_pop(c, out, want, false);
-	/* The producers wrote these closures' first lines: ask for them all now
-	 * (for writing: the taker completes them), so the misses overlap. */
+	/* The producers wrote these closures' first lines: ask for them all now,
+	 * so the misses overlap.  For reading: a closure without a handle is
+	 * only read here (V4 in rv.c), and a read leaves the producer its copy
+	 * of the line for the closure's next life. */
 	for (unsigned i = 0; i < n; i++)
-		__builtin_prefetch(out[i], 1, 3);
+		__builtin_prefetch(out[i], 0, 3);
 	/* D2 (seq_cst): read gen after the reservation; see C2. */
 	g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
 	for (unsigned i = 0; i < n; i++) {
@@ -1417,13 +1484,18 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 		out[k++] = out[i];
 	}
 	if (want > k) {
-		/* Release: our cancellations happen-before the canceller's D1
-		 * load that sees the lower count. */
-		atomic_fetch_sub_explicit(&d->inflight, want - k, memory_order_release);
-		coord_ec_signal(&c->drained);
+		/* seq_cst: our cancellations happen-before the canceller's D1
+		 * load that sees the lower count (release would do), and this
+		 * RMW lets the wake below skip its fence (E3 in futex.h). */
+		atomic_fetch_sub_explicit(&d->inflight, want - k, memory_order_seq_cst);
+		coord_ec_signal_sc(&c->drained);
 	}
+	/* Room in the ring was made by the pop's seq_cst tail CAS (ring.c),
+	 * so the wake needs no fence (E3); closures from the overflow FIFO
+	 * or the hint queue make no room in the ring, hence no wake is owed
+	 * for them (wait_hq_room() polls). */
 	if (n && !c->unbounded)
-		coord_ec_signal(&c->not_full);
+		coord_ec_signal_sc(&c->not_full);
 	*popped = n;
 	return k;
 }
@@ -1437,9 +1509,12 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 		unsigned k, n;
 
 		/* Relaxed: stop is also signalled through not_empty. */
-		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
+		if (atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
+			fin_flush(d); /* C9 */
 			return 0;
+		}
 		if (!work_for(d)) {
+			fin_flush(d); /* C9: before waiting for work */
 			idle_wait(d);
 			continue;
 		}
@@ -1654,6 +1729,15 @@ void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *c
 		dm_inc(&d->m.exec[hist_bucket(now - cl->t_take)], 1);
 		dm_inc(&d->m.rt[hist_bucket(now - cl->t_sched)], 1);
 	}
+	/* V4 (rv.c): a closure nobody holds a handle on, with no inputs to
+	 * drop, has no reader of its state: no fetcher, no waiter to wake, no
+	 * consumer (RV_DEPS needs a handle).  Leave the word NOT_READY (the
+	 * next life stores it anyway) rather than pull the closure's line into
+	 * this cache for writing.  Relaxed: refs of such a closure is 0 from
+	 * schedule to free and written by nobody (V4). */
+	if (st == COORD_RV_READY && !(cl->res_dirty & CL_HAS_IN) &&
+	    atomic_load_explicit(&cl->refs, memory_order_relaxed) == 0)
+		return;
 	coord_rv_set_final(cl, st);
 }
 
@@ -1685,11 +1769,18 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 		/* Relaxed: a statistic. */
 		atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);
 	dm_inc(&d->m.finished, n);
-	/* Release: the completed closures happen-before a canceller's D1 load
-	 * that sees the lower count. */
-	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);
-	outstanding_sub(c, n);
-	coord_ec_signal(&c->drained);
+	/* seq_cst: the completed closures happen-before a canceller's D1 load
+	 * that sees the lower count (release would do); seq_cst lets the wake
+	 * below skip its fence (E3 in futex.h). */
+	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_seq_cst);
+	coord_ec_signal_sc(&c->drained);
+	if (!d->defer_fin) {
+		outstanding_sub(c, n);
+		return;
+	}
+	d->fin_defer += n; /* C9 */
+	if (d->fin_defer >= COORD_FIN_DEFER)
+		fin_flush(d);
 }
 
 /* ---- create / destroy ------------------------------------------------------------- */

@@ -242,10 +242,32 @@ struct coord_dispatcher {
 	unsigned *blk;
 	int32_t *room;
 	void *cands;
+	/* C9 (coordinator.c): closures this dispatcher finished and has not
+	 * yet taken off c->outstanding; used only when @defer_fin is set (by
+	 * a transport whose dispatcher waits only in coord_dispatch_take()).
+	 * This dispatcher's thread only. */
+	bool defer_fin;
+	uint64_t fin_defer;
 	struct coord_dmetrics m __cacheline_aligned;
 };
 
 struct coord_tp_ops;
+
+/*
+ * A stash of free closures for schedule() (coordinator.c, P5): filled from
+ * the pool a batch at a time, with the batch's first lines prefetched for
+ * writing at once, so the one-at-a-time path pays one overlapped round of
+ * misses per batch instead of one miss per call on a line the worker last
+ * had.  A producer thread uses the stash its slot number names, while it
+ * holds @busy; one that finds it busy takes from the pool directly.
+ */
+#define COORD_PSTASH 16	      /* closures per stash */
+#define COORD_PSTASH_SLOTS 4u /* stashes per coordinator */
+struct coord_pstash {
+	_Atomic uint32_t busy __cacheline_aligned; /* owner flag (P5) */
+	uint32_t n;
+	struct coord_closure *cl[COORD_PSTASH];
+};
 
 struct coord {
 	/* Hot, written by producers. */
@@ -295,6 +317,8 @@ struct coord {
 	_Atomic uint64_t dep_failed;	 /* consumers failed by an input (B1, B7) */
 	_Atomic bool dataflow;		 /* a consumer was scheduled (B1, DF3) */
 	uint64_t created_ns;
+	/* Free closures for producers (P5). */
+	struct coord_pstash pstash[COORD_PSTASH_SLOTS];
 	/* B4 hints (runtime/sched.c H1, H2): the default path only reads
 	 * hq_count; hinted schedules and takes write both. */
 	_Atomic int64_t hq_count __cacheline_aligned;
