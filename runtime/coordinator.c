@@ -1146,12 +1146,20 @@ static struct coord_closure *closure_get(struct coord *c)
 	if (!atomic_compare_exchange_strong_explicit(&st->busy, &idle, 1, memory_order_acquire,
 						     memory_order_relaxed))
 		return coord_pool_get(c->closures);
-	if (st->n == 0) {
-		st->n = coord_pool_get_many(c->closures, (void **)st->cl, COORD_PSTASH);
+	if (st->n <= COORD_PSTASH / 4) {
+		/* Top up below what is left, which is used first: those lines
+		 * were asked for a batch ago and are here by now. */
+		struct coord_closure *top[COORD_PSTASH / 4];
+		uint32_t left = st->n, k;
+
+		memcpy(top, st->cl, left * sizeof(top[0]));
+		k = coord_pool_get_many(c->closures, (void **)st->cl, COORD_PSTASH - left);
 		/* The workers that freed them last had these lines: fetch the
 		 * whole batch now, for writing, so the misses overlap. */
-		for (uint32_t i = 0; i < st->n; i++)
-			__builtin_prefetch(st->cl[i], 1, 3);
+		for (uint32_t i = 0; i < k; i++)
+			coord_prefetch_w(st->cl[i]);
+		memcpy(st->cl + k, top, left * sizeof(top[0]));
+		st->n = k + left;
 	}
 	cl = st->n ? st->cl[--st->n] : NULL;
 	/* Release (P5): hands the stash to its next holder. */
@@ -1272,7 +1280,7 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 		/* Their first lines were last written by the workers that freed
 		 * them: fetch them all at once rather than one miss per fill. */
 		for (unsigned i = 0; i < k; i++)
-			__builtin_prefetch(cls[i], 1, 3);
+			coord_prefetch_w(cls[i]);
 		for (unsigned i = 0; i < k && r == 0; i++)
 			if (unlikely(closure_fill(c, cls[i], &calls[done + i], out != NULL) < 0)) {
 				/* cls[0..i) hold buffers: drop them; the rest are bare. */
@@ -1448,6 +1456,27 @@ static void idle_wait(struct coord_dispatcher *d)
 	}
 }
 
+/* A take of fewer closures than this waits a moment for more (gather()). */
+#define COORD_GATHER_MIN 8
+#define COORD_GATHER_SPINS 16
+
+/*
+ * gather() - a worker that runs closures itself (inproc) and finds only a
+ * few queued waits up to COORD_GATHER_SPINS pauses (a few hundred ns) for
+ * a producer that is still pushing.  A worker that keeps up with its
+ * producer one closure at a time makes every line they share (the ring's
+ * slots, the pool's) change caches once per closure, which costs the
+ * producer more than the wait costs the worker; a take of 8 fills two
+ * ring lines the producer has left.  A lone closure (a round trip) pays
+ * the wait once.
+ */
+static void gather(struct coord *c)
+{
+	for (unsigned i = 0;
+	     i < COORD_GATHER_SPINS && coord_ring_size(&c->ring) < COORD_GATHER_MIN; i++)
+		cpu_relax();
+}
+
 /* One attempt at taking closures: reserve, pop, drop stale ones (C2, C5). */
 static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out, unsigned max,
 			  unsigned *popped)
@@ -1518,6 +1547,8 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 			idle_wait(d);
 			continue;
 		}
+		if (d->defer_fin)
+			gather(c);
 		k = take_once(d, out, max, &n);
 		if (k)
 			return k;

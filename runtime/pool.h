@@ -29,9 +29,11 @@
 #define COORD_POOL_MAX_SLABS 65536u
 
 struct coord_pool {
-	/* Free-list head: tag << 32 | (index + 1); index + 1 == 0 means empty. */
+	/* Free-list head: tag << 32 | (index + 1); index + 1 == 0 means empty.
+	 * Alone on its line: every coord_pool_obj() reads the fields below,
+	 * and a CAS here would take them from every other cache. */
 	_Atomic uint64_t head __cacheline_aligned;
-	size_t objsize;
+	size_t objsize __cacheline_aligned;
 	uint32_t slab_shift; /* objects per slab = 1 << slab_shift */
 	_Atomic uint32_t nslabs;
 	/* Slab s holds objects [s << shift, (s + 1) << shift) and then their
