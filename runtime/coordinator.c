@@ -1472,8 +1472,8 @@ static void idle_wait(struct coord_dispatcher *d)
  */
 static void gather(struct coord *c)
 {
-	for (unsigned i = 0;
-	     i < COORD_GATHER_SPINS && coord_ring_size(&c->ring) < COORD_GATHER_MIN; i++)
+	for (unsigned i = 0; i < COORD_GATHER_SPINS && coord_ring_size(&c->ring) < COORD_GATHER_MIN;
+	     i++)
 		cpu_relax();
 }
 
