@@ -1080,31 +1080,34 @@ static inline bool call_hinted(const struct coord_call *call)
 	return call->priority || call->affinity;
 }
 
-/* Fill a closure fresh from the pool with @call; 0 or COORD_ENOMEM (then
- * the closure holds nothing and goes back to the pool). */
-static int closure_fill(struct coord *c, struct coord_closure *cl, const struct coord_call *call,
-			bool want_rv)
+/* Fill a closure fresh from the pool: function, arguments, references (no
+ * per-worker arguments); 0 or COORD_ENOMEM (then the closure holds nothing
+ * and goes back to the pool). */
+static inline int closure_fill_args(struct coord *c, struct coord_closure *cl, uint32_t fn,
+				    const void *args, size_t len, bool want_rv)
 {
 	cl->reuse++;
 	cl->id = ((uint64_t)cl->reuse << 32) | cl->idx;
 	if (unlikely(coord_sampled(cl)))
 		cl->t_sched = coord_now_ns(); /* metrics: 1 in 64 (B7) */
-	cl->fn = call->fn;
+	cl->fn = fn;
 	cl->attempt = 1;
-	cl->args = coord_buf_get(&c->bufs, call->len, cl->inline_args, CL_INLINE_ARGS,
-				 &cl->args_cls);
-	if (unlikely(!cl->args))
-		return COORD_ENOMEM;
-	if (call->len)
-		memcpy(cl->args, call->args, call->len);
-	cl->args_len = (uint32_t)call->len;
-	cl->npw = (uint8_t)call->npw;
-	for (unsigned i = 0; i < call->npw; i++) {
-		cl->pw[i] = call->pw[i];
-		/* Relaxed: the caller holds a reference, so this is not the
-		 * 0 -> 1 edge; the drop in coord_per_worker_put() is acq_rel. */
-		atomic_fetch_add_explicit(&call->pw[i]->refs, 1, memory_order_relaxed);
+	if (likely(len <= CL_INLINE_ARGS)) {
+		cl->args = cl->inline_args;
+		cl->args_cls = COORD_BUF_INLINE;
+		if (likely(len == sizeof(uint64_t)))
+			memcpy(cl->args, args, sizeof(uint64_t)); /* one store */
+		else if (len)
+			memcpy(cl->args, args, len);
+	} else {
+		cl->args = coord_buf_get(&c->bufs, len, cl->inline_args, CL_INLINE_ARGS,
+					 &cl->args_cls);
+		if (unlikely(!cl->args))
+			return COORD_ENOMEM;
+		memcpy(cl->args, args, len);
 	}
+	cl->args_len = (uint32_t)len;
+	cl->npw = 0;
 	/* The result fields are clean (inline, empty, no error): the previous
 	 * life left them so (coord_closure_drop_contents()), which keeps this
 	 * closure's first cache line the only one written here. */
@@ -1113,6 +1116,24 @@ static int closure_fill(struct coord *c, struct coord_closure *cl, const struct 
 	 * runtime owns it alone and counts nothing (V4 in rv.c). */
 	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
 	atomic_store_explicit(&cl->refs, want_rv ? 2 : 0, memory_order_relaxed);
+	return 0;
+}
+
+/* closure_fill_args() for @call, per-worker arguments included. */
+static int closure_fill(struct coord *c, struct coord_closure *cl, const struct coord_call *call,
+			bool want_rv)
+{
+	int r = closure_fill_args(c, cl, call->fn, call->args, call->len, want_rv);
+
+	if (unlikely(r < 0))
+		return r;
+	cl->npw = (uint8_t)call->npw;
+	for (unsigned i = 0; i < call->npw; i++) {
+		cl->pw[i] = call->pw[i];
+		/* Relaxed: the caller holds a reference, so this is not the
+		 * 0 -> 1 edge; the drop in coord_per_worker_put() is acq_rel. */
+		atomic_fetch_add_explicit(&call->pw[i]->refs, 1, memory_order_relaxed);
+	}
 	return 0;
 }
 
@@ -1323,9 +1344,36 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 		   struct coord_rv **out, struct coord_error *err)
 {
-	struct coord_call call = { .fn = fn, .args = args, .len = len };
+	struct coord_closure *cl;
+	int r;
 
-	return coord_schedule_call(c, &call, out, err);
+	/* The checks of call_check() for a call with nothing but arguments
+	 * (S15); anything it would refuse goes the general way, for its
+	 * message. */
+	if (unlikely(fn >= c->reg->n || !c->reg->fns[fn].fn || len > CL_INLINE_ARGS ||
+		     (len && !args))) {
+		struct coord_call call = { .fn = fn, .args = args, .len = len };
+
+		return coord_schedule_call(c, &call, out, err);
+	}
+	if (out)
+		*out = NULL;
+	r = schedule_admit(c, err);
+	if (r < 0)
+		return r;
+	/* schedule_one() without per-worker arguments, hints or inputs. */
+	cl = closure_get(c);
+	if (unlikely(!cl))
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
+	closure_fill_args(c, cl, fn, args, len, out != NULL); /* inline: cannot fail */
+	/* Relaxed: C1, as in schedule_one(). */
+	atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
+	/* Acquire: C3, as in schedule_one(). */
+	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+	queue_push(c, cl);
+	if (out)
+		*out = (struct coord_rv *)cl;
+	return 0;
 }
 
 int coord_join_timeout(struct coord *c, int64_t timeout_ns, struct coord_error *err)
@@ -1785,9 +1833,16 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 	for (unsigned i = 0; i < n; i++) {
 		struct coord_closure *cl = cls[i];
 
-		if (!coord_closure_unref(cl))
+		/* Relaxed: V4 (rv.c): refs == 0 is the runtime's closure alone,
+		 * nothing to drop (coord_closure_unref() tests it too). */
+		if (atomic_load_explicit(&cl->refs, memory_order_relaxed) != 0 &&
+		    !coord_closure_unref(cl))
 			continue;
-		coord_closure_drop_contents(cl);
+		/* Only what coord_closure_drop_contents() would look at: an
+		 * empty closure costs no call. */
+		if (unlikely(cl->npw || cl->res_dirty || cl->args_cls != COORD_BUF_INLINE ||
+			     cl->res_cls != COORD_BUF_INLINE))
+			coord_closure_drop_contents(cl);
 		freed[nfree++] = cl->idx;
 		if (nfree == ARRAY_SIZE(freed)) {
 			coord_pool_put_many(c->closures, freed, nfree);
