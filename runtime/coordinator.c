@@ -1479,7 +1479,12 @@ void coord_per_worker_put(struct coord_pw *pw)
 
 /* ---- the dispatch interface ----------------------------------------------------- */
 
-static void idle_wait(struct coord_dispatcher *d)
+/* Polls of an idle wait that still count as a producer streaming (gather()). */
+#define COORD_GATHER_POLLS 4
+
+/* Wait for work (spin, then sleep); true if it came within
+ * COORD_GATHER_POLLS polls. */
+static bool idle_wait(struct coord_dispatcher *d)
 {
 	struct coord *c = d->c;
 	uint64_t until = coord_now_ns() + c->opts.spin_ns;
@@ -1487,7 +1492,7 @@ static void idle_wait(struct coord_dispatcher *d)
 	for (unsigned i = 0;; i++) {
 		/* Relaxed: stop is re-checked after every wake. */
 		if (work_for(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed))
-			return;
+			return i <= COORD_GATHER_POLLS;
 		if ((i & 63) == 63 && coord_now_ns() >= until)
 			break;
 		coord_spin_pause(i + 1);
@@ -1498,7 +1503,7 @@ static void idle_wait(struct coord_dispatcher *d)
 
 		/* Relaxed: as above; the eventcount orders the re-check (E1). */
 		if (work_for(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed))
-			return;
+			return false;
 		due = coord_dispatch_due(d); /* B4: a fallback or a start to come */
 		coord_ec_wait(&c->not_empty, v, due ? due : COORD_FOREVER);
 	}
@@ -1515,8 +1520,9 @@ static void idle_wait(struct coord_dispatcher *d)
  * producer one closure at a time makes every line they share (the ring's
  * slots, the pool's) change caches once per closure, which costs the
  * producer more than the wait costs the worker; a take of 8 fills two
- * ring lines the producer has left.  A lone closure (a round trip) pays
- * the wait once.
+ * ring lines the producer has left.  Only while the producer streams: after
+ * a batch, or an idle wait of a few polls; a closure that arrives after a
+ * longer wait (a round trip, one at a time) is taken at once.
  */
 static void gather(struct coord *c)
 {
@@ -1581,6 +1587,7 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 {
 	struct coord *c = d->c;
 	unsigned idle = 0;
+	bool stream = true; /* no wait for work, or a brief one (gather()) */
 
 	for (;;) {
 		unsigned k, n;
@@ -1592,10 +1599,10 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 		}
 		if (!work_for(d)) {
 			fin_flush(d); /* C9: before waiting for work */
-			idle_wait(d);
+			stream = idle_wait(d);
 			continue;
 		}
-		if (d->defer_fin)
+		if (d->defer_fin && stream)
 			gather(c);
 		k = take_once(d, out, max, &n);
 		if (k)
@@ -1614,13 +1621,6 @@ unsigned coord_dispatch_try_take(struct coord_dispatcher *d, struct coord_closur
 	if (max == 0 || !work_for(d) || atomic_load_explicit(&d->c->stopping, memory_order_relaxed))
 		return 0;
 	return take_once(d, out, max, &n);
-}
-
-bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl)
-{
-	/* Relaxed: an early-out (C5); C2 is what guarantees nothing old runs
-	 * after the canceller returns. */
-	return cl->gen < atomic_load_explicit(&c->gen, memory_order_relaxed);
 }
 
 void coord_dispatch_cancel(struct coord_dispatcher *d, struct coord_closure *cl)
@@ -1753,8 +1753,8 @@ uint64_t coord_hist_percentile(const struct coord_hist *h, double p)
 	return UINT64_MAX;
 }
 
-bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl, int code,
-			     int cause)
+bool coord_dispatch_ps_retry_slow(struct coord_dispatcher *d, struct coord_closure *cl, int code,
+				  int cause)
 {
 	struct coord *c = d->c;
 	uint32_t n;
@@ -1773,8 +1773,8 @@ bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *c
 	return true;
 }
 
-void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl, int worker,
-			     int code, int cause, const char *msg)
+void coord_dispatch_complete_slow(struct coord_dispatcher *d, struct coord_closure *cl, int worker,
+				  int code, int cause, const char *msg)
 {
 	uint32_t st = COORD_RV_READY;
 

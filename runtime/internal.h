@@ -353,8 +353,20 @@ COORD_HIDDEN unsigned coord_dispatch_try_take(struct coord_dispatcher *d,
  * is @msg), run on worker @worker.  A failure records the coordinator's
  * first error (S3).  Does not drop counts: coord_dispatch_finish() does.
  */
-COORD_HIDDEN void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl,
-					  int worker, int code, int cause, const char *msg);
+COORD_HIDDEN void coord_dispatch_complete_slow(struct coord_dispatcher *d, struct coord_closure *cl,
+					       int worker, int code, int cause, const char *msg);
+static inline void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl,
+					   int worker, int code, int cause, const char *msg)
+{
+	/* V4 (rv.c): a closure without a handle that succeeded, with no
+	 * inputs, per-worker arguments or metrics sample, has nothing to make
+	 * final (see coord_dispatch_complete_slow()).  Relaxed: refs of such a
+	 * closure is 0 for its whole life and written by nobody (V4). */
+	if (likely(code == 0) && !cl->npw && !(cl->res_dirty & CL_HAS_IN) && !coord_sampled(cl) &&
+	    atomic_load_explicit(&cl->refs, memory_order_relaxed) == 0)
+		return;
+	coord_dispatch_complete_slow(d, cl, worker, code, cause, msg);
+}
 
 /*
  * Failure classes (typed, never by message): a lost connection or a missed
@@ -371,12 +383,23 @@ COORD_HIDDEN void coord_dispatch_complete(struct coord_dispatcher *d, struct coo
  * opts.ps_failure_threshold of them: the caller puts @cl back instead of
  * completing it.
  */
-COORD_HIDDEN bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl,
-					  int code, int cause);
+COORD_HIDDEN bool coord_dispatch_ps_retry_slow(struct coord_dispatcher *d, struct coord_closure *cl,
+					       int code, int cause);
+static inline bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl,
+					   int code, int cause)
+{
+	return unlikely(code == COORD_EUNAVAILABLE) &&
+	       coord_dispatch_ps_retry_slow(d, cl, code, cause);
+}
 
 /* coord_dispatch_stale() - @cl belongs to a cancelled generation: do not
  * start it; coord_dispatch_cancel() it instead (S3). */
-COORD_HIDDEN bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl);
+static inline bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl)
+{
+	/* Relaxed: an early-out (C5); C2 is what guarantees nothing old runs
+	 * after the canceller returns. */
+	return cl->gen < atomic_load_explicit(&c->gen, memory_order_relaxed);
+}
 /* coord_dispatch_cancel() - make a taken @cl CANCELLED and retire it,
  * inflight count included.  Every taken closure ends in exactly one of
  * coord_dispatch_finish() (after complete), this, or put back. */
