@@ -18,9 +18,10 @@
  *   then hands the error to its caller and clears it (S3-S5).
  *
  * Invariants
- *   C1  outstanding = closures scheduled and not yet final.  It is raised
- *       before the push and dropped after the RemoteValue is final, so
- *       outstanding == 0 means no function is running (S5).
+ *   C1  outstanding = closures scheduled and not yet final, plus those
+ *       final but not yet taken off by a deferring dispatcher (C9).  It is
+ *       raised before the push and dropped after the RemoteValue is final,
+ *       so outstanding == 0 means no function is running (S5).
  *   C2  A dispatcher raises d->inflight (seq_cst, D2) before it pops and reads
  *       gen (seq_cst, D2) after; the canceller bumps gen (seq_cst, D1) before
  *       it reads inflight (seq_cst, D1).  In the single total order of these
@@ -52,6 +53,13 @@
  *       moment the last closure was taken.  While a producer and a worker
  *       chase each other one closure at a time, `outstanding` then changes
  *       caches once per batch instead of once per closure.
+ *   C10 A closure in a producer stash (c->pstash, closure_get()) is free:
+ *       refs == 0, in no queue, owned by the stash.  The stash's contents
+ *       are read and written only by the thread that holds its busy flag:
+ *       the acquire CAS that takes the flag and the release store that
+ *       drops it order one holder's accesses before the next's.
+ *       coord_destroy() frees the pool with the stashes in it (their
+ *       closures count as free, not held).
  *
  * Dataflow (B1): RemoteValues as arguments
  *   A consumer (a closure with inputs) is counted in `outstanding` (C1) and
@@ -1137,20 +1145,12 @@ static int closure_fill(struct coord *c, struct coord_closure *cl, const struct 
 	return 0;
 }
 
-/*
- * P5  A closure in a producer stash (c->pstash) is free: refs == 0, in no
- *     queue, owned by the stash.  The stash's contents are read and written
- *     only by the thread that holds its busy flag: the acquire CAS that
- *     takes the flag and the release store that drops it order one holder's
- *     accesses before the next's.  coord_destroy() frees the pool with the
- *     stashes in it (their closures count as free, not held).
- */
-
+/* Producer stashes (C10). */
 /* Which stash this thread uses: a number handed out on first use. */
 static __thread unsigned tl_pstash = UINT32_MAX;
 static _Atomic unsigned pstash_next;
 
-/* A free closure for schedule(), through this thread's stash (P5). */
+/* A free closure for schedule(), through this thread's stash (C10). */
 static struct coord_closure *closure_get(struct coord *c)
 {
 	struct coord_pstash *st;
@@ -1161,7 +1161,7 @@ static struct coord_closure *closure_get(struct coord *c)
 		/* Relaxed: only spreads threads over the stashes. */
 		tl_pstash = atomic_fetch_add_explicit(&pstash_next, 1, memory_order_relaxed);
 	st = &c->pstash[tl_pstash % COORD_PSTASH_SLOTS];
-	/* Acquire (P5): the previous holder's accesses to the stash happen-
+	/* Acquire (C10): the previous holder's accesses to the stash happen-
 	 * before ours.  Another thread holds it: skip it (the pool is
 	 * thread-safe), rather than wait. */
 	if (!atomic_compare_exchange_strong_explicit(&st->busy, &idle, 1, memory_order_acquire,
@@ -1183,7 +1183,7 @@ static struct coord_closure *closure_get(struct coord *c)
 		st->n = k + left;
 	}
 	cl = st->n ? st->cl[--st->n] : NULL;
-	/* Release (P5): hands the stash to its next holder. */
+	/* Release (C10): hands the stash to its next holder. */
 	atomic_store_explicit(&st->busy, 0, memory_order_release);
 	return cl;
 }
@@ -1952,6 +1952,12 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	if (r < 0)
 		goto err_ring;
 	r = coord_pool_cache_init(c->closures, COORD_CLOSURE_CACHE);
+	if (r < 0)
+		goto err_pool;
+	/* Free closures beyond the cache (a backlog drained, handles dropped
+	 * at once): as many as the ring holds, then the pool's list. */
+	r = coord_pool_spill_init(c->closures,
+				  c->unbounded ? COORD_RING_DEFAULT : opts->ring_capacity);
 	if (r < 0)
 		goto err_pool;
 	r = coord_bufs_init(&c->bufs);

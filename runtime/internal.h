@@ -254,7 +254,7 @@ struct coord_dispatcher {
 struct coord_tp_ops;
 
 /*
- * A stash of free closures for schedule() (coordinator.c, P5): filled from
+ * A stash of free closures for schedule() (coordinator.c, C10): filled from
  * the pool a batch at a time, with the batch's first lines prefetched for
  * writing at once, so the one-at-a-time path pays one overlapped round of
  * misses per batch instead of one miss per call on a line the worker last
@@ -264,7 +264,7 @@ struct coord_tp_ops;
 #define COORD_PSTASH 16	      /* closures per stash */
 #define COORD_PSTASH_SLOTS 4u /* stashes per coordinator */
 struct coord_pstash {
-	_Atomic uint32_t busy __cacheline_aligned; /* owner flag (P5) */
+	_Atomic uint32_t busy __cacheline_aligned; /* owner flag (C10) */
 	uint32_t n;
 	struct coord_closure *cl[COORD_PSTASH];
 };
@@ -317,7 +317,7 @@ struct coord {
 	_Atomic uint64_t dep_failed;	 /* consumers failed by an input (B1, B7) */
 	_Atomic bool dataflow;		 /* a consumer was scheduled (B1, DF3) */
 	uint64_t created_ns;
-	/* Free closures for producers (P5). */
+	/* Free closures for producers (C10). */
 	struct coord_pstash pstash[COORD_PSTASH_SLOTS];
 	/* B4 hints (runtime/sched.c H1, H2): the default path only reads
 	 * hq_count; hinted schedules and takes write both. */
