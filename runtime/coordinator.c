@@ -21,7 +21,18 @@
  *   C1  outstanding = closures scheduled and not yet final, plus those
  *       final but not yet taken off by a deferring dispatcher (C9).  It is
  *       raised before the push and dropped after the RemoteValue is final,
- *       so outstanding == 0 means no function is running (S5).
+ *       so outstanding == 0 means no function is running (S5).  It is a
+ *       sum (outstanding_total()): c->outstanding, which every drop and
+ *       most raises change with an RMW, plus each producer stash's `added`,
+ *       which coord_schedule() raises with a plain store while it holds the
+ *       stash (C10), so the one-at-a-time path has no RMW on a shared
+ *       counter.  A reader takes c->outstanding first (acquire), then the
+ *       stashes: every drop it sees came after its closure's raise in
+ *       happens-before (raise, push R1, pop A1, drop), so it sees that
+ *       raise too, and the sum is never below the true count at the
+ *       moment of its first load; a sum of 0 means nothing was
+ *       outstanding then.  Each part may wrap (c->outstanding goes "below
+ *       zero" by what the stashes raised); the sum is exact mod 2^64.
  *   C2  A dispatcher raises d->inflight (seq_cst, D2) before it pops and reads
  *       gen (seq_cst, D2) after; the canceller bumps gen (seq_cst, D1) before
  *       it reads inflight (seq_cst, D1).  In the single total order of these
@@ -493,12 +504,36 @@ void coord_loop_wake_done(struct coord *c)
 
 /* ---- completion, cancellation, the error slot ------------------------------ */
 
+/* C1: closures outstanding, a sum read in the order C1 requires. */
+static uint64_t outstanding_total(struct coord *c)
+{
+	/* Acquire: pairs with the drops in outstanding_sub(): the closures
+	 * counted out are final and their raises visible to the loads below
+	 * (C1); join() reads their results after this. */
+	uint64_t n = atomic_load_explicit(&c->outstanding, memory_order_acquire);
+
+	for (unsigned i = 0; i < COORD_PSTASH_SLOTS; i++)
+		/* Relaxed: C1: each raise that matters happened-before the
+		 * drop acquired above, so coherence shows it here. */
+		n += atomic_load_explicit(&c->pstash[i].added, memory_order_relaxed);
+	return n;
+}
+
 static void outstanding_sub(struct coord *c, uint64_t n)
 {
-	/* acq_rel: release the final RemoteValues to join() (its acquire load
-	 * of outstanding), C1. */
-	if (n && atomic_fetch_sub_explicit(&c->outstanding, n, memory_order_acq_rel) == n)
-		coord_ec_signal(&c->idle);
+	uint32_t w;
+
+	if (!n)
+		return;
+	/* seq_cst: C1, release the final RemoteValues to join() and acquire
+	 * the earlier drops for the sum below (acq_rel would do); seq_cst
+	 * lets the wake skip its fence (E3 in futex.h). */
+	atomic_fetch_sub_explicit(&c->outstanding, n, memory_order_seq_cst);
+	/* seq_cst: E3, after the RMW above in the total order.  The sum is
+	 * only worth reading when a joiner sleeps. */
+	w = atomic_load_explicit(&c->idle.word, memory_order_seq_cst);
+	if ((w & COORD_EC_WAITERS) && outstanding_total(c) == 0)
+		ec_wake_if_waiters(&c->idle, w);
 }
 
 /* C9: closures finished per batch taken off `outstanding` at most. */
@@ -626,9 +661,9 @@ static uint64_t gen_bump(struct coord *c)
 static void drain_older(struct coord *c, uint64_t g)
 {
 	struct coord_closure *buf[64], *keep = NULL, *keep_last = NULL;
-	/* Relaxed: a bound for the drain, so a producer that never stops
-	 * cannot keep us here; anything missed is cancelled by C5. */
-	uint64_t budget = atomic_load_explicit(&c->outstanding, memory_order_relaxed) + 64;
+	/* A bound for the drain, so a producer that never stops cannot keep
+	 * us here; anything missed is cancelled by C5. */
+	uint64_t budget = outstanding_total(c) + 64;
 	unsigned n, spins = 0;
 	int64_t nkeep = 0;
 
@@ -1150,8 +1185,9 @@ static int closure_fill(struct coord *c, struct coord_closure *cl, const struct 
 static __thread unsigned tl_pstash = UINT32_MAX;
 static _Atomic unsigned pstash_next;
 
-/* A free closure for schedule(), through this thread's stash (C10). */
-static struct coord_closure *closure_get(struct coord *c)
+/* A free closure for schedule(), through this thread's stash (C10);
+ * @count: raise outstanding for it (C1), in the stash if we hold it. */
+static struct coord_closure *closure_get(struct coord *c, bool count)
 {
 	struct coord_pstash *st;
 	struct coord_closure *cl;
@@ -1165,8 +1201,13 @@ static struct coord_closure *closure_get(struct coord *c)
 	 * before ours.  Another thread holds it: skip it (the pool is
 	 * thread-safe), rather than wait. */
 	if (!atomic_compare_exchange_strong_explicit(&st->busy, &idle, 1, memory_order_acquire,
-						     memory_order_relaxed))
-		return coord_pool_get(c->closures);
+						     memory_order_relaxed)) {
+		cl = coord_pool_get(c->closures);
+		if (cl && count)
+			/* Relaxed: C1, as in schedule_one(). */
+			atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
+		return cl;
+	}
 	if (st->n <= COORD_PSTASH / 4) {
 		/* Top up below what is left, which is used first: those lines
 		 * were asked for a batch ago and are here by now. */
@@ -1183,6 +1224,13 @@ static struct coord_closure *closure_get(struct coord *c)
 		st->n = k + left;
 	}
 	cl = st->n ? st->cl[--st->n] : NULL;
+	if (cl && count)
+		/* Relaxed: C1: only stash holders write `added` (C10), and the
+		 * push of this closure (R1 in ring.c) publishes the raise
+		 * before any drop of it; readers sum it (outstanding_total()). */
+		atomic_store_explicit(&st->added,
+				      atomic_load_explicit(&st->added, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
 	/* Release (C10): hands the stash to its next holder. */
 	atomic_store_explicit(&st->busy, 0, memory_order_release);
 	return cl;
@@ -1194,7 +1242,7 @@ static int schedule_one(struct coord *c, const struct coord_call *call, struct c
 {
 	struct coord_closure *cl;
 
-	cl = closure_get(c);
+	cl = closure_get(c, false);
 	if (unlikely(!cl))
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
 	if (unlikely(closure_fill(c, cl, call, out != NULL) < 0)) {
@@ -1361,13 +1409,12 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	r = schedule_admit(c, err);
 	if (r < 0)
 		return r;
-	/* schedule_one() without per-worker arguments, hints or inputs. */
-	cl = closure_get(c);
+	/* schedule_one() without per-worker arguments, hints or inputs; the
+	 * closure comes counted in outstanding (C1). */
+	cl = closure_get(c, true);
 	if (unlikely(!cl))
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
 	closure_fill_args(c, cl, fn, args, len, out != NULL); /* inline: cannot fail */
-	/* Relaxed: C1, as in schedule_one(). */
-	atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
 	/* Acquire: C3, as in schedule_one(). */
 	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
 	queue_push(c, cl);
@@ -1388,16 +1435,16 @@ int coord_join_timeout(struct coord *c, int64_t timeout_ns, struct coord_error *
 
 		if (r < 0)
 			return r;
-		/* Acquire: pairs with outstanding_sub() (C1): results are final. */
-		if (atomic_load_explicit(&c->outstanding, memory_order_acquire) == 0)
+		/* C1: results are final (outstanding_total() acquires). */
+		if (outstanding_total(c) == 0)
 			return take_error(c, err);
 		if (coord_now_ns() < spin_until) {
 			coord_spin_pause(++spins);
 			continue;
 		}
 		if (coord_ec_wait(&c->idle, v, deadline) == -ETIMEDOUT) {
-			/* Relaxed: a number for the message only. */
-			uint64_t left = atomic_load_explicit(&c->outstanding, memory_order_relaxed);
+			/* A number for the message only. */
+			uint64_t left = outstanding_total(c);
 
 			return coord_seterr(err, COORD_ETIMEDOUT,
 					    "join: %llu closures still pending after %lld ns",
@@ -1417,8 +1464,8 @@ int coord_done(struct coord *c, struct coord_error *err)
 
 	if (r < 0)
 		return r;
-	/* Acquire: as in join (C1). */
-	if (atomic_load_explicit(&c->outstanding, memory_order_acquire) != 0)
+	/* C1, as in join. */
+	if (outstanding_total(c) != 0)
 		return 0;
 	r = take_error(c, err);
 	return r < 0 ? r : 1;
@@ -1695,7 +1742,7 @@ int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_
 	memset(m, 0, sizeof(*m));
 	m->now_ns = coord_now_ns();
 	m->queued = coord_queue_size(c);
-	m->outstanding = stat_rd(&c->outstanding);
+	m->outstanding = outstanding_total(c);
 	m->cancelled = stat_rd(&c->cancelled);
 	m->completed = m->failed = stat_rd(&c->dep_failed); /* B1: input errors */
 	for (unsigned i = 0; i < c->ndisp; i++) {

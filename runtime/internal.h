@@ -266,12 +266,15 @@ struct coord_tp_ops;
 struct coord_pstash {
 	_Atomic uint32_t busy __cacheline_aligned; /* owner flag (C10) */
 	uint32_t n;
+	/* C1: closures its holders counted as outstanding (only grows). */
+	_Atomic uint64_t added;
 	struct coord_closure *cl[COORD_PSTASH];
 };
 
 struct coord {
-	/* Hot, written by producers. */
-	_Atomic uint64_t outstanding __cacheline_aligned; /* scheduled, not final */
+	/* Hot, written by producers (C1: with pstash[].added, the number of
+	 * closures scheduled and not final; see outstanding_total()). */
+	_Atomic uint64_t outstanding __cacheline_aligned;
 	/* Read on every push, written only by the canceller. */
 	_Atomic uint64_t gen __cacheline_aligned;
 	/* S3 error slot: EMPTY -> WRITING -> SET -> TAKEN -> EMPTY. */
