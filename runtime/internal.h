@@ -31,7 +31,10 @@
  * that a transport may still resolve (cancel today; put-back and late-result
  * paths with the tcp transport) goes through call_rcu, so the object cannot
  * be recycled under such a reader.  coord_destroy() runs urcu_bp_barrier()
- * before it frees the pools.
+ * before it frees the pools.  A closure scheduled without a handle is not
+ * made final at all when it succeeds (V4 in rv.c): no reader of its state
+ * exists, and the transports complete only what they find in a slot they
+ * own (tcp.c, rdma.c), so a late frame cannot complete it a second time.
  */
 #ifndef COORD_RUNTIME_INTERNAL_H
 #define COORD_RUNTIME_INTERNAL_H
