@@ -251,6 +251,9 @@ struct coord_dispatcher {
 	 * This dispatcher's thread only. */
 	bool defer_fin;
 	uint64_t fin_defer;
+	/* How many closures coord_dispatch_take() last returned (idle_wait()
+	 * in coordinator.c).  This dispatcher's thread only. */
+	unsigned last_take;
 	struct coord_dmetrics m __cacheline_aligned;
 };
 
