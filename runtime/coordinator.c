@@ -18,9 +18,21 @@
  *   then hands the error to its caller and clears it (S3-S5).
  *
  * Invariants
- *   C1  outstanding = closures scheduled and not yet final.  It is raised
- *       before the push and dropped after the RemoteValue is final, so
- *       outstanding == 0 means no function is running (S5).
+ *   C1  outstanding = closures scheduled and not yet final, plus those
+ *       final but not yet taken off by a deferring dispatcher (C9).  It is
+ *       raised before the push and dropped after the RemoteValue is final,
+ *       so outstanding == 0 means no function is running (S5).  It is a
+ *       sum (outstanding_total()): c->outstanding, which every drop and
+ *       most raises change with an RMW, plus each producer stash's `added`,
+ *       which coord_schedule() raises with a plain store while it holds the
+ *       stash (C10), so the one-at-a-time path has no RMW on a shared
+ *       counter.  A reader takes c->outstanding first (acquire), then the
+ *       stashes: every drop it sees came after its closure's raise in
+ *       happens-before (raise, push R1, pop A1, drop), so it sees that
+ *       raise too, and the sum is never below the true count at the
+ *       moment of its first load; a sum of 0 means nothing was
+ *       outstanding then.  Each part may wrap (c->outstanding goes "below
+ *       zero" by what the stashes raised); the sum is exact mod 2^64.
  *   C2  A dispatcher raises d->inflight (seq_cst, D2) before it pops and reads
  *       gen (seq_cst, D2) after; the canceller bumps gen (seq_cst, D1) before
  *       it reads inflight (seq_cst, D1).  In the single total order of these
@@ -43,6 +55,22 @@
  *       while the canceller still drains is recorded for the next caller.
  *   C8  Nothing pushed after an UNAVAILABLE report stays queued for ever
  *       (check_unavailable(): a seq_cst Dekker pair with the report's drain).
+ *   C9  A dispatcher with defer_fin set (inproc) takes the closures it
+ *       finished off `outstanding` in batches: when it has COORD_FIN_DEFER of
+ *       them, and always before it waits for work or returns from
+ *       coord_dispatch_take() for good.  C1 holds (outstanding is still
+ *       lowered only after the closures are final), and join/done see 0 as
+ *       soon as every dispatcher has found the queue empty, which is the
+ *       moment the last closure was taken.  While a producer and a worker
+ *       chase each other one closure at a time, `outstanding` then changes
+ *       caches once per batch instead of once per closure.
+ *   C10 A closure in a producer stash (c->pstash, closure_get()) is free:
+ *       refs == 0, in no queue, owned by the stash.  The stash's contents
+ *       are read and written only by the thread that holds its busy flag:
+ *       the acquire CAS that takes the flag and the release store that
+ *       drops it order one holder's accesses before the next's.
+ *       coord_destroy() frees the pool with the stashes in it (their
+ *       closures count as free, not held).
  *
  * Dataflow (B1): RemoteValues as arguments
  *   A consumer (a closure with inputs) is counted in `outstanding` (C1) and
@@ -476,12 +504,48 @@ void coord_loop_wake_done(struct coord *c)
 
 /* ---- completion, cancellation, the error slot ------------------------------ */
 
+/* C1: closures outstanding, a sum read in the order C1 requires. */
+static uint64_t outstanding_total(struct coord *c)
+{
+	/* Acquire: pairs with the drops in outstanding_sub(): the closures
+	 * counted out are final and their raises visible to the loads below
+	 * (C1); join() reads their results after this. */
+	uint64_t n = atomic_load_explicit(&c->outstanding, memory_order_acquire);
+
+	for (unsigned i = 0; i < COORD_PSTASH_SLOTS; i++)
+		/* Relaxed: C1: each raise that matters happened-before the
+		 * drop acquired above, so coherence shows it here. */
+		n += atomic_load_explicit(&c->pstash[i].added, memory_order_relaxed);
+	return n;
+}
+
 static void outstanding_sub(struct coord *c, uint64_t n)
 {
-	/* acq_rel: release the final RemoteValues to join() (its acquire load
-	 * of outstanding), C1. */
-	if (n && atomic_fetch_sub_explicit(&c->outstanding, n, memory_order_acq_rel) == n)
-		coord_ec_signal(&c->idle);
+	uint32_t w;
+
+	if (!n)
+		return;
+	/* seq_cst: C1, release the final RemoteValues to join() and acquire
+	 * the earlier drops for the sum below (acq_rel would do); seq_cst
+	 * lets the wake skip its fence (E3 in futex.h). */
+	atomic_fetch_sub_explicit(&c->outstanding, n, memory_order_seq_cst);
+	/* seq_cst: E3, after the RMW above in the total order.  The sum is
+	 * only worth reading when a joiner sleeps. */
+	w = atomic_load_explicit(&c->idle.word, memory_order_seq_cst);
+	if ((w & COORD_EC_WAITERS) && outstanding_total(c) == 0)
+		ec_wake_if_waiters(&c->idle, w);
+}
+
+/* C9: closures finished per batch taken off `outstanding` at most. */
+#define COORD_FIN_DEFER 64
+
+/* C9: take what @d finished off `outstanding`.  @d's thread only. */
+static void fin_flush(struct coord_dispatcher *d)
+{
+	if (d->fin_defer) {
+		outstanding_sub(d->c, d->fin_defer);
+		d->fin_defer = 0;
+	}
 }
 
 static void rcu_put_cb(struct rcu_head *head)
@@ -597,9 +661,9 @@ static uint64_t gen_bump(struct coord *c)
 static void drain_older(struct coord *c, uint64_t g)
 {
 	struct coord_closure *buf[64], *keep = NULL, *keep_last = NULL;
-	/* Relaxed: a bound for the drain, so a producer that never stops
-	 * cannot keep us here; anything missed is cancelled by C5. */
-	uint64_t budget = atomic_load_explicit(&c->outstanding, memory_order_relaxed) + 64;
+	/* A bound for the drain, so a producer that never stops cannot keep
+	 * us here; anything missed is cancelled by C5. */
+	uint64_t budget = outstanding_total(c) + 64;
 	unsigned n, spins = 0;
 	int64_t nkeep = 0;
 
@@ -1061,24 +1125,53 @@ static inline bool call_hinted(const struct coord_call *call)
 	return call->priority || call->affinity;
 }
 
-/* Fill a closure fresh from the pool with @call; 0 or COORD_ENOMEM (then
- * the closure holds nothing and goes back to the pool). */
-static int closure_fill(struct coord *c, struct coord_closure *cl, const struct coord_call *call,
-			bool want_rv)
+/* Fill a closure fresh from the pool: function, arguments, references (no
+ * per-worker arguments); 0 or COORD_ENOMEM (then the closure holds nothing
+ * and goes back to the pool). */
+static inline int closure_fill_args(struct coord *c, struct coord_closure *cl, uint32_t fn,
+				    const void *args, size_t len, bool want_rv)
 {
 	cl->reuse++;
 	cl->id = ((uint64_t)cl->reuse << 32) | cl->idx;
 	if (unlikely(coord_sampled(cl)))
 		cl->t_sched = coord_now_ns(); /* metrics: 1 in 64 (B7) */
-	cl->fn = call->fn;
+	cl->fn = fn;
 	cl->attempt = 1;
-	cl->args = coord_buf_get(&c->bufs, call->len, cl->inline_args, CL_INLINE_ARGS,
-				 &cl->args_cls);
-	if (unlikely(!cl->args))
-		return COORD_ENOMEM;
-	if (call->len)
-		memcpy(cl->args, call->args, call->len);
-	cl->args_len = (uint32_t)call->len;
+	if (likely(len <= CL_INLINE_ARGS)) {
+		cl->args = cl->inline_args;
+		cl->args_cls = COORD_BUF_INLINE;
+		if (likely(len == sizeof(uint64_t)))
+			memcpy(cl->args, args, sizeof(uint64_t)); /* one store */
+		else if (len)
+			memcpy(cl->args, args, len);
+	} else {
+		cl->args = coord_buf_get(&c->bufs, len, cl->inline_args, CL_INLINE_ARGS,
+					 &cl->args_cls);
+		if (unlikely(!cl->args))
+			return COORD_ENOMEM;
+		memcpy(cl->args, args, len);
+	}
+	cl->args_len = (uint32_t)len;
+	cl->npw = 0;
+	/* The result fields are clean (inline, empty, no error): the previous
+	 * life left them so (coord_closure_drop_contents()), which keeps this
+	 * closure's first cache line the only one written here. */
+	/* Relaxed: the closure is private until the ring's release (R1 in
+	 * ring.c) publishes it with everything above.  Without a handle the
+	 * runtime owns it alone and counts nothing (V4 in rv.c). */
+	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
+	atomic_store_explicit(&cl->refs, want_rv ? 2 : 0, memory_order_relaxed);
+	return 0;
+}
+
+/* closure_fill_args() for @call, per-worker arguments included. */
+static int closure_fill(struct coord *c, struct coord_closure *cl, const struct coord_call *call,
+			bool want_rv)
+{
+	int r = closure_fill_args(c, cl, call->fn, call->args, call->len, want_rv);
+
+	if (unlikely(r < 0))
+		return r;
 	cl->npw = (uint8_t)call->npw;
 	for (unsigned i = 0; i < call->npw; i++) {
 		cl->pw[i] = call->pw[i];
@@ -1086,14 +1179,63 @@ static int closure_fill(struct coord *c, struct coord_closure *cl, const struct 
 		 * 0 -> 1 edge; the drop in coord_per_worker_put() is acq_rel. */
 		atomic_fetch_add_explicit(&call->pw[i]->refs, 1, memory_order_relaxed);
 	}
-	/* The result fields are clean (inline, empty, no error): the previous
-	 * life left them so (coord_closure_drop_contents()), which keeps this
-	 * closure's first cache line the only one written here. */
-	/* Relaxed: the closure is private until the ring's release (R1 in
-	 * ring.c) publishes it with everything above. */
-	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
-	atomic_store_explicit(&cl->refs, want_rv ? 2 : 1, memory_order_relaxed);
 	return 0;
+}
+
+/* Producer stashes (C10). */
+/* Which stash this thread uses: a number handed out on first use. */
+static __thread unsigned tl_pstash = UINT32_MAX;
+static _Atomic unsigned pstash_next;
+
+/* A free closure for schedule(), through this thread's stash (C10);
+ * @count: raise outstanding for it (C1), in the stash if we hold it. */
+static struct coord_closure *closure_get(struct coord *c, bool count)
+{
+	struct coord_pstash *st;
+	struct coord_closure *cl;
+	uint32_t idle = 0;
+
+	if (unlikely(tl_pstash == UINT32_MAX))
+		/* Relaxed: only spreads threads over the stashes. */
+		tl_pstash = atomic_fetch_add_explicit(&pstash_next, 1, memory_order_relaxed);
+	st = &c->pstash[tl_pstash % COORD_PSTASH_SLOTS];
+	/* Acquire (C10): the previous holder's accesses to the stash happen-
+	 * before ours.  Another thread holds it: skip it (the pool is
+	 * thread-safe), rather than wait. */
+	if (!atomic_compare_exchange_strong_explicit(&st->busy, &idle, 1, memory_order_acquire,
+						     memory_order_relaxed)) {
+		cl = coord_pool_get(c->closures);
+		if (cl && count)
+			/* Relaxed: C1, as in schedule_one(). */
+			atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
+		return cl;
+	}
+	if (st->n <= COORD_PSTASH / 4) {
+		/* Top up below what is left, which is used first: those lines
+		 * were asked for a batch ago and are here by now. */
+		struct coord_closure *top[COORD_PSTASH / 4];
+		uint32_t left = st->n, k;
+
+		memcpy(top, st->cl, left * sizeof(top[0]));
+		k = coord_pool_get_many(c->closures, (void **)st->cl, COORD_PSTASH - left);
+		/* The workers that freed them last had these lines: fetch the
+		 * whole batch now, for writing, so the misses overlap. */
+		for (uint32_t i = 0; i < k; i++)
+			coord_prefetch_w(st->cl[i]);
+		memcpy(st->cl + k, top, left * sizeof(top[0]));
+		st->n = k + left;
+	}
+	cl = st->n ? st->cl[--st->n] : NULL;
+	if (cl && count)
+		/* Relaxed: C1: only stash holders write `added` (C10), and the
+		 * push of this closure (R1 in ring.c) publishes the raise
+		 * before any drop of it; readers sum it (outstanding_total()). */
+		atomic_store_explicit(&st->added,
+				      atomic_load_explicit(&st->added, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
+	/* Release (C10): hands the stash to its next holder. */
+	atomic_store_explicit(&st->busy, 0, memory_order_release);
+	return cl;
 }
 
 /* Queue one checked @call (S1), or start it waiting for its inputs (B1). */
@@ -1102,7 +1244,7 @@ static int schedule_one(struct coord *c, const struct coord_call *call, struct c
 {
 	struct coord_closure *cl;
 
-	cl = coord_pool_get(c->closures);
+	cl = closure_get(c, false);
 	if (unlikely(!cl))
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
 	if (unlikely(closure_fill(c, cl, call, out != NULL) < 0)) {
@@ -1209,7 +1351,7 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 		/* Their first lines were last written by the workers that freed
 		 * them: fetch them all at once rather than one miss per fill. */
 		for (unsigned i = 0; i < k; i++)
-			__builtin_prefetch(cls[i], 1, 3);
+			coord_prefetch_w(cls[i]);
 		for (unsigned i = 0; i < k && r == 0; i++)
 			if (unlikely(closure_fill(c, cls[i], &calls[done + i], out != NULL) < 0)) {
 				/* cls[0..i) hold buffers: drop them; the rest are bare. */
@@ -1252,9 +1394,35 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 		   struct coord_rv **out, struct coord_error *err)
 {
-	struct coord_call call = { .fn = fn, .args = args, .len = len };
+	struct coord_closure *cl;
+	int r;
 
-	return coord_schedule_call(c, &call, out, err);
+	/* The checks of call_check() for a call with nothing but arguments
+	 * (S15); anything it would refuse goes the general way, for its
+	 * message. */
+	if (unlikely(fn >= c->reg->n || !c->reg->fns[fn].fn || len > CL_INLINE_ARGS ||
+		     (len && !args))) {
+		struct coord_call call = { .fn = fn, .args = args, .len = len };
+
+		return coord_schedule_call(c, &call, out, err);
+	}
+	if (out)
+		*out = NULL;
+	r = schedule_admit(c, err);
+	if (r < 0)
+		return r;
+	/* schedule_one() without per-worker arguments, hints or inputs; the
+	 * closure comes counted in outstanding (C1). */
+	cl = closure_get(c, true);
+	if (unlikely(!cl))
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
+	closure_fill_args(c, cl, fn, args, len, out != NULL); /* inline: cannot fail */
+	/* Acquire: C3, as in schedule_one(). */
+	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+	queue_push(c, cl);
+	if (out)
+		*out = (struct coord_rv *)cl;
+	return 0;
 }
 
 int coord_join_timeout(struct coord *c, int64_t timeout_ns, struct coord_error *err)
@@ -1269,16 +1437,16 @@ int coord_join_timeout(struct coord *c, int64_t timeout_ns, struct coord_error *
 
 		if (r < 0)
 			return r;
-		/* Acquire: pairs with outstanding_sub() (C1): results are final. */
-		if (atomic_load_explicit(&c->outstanding, memory_order_acquire) == 0)
+		/* C1: results are final (outstanding_total() acquires). */
+		if (outstanding_total(c) == 0)
 			return take_error(c, err);
 		if (coord_now_ns() < spin_until) {
 			coord_spin_pause(++spins);
 			continue;
 		}
 		if (coord_ec_wait(&c->idle, v, deadline) == -ETIMEDOUT) {
-			/* Relaxed: a number for the message only. */
-			uint64_t left = atomic_load_explicit(&c->outstanding, memory_order_relaxed);
+			/* A number for the message only. */
+			uint64_t left = outstanding_total(c);
 
 			return coord_seterr(err, COORD_ETIMEDOUT,
 					    "join: %llu closures still pending after %lld ns",
@@ -1298,8 +1466,8 @@ int coord_done(struct coord *c, struct coord_error *err)
 
 	if (r < 0)
 		return r;
-	/* Acquire: as in join (C1). */
-	if (atomic_load_explicit(&c->outstanding, memory_order_acquire) != 0)
+	/* C1, as in join. */
+	if (outstanding_total(c) != 0)
 		return 0;
 	r = take_error(c, err);
 	return r < 0 ? r : 1;
@@ -1360,15 +1528,28 @@ void coord_per_worker_put(struct coord_pw *pw)
 
 /* ---- the dispatch interface ----------------------------------------------------- */
 
-static void idle_wait(struct coord_dispatcher *d)
+/* Polls of an idle wait that still count as a producer streaming (gather()). */
+#define COORD_GATHER_POLLS 4
+/* Pauses between two looks at the queue while a streaming dispatcher
+ * spins idle (idle_wait()). */
+#define COORD_IDLE_GAP 4
+
+/* Wait for work (spin, then sleep); true if it came within
+ * COORD_GATHER_POLLS polls.  @gap: pauses between two looks at the queue
+ * while spinning; a look takes the ring's head line from a producer that
+ * is pushing, so a dispatcher whose last take found several closures (a
+ * producer streaming) looks less often than one that took a lone closure
+ * (a round trip, which wants the quickest response). */
+static bool idle_wait(struct coord_dispatcher *d, unsigned gap)
 {
 	struct coord *c = d->c;
 	uint64_t until = coord_now_ns() + c->opts.spin_ns;
 
 	for (unsigned i = 0;; i++) {
 		/* Relaxed: stop is re-checked after every wake. */
-		if (work_for(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed))
-			return;
+		if ((i % gap) == 0 &&
+		    (work_for(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed)))
+			return i <= COORD_GATHER_POLLS * gap;
 		if ((i & 63) == 63 && coord_now_ns() >= until)
 			break;
 		coord_spin_pause(i + 1);
@@ -1379,10 +1560,35 @@ static void idle_wait(struct coord_dispatcher *d)
 
 		/* Relaxed: as above; the eventcount orders the re-check (E1). */
 		if (work_for(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed))
-			return;
+			return false;
 		due = coord_dispatch_due(d); /* B4: a fallback or a start to come */
 		coord_ec_wait(&c->not_empty, v, due ? due : COORD_FOREVER);
 	}
+}
+
+/* A take of fewer closures than this waits a moment for more (gather()). */
+#define COORD_GATHER_MIN 8
+#define COORD_GATHER_SPINS 16
+
+/*
+ * gather() - a worker that runs closures itself (inproc) and finds only a
+ * few queued waits COORD_GATHER_SPINS pauses (~0.5 us on our VMs) for
+ * a producer that is still pushing.  A worker that keeps up with its
+ * producer one closure at a time makes every line they share (the ring's
+ * slots, the pool's) change caches once per closure, which costs the
+ * producer more than the wait costs the worker; a take of 8 fills two
+ * ring lines the producer has left.  Only while the producer streams: after
+ * a batch, or an idle wait of a few polls; a closure that arrives after a
+ * longer wait (a round trip, one at a time) is taken at once.
+ */
+static void gather(struct coord *c)
+{
+	/* One look, then pauses only: reading the ring's head while the
+	 * producer pushes would take its line from it on every push. */
+	if (coord_ring_size(&c->ring) >= COORD_GATHER_MIN)
+		return;
+	for (unsigned i = 0; i < COORD_GATHER_SPINS; i++)
+		cpu_relax();
 }
 
 /* One attempt at taking closures: reserve, pop, drop stale ones (C2, C5). */
@@ -1403,10 +1609,12 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 		n = coord_hq_take(d, out, want); /* B4: hints and the ring, in order */
 	else
 		n = queue_pop(c, out, want, false);
-	/* The producers wrote these closures' first lines: ask for them all now
-	 * (for writing: the taker completes them), so the misses overlap. */
+	/* The producers wrote these closures' first lines: ask for them all now,
+	 * so the misses overlap.  For reading: a closure without a handle is
+	 * only read here (V4 in rv.c), and a read leaves the producer its copy
+	 * of the line for the closure's next life. */
 	for (unsigned i = 0; i < n; i++)
-		__builtin_prefetch(out[i], 1, 3);
+		__builtin_prefetch(out[i], 0, 3);
 	/* D2 (seq_cst): read gen after the reservation; see C2. */
 	g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
 	for (unsigned i = 0; i < n; i++) {
@@ -1419,13 +1627,18 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 		out[k++] = out[i];
 	}
 	if (want > k) {
-		/* Release: our cancellations happen-before the canceller's D1
-		 * load that sees the lower count. */
-		atomic_fetch_sub_explicit(&d->inflight, want - k, memory_order_release);
-		coord_ec_signal(&c->drained);
+		/* seq_cst: our cancellations happen-before the canceller's D1
+		 * load that sees the lower count (release would do), and this
+		 * RMW lets the wake below skip its fence (E3 in futex.h). */
+		atomic_fetch_sub_explicit(&d->inflight, want - k, memory_order_seq_cst);
+		coord_ec_signal_sc(&c->drained);
 	}
+	/* Room in the ring was made by the pop's seq_cst tail CAS (ring.c),
+	 * so the wake needs no fence (E3); closures from the overflow FIFO
+	 * or the hint queue make no room in the ring, hence no wake is owed
+	 * for them (wait_hq_room() polls). */
 	if (n && !c->unbounded)
-		coord_ec_signal(&c->not_full);
+		coord_ec_signal_sc(&c->not_full);
 	*popped = n;
 	return k;
 }
@@ -1434,20 +1647,30 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 {
 	struct coord *c = d->c;
 	unsigned idle = 0;
+	bool stream = true; /* no wait for work, or a brief one (gather()) */
+	/* Did our last take find several closures (idle_wait())? */
+	unsigned gap = d->defer_fin && d->last_take > 1 ? COORD_IDLE_GAP : 1;
 
 	for (;;) {
 		unsigned k, n;
 
 		/* Relaxed: stop is also signalled through not_empty. */
-		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
+		if (atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
+			fin_flush(d); /* C9 */
 			return 0;
+		}
 		if (!work_for(d)) {
-			idle_wait(d);
+			fin_flush(d); /* C9: before waiting for work */
+			stream = idle_wait(d, gap);
 			continue;
 		}
+		if (d->defer_fin && stream)
+			gather(c);
 		k = take_once(d, out, max, &n);
-		if (k)
+		if (k) {
+			d->last_take = k;
 			return k;
+		}
 		if (n == 0)
 			coord_spin_pause(++idle); /* a slot claimed, not yet published */
 	}
@@ -1462,13 +1685,6 @@ unsigned coord_dispatch_try_take(struct coord_dispatcher *d, struct coord_closur
 	if (max == 0 || !work_for(d) || atomic_load_explicit(&d->c->stopping, memory_order_relaxed))
 		return 0;
 	return take_once(d, out, max, &n);
-}
-
-bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl)
-{
-	/* Relaxed: an early-out (C5); C2 is what guarantees nothing old runs
-	 * after the canceller returns. */
-	return cl->gen < atomic_load_explicit(&c->gen, memory_order_relaxed);
 }
 
 void coord_dispatch_cancel(struct coord_dispatcher *d, struct coord_closure *cl)
@@ -1543,7 +1759,7 @@ int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_
 	memset(m, 0, sizeof(*m));
 	m->now_ns = coord_now_ns();
 	m->queued = coord_queue_size(c);
-	m->outstanding = stat_rd(&c->outstanding);
+	m->outstanding = outstanding_total(c);
 	m->cancelled = stat_rd(&c->cancelled);
 	m->completed = m->failed = stat_rd(&c->dep_failed); /* B1: input errors */
 	for (unsigned i = 0; i < c->ndisp; i++) {
@@ -1601,8 +1817,8 @@ uint64_t coord_hist_percentile(const struct coord_hist *h, double p)
 	return UINT64_MAX;
 }
 
-bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl, int code,
-			     int cause)
+bool coord_dispatch_ps_retry_slow(struct coord_dispatcher *d, struct coord_closure *cl, int code,
+				  int cause)
 {
 	struct coord *c = d->c;
 	uint32_t n;
@@ -1621,8 +1837,8 @@ bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *c
 	return true;
 }
 
-void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl, int worker,
-			     int code, int cause, const char *msg)
+void coord_dispatch_complete_slow(struct coord_dispatcher *d, struct coord_closure *cl, int worker,
+				  int code, int cause, const char *msg)
 {
 	uint32_t st = COORD_RV_READY;
 
@@ -1656,6 +1872,15 @@ void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *c
 		dm_inc(&d->m.exec[hist_bucket(now - cl->t_take)], 1);
 		dm_inc(&d->m.rt[hist_bucket(now - cl->t_sched)], 1);
 	}
+	/* V4 (rv.c): a closure nobody holds a handle on, with no inputs to
+	 * drop, has no reader of its state: no fetcher, no waiter to wake, no
+	 * consumer (RV_DEPS needs a handle).  Leave the word NOT_READY (the
+	 * next life stores it anyway) rather than pull the closure's line into
+	 * this cache for writing.  Relaxed: refs of such a closure is 0 from
+	 * schedule to free and written by nobody (V4). */
+	if (st == COORD_RV_READY && !(cl->res_dirty & CL_HAS_IN) &&
+	    atomic_load_explicit(&cl->refs, memory_order_relaxed) == 0)
+		return;
 	coord_rv_set_final(cl, st);
 }
 
@@ -1672,9 +1897,16 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 	for (unsigned i = 0; i < n; i++) {
 		struct coord_closure *cl = cls[i];
 
-		if (!coord_closure_unref(cl))
+		/* Relaxed: V4 (rv.c): refs == 0 is the runtime's closure alone,
+		 * nothing to drop (coord_closure_unref() tests it too). */
+		if (atomic_load_explicit(&cl->refs, memory_order_relaxed) != 0 &&
+		    !coord_closure_unref(cl))
 			continue;
-		coord_closure_drop_contents(cl);
+		/* Only what coord_closure_drop_contents() would look at: an
+		 * empty closure costs no call. */
+		if (unlikely(cl->npw || cl->res_dirty || cl->args_cls != COORD_BUF_INLINE ||
+			     cl->res_cls != COORD_BUF_INLINE))
+			coord_closure_drop_contents(cl);
 		freed[nfree++] = cl->idx;
 		if (nfree == ARRAY_SIZE(freed)) {
 			coord_pool_put_many(c->closures, freed, nfree);
@@ -1687,11 +1919,18 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 		/* Relaxed: a statistic. */
 		atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);
 	dm_inc(&d->m.finished, n);
-	/* Release: the completed closures happen-before a canceller's D1 load
-	 * that sees the lower count. */
-	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);
-	outstanding_sub(c, n);
-	coord_ec_signal(&c->drained);
+	/* seq_cst: the completed closures happen-before a canceller's D1 load
+	 * that sees the lower count (release would do); seq_cst lets the wake
+	 * below skip its fence (E3 in futex.h). */
+	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_seq_cst);
+	coord_ec_signal_sc(&c->drained);
+	if (!d->defer_fin) {
+		outstanding_sub(c, n);
+		return;
+	}
+	d->fin_defer += n; /* C9 */
+	if (d->fin_defer >= COORD_FIN_DEFER)
+		fin_flush(d);
 }
 
 /* ---- create / destroy ------------------------------------------------------------- */
@@ -1777,6 +2016,12 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	if (r < 0)
 		goto err_ring;
 	r = coord_pool_cache_init(c->closures, COORD_CLOSURE_CACHE);
+	if (r < 0)
+		goto err_pool;
+	/* Free closures beyond the cache (a backlog drained, handles dropped
+	 * at once): as many as the ring holds, then the pool's list. */
+	r = coord_pool_spill_init(c->closures,
+				  c->unbounded ? COORD_RING_DEFAULT : opts->ring_capacity);
 	if (r < 0)
 		goto err_pool;
 	r = coord_bufs_init(&c->bufs);

@@ -31,7 +31,10 @@
  * that a transport may still resolve (cancel today; put-back and late-result
  * paths with the tcp transport) goes through call_rcu, so the object cannot
  * be recycled under such a reader.  coord_destroy() runs urcu_bp_barrier()
- * before it frees the pools.
+ * before it frees the pools.  A closure scheduled without a handle is not
+ * made final at all when it succeeds (V4 in rv.c): no reader of its state
+ * exists, and the transports complete only what they find in a slot they
+ * own (tcp.c, rdma.c), so a late frame cannot complete it a second time.
  */
 #ifndef COORD_RUNTIME_INTERNAL_H
 #define COORD_RUNTIME_INTERNAL_H
@@ -242,14 +245,42 @@ struct coord_dispatcher {
 	unsigned *blk;
 	int32_t *room;
 	void *cands;
+	/* C9 (coordinator.c): closures this dispatcher finished and has not
+	 * yet taken off c->outstanding; used only when @defer_fin is set (by
+	 * a transport whose dispatcher waits only in coord_dispatch_take()).
+	 * This dispatcher's thread only. */
+	bool defer_fin;
+	uint64_t fin_defer;
+	/* How many closures coord_dispatch_take() last returned (idle_wait()
+	 * in coordinator.c).  This dispatcher's thread only. */
+	unsigned last_take;
 	struct coord_dmetrics m __cacheline_aligned;
 };
 
 struct coord_tp_ops;
 
+/*
+ * A stash of free closures for schedule() (coordinator.c, C10): filled from
+ * the pool a batch at a time, with the batch's first lines prefetched for
+ * writing at once, so the one-at-a-time path pays one overlapped round of
+ * misses per batch instead of one miss per call on a line the worker last
+ * had.  A producer thread uses the stash its slot number names, while it
+ * holds @busy; one that finds it busy takes from the pool directly.
+ */
+#define COORD_PSTASH 16	      /* closures per stash */
+#define COORD_PSTASH_SLOTS 4u /* stashes per coordinator */
+struct coord_pstash {
+	_Atomic uint32_t busy __cacheline_aligned; /* owner flag (C10) */
+	uint32_t n;
+	/* C1: closures its holders counted as outstanding (only grows). */
+	_Atomic uint64_t added;
+	struct coord_closure *cl[COORD_PSTASH];
+};
+
 struct coord {
-	/* Hot, written by producers. */
-	_Atomic uint64_t outstanding __cacheline_aligned; /* scheduled, not final */
+	/* Hot, written by producers (C1: with pstash[].added, the number of
+	 * closures scheduled and not final; see outstanding_total()). */
+	_Atomic uint64_t outstanding __cacheline_aligned;
 	/* Read on every push, written only by the canceller. */
 	_Atomic uint64_t gen __cacheline_aligned;
 	/* S3 error slot: EMPTY -> WRITING -> SET -> TAKEN -> EMPTY. */
@@ -295,6 +326,8 @@ struct coord {
 	_Atomic uint64_t dep_failed;	 /* consumers failed by an input (B1, B7) */
 	_Atomic bool dataflow;		 /* a consumer was scheduled (B1, DF3) */
 	uint64_t created_ns;
+	/* Free closures for producers (C10). */
+	struct coord_pstash pstash[COORD_PSTASH_SLOTS];
 	/* B4 hints (runtime/sched.c H1, H2): the default path only reads
 	 * hq_count; hinted schedules and takes write both. */
 	_Atomic int64_t hq_count __cacheline_aligned;
@@ -329,8 +362,20 @@ COORD_HIDDEN unsigned coord_dispatch_try_take(struct coord_dispatcher *d,
  * is @msg), run on worker @worker.  A failure records the coordinator's
  * first error (S3).  Does not drop counts: coord_dispatch_finish() does.
  */
-COORD_HIDDEN void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl,
-					  int worker, int code, int cause, const char *msg);
+COORD_HIDDEN void coord_dispatch_complete_slow(struct coord_dispatcher *d, struct coord_closure *cl,
+					       int worker, int code, int cause, const char *msg);
+static inline void coord_dispatch_complete(struct coord_dispatcher *d, struct coord_closure *cl,
+					   int worker, int code, int cause, const char *msg)
+{
+	/* V4 (rv.c): a closure without a handle that succeeded, with no
+	 * inputs, per-worker arguments or metrics sample, has nothing to make
+	 * final (see coord_dispatch_complete_slow()).  Relaxed: refs of such a
+	 * closure is 0 for its whole life and written by nobody (V4). */
+	if (likely(code == 0) && !cl->npw && !(cl->res_dirty & CL_HAS_IN) && !coord_sampled(cl) &&
+	    atomic_load_explicit(&cl->refs, memory_order_relaxed) == 0)
+		return;
+	coord_dispatch_complete_slow(d, cl, worker, code, cause, msg);
+}
 
 /*
  * Failure classes (typed, never by message): a lost connection or a missed
@@ -347,12 +392,23 @@ COORD_HIDDEN void coord_dispatch_complete(struct coord_dispatcher *d, struct coo
  * opts.ps_failure_threshold of them: the caller puts @cl back instead of
  * completing it.
  */
-COORD_HIDDEN bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl,
-					  int code, int cause);
+COORD_HIDDEN bool coord_dispatch_ps_retry_slow(struct coord_dispatcher *d, struct coord_closure *cl,
+					       int code, int cause);
+static inline bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct coord_closure *cl,
+					   int code, int cause)
+{
+	return unlikely(code == COORD_EUNAVAILABLE) &&
+	       coord_dispatch_ps_retry_slow(d, cl, code, cause);
+}
 
 /* coord_dispatch_stale() - @cl belongs to a cancelled generation: do not
  * start it; coord_dispatch_cancel() it instead (S3). */
-COORD_HIDDEN bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl);
+static inline bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl)
+{
+	/* Relaxed: an early-out (C5); C2 is what guarantees nothing old runs
+	 * after the canceller returns. */
+	return cl->gen < atomic_load_explicit(&c->gen, memory_order_relaxed);
+}
 /* coord_dispatch_cancel() - make a taken @cl CANCELLED and retire it,
  * inflight count included.  Every taken closure ends in exactly one of
  * coord_dispatch_finish() (after complete), this, or put back. */

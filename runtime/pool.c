@@ -9,6 +9,11 @@
  *   P4  With a cache ring, a free index is either in the ring (as index + 1)
  *       or on the list, never both; the ring's R1/A1 order the previous
  *       owner's writes before the next owner's use, as R1/A1 here do.
+ *   P5  With a spill ring as well, a free index is in exactly one of the
+ *       cache, the spill ring and the list.  Returns fill the cache, then
+ *       the spill ring, then the list; takes empty them in the same order,
+ *       so objects recycle through the small cache (warm lines) while it
+ *       has any, and the spill ring holds the excess of a burst.
  *   P3  Every successful CAS on head changes the tag, so a popper that read
  *       head, then stalled while the same index was popped and pushed back,
  *       fails its CAS (ABA).  The tag is 32 bits: a stall across 2^32 CASes
@@ -134,7 +139,7 @@ int coord_pool_create(size_t objsize, uint32_t slab_shift, uint32_t prealloc,
 	return 0;
 }
 
-int coord_pool_cache_init(struct coord_pool *p, uint32_t cap)
+static int ring_make(uint32_t cap, struct coord_ring **out)
 {
 	struct coord_ring *r = malloc(sizeof(*r));
 
@@ -144,18 +149,34 @@ int coord_pool_cache_init(struct coord_pool *p, uint32_t cap)
 		free(r);
 		return -ENOMEM;
 	}
-	p->cache = r;
+	*out = r;
 	return 0;
+}
+
+static void ring_free(struct coord_ring *r)
+{
+	if (r) {
+		coord_ring_fini(r);
+		free(r);
+	}
+}
+
+int coord_pool_cache_init(struct coord_pool *p, uint32_t cap)
+{
+	return ring_make(cap, &p->cache);
+}
+
+int coord_pool_spill_init(struct coord_pool *p, uint32_t cap)
+{
+	return p->cache ? ring_make(cap, &p->spill) : -EINVAL;
 }
 
 void coord_pool_destroy(struct coord_pool *p)
 {
 	if (!p)
 		return;
-	if (p->cache) {
-		coord_ring_fini(p->cache);
-		free(p->cache);
-	}
+	ring_free(p->cache);
+	ring_free(p->spill);
 	/* Relaxed: no concurrent user (documented precondition). */
 	for (uint32_t s = 0; s < atomic_load_explicit(&p->nslabs, memory_order_relaxed); s++)
 		free(atomic_load_explicit(&p->slabs[s], memory_order_relaxed));
@@ -163,17 +184,25 @@ void coord_pool_destroy(struct coord_pool *p)
 	free(p);
 }
 
-/* Take up to @n objects from the cache ring (P4); how many. */
-static unsigned cache_get(struct coord_pool *p, void **out, unsigned n)
+/* Take up to @n objects from ring @r (P4, P5); how many. */
+static unsigned ring_get(struct coord_pool *p, struct coord_ring *r, void **out, unsigned n)
 {
 	unsigned k;
 
-	if (!p->cache)
+	if (!r)
 		return 0;
-	k = coord_ring_pop_batch_mc(p->cache, out, n);
+	k = coord_ring_pop_batch_mc(r, out, n);
 	for (unsigned i = 0; i < k; i++)
 		out[i] = coord_pool_obj(p, (uint32_t)((uintptr_t)out[i] - 1));
 	return k;
+}
+
+/* Take up to @n objects from the cache ring, else the spill ring (P5). */
+static unsigned cache_get(struct coord_pool *p, void **out, unsigned n)
+{
+	unsigned k = ring_get(p, p->cache, out, n);
+
+	return k ? k : ring_get(p, p->spill, out, n);
 }
 
 /* Pop one object from the free list. */
@@ -261,21 +290,31 @@ void coord_pool_put(struct coord_pool *p, uint32_t idx)
 	coord_pool_put_many(p, &idx, 1);
 }
 
-void coord_pool_put_many(struct coord_pool *p, const uint32_t *idx, unsigned n)
+/* Return up to @n of @idx to ring @r (P4, P5); how many it took. */
+static unsigned ring_put(struct coord_ring *r, const uint32_t *idx, unsigned n)
 {
 	void *v[64];
 	unsigned done = 0;
 
-	while (p->cache && done < n) {
+	while (r && done < n) {
 		unsigned k = n - done < 64 ? n - done : 64, pushed;
 
 		for (unsigned i = 0; i < k; i++)
 			v[i] = (void *)(uintptr_t)(idx[done + i] + 1);
-		pushed = coord_ring_push_batch_mp(p->cache, v, k);
+		pushed = coord_ring_push_batch_mp(r, v, k);
 		done += pushed;
 		if (pushed < k)
-			break; /* the ring is full: the rest go on the list */
+			break; /* the ring is full */
 	}
+	return done;
+}
+
+void coord_pool_put_many(struct coord_pool *p, const uint32_t *idx, unsigned n)
+{
+	unsigned done = ring_put(p->cache, idx, n);
+
+	if (done < n)
+		done += ring_put(p->spill, idx + done, n - done); /* P5 */
 	if (done == n)
 		return;
 	for (unsigned i = done; i + 1 < n; i++)

@@ -29,9 +29,11 @@
 #define COORD_POOL_MAX_SLABS 65536u
 
 struct coord_pool {
-	/* Free-list head: tag << 32 | (index + 1); index + 1 == 0 means empty. */
+	/* Free-list head: tag << 32 | (index + 1); index + 1 == 0 means empty.
+	 * Alone on its line: every coord_pool_obj() reads the fields below,
+	 * and a CAS here would take them from every other cache. */
 	_Atomic uint64_t head __cacheline_aligned;
-	size_t objsize;
+	size_t objsize __cacheline_aligned;
 	uint32_t slab_shift; /* objects per slab = 1 << slab_shift */
 	_Atomic uint32_t nslabs;
 	/* Slab s holds objects [s << shift, (s + 1) << shift) and then their
@@ -43,6 +45,9 @@ struct coord_pool {
 	/* Optional recycle ring in front of the free list (P4): index + 1 of
 	 * free objects, FIFO, claimed and returned in batches. */
 	struct coord_ring *cache;
+	/* Optional second ring (P5), between the cache and the list: what a
+	 * full cache cannot take goes here first. */
+	struct coord_ring *spill;
 };
 
 /*
@@ -68,6 +73,14 @@ COORD_HIDDEN unsigned coord_pool_get_many(struct coord_pool *p, void **out, unsi
  * after another.  Call before any concurrent use.
  */
 COORD_HIDDEN int coord_pool_cache_init(struct coord_pool *p, uint32_t cap);
+/*
+ * coord_pool_spill_init() - a second ring of @cap free objects behind the
+ * cache (after coord_pool_cache_init(), before concurrent use): objects
+ * returned while the cache is full wait there instead of on the list, so a
+ * batch taken back costs one claim and independent loads, not a walk of
+ * links whose misses come one after another (each link names the next).
+ */
+COORD_HIDDEN int coord_pool_spill_init(struct coord_pool *p, uint32_t cap);
 /* coord_pool_put_many() - return the @n objects @idx[] (the caller owns them). */
 COORD_HIDDEN void coord_pool_put_many(struct coord_pool *p, const uint32_t *idx, unsigned n);
 /* coord_pool_put() - return object @idx (its contents are not touched). */

@@ -156,11 +156,14 @@ unsigned coord_ring_pop_batch_mc(struct coord_ring *r, void **out, unsigned max)
 			pos = t;
 			continue;
 		}
-		/* Relaxed: claims positions [pos, pos + n) (I3); the values were
+		/* seq_cst: claims positions [pos, pos + n) (I3); the values were
 		 * acquired through A1 above and remain ours once the CAS holds,
-		 * since a producer cannot reuse a slot before R2. */
+		 * since a producer cannot reuse a slot before R2.  seq_cst (the
+		 * same lock cmpxchg as relaxed on x86) lets a consumer that made
+		 * room wake a producer waiting for it without a fence (E3 in
+		 * futex.h), as the push CAS does for the other direction. */
 		if (atomic_compare_exchange_weak_explicit(
-			    &r->tail, &pos, pos + n, memory_order_relaxed, memory_order_relaxed))
+			    &r->tail, &pos, pos + n, memory_order_seq_cst, memory_order_relaxed))
 			break;
 	}
 	for (unsigned i = 0; i < n; i++) {

@@ -26,6 +26,15 @@
  *       never change until the closure is freed (refs == 0).
  *   V3  refs counts the user's handle and the runtime's; the closure (and its
  *       buffers) are recycled by whoever drops the last one.
+ *   V4  A closure scheduled without a RemoteValue (out == NULL) has refs == 0
+ *       for its whole life: nobody holds a handle, so nobody can fetch it,
+ *       wait on it or consume it (dataflow inputs are handles, DF2), and the
+ *       runtime, its only owner, retires it with no RMW on refs.  Refs never
+ *       reach 0 on a closure that has a handle until it is freed, so
+ *       refs == 0 on a closure the runtime holds means exactly this case.
+ *       Its completion need not touch the state word either (see
+ *       coord_dispatch_complete()): the worker then only reads the closure's
+ *       first line, which stays in the producer's cache for its next life.
  */
 #include <stdio.h>
 #include <string.h>
@@ -245,6 +254,10 @@ void coord_closure_drop_contents(struct coord_closure *cl)
 
 bool coord_closure_unref(struct coord_closure *cl)
 {
+	/* Relaxed: V4: 0 only on a closure without a handle, which the caller
+	 * (the runtime) owns alone; nobody else ever writes refs then. */
+	if (atomic_load_explicit(&cl->refs, memory_order_relaxed) == 0)
+		return true;
 	/* acq_rel: release our uses of the closure to the thread that frees
 	 * it; acquire theirs if we are the one (V3). */
 	return atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1;

@@ -53,6 +53,24 @@ static inline void cpu_relax(void)
 }
 
 /*
+ * coord_prefetch_w() - ask for the line at @p for writing (exclusive), so
+ * that the stores that follow do not each wait for another cache to give it
+ * up.  __builtin_prefetch(p, 1, ...) is a read prefetch (prefetcht0) unless
+ * the compiler may assume PREFETCHW (-mprfchw), which our baseline x86-64
+ * target does not; so ask the CPU (libgcc's cached CPUID, one load).
+ */
+static inline void coord_prefetch_w(const void *p)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__PRFCHW__)
+	if (__builtin_cpu_supports("prfchw")) {
+		__asm__("prefetchw %0" : : "m"(*(const char *)p));
+		return;
+	}
+#endif
+	__builtin_prefetch(p, 1, 3);
+}
+
+/*
  * coord_spin_pause() - one step of a bounded spin: a pause, and every 64th
  * step a sched_yield(), so a spinning waiter does not keep the thread it
  * waits for off a CPU (2-core machines run the producer, the worker and the

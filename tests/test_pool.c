@@ -128,8 +128,9 @@ static void *pool_worker(void *arg)
 static void test_pool_concurrent_exclusive_ownership(void **state)
 {
 	/* without, then with a recycle ring small enough that both it and the
-	 * free list are used (P4: an index in one of them at a time) */
-	for (int cached = 0; cached < 2; cached++) {
+	 * free list are used (P4: an index in one of them at a time), then with
+	 * a small spill ring behind it as well (P5: cache, spill or list) */
+	for (int cached = 0; cached < 3; cached++) {
 		struct coord_pool *p;
 		pthread_t t[THREADS];
 
@@ -137,6 +138,8 @@ static void test_pool_concurrent_exclusive_ownership(void **state)
 				 0);
 		if (cached)
 			assert_int_equal(coord_pool_cache_init(p, 8), 0);
+		if (cached == 2)
+			assert_int_equal(coord_pool_spill_init(p, 16), 0);
 		for (int i = 0; i < THREADS; i++)
 			pthread_create(&t[i], NULL, pool_worker, p);
 		for (int i = 0; i < THREADS; i++)

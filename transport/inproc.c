@@ -49,6 +49,8 @@ static void *inproc_main(void *arg)
 	done = calloc(c->opts.batch, sizeof(*done));
 	if (!batch || !done)
 		coord_die("inproc worker batch", ENOMEM);
+	/* C9: this thread waits only inside coord_dispatch_take(). */
+	d->defer_fin = true;
 	stagger_wait(w);
 	while ((n = coord_dispatch_take(d, batch, c->opts.batch)) > 0) {
 		unsigned nd = 0;
