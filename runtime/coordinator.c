@@ -1729,8 +1729,10 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 	 * a canceller's D1 load sees the lower count. */
 	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);
 	coord_ec_signal(&c->drained);
-	if (nb)
-		queue_pushed(c); /* ov_push's or coord_hq_push()'s RMW (E3) */
+	if (nb) {
+		check_unavailable(c); /* C8: nobody may be left to run them */
+		queue_pushed(c);      /* ov_push's or coord_hq_push()'s RMW (E3) */
+	}
 }
 
 /* ---- metrics (B7) ------------------------------------------------------------ */
@@ -2053,15 +2055,18 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	r = coord_ps_setup(c, spec, err); /* before start: tcp tells workers */
 	if (r < 0)
 		goto err_disp;
+	/* The slow path (S10), if any, before the transport's threads start:
+	 * they read c->recovery when they lose a worker (coord_worker_lost()),
+	 * and every worker is UP until then, so the thread waits idle. */
+	r = coord_recovery_start(c, err);
+	if (r < 0)
+		goto err_disp;
 	c->spec = spec;
 	r = tp->start(c, err);
 	c->spec = NULL;
-	if (r < 0)
-		goto err_disp;
-	r = coord_recovery_start(c, err); /* the slow path (S10), if any */
 	if (r < 0) {
-		coord_destroy(c);
-		return r;
+		coord_recovery_stop(c);
+		goto err_disp;
 	}
 	*out = c;
 	return 0;
