@@ -591,6 +591,33 @@ struct coord_registry *t_registry(void)
 
 const char *t_transport = "inproc";
 
+bool t_group_on(const char *name)
+{
+	const char *g = getenv("T_GROUPS");
+	size_t n = strlen(name);
+
+	for (const char *p = g; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0))
+		if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0))
+			return true;
+	return !g || !*g;
+}
+
+int t_use_transport(const char *name, unsigned n)
+{
+	if (strcmp(name, "rdma") == 0)
+		setenv("COORD_CLUSTER_KEY",
+		       "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+	t_transport = name;
+	return t_workers_start(n) == 0 ? 0 : -1;
+}
+
+void t_use_inproc(void)
+{
+	t_workers_stop();
+	t_transport = "inproc";
+	unsetenv("COORD_CLUSTER_KEY");
+}
+
 /* Where workers listen: loopback for tcp; over rdma an address on an RDMA
  * device ($RDMA_TEST_ADDR, default the rig's 10.0.2.15). */
 const char *t_addr(void)

@@ -119,4 +119,16 @@ void t_opts(struct coord_opts *o, struct coord_registry *reg);
 /* Create with @o over @nworkers workers of this transport; 0 or the error. */
 int t_create(struct coord_opts *o, unsigned nworkers, struct coord **c, struct coord_error *err);
 
+/*
+ * Test groups per transport (one table of tests, run once per transport):
+ * t_group_on() - is group @name selected by $T_GROUPS (a comma list;
+ * default: all)?  t_use_transport() - "tcp" or "rdma" for the tests that
+ * follow, with @n coord-worker processes started (over rdma they listen on
+ * t_addr(), and a cluster key is required (B5): set here, inherited by the
+ * workers); 0 or -1.  t_use_inproc() - stop them, back to inproc.
+ */
+bool t_group_on(const char *name);
+int t_use_transport(const char *name, unsigned n);
+void t_use_inproc(void);
+
 #endif

@@ -1517,45 +1517,23 @@ static void test_b1_waiting_take_no_thread(void **state)
 
 static int tcp_group_setup(void **state)
 {
-	t_transport = "tcp";
-	return t_workers_start(2) == 0 ? 0 : -1;
-}
-
-static int tcp_group_teardown(void **state)
-{
-	t_workers_stop();
-	t_transport = "inproc";
-	return 0;
+	(void)state;
+	return t_use_transport("tcp", 2);
 }
 
 /* Over rdma the workers listen on an RDMA device's address (t_addr()), not
- * loopback: a cluster key is required (B5); the workers inherit it. */
+ * loopback, with a cluster key (B5). */
 static int rdma_group_setup(void **state)
 {
-	setenv("COORD_CLUSTER_KEY",
-	       "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
-	t_transport = "rdma";
-	return t_workers_start(2) == 0 ? 0 : -1;
+	(void)state;
+	return t_use_transport("rdma", 2);
 }
 
-static int rdma_group_teardown(void **state)
+static int group_teardown(void **state)
 {
-	t_workers_stop();
-	t_transport = "inproc";
-	unsetenv("COORD_CLUSTER_KEY");
+	(void)state;
+	t_use_inproc();
 	return 0;
-}
-
-/* Is group @name selected by $T_GROUPS (a comma list; default: all)? */
-static bool group_on(const char *name)
-{
-	const char *g = getenv("T_GROUPS");
-	size_t n = strlen(name);
-
-	for (const char *p = g; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0))
-		if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0))
-			return true;
-	return !g || !*g;
 }
 
 /* ---- B7 ---------------------------------------------------------------------- */
@@ -1644,16 +1622,16 @@ int main(void)
 	t_watchdog(600);
 	if (getenv("T_FILTER")) /* run only the tests matching this pattern */
 		cmocka_set_test_filter(getenv("T_FILTER"));
-	if (group_on("inproc"))
+	if (t_group_on("inproc"))
 		failed += cmocka_run_group_tests_name("coord/inproc", inproc_tests, NULL, NULL);
-	if (group_on("tcp"))
+	if (t_group_on("tcp"))
 		failed += cmocka_run_group_tests_name("coord/tcp", tcp_tests, tcp_group_setup,
-						      tcp_group_teardown);
-	if (group_on("rdma")) {
+						      group_teardown);
+	if (t_group_on("rdma")) {
 		/* Over rdma when this host has a device (tests/rdma/rig.sh). */
 		if (coord_rdma_available(&err) == 0) {
-			failed += cmocka_run_group_tests_name(
-				"coord/rdma", rdma_tests, rdma_group_setup, rdma_group_teardown);
+			failed += cmocka_run_group_tests_name("coord/rdma", rdma_tests,
+							      rdma_group_setup, group_teardown);
 		} else {
 			printf("coord/rdma: skipped: %s\n", err.msg);
 			if (getenv("T_GROUPS") && !strcmp(getenv("T_GROUPS"), "rdma"))

@@ -902,38 +902,22 @@ static void test_b4_waits_for_staggered_start(void **state)
 static int tcp_group_setup(void **state)
 {
 	(void)state;
-	t_transport = "tcp";
-	return t_workers_start(2) == 0 ? 0 : -1;
+	return t_use_transport("tcp", 2);
 }
 
+/* Over rdma the workers listen on an RDMA device's address (t_addr()), not
+ * loopback, with a cluster key (B5). */
 static int rdma_group_setup(void **state)
 {
 	(void)state;
-	setenv("COORD_CLUSTER_KEY",
-	       "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
-	t_transport = "rdma";
-	return t_workers_start(2) == 0 ? 0 : -1;
+	return t_use_transport("rdma", 2);
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	t_workers_stop();
-	t_transport = "inproc";
-	unsetenv("COORD_CLUSTER_KEY");
+	t_use_inproc();
 	return 0;
-}
-
-/* Is group @name selected by $T_GROUPS (a comma list; default: all)? */
-static bool group_on(const char *name)
-{
-	const char *g = getenv("T_GROUPS");
-	size_t n = strlen(name);
-
-	for (const char *p = g; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0))
-		if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0))
-			return true;
-	return !g || !*g;
 }
 
 int main(void)
@@ -957,12 +941,12 @@ int main(void)
 	t_watchdog(600);
 	if (getenv("T_FILTER"))
 		cmocka_set_test_filter(getenv("T_FILTER"));
-	if (group_on("inproc"))
+	if (t_group_on("inproc"))
 		failed += cmocka_run_group_tests_name("hints/inproc", tests, NULL, NULL);
-	if (group_on("tcp"))
+	if (t_group_on("tcp"))
 		failed += cmocka_run_group_tests_name("hints/tcp", tests, tcp_group_setup,
 						      group_teardown);
-	if (group_on("rdma")) {
+	if (t_group_on("rdma")) {
 		if (coord_rdma_available(&err) == 0) {
 			failed += cmocka_run_group_tests_name("hints/rdma", tests, rdma_group_setup,
 							      group_teardown);
