@@ -618,6 +618,25 @@ void t_use_inproc(void)
 	unsetenv("COORD_CLUSTER_KEY");
 }
 
+int t_group_tcp(void **state)
+{
+	(void)state;
+	return t_use_transport("tcp", 2);
+}
+
+int t_group_rdma(void **state)
+{
+	(void)state;
+	return t_use_transport("rdma", 2);
+}
+
+int t_group_inproc(void **state)
+{
+	(void)state;
+	t_use_inproc();
+	return 0;
+}
+
 /* Where workers listen: loopback for tcp; over rdma an address on an RDMA
  * device ($RDMA_TEST_ADDR, default the rig's 10.0.2.15). */
 const char *t_addr(void)

@@ -130,5 +130,10 @@ int t_create(struct coord_opts *o, unsigned nworkers, struct coord **c, struct c
 bool t_group_on(const char *name);
 int t_use_transport(const char *name, unsigned n);
 void t_use_inproc(void);
+/* cmocka group setups/teardown around them: tcp or rdma with 2 workers;
+ * back to inproc. */
+int t_group_tcp(void **state);
+int t_group_rdma(void **state);
+int t_group_inproc(void **state);
 
 #endif

@@ -1515,27 +1515,6 @@ static void test_b1_waiting_take_no_thread(void **state)
 	free(w);
 }
 
-static int tcp_group_setup(void **state)
-{
-	(void)state;
-	return t_use_transport("tcp", 2);
-}
-
-/* Over rdma the workers listen on an RDMA device's address (t_addr()), not
- * loopback, with a cluster key (B5). */
-static int rdma_group_setup(void **state)
-{
-	(void)state;
-	return t_use_transport("rdma", 2);
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	t_use_inproc();
-	return 0;
-}
-
 /* ---- B7 ---------------------------------------------------------------------- */
 
 /* B7: counters move by exactly what ran; histograms fill; workers are UP. */
@@ -1625,13 +1604,13 @@ int main(void)
 	if (t_group_on("inproc"))
 		failed += cmocka_run_group_tests_name("coord/inproc", inproc_tests, NULL, NULL);
 	if (t_group_on("tcp"))
-		failed += cmocka_run_group_tests_name("coord/tcp", tcp_tests, tcp_group_setup,
-						      group_teardown);
+		failed += cmocka_run_group_tests_name("coord/tcp", tcp_tests, t_group_tcp,
+						      t_group_inproc);
 	if (t_group_on("rdma")) {
 		/* Over rdma when this host has a device (tests/rdma/rig.sh). */
 		if (coord_rdma_available(&err) == 0) {
 			failed += cmocka_run_group_tests_name("coord/rdma", rdma_tests,
-							      rdma_group_setup, group_teardown);
+							      t_group_rdma, t_group_inproc);
 		} else {
 			printf("coord/rdma: skipped: %s\n", err.msg);
 			if (getenv("T_GROUPS") && !strcmp(getenv("T_GROUPS"), "rdma"))

@@ -899,27 +899,6 @@ static void test_b4_waits_for_staggered_start(void **state)
 	assert_int_equal(coord_join(f->c, NULL), 0);
 }
 
-static int tcp_group_setup(void **state)
-{
-	(void)state;
-	return t_use_transport("tcp", 2);
-}
-
-/* Over rdma the workers listen on an RDMA device's address (t_addr()), not
- * loopback, with a cluster key (B5). */
-static int rdma_group_setup(void **state)
-{
-	(void)state;
-	return t_use_transport("rdma", 2);
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	t_use_inproc();
-	return 0;
-}
-
 int main(void)
 {
 #define T(fn) cmocka_unit_test_teardown(fn, teardown)
@@ -944,12 +923,12 @@ int main(void)
 	if (t_group_on("inproc"))
 		failed += cmocka_run_group_tests_name("hints/inproc", tests, NULL, NULL);
 	if (t_group_on("tcp"))
-		failed += cmocka_run_group_tests_name("hints/tcp", tests, tcp_group_setup,
-						      group_teardown);
+		failed += cmocka_run_group_tests_name("hints/tcp", tests, t_group_tcp,
+						      t_group_inproc);
 	if (t_group_on("rdma")) {
 		if (coord_rdma_available(&err) == 0) {
-			failed += cmocka_run_group_tests_name("hints/rdma", tests, rdma_group_setup,
-							      group_teardown);
+			failed += cmocka_run_group_tests_name("hints/rdma", tests, t_group_rdma,
+							      t_group_inproc);
 		} else {
 			printf("hints/rdma: skipped: %s\n", err.msg);
 			if (getenv("T_GROUPS") && !strcmp(getenv("T_GROUPS"), "rdma"))

@@ -273,6 +273,25 @@ static int set_nonblock(int fd)
 	return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
 }
 
+/* A non-blocking CM event channel in *@ech and an RC id on it in *@id (with
+ * @ctx), for a connecting channel or a listener; 0 or an error in @err.  On
+ * failure the caller's cleanup frees whichever was made. */
+static int cm_open(struct rdma_event_channel **ech, struct rdma_cm_id **id, void *ctx,
+		   struct coord_error *err)
+{
+	int r;
+
+	*ech = rdma_create_event_channel();
+	if (!*ech)
+		return coord_seterr(err, -ENODEV, "rdma: rdma_create_event_channel: %s",
+				    strerror(errno));
+	r = set_nonblock((*ech)->fd);
+	if (r < 0 || rdma_create_id(*ech, id, ctx, RDMA_PS_TCP))
+		return coord_seterr(err, r < 0 ? r : -errno, "rdma: rdma_create_id: %s",
+				    strerror(r < 0 ? -r : errno));
+	return 0;
+}
+
 /*
  * Wait until @deadline for the next event on @ech; it must be @want.
  * @priv (if not NULL) gets the peer's geometry from the event's private
@@ -582,18 +601,9 @@ int coord_rdma_connect(const char *hostport, const struct coord_rdma_opts *o, in
 	if (!ch)
 		return coord_seterr(err, -ENOMEM, "rdma: no memory for a channel");
 	snprintf(ch->peer, sizeof(ch->peer), "%s", hostport);
-	ch->ech = rdma_create_event_channel();
-	if (!ch->ech) {
-		r = coord_seterr(err, -ENODEV, "rdma: rdma_create_event_channel: %s",
-				 strerror(errno));
+	r = cm_open(&ch->ech, &ch->id, ch, err);
+	if (r < 0)
 		goto fail;
-	}
-	r = set_nonblock(ch->ech->fd);
-	if (r < 0 || rdma_create_id(ch->ech, &ch->id, ch, RDMA_PS_TCP)) {
-		r = coord_seterr(err, r < 0 ? r : -errno, "rdma: rdma_create_id: %s",
-				 strerror(r < 0 ? -r : errno));
-		goto fail;
-	}
 	if (rdma_resolve_addr(ch->id, NULL, (struct sockaddr *)&ss, tmo)) {
 		r = coord_seterr(err, -errno, "rdma %s: rdma_resolve_addr: %s", hostport,
 				 strerror(errno));
@@ -658,18 +668,9 @@ int coord_rdma_listen(const char *hostport, const struct coord_rdma_opts *o,
 	r = opts_fill(&l->o, o, err);
 	if (r < 0)
 		goto fail;
-	l->ech = rdma_create_event_channel();
-	if (!l->ech) {
-		r = coord_seterr(err, -ENODEV, "rdma: rdma_create_event_channel: %s",
-				 strerror(errno));
+	r = cm_open(&l->ech, &l->id, l, err);
+	if (r < 0)
 		goto fail;
-	}
-	r = set_nonblock(l->ech->fd);
-	if (r < 0 || rdma_create_id(l->ech, &l->id, l, RDMA_PS_TCP)) {
-		r = coord_seterr(err, r < 0 ? r : -errno, "rdma: rdma_create_id: %s",
-				 strerror(r < 0 ? -r : errno));
-		goto fail;
-	}
 	if (rdma_bind_addr(l->id, (struct sockaddr *)&ss) || rdma_listen(l->id, 64)) {
 		r = coord_seterr(err, -errno, "rdma: cannot listen on %s: %s", hostport,
 				 strerror(errno));
