@@ -161,6 +161,24 @@ struct coord_rdma_mr {
 	struct ibv_pd *pd;
 };
 
+/* A spin budget from the environment (rdma_chan.h): microseconds, 0 for
+ * none (-1 here); @def when unset or not a number. */
+static int env_us(const char *name, int def)
+{
+	const char *v = getenv(name);
+	char *end;
+	long x;
+
+	if (!v || !*v)
+		return def;
+	x = strtol(v, &end, 10);
+	if (*end || x < 0 || x > 10000000) {
+		coord_log(COORD_LOG_WARN, "ignoring %s=%s: not a number of microseconds", name, v);
+		return def;
+	}
+	return x ? (int)x : -1;
+}
+
 /* ---- the per-device protection domains (slow path, under a mutex) ---------------- */
 
 #define PD_MAX 16
@@ -232,9 +250,9 @@ static int opts_fill(struct coord_rdma_opts *o, const struct coord_rdma_opts *in
 	if (!o->max_frame)
 		o->max_frame = COORD_WIRE_MAX_FRAME_DEFAULT;
 	if (!o->spin_us)
-		o->spin_us = COORD_RDMA_SPIN_US_DEFAULT;
+		o->spin_us = env_us("COORD_RDMA_SPIN_US", COORD_RDMA_SPIN_US_DEFAULT);
 	if (!o->spin_max_us)
-		o->spin_max_us = COORD_RDMA_SPIN_MAX_US_DEFAULT;
+		o->spin_max_us = env_us("COORD_RDMA_SPIN_MAX_US", COORD_RDMA_SPIN_MAX_US_DEFAULT);
 	if (!o->rnr_retry)
 		o->rnr_retry = 3;
 	if (!o->io_timeout_ms)
