@@ -607,6 +607,17 @@ struct coord_tp_ops {
 	 * the take counted on those workers' slots for them.
 	 */
 	int (*room)(struct coord_dispatcher *d, unsigned w);
+	/*
+	 * drive: a thread waiting for a result (rv_wait()) runs the
+	 * transport's I/O itself, for as long as it would spin: a round or
+	 * more of a dispatcher that nobody else runs right now, until a
+	 * closure completes or *@until (which the transport may push out,
+	 * up to its own bound, while the closures it reaps are in flight).
+	 * False if it could not (every dispatcher busy): the caller then
+	 * spins as usual.  NULL: the transport's threads do it all.
+	 * Any thread; see transport/rdma.c "Driving".
+	 */
+	bool (*drive)(struct coord *c, uint64_t *until);
 };
 
 /* --- recovery (runtime/recovery.c) ----------------------------------------- */

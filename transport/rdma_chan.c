@@ -142,9 +142,9 @@ struct coord_rdma_chan {
 	uint8_t *abuf;
 	size_t acap, alen, aneed;
 	bool assembling;
-	bool connected; /* ESTABLISHED seen and not yet disconnected by us */
-	bool closed;	/* the peer disconnected */
-	int err;	/* sticky: why the channel broke (-errno), or 0 */
+	bool connected;	 /* ESTABLISHED seen and not yet disconnected by us */
+	bool closed;	 /* the peer disconnected */
+	int err;	 /* sticky: why the channel broke (-errno), or 0 */
 	uint64_t gap_ns; /* moving average of a blocking wait's length (spin) */
 	struct coord_rdma_stats st;
 	char peer[80];
@@ -1268,6 +1268,10 @@ int coord_rdma_chan_arm(struct coord_rdma_chan *ch)
 {
 	if (ch->err || ch->closed)
 		return -EPIPE;
+	/* Events of completions already reaped go first: the channel's fd
+	 * then becomes readable again only on the next one (an edge, for
+	 * watchers that are edge-triggered). */
+	cq_events_drain(ch);
 	if (coord_rdma_chan_readable(ch) || poll_cq(ch) > 0)
 		return 1;
 	if (ibv_req_notify_cq(ch->cq, 0)) {
