@@ -481,6 +481,14 @@ static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigne
 	queue_pushed(c);
 }
 
+/* Set around a user's schedule()'s push (coord_wake_in_schedule()). */
+static __thread bool tl_in_schedule;
+
+bool coord_wake_in_schedule(void)
+{
+	return tl_in_schedule;
+}
+
 bool coord_loop_sleep(struct coord_dispatcher *d)
 {
 	struct coord *c = d->c;
@@ -1262,7 +1270,9 @@ static int schedule_one(struct coord *c, const struct coord_call *call, struct c
 	/* Acquire: pairs with the canceller's bump (C3: the generation is the
 	 * one current when the closure is queued). */
 	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+	tl_in_schedule = true; /* rdma.c D5 */
 	queue_push(c, cl);
+	tl_in_schedule = false;
 	if (out)
 		*out = (struct coord_rv *)cl;
 	return 0;
@@ -1419,7 +1429,9 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	closure_fill_args(c, cl, fn, args, len, out != NULL); /* inline: cannot fail */
 	/* Acquire: C3, as in schedule_one(). */
 	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+	tl_in_schedule = true; /* rdma.c D5 */
 	queue_push(c, cl);
+	tl_in_schedule = false;
 	if (out)
 		*out = (struct coord_rv *)cl;
 	return 0;

@@ -54,9 +54,13 @@
  *   D1  Whoever runs a round holds the loop's tok (TOK_HELD): the loop's
  *       thread while it is awake, a driver while it drives.  The loop's
  *       state (L1) is the tok holder's; tok's acquire/release hands it on.
- *   D2  A driver runs rounds until a closure finishes or its spin ends;
- *       while results are due it spins up to twice the recent wait for
- *       one (DRIVE_MAX_NS at most).
+ *   D2  A driver runs rounds until a closure finishes or its spin ends.
+ *       While closures are out, a waiter spins (driving whenever the
+ *       loop's thread sleeps) for up to twice the recent time from a
+ *       closure's send to its result (rt_ns, DRIVE_MAX_NS at most), not
+ *       just opts.spin_ns: else, with results slower than the loop's own
+ *       spin, the loop would sleep, the waiter park, and the result need
+ *       two wake-ups again.
  *   D3  A driver leaves the loop as its thread would go to sleep: every
  *       channel armed if closures or PINGs are out, after reaping what
  *       came meanwhile (coord_rdma_chan_arm() drains the old events).
@@ -65,6 +69,12 @@
  *       driver reaps them.  Woken by anything else (the eventfd, a
  *       connection event, its timeout), it waits for the tok (TOK_WANT, a
  *       futex), and the driver's release wakes it.
+ *   D5  A user's schedule() that finds a loop asleep sends the closure
+ *       itself (one round, under the tok) instead of waking the loop's
+ *       thread, and wakes it only if something is left queued.  Only from
+ *       schedule() itself (coord_wake_in_schedule()), never from a wake
+ *       inside a round (tl_driving): a round may push (put-backs, B1
+ *       dependents), and must not run another loop's round inside it.
  *
  *   L1  A connection's channel, buffers and slots belong to its loop; the
  *       recovery thread touches only the admission list (admit_lock) and
@@ -86,6 +96,8 @@
 #include "runtime/internal.h"
 #include "runtime/ps.h"
 #include "transport/rdma_chan.h"
+
+#define DRIVE_MAX_NS 2000000ull /* a waiter's spin, at most, while results are due (D2) */
 
 struct rdma_loop;
 
@@ -125,7 +137,7 @@ struct rdma_loop {
 	_Atomic uint32_t tok; /* D1: TOK_HELD by whoever runs rounds; TOK_WANT */
 	uint64_t inflight;    /* taken by this loop and not yet finished */
 	uint64_t finished;    /* closures finished, ever (a driver's progress) */
-	uint64_t drive_ns;    /* moving average of a driver's wait for a result */
+	uint64_t rt_ns;	      /* moving average: a closure's send to its result */
 	struct coord_closure **batch, **done;
 	unsigned ndone, done_cap;
 	/* Re-admission of reconnected workers (the recovery thread pushes,
@@ -145,8 +157,9 @@ struct rdma_tp {
 	struct rdma_loop *loops;
 	unsigned nloops;
 	_Atomic unsigned up;
-	_Atomic int idle; /* connections up with nothing in flight, all loops */
-	bool no_drive;	  /* $COORD_RDMA_DRIVE=0: waiters never drive (D1) */
+	_Atomic int idle;	  /* connections up with nothing in flight, all loops */
+	_Atomic uint64_t rt_hint; /* the loops' rt_ns, for waiters (D2) */
+	bool no_drive;		  /* $COORD_RDMA_DRIVE=0: waiters never drive (D1) */
 };
 
 /* Keep rdma_tp.idle in step with @k's in-flight count (loop thread only). */
@@ -244,6 +257,8 @@ static int on_res_frame(struct rdma_conn *k, const struct coord_wire_hdr *h, con
 	struct coord_wire_res r;
 	int rc;
 
+	bool sampled = false;
+
 	coord_wire_iter_init(&it, h, payload);
 	while ((rc = coord_wire_next_res(&it, &r)) == 1) {
 		uint32_t slot = (uint32_t)r.closure_id, seq = (uint32_t)(r.closure_id >> 32);
@@ -252,6 +267,15 @@ static int on_res_frame(struct rdma_conn *k, const struct coord_wire_hdr *h, con
 		if (slot >= k->window || !k->slots[slot] || k->seq[slot] != seq)
 			return -EBADSLT; /* a result for nothing we sent */
 		cl = k->slots[slot];
+		if (!sampled && k->last_rx_ns > k->sent_ns[slot]) { /* D2: one a frame */
+			uint64_t ns = k->last_rx_ns - k->sent_ns[slot];
+
+			sampled = true;
+			l->rt_ns = l->rt_ns - l->rt_ns / 8 +
+				   (ns < DRIVE_MAX_NS ? ns : DRIVE_MAX_NS) / 8;
+			/* Relaxed: a hint for waiters' spin (D2). */
+			atomic_store_explicit(&l->t->rt_hint, l->rt_ns, memory_order_relaxed);
+		}
 		if (r.attempt != cl->attempt || r.code > 0)
 			return -EPROTO;
 		k->slots[slot] = NULL;
@@ -642,6 +666,7 @@ static bool arm_all(struct rdma_loop *l)
 /* What one round saw, for the sleep that may follow it. */
 struct round {
 	uint64_t now, next_start, due;
+	unsigned took; /* closures taken from the queue */
 	bool may_take, stop;
 };
 
@@ -658,6 +683,7 @@ static bool loop_round(struct rdma_loop *l, struct round *ro, bool thread)
 	unsigned cr, n = 0;
 	int idle;
 
+	ro->took = 0;
 	admit(l);
 	ro->now = coord_now_ns();
 	ro->due = check_conns(l, ro->now);
@@ -682,6 +708,7 @@ static bool loop_round(struct rdma_loop *l, struct round *ro, bool thread)
 		n = thread && l->inflight == 0 && !ro->next_start && !ro->due && !has_down
 			    ? coord_dispatch_take(l->d, l->batch, max)
 			    : coord_dispatch_try_take(l->d, l->batch, max);
+		ro->took = n;
 		if (n) {
 			dispatch(l, n);
 		} else if (atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
@@ -702,7 +729,6 @@ static bool loop_round(struct rdma_loop *l, struct round *ro, bool thread)
 
 #define TOK_HELD 1u
 #define TOK_WANT 2u
-#define DRIVE_MAX_NS 2000000ull /* a driver's spin, at most (while results are due) */
 
 /* Take @l's tok if nobody holds it. */
 static bool tok_try(struct rdma_loop *l)
@@ -758,32 +784,39 @@ static void drive_leave(struct rdma_loop *l)
 	tok_release(l);
 }
 
-static bool rdma_drive(struct coord *c, uint64_t *until)
+/* The thread runs a round of some loop now (a driver): a wake it causes
+ * must not drive another one from inside this one (D5). */
+static __thread bool tl_driving;
+
+static bool rdma_drive(struct coord *c, uint64_t since, uint64_t *until)
 {
 	struct rdma_tp *t = c->tp_state;
 	bool drove = false;
 
 	/* Relaxed: a stopping coordinator's loops finish alone. */
-	if (!t || t->no_drive || atomic_load_explicit(&c->stopping, memory_order_relaxed))
+	if (!t || t->no_drive || tl_driving ||
+	    atomic_load_explicit(&c->stopping, memory_order_relaxed))
 		return false;
+	/* D2, relaxed: hints.  Closures are out while some connection up is
+	 * not idle; then spin as long as results have recently taken. */
+	if (atomic_load_explicit(&t->idle, memory_order_relaxed) <
+	    (int)atomic_load_explicit(&t->up, memory_order_relaxed)) {
+		uint64_t rt = atomic_load_explicit(&t->rt_hint, memory_order_relaxed);
+		uint64_t ext = 2 * rt < DRIVE_MAX_NS ? 2 * rt : DRIVE_MAX_NS;
+
+		if (since + ext > *until)
+			*until = since + ext;
+	}
 	for (unsigned i = 0; i < t->nloops; i++) {
 		struct rdma_loop *l = &t->loops[i];
-		uint64_t start = coord_now_ns(), fin, now = start;
+		uint64_t fin, now = coord_now_ns();
 		struct round ro;
 
 		if (!tok_try(l))
 			continue;
 		drove = true;
+		tl_driving = true;
 		fin = l->finished;
-		/* D2: while results are due here, spin as long as they have
-		 * recently taken (twice the average, up to DRIVE_MAX_NS). */
-		if (l->inflight && l->drive_ns) {
-			uint64_t ext = 2 * l->drive_ns < DRIVE_MAX_NS ? 2 * l->drive_ns
-								      : DRIVE_MAX_NS;
-
-			if (start + ext > *until)
-				*until = start + ext;
-		}
 		while (l->finished == fin && now < *until) {
 			loop_round(l, &ro, false);
 			if (ro.stop)
@@ -792,12 +825,8 @@ static bool rdma_drive(struct coord *c, uint64_t *until)
 				break; /* nothing of ours here */
 			now = coord_now_ns();
 		}
-		if (l->finished != fin) {
-			uint64_t ns = now - start;
-
-			l->drive_ns = l->drive_ns - l->drive_ns / 8 + ns / 8;
-		}
 		drive_leave(l);
+		tl_driving = false;
 	}
 	return drove;
 }
@@ -1105,12 +1134,43 @@ static void rdma_free(struct rdma_tp *t)
 	c->tp_state = NULL;
 }
 
-/* schedule() saw a loop asleep: one eventfd write per sleep (the exchange disarms). */
+/*
+ * D5: a user's schedule() found a loop asleep: send what it queued from
+ * this thread, one round of a sleeping loop whose tok is free, rather than
+ * wake the loop's thread to do it.  True if that took everything queued.
+ */
+static bool wake_drive(struct coord *c, struct rdma_tp *t)
+{
+	for (unsigned i = 0; i < t->nloops; i++) {
+		struct rdma_loop *l = &t->loops[i];
+		struct round ro;
+		unsigned took;
+
+		/* Relaxed: a hint (asleep in epoll); the tok decides. */
+		if (!atomic_load_explicit(&l->armed, memory_order_relaxed) || !tok_try(l))
+			continue;
+		tl_driving = true;
+		loop_round(l, &ro, false);
+		took = ro.took;
+		drive_leave(l);
+		tl_driving = false;
+		if (took && coord_queue_size(c) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* schedule() saw a loop asleep: one eventfd write per sleep (the exchange
+ * disarms), unless the scheduling thread sent the work itself (D5). */
 static void rdma_wake(struct coord *c)
 {
 	struct rdma_tp *t = c->tp_state;
 	uint64_t one = 1;
 
+	/* Relaxed: as in rdma_drive(). */
+	if (t && !t->no_drive && !tl_driving && coord_wake_in_schedule() &&
+	    !atomic_load_explicit(&c->stopping, memory_order_relaxed) && wake_drive(c, t))
+		return;
 	for (unsigned i = 0; t && i < t->nloops; i++)
 		/* Acquire/release: pairs with the loop's store of armed; only
 		 * one waker writes per sleep. */
