@@ -715,13 +715,18 @@ static void drain_older(struct coord *c, uint64_t g)
  */
 static void cancel_older(struct coord *c, uint64_t g)
 {
+	uint64_t until = coord_now_ns() + c->opts.spin_ns;
+
 	drain_older(c, g);
 	for (unsigned i = 1;; i++) {
 		uint32_t v = coord_ec_prepare(&c->drained);
 
 		if (inflight_sum(c) == 0)
 			break;
-		if (i < 1000) {
+		/* Spin as other waits do (opts.spin_ns), then sleep: a bound in
+		 * time, not pauses, whatever a pause costs (sanitizers, an
+		 * emulated CPU). */
+		if (i < 1000 && ((i & 15) || coord_now_ns() < until)) {
 			coord_spin_pause(i);
 			continue;
 		}

@@ -600,10 +600,10 @@ static void test_b4_error_with_hinted_queued_no_spin(void **state)
 	}
 	print_message("canceller CPU: %.2f ms per error\n", (double)cpu / 5e6);
 	/* waiting out 50 ms by spinning would cost about that much CPU; the
-	 * canceller spins at most a thousand pauses before it sleeps.  The
-	 * bound leaves room for CPU time an emulated guest charges to a
-	 * thread while its host is busy (the soft-RoCE rig under load: up to
-	 * 4 ms seen). */
+	 * canceller spins at most opts.spin_ns (and a thousand pauses) before
+	 * it sleeps.  The bound leaves room for CPU time an emulated guest
+	 * charges to a thread while its host is busy (the soft-RoCE rig under
+	 * load: up to 4 ms seen). */
 	assert_true(cpu / 5 < 12500000);
 }
 
