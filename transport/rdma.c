@@ -344,7 +344,7 @@ static bool conn_reap(struct rdma_conn *k)
 
 	if (!k->up)
 		return false;
-	if (coord_rdma_chan_progress(k->ch) < 0 && !coord_rdma_chan_readable(k->ch)) {
+	if (coord_rdma_chan_progress_fast(k->ch) < 0 && !coord_rdma_chan_readable(k->ch)) {
 		conn_fail(k, "connection closed by the worker");
 		return true;
 	}
@@ -709,13 +709,13 @@ static bool loop_round(struct rdma_loop *l, struct round *ro, bool thread)
 			    ? coord_dispatch_take(l->d, l->batch, max)
 			    : coord_dispatch_try_take(l->d, l->batch, max);
 		ro->took = n;
-		if (n) {
-			dispatch(l, n);
-		} else if (atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
-			/* Relaxed: a blocking take returns 0 only when stopping. */
+		/* Relaxed: a blocking take returns 0 only when stopping. */
+		if (!n && atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
 			ro->stop = true;
 			return false;
 		}
+		if (n)
+			dispatch(l, n);
 		for (unsigned i = 0; n && i < l->nconns; i++)
 			flush_out(l->conns[i]);
 	}

@@ -142,10 +142,11 @@ struct coord_rdma_chan {
 	uint8_t *abuf;
 	size_t acap, alen, aneed;
 	bool assembling;
-	bool connected;	 /* ESTABLISHED seen and not yet disconnected by us */
-	bool closed;	 /* the peer disconnected */
-	int err;	 /* sticky: why the channel broke (-errno), or 0 */
-	uint64_t gap_ns; /* moving average of a blocking wait's length (spin) */
+	bool connected;	    /* ESTABLISHED seen and not yet disconnected by us */
+	bool closed;	    /* the peer disconnected */
+	int err;	    /* sticky: why the channel broke (-errno), or 0 */
+	uint64_t gap_ns;    /* moving average of a blocking wait's length (spin) */
+	uint64_t events_ns; /* the event channels' last drain (progress_fast) */
 	struct coord_rdma_stats st;
 	char peer[80];
 };
@@ -1253,6 +1254,23 @@ int coord_rdma_chan_progress(struct coord_rdma_chan *ch)
 {
 	cq_events_drain(ch);
 	cm_drain(ch);
+	ch->events_ns = coord_now_ns();
+	poll_cq(ch);
+	maybe_return_credits(ch);
+	return ch->err || ch->closed ? -EPIPE : 0;
+}
+
+int coord_rdma_chan_progress_fast(struct coord_rdma_chan *ch)
+{
+	uint64_t now = coord_now_ns();
+
+	/* The two event channels cost a system call each: at most once a
+	 * millisecond here (coord_rdma_chan_arm() drains the CQ's anyway). */
+	if (now - ch->events_ns >= 1000000) {
+		cq_events_drain(ch);
+		cm_drain(ch);
+		ch->events_ns = now;
+	}
 	poll_cq(ch);
 	maybe_return_credits(ch);
 	return ch->err || ch->closed ? -EPIPE : 0;

@@ -245,6 +245,18 @@ COORD_HIDDEN int coord_rdma_chan_read(struct coord_rdma_chan *ch, int idle_ms, i
 COORD_HIDDEN int coord_rdma_chan_progress(struct coord_rdma_chan *ch);
 
 /**
+ * coord_rdma_chan_progress_fast() - coord_rdma_chan_progress() for a
+ *                                   thread that polls in a loop: the
+ *                                   completion and rdma_cm event channels
+ *                                   are drained at most once a millisecond
+ *                                   (a disconnection shows within that).
+ * @ch: the channel.
+ *
+ * Return: as coord_rdma_chan_progress().
+ */
+COORD_HIDDEN int coord_rdma_chan_progress_fast(struct coord_rdma_chan *ch);
+
+/**
  * coord_rdma_chan_fds() - the fds an event loop polls for @ch.
  * @ch:    the channel.
  * @cq_fd: its completion channel (readable after coord_rdma_chan_arm()
