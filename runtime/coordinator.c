@@ -550,19 +550,19 @@ void coord_queue_wake(struct coord *c)
 /* Closures per claim of the pool and of the ring in coord_schedule_many(). */
 #define SCHED_CHUNK 64
 
-/* queue_push() for @n <= SCHED_CHUNK closures, in order: one ring claim and
- * one wake per run of free slots rather than per closure. */
-static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigned n)
+/* Q2: the closure entry @e stands for (a pool closure made for an inline
+ * one). */
+static inline struct coord_closure *ent_cl(struct coord *c, const struct coord_ring_ent *e)
+{
+	return ent_inline(e) ? ent_closure(c, e) : (struct coord_closure *)(uintptr_t)e->w[0];
+}
+
+/* queue_push() for @n entries (closures or inline calls, Q2), in order: one
+ * ring claim and one wake per run of free slots rather than per closure. */
+static void queue_push_ents(struct coord *c, const struct coord_ring_ent *e, unsigned n)
 {
 	unsigned done = 0, k;
 
-	struct coord_ring_ent e[SCHED_CHUNK];
-
-	for (unsigned i = 0; i < n; i++) {
-		e[i].w[0] = (uintptr_t)cls[i];
-		e[i].w[1] = 0;
-		e[i].w[2] = 0;
-	}
 	while (done < n) {
 		if (!(c->unbounded && !ov_empty(c))) {
 			k = coord_ring_push_batch_ent_mp(&c->ring, e + done, n - done);
@@ -578,20 +578,41 @@ static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigne
 				if (wait_not_full(c))
 					continue;
 				while (done < n) /* no worker left: these never run */
-					cancel_one(c, cls[done++]);
+					cancel_one(c, ent_cl(c, &e[done++]));
 				return;
 			}
 		}
 		/* Unbounded, and the ring is full or the overflow is in use: the
 		 * rest go to the overflow FIFO behind what is there (S14). */
-		for (unsigned i = n - 1; i > done; i--)
-			cls[i]->next = cls[i - 1];
-		ov_push(c, cls[n - 1], cls[done], (int64_t)(n - done));
+		struct coord_closure *newest = NULL, *oldest = NULL;
+
+		for (unsigned i = done; i < n; i++) {
+			struct coord_closure *cl = ent_cl(c, &e[i]);
+
+			cl->next = newest;
+			newest = cl;
+			if (!oldest)
+				oldest = cl;
+		}
+		ov_push(c, newest, oldest, (int64_t)(n - done));
 		break;
 	}
 	check_unavailable(c);
 	/* Either push made queue_empty() false with a seq_cst RMW (E3). */
 	queue_pushed(c);
+}
+
+/* queue_push_ents() for @n <= SCHED_CHUNK closures. */
+static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigned n)
+{
+	struct coord_ring_ent e[SCHED_CHUNK];
+
+	for (unsigned i = 0; i < n; i++) {
+		e[i].w[0] = (uintptr_t)cls[i];
+		e[i].w[1] = 0;
+		e[i].w[2] = 0;
+	}
+	queue_push_ents(c, e, n);
 }
 
 bool coord_loop_sleep(struct coord_dispatcher *d)
@@ -1454,6 +1475,40 @@ static int schedule_many_each(struct coord *c, const struct coord_call *calls, s
 	return 0;
 }
 
+/* Q2: queue @n <= SCHED_CHUNK checked calls without handles as inline
+ * entries, if they all fit (no per-worker arguments, at most 8 argument
+ * bytes) and this is not the thread's 64th chunk (B7 samples); false: the
+ * caller queues them as closures. */
+static bool schedule_many_inline(struct coord *c, const struct coord_call *calls, unsigned n)
+{
+	struct coord_ring_ent e[SCHED_CHUNK];
+	uint64_t g;
+
+	for (unsigned i = 0; i < n; i++)
+		if (calls[i].npw || calls[i].len > sizeof(e[i].w[0]))
+			return false;
+	if (unlikely(!(++tl_inline & COORD_SAMPLE_MASK)))
+		return false;
+	for (unsigned i = 0; i < n; i++) {
+		e[i].w[0] = 0;
+		if (likely(calls[i].len == sizeof(e[i].w[0])))
+			memcpy(&e[i].w[0], calls[i].args, sizeof(e[i].w[0]));
+		else if (calls[i].len)
+			memcpy(&e[i].w[0], calls[i].args, calls[i].len);
+		e[i].w[1] = QE_INLINE | ((uint64_t)calls[i].len << 32) | calls[i].fn;
+	}
+	/* Relaxed: C1, as in coord_schedule_call(): one increment for the
+	 * chunk, before its push. */
+	atomic_fetch_add_explicit(&c->outstanding, n, memory_order_relaxed);
+	/* Acquire: C3, as in coord_schedule_call(); one generation for the
+	 * chunk, read just before it is queued. */
+	g = atomic_load_explicit(&c->gen, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		e[i].w[2] = g;
+	queue_push_ents(c, e, n);
+	return true;
+}
+
 int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t n,
 			struct coord_rv **out, size_t *queued, struct coord_error *err)
 {
@@ -1490,6 +1545,13 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 		unsigned want = n - done < SCHED_CHUNK ? (unsigned)(n - done) : SCHED_CHUNK;
 		unsigned k = 0, got;
 		uint64_t g;
+
+		if (!out && c->inline_q && schedule_many_inline(c, calls + done, want)) {
+			done += want;
+			if (queued)
+				*queued = done;
+			continue;
+		}
 
 		/* One claim of the free list for the chunk (a short list may
 		 * take a few, growth included). */
