@@ -9,7 +9,9 @@
  *   generation and pushes it on the queue: a bounded MPMC ring (ring.c) plus
  *   an overflow stack for put-backs and for the unbounded mode.  Dispatchers
  *   (one per worker for inproc) take batches, run or send them, complete the
- *   RemoteValues and drop the counts.  No lock anywhere on that path.
+ *   RemoteValues and drop the counts.  No lock anywhere on that path.  With
+ *   the inproc transport a small call without a handle takes no closure at
+ *   all: it travels inline in its ring entry (Q2).
  *
  *   The first failing closure records the coordinator's error (a CAS on
  *   err_state).  The next schedule/join/done that sees it becomes the
@@ -2206,11 +2208,14 @@ static void closure_init(void *obj, uint32_t idx, void *arg)
  * from CL_IDX_LOCAL up (distinct per dispatcher, so their ids are too). */
 static int local_init(struct coord *c, struct coord_dispatcher *d)
 {
+	size_t bytes = (sizeof(*d->local) * c->opts.batch + CACHELINE - 1) &
+		       ~(size_t)(CACHELINE - 1);
+
 	d->nlocal = c->opts.batch;
-	d->local = aligned_alloc(CACHELINE, sizeof(*d->local) * d->nlocal);
+	d->local = aligned_alloc(CACHELINE, bytes);
 	if (!d->local)
 		return COORD_ENOMEM;
-	memset(d->local, 0, sizeof(*d->local) * d->nlocal);
+	memset(d->local, 0, bytes);
 	for (unsigned i = 0; i < d->nlocal; i++) {
 		struct coord_closure *cl = &d->local[i];
 
