@@ -617,6 +617,14 @@ static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigne
 	queue_push_ents(c, e, n);
 }
 
+/* Set around a user's schedule()'s push (coord_wake_in_schedule()). */
+static __thread bool tl_in_schedule;
+
+bool coord_wake_in_schedule(void)
+{
+	return tl_in_schedule;
+}
+
 bool coord_loop_sleep(struct coord_dispatcher *d)
 {
 	struct coord *c = d->c;
@@ -851,13 +859,18 @@ static void drain_older(struct coord *c, uint64_t g)
  */
 static void cancel_older(struct coord *c, uint64_t g)
 {
+	uint64_t until = coord_now_ns() + c->opts.spin_ns;
+
 	drain_older(c, g);
 	for (unsigned i = 1;; i++) {
 		uint32_t v = coord_ec_prepare(&c->drained);
 
 		if (inflight_sum(c) == 0)
 			break;
-		if (i < 1000) {
+		/* Spin as other waits do (opts.spin_ns), then sleep: a bound in
+		 * time, not pauses, whatever a pause costs (sanitizers, an
+		 * emulated CPU). */
+		if (i < 1000 && ((i & 15) || coord_now_ns() < until)) {
 			coord_spin_pause(i);
 			continue;
 		}
@@ -1439,7 +1452,9 @@ static int schedule_one(struct coord *c, const struct coord_call *call, struct c
 	/* Acquire: pairs with the canceller's bump (C3: the generation is the
 	 * one current when the closure is queued). */
 	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+	tl_in_schedule = true; /* rdma.c D5 */
 	queue_push(c, cl, NULL);
+	tl_in_schedule = false;
 	if (out)
 		*out = (struct coord_rv *)cl;
 	return 0;
@@ -1643,7 +1658,7 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 			stash_drop(st);
 		/* Acquire: C3, as in schedule_one(). */
 		e.w[2] = atomic_load_explicit(&c->gen, memory_order_acquire);
-		queue_push(c, NULL, &e);
+		queue_push(c, NULL, &e); /* inproc: no wake to do (not rdma.c D5) */
 		return 0;
 	}
 	/* schedule_one() without per-worker arguments, hints or inputs; the
@@ -1654,7 +1669,9 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	closure_fill_args(c, cl, fn, args, len, out != NULL); /* inline: cannot fail */
 	/* Acquire: C3, as in schedule_one(). */
 	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+	tl_in_schedule = true; /* rdma.c D5 */
 	queue_push(c, cl, NULL);
+	tl_in_schedule = false;
 	if (out)
 		*out = (struct coord_rv *)cl;
 	return 0;

@@ -626,6 +626,17 @@ struct coord_tp_ops {
 	 * the take counted on those workers' slots for them.
 	 */
 	int (*room)(struct coord_dispatcher *d, unsigned w);
+	/*
+	 * drive: a thread waiting for a result since @since (rv_wait())
+	 * runs the transport's I/O itself, for as long as it would spin: a
+	 * round or more of a dispatcher that nobody else runs right now,
+	 * until a closure completes or *@until (which the transport may push
+	 * out, to @since plus its own bound, while closures are in flight).
+	 * False if it could not (every dispatcher busy): the caller then
+	 * spins as usual.  NULL: the transport's threads do it all.
+	 * Any thread; see transport/rdma.c "Driving".
+	 */
+	bool (*drive)(struct coord *c, uint64_t since, uint64_t *until);
 };
 
 /* --- recovery (runtime/recovery.c) ----------------------------------------- */
@@ -657,6 +668,9 @@ COORD_HIDDEN bool coord_loop_sleep(struct coord_dispatcher *d);
 /* coord_queue_size() - closures waiting (a snapshot). */
 COORD_HIDDEN uint64_t coord_queue_size(struct coord *c);
 COORD_HIDDEN void coord_loop_wake_done(struct coord *c);
+/* True while this thread is in a user's schedule() pushing its closure:
+ * ops->wake() may then do the transport's work on it (transport/rdma.c D5). */
+COORD_HIDDEN bool coord_wake_in_schedule(void);
 
 /* coord_report_unavailable() - the transport lost its last worker: the next
  * caller gets COORD_EUNAVAILABLE (and schedule() refuses from now on). */

@@ -15,7 +15,8 @@
  * ABORTED -> NOT_READY (rebuilt: put back and run again).  The completer
  * writes the result fields, then exchanges the state word (R1, release) and
  * calls FUTEX_WAKE only if the old word had RV_WAITER.  A fetcher loads the
- * word with acquire (A1), spins for opts.spin_ns, then sets RV_WAITER with a
+ * word with acquire (A1), spins for opts.spin_ns (driving the transport's
+ * I/O meanwhile if it allows: coord_tp_ops.drive), then sets RV_WAITER with a
  * CAS and sleeps on exactly that value: a completion in between changes the
  * word, so the sleep returns at once (EAGAIN).
  *
@@ -119,7 +120,7 @@ bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
 /* Wait until @cl is final; 0 or -ETIMEDOUT.  Leaves the state acquired. */
 static int rv_wait(struct coord_closure *cl, uint64_t deadline)
 {
-	uint64_t spin_until = 0;
+	uint64_t spin_until = 0, since = 0;
 	uint32_t w;
 
 	for (unsigned i = 0;; i++) {
@@ -133,9 +134,16 @@ static int rv_wait(struct coord_closure *cl, uint64_t deadline)
 			cpu_relax();
 			continue;
 		}
-		if (spin_until == 0)
-			spin_until = coord_now_ns() + cl->c->opts.spin_ns;
+		if (spin_until == 0) {
+			since = coord_now_ns();
+			spin_until = since + cl->c->opts.spin_ns;
+		}
 		if (coord_now_ns() < spin_until && coord_now_ns() < deadline) {
+			/* A transport that lets waiters drive its I/O: reap the
+			 * result here rather than wait for its thread to (and be
+			 * woken by it). */
+			if (cl->c->tp->drive && cl->c->tp->drive(cl->c, since, &spin_until))
+				continue;
 			coord_spin_pause(i);
 			continue;
 		}

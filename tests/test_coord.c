@@ -670,6 +670,78 @@ static void test_b3_fetch_many(void **state)
 	coord_rv_put(rv[0]);
 }
 
+/* Threads that each schedule one closure and fetch it, one at a time, while
+ * another streams closures without RemoteValues: every waiter may drive the
+ * transport's I/O and every schedule may send its own closure (rdma.c
+ * D1-D5); each value must come back to its own caller exactly. */
+struct rt_arg {
+	struct coord *c;
+	uint32_t add;
+	int64_t base;
+	unsigned n;
+	int bad;
+};
+
+static void *rt_thread(void *p)
+{
+	struct rt_arg *a = p;
+
+	for (unsigned i = 0; i < a->n && !a->bad; i++) {
+		int64_t ab[2] = { a->base, (int64_t)i }, x = 0;
+		struct coord_rv *rv;
+		const void *v;
+		size_t len;
+
+		if (coord_schedule(a->c, a->add, ab, sizeof(ab), &rv, NULL) != 0) {
+			a->bad = 1;
+			break;
+		}
+		if (coord_rv_fetch(rv, &v, &len, NULL) != 0 || len != sizeof(x))
+			a->bad = 2;
+		else
+			memcpy(&x, v, sizeof(x));
+		if (!a->bad && x != a->base + (int64_t)i)
+			a->bad = 3;
+		coord_rv_put(rv);
+	}
+	return NULL;
+}
+
+static void *stream_thread(void *p)
+{
+	struct rt_arg *a = p;
+
+	for (unsigned i = 0; i < a->n; i++) {
+		int64_t ab[2] = { (int64_t)i, 1 };
+
+		if (coord_schedule(a->c, a->add, ab, sizeof(ab), NULL, NULL) != 0)
+			a->bad = 1;
+	}
+	return NULL;
+}
+
+static void test_concurrent_round_trips(void **state)
+{
+	struct fx *f = *state;
+	unsigned n = strcmp(t_transport, "inproc") ? 300 : 20000;
+	struct rt_arg a[5];
+	pthread_t th[5];
+
+	for (int i = 0; i < 5; i++) {
+		a[i] = (struct rt_arg){ .c = f->c,
+					.add = t_fn(f->c, "add"),
+					.base = (int64_t)i << 40,
+					.n = i < 4 ? n : 10 * n };
+		assert_int_equal(
+			pthread_create(&th[i], NULL, i < 4 ? rt_thread : stream_thread, &a[i]), 0);
+	}
+	for (int i = 0; i < 5; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(a[i].bad, 0);
+	}
+	assert_int_equal(coord_join(f->c, NULL), 0);
+}
+
 /* Fill @calls[0..n) with calls of @fn whose argument is &@args[i]. */
 static void many_calls(struct coord_call *calls, int64_t *args, size_t n, uint32_t fn, size_t len)
 {
@@ -1576,8 +1648,8 @@ int main(void)
 		T(test_s4_join_timeout), T(test_s5_done), T(test_s6_fetch_blocks_and_times_out),   \
 		cmocka_unit_test(test_s6_fetch_cancelled), T(test_b3_fetch_many),                  \
 		T(test_b3_schedule_many), cmocka_unit_test(test_b3_schedule_many_order),           \
-		T1(test_results_all_sizes), T(test_s8_s9_per_worker_lazy),                         \
-		T(test_s9_creation_failure_is_input_error),                                        \
+		T(test_concurrent_round_trips), T1(test_results_all_sizes),                        \
+		T(test_s8_s9_per_worker_lazy), T(test_s9_creation_failure_is_input_error),         \
 		cmocka_unit_test(test_s13_stagger_observed), cmocka_unit_test(test_s14_unbounded), \
 		T(test_s15_unknown_function_refused), T(test_b8_attempt_visible),                  \
 		T(test_b7_metrics),                                                                \

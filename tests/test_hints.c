@@ -584,8 +584,8 @@ static void test_b4_error_with_hinted_queued_no_spin(void **state)
 		bad = sched(f->c, failfn, NULL, 0, 0, COORD_ON_WORKER(1), COORD_AFFINITY_STRICT);
 		assert_int_equal(coord_rv_fetch_timeout(bad, 10000000000ll, NULL, NULL, NULL),
 				 -EIO);
-		/* the canceller waits for the gated one, in flight: 20 ms */
-		assert_int_equal(pthread_create(&th, NULL, open_gate_later, (void *)20000000ul), 0);
+		/* the canceller waits for the gated one, in flight: 50 ms */
+		assert_int_equal(pthread_create(&th, NULL, open_gate_later, (void *)50000000ul), 0);
 		c0 = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
 		assert_int_equal(coord_join(f->c, NULL), -EIO);
 		cpu += cpu_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
@@ -599,9 +599,12 @@ static void test_b4_error_with_hinted_queued_no_spin(void **state)
 		assert_int_equal(coord_join(f->c, NULL), 0);
 	}
 	print_message("canceller CPU: %.2f ms per error\n", (double)cpu / 5e6);
-	/* waiting out 20 ms by spinning would cost about that much CPU; the
-	 * canceller spins at most a thousand pauses before it sleeps */
-	assert_true(cpu / 5 < 2000000);
+	/* waiting out 50 ms by spinning would cost about that much CPU; the
+	 * canceller spins at most opts.spin_ns (and a thousand pauses) before
+	 * it sleeps.  The bound leaves room for CPU time an emulated guest
+	 * charges to a thread while its host is busy (the soft-RoCE rig under
+	 * load: up to 4 ms seen). */
+	assert_true(cpu / 5 < 12500000);
 }
 
 /* B4: coord_destroy() with hinted closures still queued (strict, preferred,

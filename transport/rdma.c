@@ -24,8 +24,8 @@
  *      (registered in loop_sleepers: schedule() wakes it through an
  *      eventfd).
  * In flight: (slot, sequence) closure ids, checked against the attempt, as
- * over tcp.  Only the loop touches its connections: no locks, and no
- * atomics on that state.
+ * over tcp.  Only the loop (its tok's holder, D1) touches its connections:
+ * no locks, and no atomics on that state.
  *
  * Failure, as over tcp (tcp.c's header): a closed or broken channel, a bad
  * frame, heartbeat_misses heartbeat intervals of silence (a PING goes out
@@ -43,6 +43,38 @@
  * channel has no completions in flight that the loop could still reap: it
  * left the epoll set when it failed, and only the loop touches it, so the
  * loop destroys it right there and the new one takes its place.
+ *
+ * Driving.  A thread waiting for a result (rv_wait(): a fetch) runs the
+ * loop's rounds itself while the loop's thread sleeps, instead of waiting
+ * for that thread to wake on the completion and then wake it in turn: the
+ * reply is reaped by the thread that wants it, as a verbs ping-pong does.
+ * With one closure at a time this takes the loop's thread off the round
+ * trip's path (in the rig, where every wake-up costs hundreds of
+ * microseconds, that was most of the round trip).
+ *   D1  Whoever runs a round holds the loop's tok (TOK_HELD): the loop's
+ *       thread while it is awake, a driver while it drives.  The loop's
+ *       state (L1) is the tok holder's; tok's acquire/release hands it on.
+ *   D2  A driver runs rounds until a closure finishes or its spin ends.
+ *       While closures are out, a waiter spins (driving whenever the
+ *       loop's thread sleeps) for up to twice the recent time from a
+ *       closure's send to its result (rt_ns, DRIVE_MAX_NS at most), not
+ *       just opts.spin_ns: else, with results slower than the loop's own
+ *       spin, the loop would sleep, the waiter park, and the result need
+ *       two wake-ups again.
+ *   D3  A driver leaves the loop as its thread would go to sleep: every
+ *       channel armed if closures or PINGs are out, after reaping what
+ *       came meanwhile (coord_rdma_chan_arm() drains the old events).
+ *   D4  The sleeping thread, woken by completions only while a driver
+ *       holds the tok, sleeps again (the CQ fds are edge-triggered): the
+ *       driver reaps them.  Woken by anything else (the eventfd, a
+ *       connection event, its timeout), it waits for the tok (TOK_WANT, a
+ *       futex), and the driver's release wakes it.
+ *   D5  A user's schedule() that finds a loop asleep sends the closure
+ *       itself (one round, under the tok) instead of waking the loop's
+ *       thread, and wakes it only if something is left queued.  Only from
+ *       schedule() itself (coord_wake_in_schedule()), never from a wake
+ *       inside a round (tl_driving): a round may push (put-backs, B1
+ *       dependents), and must not run another loop's round inside it.
  *
  *   L1  A connection's channel, buffers and slots belong to its loop; the
  *       recovery thread touches only the admission list (admit_lock) and
@@ -64,6 +96,8 @@
 #include "runtime/internal.h"
 #include "runtime/ps.h"
 #include "transport/rdma_chan.h"
+
+#define DRIVE_MAX_NS 2000000ull /* a waiter's spin, at most, while results are due (D2) */
 
 struct rdma_loop;
 
@@ -99,8 +133,11 @@ struct rdma_loop {
 	int epfd, efd;
 	struct rdma_conn **conns;
 	unsigned nconns, rr;
-	_Atomic bool armed; /* asleep in epoll; the next schedule writes efd */
-	uint64_t inflight;  /* taken by this loop and not yet finished */
+	_Atomic bool armed;   /* asleep in epoll; the next schedule writes efd */
+	_Atomic uint32_t tok; /* D1: TOK_HELD by whoever runs rounds; TOK_WANT */
+	uint64_t inflight;    /* taken by this loop and not yet finished */
+	uint64_t finished;    /* closures finished, ever (a driver's progress) */
+	uint64_t rt_ns;	      /* moving average: a closure's send to its result */
 	struct coord_closure **batch, **done;
 	unsigned ndone, done_cap;
 	/* Re-admission of reconnected workers (the recovery thread pushes,
@@ -120,7 +157,9 @@ struct rdma_tp {
 	struct rdma_loop *loops;
 	unsigned nloops;
 	_Atomic unsigned up;
-	_Atomic int idle; /* connections up with nothing in flight, all loops */
+	_Atomic int idle;	  /* connections up with nothing in flight, all loops */
+	_Atomic uint64_t rt_hint; /* the loops' rt_ns, for waiters (D2) */
+	bool no_drive;		  /* $COORD_RDMA_DRIVE=0: waiters never drive (D1) */
 };
 
 /* Keep rdma_tp.idle in step with @k's in-flight count (loop thread only). */
@@ -207,6 +246,7 @@ static void finish_done(struct rdma_loop *l)
 		return;
 	coord_dispatch_finish(l->d, NULL, l->done, l->ndone);
 	l->inflight -= l->ndone;
+	l->finished += l->ndone;
 	l->ndone = 0;
 }
 
@@ -217,6 +257,8 @@ static int on_res_frame(struct rdma_conn *k, const struct coord_wire_hdr *h, con
 	struct coord_wire_res r;
 	int rc;
 
+	bool sampled = false;
+
 	coord_wire_iter_init(&it, h, payload);
 	while ((rc = coord_wire_next_res(&it, &r)) == 1) {
 		uint32_t slot = (uint32_t)r.closure_id, seq = (uint32_t)(r.closure_id >> 32);
@@ -225,6 +267,15 @@ static int on_res_frame(struct rdma_conn *k, const struct coord_wire_hdr *h, con
 		if (slot >= k->window || !k->slots[slot] || k->seq[slot] != seq)
 			return -EBADSLT; /* a result for nothing we sent */
 		cl = k->slots[slot];
+		if (!sampled && k->last_rx_ns > k->sent_ns[slot]) { /* D2: one a frame */
+			uint64_t ns = k->last_rx_ns - k->sent_ns[slot];
+
+			sampled = true;
+			l->rt_ns = l->rt_ns - l->rt_ns / 8 +
+				   (ns < DRIVE_MAX_NS ? ns : DRIVE_MAX_NS) / 8;
+			/* Relaxed: a hint for waiters' spin (D2). */
+			atomic_store_explicit(&l->t->rt_hint, l->rt_ns, memory_order_relaxed);
+		}
 		if (r.attempt != cl->attempt || r.code > 0)
 			return -EPROTO;
 		k->slots[slot] = NULL;
@@ -612,114 +663,272 @@ static bool arm_all(struct rdma_loop *l)
 	return true;
 }
 
+/* What one round saw, for the sleep that may follow it. */
+struct round {
+	uint64_t now, next_start, due;
+	unsigned took; /* closures taken from the queue */
+	bool may_take, stop;
+};
+
+/*
+ * One round of @l's work by the holder of its tok (D1): install reconnected
+ * workers, check liveness, take and send what credit allows, reap every
+ * channel.  @thread: the loop's own thread, which may block on the queue.
+ * True if anything was sent or received.
+ */
+static bool loop_round(struct rdma_loop *l, struct round *ro, bool thread)
+{
+	struct coord *c = l->t->c;
+	bool has_idle, has_down = false, got = false;
+	unsigned cr, n = 0;
+	int idle;
+
+	ro->took = 0;
+	admit(l);
+	ro->now = coord_now_ns();
+	ro->due = check_conns(l, ro->now);
+	cr = credit(l, ro->now, &ro->next_start, &has_idle);
+	/* A worker being recovered: its admission is ours to do (admit()),
+	 * so do not sleep on the queue's futex meanwhile (B4: closures
+	 * bound to it wait for that; tcp.c does the same). */
+	for (unsigned i = 0; i < l->nconns; i++)
+		has_down |= !l->conns[i]->up;
+	/* Relaxed: a placement hint (rdma_tp.idle), read once per round. */
+	idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
+	ro->may_take = cr > 0 && (has_idle || coord_queue_size(c) > (uint64_t)idle);
+	/* Relaxed: stop is also signalled through the eventfd and not_empty. */
+	ro->stop = atomic_load_explicit(&c->stopping, memory_order_relaxed);
+	if (ro->stop)
+		return false;
+	if (ro->may_take) {
+		unsigned max = cr < c->opts.batch ? cr : c->opts.batch;
+
+		/* Block on the queue only with nothing in flight and no
+		 * liveness check or staggered start due. */
+		n = thread && l->inflight == 0 && !ro->next_start && !ro->due && !has_down
+			    ? coord_dispatch_take(l->d, l->batch, max)
+			    : coord_dispatch_try_take(l->d, l->batch, max);
+		ro->took = n;
+		if (n) {
+			dispatch(l, n);
+		} else if (atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
+			/* Relaxed: a blocking take returns 0 only when stopping. */
+			ro->stop = true;
+			return false;
+		}
+		for (unsigned i = 0; n && i < l->nconns; i++)
+			flush_out(l->conns[i]);
+	}
+	for (unsigned i = 0; i < l->nconns; i++)
+		got |= conn_reap(l->conns[i]);
+	finish_done(l);
+	return n || got;
+}
+
+/* ---- driving (D1-D4) ---------------------------------------------------------------- */
+
+#define TOK_HELD 1u
+#define TOK_WANT 2u
+
+/* Take @l's tok if nobody holds it. */
+static bool tok_try(struct rdma_loop *l)
+{
+	uint32_t v = 0;
+
+	/* Acquire: pairs with tok_release(): the connections as the last
+	 * holder left them (D1). */
+	return atomic_compare_exchange_strong_explicit(&l->tok, &v, TOK_HELD, memory_order_acquire,
+						       memory_order_relaxed);
+}
+
+/* Let go of @l's tok; the loop's thread, if it waits for it, goes on (D4). */
+static void tok_release(struct rdma_loop *l)
+{
+	/* Release: pairs with tok_try()/tok_wait() (D1). */
+	uint32_t v = atomic_exchange_explicit(&l->tok, 0, memory_order_release);
+
+	if (v & TOK_WANT)
+		coord_futex_wake_all(&l->tok);
+}
+
+/* The loop's thread: wait until the driver lets go, and take the tok (D4). */
+static void tok_wait(struct rdma_loop *l)
+{
+	while (!tok_try(l)) {
+		uint32_t v = TOK_HELD;
+
+		/* Relaxed: the flag only asks for a wake; the futex word's
+		 * value decides whether we sleep. */
+		if (atomic_compare_exchange_strong_explicit(&l->tok, &v, TOK_HELD | TOK_WANT,
+							    memory_order_relaxed,
+							    memory_order_relaxed) ||
+		    v == (TOK_HELD | TOK_WANT))
+			coord_futex_wait(&l->tok, TOK_HELD | TOK_WANT, COORD_FOREVER);
+	}
+}
+
+/*
+ * D3: a driver leaves as the loop's thread would go to sleep: the CQs
+ * armed while closures (or a PING) are out, so that their completions wake
+ * the thread; a completion that is already there is reaped first.
+ */
+static void drive_leave(struct rdma_loop *l)
+{
+	struct round ro;
+	bool out = l->inflight > 0;
+
+	for (unsigned i = 0; !out && i < l->nconns; i++)
+		out = l->conns[i]->up && l->conns[i]->ping_ns;
+	for (unsigned i = 0; out && i < 4 && !arm_all(l); i++)
+		loop_round(l, &ro, false);
+	tok_release(l);
+}
+
+/* The thread runs a round of some loop now (a driver): a wake it causes
+ * must not drive another one from inside this one (D5). */
+static __thread bool tl_driving;
+
+static bool rdma_drive(struct coord *c, uint64_t since, uint64_t *until)
+{
+	struct rdma_tp *t = c->tp_state;
+	bool drove = false;
+
+	/* Relaxed: a stopping coordinator's loops finish alone. */
+	if (!t || t->no_drive || tl_driving ||
+	    atomic_load_explicit(&c->stopping, memory_order_relaxed))
+		return false;
+	/* D2, relaxed: hints.  Closures are out while some connection up is
+	 * not idle; then spin as long as results have recently taken. */
+	if (atomic_load_explicit(&t->idle, memory_order_relaxed) <
+	    (int)atomic_load_explicit(&t->up, memory_order_relaxed)) {
+		uint64_t rt = atomic_load_explicit(&t->rt_hint, memory_order_relaxed);
+		uint64_t ext = 2 * rt < DRIVE_MAX_NS ? 2 * rt : DRIVE_MAX_NS;
+
+		if (since + ext > *until)
+			*until = since + ext;
+	}
+	for (unsigned i = 0; i < t->nloops; i++) {
+		struct rdma_loop *l = &t->loops[i];
+		uint64_t fin, now = coord_now_ns();
+		struct round ro;
+
+		if (!tok_try(l))
+			continue;
+		drove = true;
+		tl_driving = true;
+		fin = l->finished;
+		while (l->finished == fin && now < *until) {
+			loop_round(l, &ro, false);
+			if (ro.stop)
+				break;
+			if (!l->inflight && l->finished == fin)
+				break; /* nothing of ours here */
+			now = coord_now_ns();
+		}
+		drive_leave(l);
+		tl_driving = false;
+	}
+	return drove;
+}
+
+/*
+ * Nothing to do: sleep in epoll until a completion, new work (if we have
+ * room for it), a re-admission (the eventfd), the next staggered start or
+ * the next liveness check.  Waiters may drive meanwhile (D1); we take the
+ * tok back when we wake, unless only completions woke us while a driver
+ * reaps them (D4).
+ */
+static void loop_sleep(struct rdma_loop *l, const struct round *ro)
+{
+	struct coord *c = l->t->c;
+	uint64_t next = ro->next_start;
+	struct epoll_event ev[16];
+	bool reg = false;
+	int ms = -1, m;
+
+	if (!arm_all(l))
+		return;
+	if (ro->may_take) {
+		/* Relaxed: ordered by coord_loop_sleep()'s RMW and fence;
+		 * rdma_wake() exchanges it. */
+		atomic_store_explicit(&l->armed, true, memory_order_relaxed);
+		reg = coord_loop_sleep(l->d);
+		if (!reg) {
+			/* Relaxed: disarm; a racing wake only costs a spurious
+			 * eventfd read. */
+			atomic_store_explicit(&l->armed, false, memory_order_relaxed);
+			return; /* work arrived: go round */
+		}
+	}
+	if (ro->due && (!next || ro->due < next))
+		next = ro->due;
+	if (ro->may_take && coord_dispatch_due(l->d) && (!next || coord_dispatch_due(l->d) < next))
+		next = coord_dispatch_due(l->d); /* B4: a fallback */
+	tok_release(l);
+	for (;;) {
+		uint64_t now = coord_now_ns();
+		bool other = false;
+
+		if (next)
+			ms = next > now ? (int)((next - now) / 1000000 + 1) : 0;
+		m = epoll_wait(l->epfd, ev, 16, ms);
+		for (int i = 0; i < m; i++) {
+			if (ev[i].data.ptr == l) {
+				uint64_t v;
+
+				(void)!read(l->efd, &v, sizeof(v));
+				other = true;
+			} else if ((uintptr_t)ev[i].data.ptr & 1) {
+				other = true; /* a connection event */
+			}
+		}
+		if (tok_try(l))
+			break;
+		if (other || m <= 0) {
+			tok_wait(l); /* D4: ours to look at once the driver is done */
+			break;
+		}
+		/* D4: completions only, and a driver holds the tok: it reaps
+		 * them, and arms the CQs again before it leaves if closures are
+		 * still out (D3).  The CQ fds are edge-triggered, so this does
+		 * not spin. */
+	}
+	if (reg) {
+		coord_loop_wake_done(c);
+		/* Relaxed: as above. */
+		atomic_store_explicit(&l->armed, false, memory_order_relaxed);
+	}
+}
+
 static void *loop_main(void *arg)
 {
 	struct rdma_loop *l = arg;
 	struct coord *c = l->t->c;
-	unsigned max_batch = c->opts.batch;
 	uint64_t spin_until = 0;
 
+	tok_wait(l); /* D1: the round's state is the tok holder's */
 	/* Silence is counted from now, not from each connection's open: the
 	 * connections opened one after another, and a slow start (many
 	 * workers, a slow handshake) must not count as missed heartbeats. */
 	for (unsigned i = 0; i < l->nconns; i++)
 		l->conns[i]->last_rx_ns = coord_now_ns();
 	for (;;) {
-		uint64_t now, next_start, due;
-		bool has_idle, has_down, got = false;
-		unsigned cr, n = 0;
-		int idle;
-		bool may_take;
+		struct round ro;
 
-		/* Start of a round: install reconnected workers, check liveness. */
-		admit(l);
-		now = coord_now_ns();
-		due = check_conns(l, now);
-		cr = credit(l, now, &next_start, &has_idle);
-		/* A worker being recovered: its admission is ours to do (admit()),
-		 * so do not sleep on the queue's futex meanwhile (B4: closures
-		 * bound to it wait for that; tcp.c does the same). */
-		has_down = false;
-		for (unsigned i = 0; i < l->nconns; i++)
-			has_down |= !l->conns[i]->up;
-		/* Relaxed: a placement hint (rdma_tp.idle), read once per round. */
-		idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
-		may_take = cr > 0 && (has_idle || coord_queue_size(c) > (uint64_t)idle);
-		/* Relaxed: stop is also signalled through the eventfd and not_empty. */
-		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
-			break;
-		if (may_take) {
-			unsigned max = cr < max_batch ? cr : max_batch;
-
-			/* Block on the queue only with nothing in flight and no
-			 * liveness check or staggered start due. */
-			n = l->inflight == 0 && !next_start && !due && !has_down
-				    ? coord_dispatch_take(l->d, l->batch, max)
-				    : coord_dispatch_try_take(l->d, l->batch, max);
-			if (n)
-				dispatch(l, n);
-			/* Relaxed: a blocking take returns 0 only when stopping. */
-			else if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
-				break;
-			for (unsigned i = 0; n && i < l->nconns; i++)
-				flush_out(l->conns[i]);
-		}
-		for (unsigned i = 0; i < l->nconns; i++)
-			got |= conn_reap(l->conns[i]);
-		finish_done(l);
-		if (n || got) {
+		if (loop_round(l, &ro, true)) {
 			spin_until = coord_now_ns() + c->opts.spin_ns;
 			continue;
 		}
+		if (ro.stop)
+			break;
 		if (coord_now_ns() < spin_until) {
 			cpu_relax(); /* busy-poll a little: a result is often close */
 			continue;
 		}
-		/* Nothing to do: sleep in epoll until a completion, new work
-		 * (if we have room for it), a re-admission (the eventfd), the
-		 * next staggered start or the next liveness check. */
-		{
-			struct epoll_event ev[16];
-			bool reg = false;
-			int ms = -1, m;
-
-			if (!arm_all(l))
-				continue;
-			if (may_take) {
-				/* Relaxed: ordered by coord_loop_sleep()'s RMW and
-				 * fence; rdma_wake() exchanges it. */
-				atomic_store_explicit(&l->armed, true, memory_order_relaxed);
-				reg = coord_loop_sleep(l->d);
-				if (!reg) {
-					/* Relaxed: disarm; a racing wake only costs a
-					 * spurious eventfd read. */
-					atomic_store_explicit(&l->armed, false,
-							      memory_order_relaxed);
-					continue; /* work arrived: go round */
-				}
-			}
-			if (due && (!next_start || due < next_start))
-				next_start = due;
-			if (may_take && coord_dispatch_due(l->d) &&
-			    (!next_start || coord_dispatch_due(l->d) < next_start))
-				next_start = coord_dispatch_due(l->d); /* B4: a fallback */
-			if (next_start)
-				ms = next_start > now ? (int)((next_start - now) / 1000000 + 1) : 0;
-			m = epoll_wait(l->epfd, ev, 16, ms);
-			for (int i = 0; i < m; i++)
-				if (ev[i].data.ptr == l) {
-					uint64_t v;
-
-					(void)!read(l->efd, &v, sizeof(v));
-				}
-			if (reg) {
-				coord_loop_wake_done(c);
-				/* Relaxed: as above. */
-				atomic_store_explicit(&l->armed, false, memory_order_relaxed);
-			}
-		}
+		loop_sleep(l, &ro);
 	}
 	finish_done(l);
+	tok_release(l);
 	return NULL;
 }
 
@@ -829,13 +1038,17 @@ static int conn_open(struct rdma_tp *t, struct rdma_conn *k, struct coord_worker
 /* Watch @ch's two fds in @k's loop's epoll set (epoll_ctl is thread-safe). */
 static int chan_watch(struct rdma_conn *k, struct coord_rdma_chan *ch)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = k };
+	/* The completion channel edge-triggered (D4: a thread that leaves
+	 * its events to a driver must not find them again at once); the
+	 * rdma_cm channel tagged with bit 0 (loop_sleep()). */
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = k };
+	struct epoll_event cm = { .events = EPOLLIN, .data.ptr = (char *)k + 1 };
 	int cq_fd, cm_fd;
 
 	coord_rdma_chan_fds(ch, &cq_fd, &cm_fd);
 	if (epoll_ctl(k->loop->epfd, EPOLL_CTL_ADD, cq_fd, &ev) < 0)
 		return -errno;
-	if (epoll_ctl(k->loop->epfd, EPOLL_CTL_ADD, cm_fd, &ev) < 0) {
+	if (epoll_ctl(k->loop->epfd, EPOLL_CTL_ADD, cm_fd, &cm) < 0) {
 		int r = -errno;
 
 		epoll_ctl(k->loop->epfd, EPOLL_CTL_DEL, cq_fd, NULL);
@@ -921,12 +1134,43 @@ static void rdma_free(struct rdma_tp *t)
 	c->tp_state = NULL;
 }
 
-/* schedule() saw a loop asleep: one eventfd write per sleep (the exchange disarms). */
+/*
+ * D5: a user's schedule() found a loop asleep: send what it queued from
+ * this thread, one round of a sleeping loop whose tok is free, rather than
+ * wake the loop's thread to do it.  True if that took everything queued.
+ */
+static bool wake_drive(struct coord *c, struct rdma_tp *t)
+{
+	for (unsigned i = 0; i < t->nloops; i++) {
+		struct rdma_loop *l = &t->loops[i];
+		struct round ro;
+		unsigned took;
+
+		/* Relaxed: a hint (asleep in epoll); the tok decides. */
+		if (!atomic_load_explicit(&l->armed, memory_order_relaxed) || !tok_try(l))
+			continue;
+		tl_driving = true;
+		loop_round(l, &ro, false);
+		took = ro.took;
+		drive_leave(l);
+		tl_driving = false;
+		if (took && coord_queue_size(c) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* schedule() saw a loop asleep: one eventfd write per sleep (the exchange
+ * disarms), unless the scheduling thread sent the work itself (D5). */
 static void rdma_wake(struct coord *c)
 {
 	struct rdma_tp *t = c->tp_state;
 	uint64_t one = 1;
 
+	/* Relaxed: as in rdma_drive(). */
+	if (t && !t->no_drive && !tl_driving && coord_wake_in_schedule() &&
+	    !atomic_load_explicit(&c->stopping, memory_order_relaxed) && wake_drive(c, t))
+		return;
 	for (unsigned i = 0; t && i < t->nloops; i++)
 		/* Acquire/release: pairs with the loop's store of armed; only
 		 * one waker writes per sleep. */
@@ -985,6 +1229,7 @@ static int rdma_start(struct coord *c, struct coord_error *err)
 	t->c = c;
 	c->tp_state = t;
 	t->copts.max_frame = c->opts.max_frame;
+	t->no_drive = getenv("COORD_RDMA_DRIVE") && !strcmp(getenv("COORD_RDMA_DRIVE"), "0");
 	r = coord_key_load(c->opts.key_file, &t->key, err);
 	if (r < 0)
 		goto fail;
@@ -1070,4 +1315,5 @@ const struct coord_tp_ops coord_tp_rdma = {
 	.wake = rdma_wake,
 	.room = rdma_room,
 	.reconnect = rdma_reconnect,
+	.drive = rdma_drive,
 };

@@ -36,6 +36,7 @@
 #define COORD_RDMA_NRECV_DEFAULT 32u
 #define COORD_RDMA_NSEND_DEFAULT 32u
 #define COORD_RDMA_SPIN_US_DEFAULT 50
+#define COORD_RDMA_SPIN_MAX_US_DEFAULT 2000
 #define COORD_RDMA_BUF_MIN 64u
 #define COORD_RDMA_BUF_MAX (1u << 20)
 #define COORD_RDMA_QUEUE_MAX 4096u
@@ -67,7 +68,11 @@ struct coord_rdma_priv {
  * @nsend:      send slots (buffers and send-queue entries), 4..QUEUE_MAX.
  * @max_frame:  largest payload coord_rdma_chan_read() accepts.
  * @spin_us:    busy-poll budget before a blocking wait sleeps on the
- *              completion channel (-1: never spin).
+ *              completion channel (-1: never spin).  The budget adapts
+ *              (rdma_chan.c, "Completions"): up to @spin_max_us when events
+ *              have been coming that often.
+ * @spin_max_us: the adaptive budget's bound (0: COORD_RDMA_SPIN_MAX_US_DEFAULT;
+ *              -1 or at most @spin_us: no adaptation).
  * @rnr_retry:  RNR retries the peer's sends to us get (0..6; never 7,
  *              "infinite"; 0 selects 3).  rdma_cm hands it to the peer: in
  *              IB CM the receiver picks its senders' RNR retry count, so a
@@ -76,7 +81,10 @@ struct coord_rdma_priv {
  *              Credits keep RNR out of normal operation.
  * @io_timeout_ms: bound on coord_rdma_chan_io()'s writes (default 10 s).
  *
- * Caller-allocated plain data; zeros select the defaults.
+ * Caller-allocated plain data; zeros select the defaults, and for the two
+ * spin budgets the environment first: COORD_RDMA_SPIN_US and
+ * COORD_RDMA_SPIN_MAX_US, in microseconds (0: no spinning / no adaptation),
+ * read when a channel is made, in every process (coord-worker, coord-ps).
  */
 struct coord_rdma_opts {
 	uint32_t buf;
@@ -84,6 +92,7 @@ struct coord_rdma_opts {
 	uint32_t nsend;
 	uint32_t max_frame;
 	int spin_us;
+	int spin_max_us;
 	int rnr_retry;
 	int io_timeout_ms;
 };
