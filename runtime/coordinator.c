@@ -9,7 +9,9 @@
  *   generation and pushes it on the queue: a bounded MPMC ring (ring.c) plus
  *   an overflow stack for put-backs and for the unbounded mode.  Dispatchers
  *   (one per worker for inproc) take batches, run or send them, complete the
- *   RemoteValues and drop the counts.  No lock anywhere on that path.
+ *   RemoteValues and drop the counts.  No lock anywhere on that path.  With
+ *   the inproc transport a small call without a handle takes no closure at
+ *   all: it travels inline in its ring entry (Q2).
  *
  *   The first failing closure records the coordinator's error (a CAS on
  *   err_state).  The next schedule/join/done that sees it becomes the
@@ -71,6 +73,21 @@
  *       drops it order one holder's accesses before the next's.
  *       coord_destroy() frees the pool with the stashes in it (their
  *       closures count as free, not held).
+ *   Q2  The ring's entries (struct coord_ring_ent) are closures (w[0] the
+ *       pointer, w[1] == 0) or, with c->inline_q (inproc), small closures
+ *       carried inline: a call without a handle, hints, inputs or
+ *       per-worker arguments and at most 8 argument bytes is w[0] = the
+ *       bytes, w[1] = QE_INLINE | len << 32 | fn, w[2] = its generation
+ *       (C3).  It is counted in `outstanding` like any other (C1), but
+ *       no pool closure is taken, written or freed for it: the dispatcher
+ *       that pops it fills one of its own closures (d->local, one per place
+ *       of its take; their pool index is CL_IDX_LOCAL and up), runs and
+ *       finishes it as a handle-less closure (V4 in rv.c) and never returns
+ *       it to the pool; a put-back moves it into a pool closure first.
+ *       Whoever pops entries without a dispatcher's closures at hand (the
+ *       canceller's drain, the hint queue's take) makes pool closures of
+ *       them (ent_closure()).  Every 64th such call of a thread takes the
+ *       closure path instead, so the metrics' samples (B7) still see some.
  *
  * Dataflow (B1): RemoteValues as arguments
  *   A consumer (a closure with inputs) is counted in `outstanding` (C1) and
@@ -308,19 +325,95 @@ uint64_t coord_queue_size(struct coord *c)
 	return coord_ring_size(&c->ring) + (ov > 0 ? (uint64_t)ov : 0) + (h > 0 ? (uint64_t)h : 0);
 }
 
+/* Q2: an inline entry's flag, argument length and function in w[1]. */
+#define QE_INLINE (1ull << 63)
+#define QE_LEN(w1) ((uint32_t)((w1) >> 32) & 0xfu)
+#define QE_FN(w1) ((uint32_t)(w1))
+
+static inline bool ent_inline(const struct coord_ring_ent *e)
+{
+	return e->w[1] & QE_INLINE;
+}
+
+static int closure_fill_args(struct coord *c, struct coord_closure *cl, uint32_t fn,
+			     const void *args, size_t len, bool want_rv);
+
+/* Q2: a pool closure for inline entry @e: without a handle, its generation
+ * the entry's.  Only when memory is exhausted does this fail, and then no
+ * closure could be queued anyway: the process dies. */
+static struct coord_closure *ent_closure(struct coord *c, const struct coord_ring_ent *e)
+{
+	struct coord_closure *cl = coord_pool_get(c->closures);
+
+	if (unlikely(!cl))
+		coord_die("a closure for a queued call", ENOMEM);
+	closure_fill_args(c, cl, QE_FN(e->w[1]), &e->w[0], QE_LEN(e->w[1]), false);
+	cl->gen = e->w[2];
+	return cl;
+}
+
+/* Q2: dispatcher @d's own closure @i, filled from inline entry @e. */
+static inline struct coord_closure *ent_local(struct coord_dispatcher *d, unsigned i,
+					      const struct coord_ring_ent *e)
+{
+	struct coord_closure *cl = &d->local[i];
+
+	cl->fn = QE_FN(e->w[1]);
+	cl->args_len = QE_LEN(e->w[1]);
+	memcpy(cl->inline_args, &e->w[0], sizeof(e->w[0]));
+	cl->gen = e->w[2];
+	cl->attempt = 1;
+	if (unlikely(++d->local_seq == UINT32_MAX))
+		d->local_seq = 1; /* ids stay distinct from COORD_NO_CLOSURE */
+	cl->id = ((uint64_t)d->local_seq << 32) | cl->idx;
+	/* Relaxed: this dispatcher's closure; nobody else reads it (V4). */
+	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
+	return cl;
+}
+
+/* Q2: pop up to @max ring entries as closures into @out; inline ones into
+ * @d's own closures (by place in @out, whose first @base places are taken),
+ * or pool closures without @d. */
+static unsigned ring_pop(struct coord *c, struct coord_closure **out, unsigned max,
+			 struct coord_dispatcher *d, unsigned base)
+{
+	struct coord_ring_ent e[64];
+	unsigned n = 0;
+
+	while (n < max) {
+		unsigned want = max - n < 64 ? max - n : 64;
+		unsigned k = coord_ring_pop_batch_ent_mc(&c->ring, e, want);
+
+		for (unsigned i = 0; i < k; i++, n++) {
+			if (likely(!ent_inline(&e[i])))
+				out[n] = (struct coord_closure *)(uintptr_t)e[i].w[0];
+			else if (d && base + n < d->nlocal)
+				out[n] = ent_local(d, base + n, &e[i]);
+			else
+				out[n] = ent_closure(c, &e[i]);
+		}
+		if (k < want)
+			break;
+	}
+	return n;
+}
+
 /*
  * queue_pop() - up to @max closures, oldest first.  Bounded mode: the
  * overflow holds only put-backs, which were queued before anything in the
  * ring, so it goes first.  Unbounded mode: producers divert to the overflow
  * while it is non-empty (queue_push()), so the ring holds the older ones.
+ * @d: the dispatcher taking, whose own closures take inline entries (Q2),
+ * or NULL.
  */
-static unsigned queue_pop(struct coord *c, struct coord_closure **out, unsigned max, bool block)
+static unsigned queue_pop(struct coord *c, struct coord_closure **out, unsigned max, bool block,
+			  struct coord_dispatcher *d)
 {
 	unsigned n = 0;
 
 	if (!c->unbounded)
 		n = ov_pop(c, out, max, block);
-	n += coord_ring_pop_batch_mc(&c->ring, (void **)out + n, max - n);
+	n += ring_pop(c, out + n, max - n, d, n);
 	if (c->unbounded && n < max)
 		n += ov_pop(c, out + n, max - n, block);
 	return n;
@@ -328,7 +421,7 @@ static unsigned queue_pop(struct coord *c, struct coord_closure **out, unsigned 
 
 unsigned coord_queue_pop(struct coord *c, struct coord_closure **out, unsigned max)
 {
-	return queue_pop(c, out, max, false);
+	return queue_pop(c, out, max, false, NULL);
 }
 
 /* Wait (spin, then futex) until the ring may have room (S1). */
@@ -396,9 +489,12 @@ static inline void check_unavailable(struct coord *c)
 		drain_cancel(c);
 }
 
-static void queue_push(struct coord *c, struct coord_closure *cl)
+/* Queue closure @cl, or (Q2) inline entry @e when @cl is NULL. */
+static void queue_push(struct coord *c, struct coord_closure *cl, const struct coord_ring_ent *e)
 {
-	if (unlikely(cl->res_dirty & CL_HINT)) { /* B4: the hint queue */
+	struct coord_ring_ent ce;
+
+	if (cl && unlikely(cl->res_dirty & CL_HINT)) { /* B4: the hint queue */
 		if (!wait_hq_room(c)) {
 			cancel_one(c, cl); /* no worker left: never runs */
 			return;
@@ -407,15 +503,24 @@ static void queue_push(struct coord *c, struct coord_closure *cl)
 	} else if (c->unbounded && !ov_empty(c)) {
 		/* Unbounded: once closures overflowed, later ones queue behind
 		 * them, so the ring drains and the overflow is served. */
+		cl = cl ? cl : ent_closure(c, e);
 		ov_push(c, cl, cl, 1);
 	} else {
-		while (coord_ring_push_mp(&c->ring, cl) < 0) {
+		if (cl) {
+			ce.w[0] = (uintptr_t)cl;
+			ce.w[1] = 0;
+			ce.w[2] = 0;
+			e = &ce;
+		}
+		while (coord_ring_push_ent_mp(&c->ring, e) < 0) {
 			if (c->unbounded) {
+				cl = cl ? cl : ent_closure(c, e);
 				ov_push(c, cl, cl, 1);
 				break;
 			}
 			if (!wait_not_full(c)) {
-				cancel_one(c, cl); /* no worker left: never runs */
+				/* No worker left: never runs. */
+				cancel_one(c, cl ? cl : ent_closure(c, e));
 				return;
 			}
 		}
@@ -444,15 +549,25 @@ void coord_queue_wake(struct coord *c)
 	queue_pushed(c);
 }
 
-/* queue_push() for @n closures, in order: one ring claim and one wake per
- * run of free slots rather than per closure. */
-static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigned n)
+/* Closures per claim of the pool and of the ring in coord_schedule_many(). */
+#define SCHED_CHUNK 64
+
+/* Q2: the closure entry @e stands for (a pool closure made for an inline
+ * one). */
+static inline struct coord_closure *ent_cl(struct coord *c, const struct coord_ring_ent *e)
+{
+	return ent_inline(e) ? ent_closure(c, e) : (struct coord_closure *)(uintptr_t)e->w[0];
+}
+
+/* queue_push() for @n entries (closures or inline calls, Q2), in order: one
+ * ring claim and one wake per run of free slots rather than per closure. */
+static void queue_push_ents(struct coord *c, const struct coord_ring_ent *e, unsigned n)
 {
 	unsigned done = 0, k;
 
 	while (done < n) {
 		if (!(c->unbounded && !ov_empty(c))) {
-			k = coord_ring_push_batch_mp(&c->ring, (void *const *)cls + done, n - done);
+			k = coord_ring_push_batch_ent_mp(&c->ring, e + done, n - done);
 			done += k;
 			if (done == n)
 				break;
@@ -465,20 +580,41 @@ static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigne
 				if (wait_not_full(c))
 					continue;
 				while (done < n) /* no worker left: these never run */
-					cancel_one(c, cls[done++]);
+					cancel_one(c, ent_cl(c, &e[done++]));
 				return;
 			}
 		}
 		/* Unbounded, and the ring is full or the overflow is in use: the
 		 * rest go to the overflow FIFO behind what is there (S14). */
-		for (unsigned i = n - 1; i > done; i--)
-			cls[i]->next = cls[i - 1];
-		ov_push(c, cls[n - 1], cls[done], (int64_t)(n - done));
+		struct coord_closure *newest = NULL, *oldest = NULL;
+
+		for (unsigned i = done; i < n; i++) {
+			struct coord_closure *cl = ent_cl(c, &e[i]);
+
+			cl->next = newest;
+			newest = cl;
+			if (!oldest)
+				oldest = cl;
+		}
+		ov_push(c, newest, oldest, (int64_t)(n - done));
 		break;
 	}
 	check_unavailable(c);
 	/* Either push made queue_empty() false with a seq_cst RMW (E3). */
 	queue_pushed(c);
+}
+
+/* queue_push_ents() for @n <= SCHED_CHUNK closures. */
+static void queue_push_many(struct coord *c, struct coord_closure **cls, unsigned n)
+{
+	struct coord_ring_ent e[SCHED_CHUNK];
+
+	for (unsigned i = 0; i < n; i++) {
+		e[i].w[0] = (uintptr_t)cls[i];
+		e[i].w[1] = 0;
+		e[i].w[2] = 0;
+	}
+	queue_push_ents(c, e, n);
 }
 
 /* Set around a user's schedule()'s push (coord_wake_in_schedule()). */
@@ -564,6 +700,14 @@ static void rcu_put_cb(struct rcu_head *head)
 /* Make a queued closure CANCELLED and retire it.  Caller owns it (popped). */
 static void cancel_one(struct coord *c, struct coord_closure *cl)
 {
+	if (coord_closure_local(cl)) {
+		/* Q2: a dispatcher's own closure, popped and not started: no
+		 * handle, no reader, not the pool's; only the counts move. */
+		/* Relaxed: a statistic (B7). */
+		atomic_fetch_add_explicit(&c->cancelled, 1, memory_order_relaxed);
+		outstanding_sub(c, 1);
+		return;
+	}
 	if (cl->res_cls != COORD_BUF_INLINE)
 		coord_buf_put(&c->bufs, cl->res, cl->res_cls);
 	cl->res_cls = COORD_BUF_INLINE;
@@ -676,7 +820,7 @@ static void drain_older(struct coord *c, uint64_t g)
 	int64_t nkeep = 0;
 
 	while (budget > 0) {
-		n = queue_pop(c, buf, 64, true);
+		n = queue_pop(c, buf, 64, true, NULL);
 		if (n == 0) {
 			/* Empty, or a producer claimed a ring slot and has not
 			 * published it yet: it will, within a few instructions.
@@ -799,7 +943,7 @@ static void drain_cancel(struct coord *c)
 	struct coord_closure *buf[64];
 	unsigned n;
 
-	while ((n = queue_pop(c, buf, 64, true)) > 0)
+	while ((n = queue_pop(c, buf, 64, true, NULL)) > 0)
 		for (unsigned i = 0; i < n; i++)
 			cancel_one(c, buf[i]);
 	coord_hq_drain(c, UINT64_MAX);
@@ -878,7 +1022,9 @@ static void dep_queue(struct coord *c, struct coord_closure *x)
 {
 	if (unlikely(x->res_dirty & CL_HINT))
 		coord_hq_push(c, x); /* B4; never blocks either */
-	else if ((c->unbounded && !ov_empty(c)) || coord_ring_push_mp(&c->ring, x) < 0)
+	else if ((c->unbounded && !ov_empty(c)) ||
+		 coord_ring_push_ent_mp(&c->ring,
+					&(struct coord_ring_ent){ { (uintptr_t)x, 0, 0 } }) < 0)
 		ov_push(c, x, x, 1);
 	queue_pushed(c); /* either push was a seq_cst RMW (E3) */
 }
@@ -1200,27 +1346,61 @@ static int closure_fill(struct coord *c, struct coord_closure *cl, const struct 
 static __thread unsigned tl_pstash = UINT32_MAX;
 static _Atomic unsigned pstash_next;
 
+/* This thread's stash (C10). */
+static inline struct coord_pstash *my_stash(struct coord *c)
+{
+	if (unlikely(tl_pstash == UINT32_MAX))
+		/* Relaxed: only spreads threads over the stashes. */
+		tl_pstash = atomic_fetch_add_explicit(&pstash_next, 1, memory_order_relaxed);
+	return &c->pstash[tl_pstash % COORD_PSTASH_SLOTS];
+}
+
+/* Raise outstanding by one for a closure about to be queued (C1), in the
+ * stash @st if we hold it: a plain store. */
+static inline void stash_count(struct coord *c, struct coord_pstash *st, bool held)
+{
+	if (held)
+		/* Relaxed: C1: only stash holders write `added` (C10), and the
+		 * push of this closure (R1 in ring.c) publishes the raise
+		 * before any drop of it; readers sum it (outstanding_total()). */
+		atomic_store_explicit(&st->added,
+				      atomic_load_explicit(&st->added, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
+	else
+		/* Relaxed: C1, as in schedule_one(). */
+		atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
+}
+
+/* Take stash @st (C10); false if another thread holds it. */
+static inline bool stash_take(struct coord_pstash *st)
+{
+	uint32_t idle = 0;
+
+	/* Acquire (C10): the previous holder's accesses to the stash happen-
+	 * before ours.  Another thread holds it: the caller does without,
+	 * rather than wait. */
+	return atomic_compare_exchange_strong_explicit(&st->busy, &idle, 1, memory_order_acquire,
+						       memory_order_relaxed);
+}
+
+static inline void stash_drop(struct coord_pstash *st)
+{
+	/* Release (C10): hands the stash to its next holder. */
+	atomic_store_explicit(&st->busy, 0, memory_order_release);
+}
+
 /* A free closure for schedule(), through this thread's stash (C10);
  * @count: raise outstanding for it (C1), in the stash if we hold it. */
 static struct coord_closure *closure_get(struct coord *c, bool count)
 {
-	struct coord_pstash *st;
+	struct coord_pstash *st = my_stash(c);
 	struct coord_closure *cl;
-	uint32_t idle = 0;
 
-	if (unlikely(tl_pstash == UINT32_MAX))
-		/* Relaxed: only spreads threads over the stashes. */
-		tl_pstash = atomic_fetch_add_explicit(&pstash_next, 1, memory_order_relaxed);
-	st = &c->pstash[tl_pstash % COORD_PSTASH_SLOTS];
-	/* Acquire (C10): the previous holder's accesses to the stash happen-
-	 * before ours.  Another thread holds it: skip it (the pool is
-	 * thread-safe), rather than wait. */
-	if (!atomic_compare_exchange_strong_explicit(&st->busy, &idle, 1, memory_order_acquire,
-						     memory_order_relaxed)) {
+	if (!stash_take(st)) {
+		/* The pool is thread-safe. */
 		cl = coord_pool_get(c->closures);
 		if (cl && count)
-			/* Relaxed: C1, as in schedule_one(). */
-			atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
+			stash_count(c, st, false);
 		return cl;
 	}
 	if (st->n <= COORD_PSTASH / 4) {
@@ -1240,16 +1420,13 @@ static struct coord_closure *closure_get(struct coord *c, bool count)
 	}
 	cl = st->n ? st->cl[--st->n] : NULL;
 	if (cl && count)
-		/* Relaxed: C1: only stash holders write `added` (C10), and the
-		 * push of this closure (R1 in ring.c) publishes the raise
-		 * before any drop of it; readers sum it (outstanding_total()). */
-		atomic_store_explicit(&st->added,
-				      atomic_load_explicit(&st->added, memory_order_relaxed) + 1,
-				      memory_order_relaxed);
-	/* Release (C10): hands the stash to its next holder. */
-	atomic_store_explicit(&st->busy, 0, memory_order_release);
+		stash_count(c, st, true);
+	stash_drop(st);
 	return cl;
 }
+
+/* Q2: calls of a thread that could travel inline; every 64th does not. */
+static __thread uint32_t tl_inline;
 
 /* Queue one checked @call (S1), or start it waiting for its inputs (B1). */
 static int schedule_one(struct coord *c, const struct coord_call *call, struct coord_rv **out,
@@ -1276,7 +1453,7 @@ static int schedule_one(struct coord *c, const struct coord_call *call, struct c
 	 * one current when the closure is queued). */
 	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
 	tl_in_schedule = true; /* rdma.c D5 */
-	queue_push(c, cl);
+	queue_push(c, cl, NULL);
 	tl_in_schedule = false;
 	if (out)
 		*out = (struct coord_rv *)cl;
@@ -1315,8 +1492,39 @@ static int schedule_many_each(struct coord *c, const struct coord_call *calls, s
 	return 0;
 }
 
-/* Closures per claim of the pool and of the ring in coord_schedule_many(). */
-#define SCHED_CHUNK 64
+/* Q2: queue @n <= SCHED_CHUNK checked calls without handles as inline
+ * entries, if they all fit (no per-worker arguments, at most 8 argument
+ * bytes) and this is not the thread's 64th chunk (B7 samples); false: the
+ * caller queues them as closures. */
+static bool schedule_many_inline(struct coord *c, const struct coord_call *calls, unsigned n)
+{
+	struct coord_ring_ent e[SCHED_CHUNK];
+	uint64_t g;
+
+	for (unsigned i = 0; i < n; i++)
+		if (calls[i].npw || calls[i].len > sizeof(e[i].w[0]))
+			return false;
+	if (unlikely(!(++tl_inline & COORD_SAMPLE_MASK)))
+		return false;
+	for (unsigned i = 0; i < n; i++) {
+		e[i].w[0] = 0;
+		if (likely(calls[i].len == sizeof(e[i].w[0])))
+			memcpy(&e[i].w[0], calls[i].args, sizeof(e[i].w[0]));
+		else if (calls[i].len)
+			memcpy(&e[i].w[0], calls[i].args, calls[i].len);
+		e[i].w[1] = QE_INLINE | ((uint64_t)calls[i].len << 32) | calls[i].fn;
+	}
+	/* Relaxed: C1, as in coord_schedule_call(): one increment for the
+	 * chunk, before its push. */
+	atomic_fetch_add_explicit(&c->outstanding, n, memory_order_relaxed);
+	/* Acquire: C3, as in coord_schedule_call(); one generation for the
+	 * chunk, read just before it is queued. */
+	g = atomic_load_explicit(&c->gen, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		e[i].w[2] = g;
+	queue_push_ents(c, e, n);
+	return true;
+}
 
 int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t n,
 			struct coord_rv **out, size_t *queued, struct coord_error *err)
@@ -1354,6 +1562,13 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 		unsigned want = n - done < SCHED_CHUNK ? (unsigned)(n - done) : SCHED_CHUNK;
 		unsigned k = 0, got;
 		uint64_t g;
+
+		if (!out && c->inline_q && schedule_many_inline(c, calls + done, want)) {
+			done += want;
+			if (queued)
+				*queued = done;
+			continue;
+		}
 
 		/* One claim of the free list for the chunk (a short list may
 		 * take a few, growth included). */
@@ -1426,6 +1641,26 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	r = schedule_admit(c, err);
 	if (r < 0)
 		return r;
+	if (!out && len <= sizeof(uint64_t) && c->inline_q &&
+	    likely(++tl_inline & COORD_SAMPLE_MASK)) {
+		/* Q2: the call travels in its ring entry; no closure. */
+		struct coord_ring_ent e = { { 0, QE_INLINE | ((uint64_t)len << 32) | fn, 0 } };
+		struct coord_pstash *st = my_stash(c);
+		bool held;
+
+		if (likely(len == sizeof(e.w[0])))
+			memcpy(&e.w[0], args, sizeof(e.w[0])); /* one load */
+		else if (len)
+			memcpy(&e.w[0], args, len);
+		held = stash_take(st);
+		stash_count(c, st, held); /* C1, before the push */
+		if (held)
+			stash_drop(st);
+		/* Acquire: C3, as in schedule_one(). */
+		e.w[2] = atomic_load_explicit(&c->gen, memory_order_acquire);
+		queue_push(c, NULL, &e); /* inproc: no wake to do (not rdma.c D5) */
+		return 0;
+	}
 	/* schedule_one() without per-worker arguments, hints or inputs; the
 	 * closure comes counted in outstanding (C1). */
 	cl = closure_get(c, true);
@@ -1435,7 +1670,7 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	/* Acquire: C3, as in schedule_one(). */
 	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
 	tl_in_schedule = true; /* rdma.c D5 */
-	queue_push(c, cl);
+	queue_push(c, cl, NULL);
 	tl_in_schedule = false;
 	if (out)
 		*out = (struct coord_rv *)cl;
@@ -1625,7 +1860,7 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 	if (unlikely(hq_queued(c) > 0))
 		n = coord_hq_take(d, out, want); /* B4: hints and the ring, in order */
 	else
-		n = queue_pop(c, out, want, false);
+		n = queue_pop(c, out, want, false, d);
 	/* The producers wrote these closures' first lines: ask for them all now,
 	 * so the misses overlap.  For reading: a closure without a handle is
 	 * only read here (V4 in rv.c), and a read leaves the producer its copy
@@ -1712,6 +1947,23 @@ void coord_dispatch_cancel(struct coord_dispatcher *d, struct coord_closure *cl)
 	coord_ec_signal(&d->c->drained);
 }
 
+/* Q2: a pool closure for dispatcher-owned @l (a put-back), with its id and
+ * attempt; @l is left clean for the next take. */
+static struct coord_closure *local_to_pool(struct coord *c, struct coord_closure *l)
+{
+	struct coord_ring_ent e = { { 0, QE_INLINE | ((uint64_t)l->args_len << 32) | l->fn,
+				      l->gen } };
+	struct coord_closure *cl;
+
+	memcpy(&e.w[0], l->inline_args, sizeof(e.w[0]));
+	cl = ent_closure(c, &e);
+	cl->attempt = l->attempt;
+	cl->id = l->id;	  /* B8: the same closure to its function */
+	if (l->res_dirty) /* a result of the failed run: drop it */
+		coord_closure_drop_contents(l);
+	return cl;
+}
+
 void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **cls, unsigned n)
 {
 	struct coord *c = d->c;
@@ -1725,7 +1977,9 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 			cancel_one(c, cl);
 			continue;
 		}
-		cl->attempt++; /* B8: the next run sees attempt + 1 */
+		if (unlikely(coord_closure_local(cl)))
+			cl = local_to_pool(c, cl); /* Q2: ours is reused by the next take */
+		cl->attempt++;			   /* B8: the next run sees attempt + 1 */
 		if (unlikely(cl->res_dirty & CL_HINT)) {
 			coord_hq_push(c, cl); /* B4: back under its hints */
 			nb++;
@@ -1926,6 +2180,8 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 		if (unlikely(cl->npw || cl->res_dirty || cl->args_cls != COORD_BUF_INLINE ||
 			     cl->res_cls != COORD_BUF_INLINE))
 			coord_closure_drop_contents(cl);
+		if (coord_closure_local(cl))
+			continue; /* Q2: ours, not the pool's */
 		freed[nfree++] = cl->idx;
 		if (nfree == ARRAY_SIZE(freed)) {
 			coord_pool_put_many(c->closures, freed, nfree);
@@ -1963,6 +2219,30 @@ static void closure_init(void *obj, uint32_t idx, void *arg)
 	cl->res = cl->inline_res;
 	cl->res_cls = COORD_BUF_INLINE;
 	cl->args_cls = COORD_BUF_INLINE;
+}
+
+/* Q2: @d's own closures, as closure_init() makes pool ones, with indices
+ * from CL_IDX_LOCAL up (distinct per dispatcher, so their ids are too). */
+static int local_init(struct coord *c, struct coord_dispatcher *d)
+{
+	size_t bytes = (sizeof(*d->local) * c->opts.batch + CACHELINE - 1) &
+		       ~(size_t)(CACHELINE - 1);
+
+	d->nlocal = c->opts.batch;
+	d->local = aligned_alloc(CACHELINE, bytes);
+	if (!d->local)
+		return COORD_ENOMEM;
+	memset(d->local, 0, bytes);
+	for (unsigned i = 0; i < d->nlocal; i++) {
+		struct coord_closure *cl = &d->local[i];
+
+		closure_init(cl, CL_IDX_LOCAL + d->index * c->opts.batch + i, c);
+		cl->args = cl->inline_args;
+		/* Never sampled (coord_sampled()): B7 samples come from the
+		 * pool closures Q2 leaves in the mix. */
+		cl->reuse = (1u - cl->idx) & COORD_SAMPLE_MASK;
+	}
+	return 0;
 }
 
 static const struct coord_tp_ops *find_transport(const char *name)
@@ -2027,7 +2307,7 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		coord_log(COORD_LOG_WARN,
 			  "ring capacity 0: the closure queue is unbounded; "
 			  "schedule() never blocks and memory grows with the backlog (S14)");
-	r = coord_ring_init(&c->ring, c->unbounded ? COORD_RING_DEFAULT : opts->ring_capacity);
+	r = coord_ring_init_wide(&c->ring, c->unbounded ? COORD_RING_DEFAULT : opts->ring_capacity);
 	if (r < 0)
 		goto err_free;
 	r = coord_pool_create(sizeof(struct coord_closure), 12, 4096, closure_init, c,
@@ -2065,9 +2345,16 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		goto err_workers;
 	}
 	memset(c->disp, 0, sizeof(*c->disp) * c->ndisp);
+	/* Q2: in-process dispatchers take inline entries into closures of
+	 * their own, one per place of a take (opts.batch). */
+	c->inline_q = tp == &coord_tp_inproc;
 	for (unsigned i = 0; i < c->ndisp; i++) {
 		c->disp[i].c = c;
 		c->disp[i].index = i;
+		if (c->inline_q && local_init(c, &c->disp[i]) < 0) {
+			r = COORD_ENOMEM;
+			goto err_disp;
+		}
 	}
 	r = coord_ps_setup(c, spec, err); /* before start: tcp tells workers */
 	if (r < 0)
@@ -2090,6 +2377,8 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 
 err_disp:
 	coord_ps_destroy(c->ps);
+	for (unsigned i = 0; i < c->ndisp; i++)
+		free(c->disp[i].local);
 	free(c->disp);
 err_workers:
 	free(c->workers);
@@ -2163,6 +2452,8 @@ void coord_destroy(struct coord *c)
 	coord_ring_fini(&c->ring);
 	pthread_mutex_destroy(&c->ov_lock);
 	free(c->workers);
+	for (unsigned i = 0; i < c->ndisp; i++)
+		free(c->disp[i].local);
 	free(c->disp);
 	c->workers = NULL;
 	c->disp = NULL;

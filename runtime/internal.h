@@ -254,6 +254,13 @@ struct coord_dispatcher {
 	/* How many closures coord_dispatch_take() last returned (idle_wait()
 	 * in coordinator.c).  This dispatcher's thread only. */
 	unsigned last_take;
+	/* Q2 (coordinator.c): closures of its own that this dispatcher makes
+	 * from entries carried inline in the ring (@nlocal of them, one per
+	 * place in a take; none unless c->inline_q), and the sequence their
+	 * ids take.  This dispatcher's thread only. */
+	struct coord_closure *local;
+	unsigned nlocal;
+	uint32_t local_seq;
 	struct coord_dmetrics m __cacheline_aligned;
 };
 
@@ -295,6 +302,10 @@ struct coord {
 	pthread_mutex_t ov_lock; /* guards ov_out */
 	struct coord_closure *ov_out;
 	bool unbounded;
+	/* Q2: small closures without a handle travel inline in the ring
+	 * (the inproc transport: its dispatchers take them into their own
+	 * closures, d->local). */
+	bool inline_q;
 
 	struct coord_ec not_empty __cacheline_aligned; /* dispatchers sleep */
 	_Atomic uint32_t loop_sleepers;		       /* event loops asleep in the kernel */
@@ -399,6 +410,14 @@ static inline bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct co
 {
 	return unlikely(code == COORD_EUNAVAILABLE) &&
 	       coord_dispatch_ps_retry_slow(d, cl, code, cause);
+}
+
+/* Q2 (coordinator.c): a dispatcher's own closure, made from an inline ring
+ * entry (pool indices stay far below this). */
+#define CL_IDX_LOCAL 0x80000000u
+static inline bool coord_closure_local(const struct coord_closure *cl)
+{
+	return cl->idx >= CL_IDX_LOCAL;
 }
 
 /* coord_dispatch_stale() - @cl belongs to a cancelled generation: do not

@@ -2,7 +2,9 @@
 /*
  * runtime/ring.c - bounded MPMC pointer ring (see ring.h).
  *
- * Each slot has a sequence number.  Positions are free-running u64s.
+ * Each slot has a sequence number.  Positions are free-running u64s.  A
+ * slot's payload is a pointer (16-byte slots) or, in a wide ring, a struct
+ * coord_ring_ent (32-byte slots); "val" below is either.
  *
  * Invariants:
  *   I1  slot[p & mask].seq == p      : free, awaiting the push of position p.
@@ -20,29 +22,55 @@
  * both side by side.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/ring.h"
 
-int coord_ring_init(struct coord_ring *r, uint32_t cap)
+/* A slot: its seq, then @esz payload bytes (a pointer, or a struct
+ * coord_ring_ent); 16 or 32 bytes, so slots never straddle a line. */
+#define SLOT_SIZE(esz) ((esz) <= 8 ? 16u : 32u)
+#define PTR_ESZ sizeof(void *)
+#define ENT_ESZ sizeof(struct coord_ring_ent)
+
+static inline _Atomic uint64_t *slot_seq(const struct coord_ring *r, uint64_t pos, size_t esz)
+{
+	return (_Atomic uint64_t *)(r->slots + (pos & r->mask) * SLOT_SIZE(esz));
+}
+
+static inline void *slot_val(_Atomic uint64_t *seq)
+{
+	return (char *)seq + sizeof(uint64_t);
+}
+
+static int ring_init(struct coord_ring *r, uint32_t cap, size_t esz)
 {
 	uint64_t n = 2;
 
 	while (n < cap)
 		n <<= 1;
-	r->slots = aligned_alloc(CACHELINE, (n * sizeof(*r->slots) + CACHELINE - 1) &
-						    ~(size_t)(CACHELINE - 1));
+	r->slots = aligned_alloc(CACHELINE,
+				 (n * SLOT_SIZE(esz) + CACHELINE - 1) & ~(size_t)(CACHELINE - 1));
 	if (!r->slots)
 		return -ENOMEM;
 	r->mask = n - 1;
-	for (uint64_t i = 0; i < n; i++) {
+	memset(r->slots, 0, n * SLOT_SIZE(esz));
+	for (uint64_t i = 0; i < n; i++)
 		/* Relaxed: the ring is private until create returns. */
-		atomic_store_explicit(&r->slots[i].seq, i, memory_order_relaxed);
-		r->slots[i].val = NULL;
-	}
+		atomic_store_explicit(slot_seq(r, i, esz), i, memory_order_relaxed);
 	/* Relaxed: as above. */
 	atomic_store_explicit(&r->head, 0, memory_order_relaxed);
 	atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
 	return 0;
+}
+
+int coord_ring_init(struct coord_ring *r, uint32_t cap)
+{
+	return ring_init(r, cap, PTR_ESZ);
+}
+
+int coord_ring_init_wide(struct coord_ring *r, uint32_t cap)
+{
+	return ring_init(r, cap, ENT_ESZ);
 }
 
 void coord_ring_fini(struct coord_ring *r)
@@ -51,17 +79,20 @@ void coord_ring_fini(struct coord_ring *r)
 	r->slots = NULL;
 }
 
-int coord_ring_push_mp(struct coord_ring *r, void *v)
+/* The push, batched push and pop below are written once for both slot
+ * sizes: @esz is a constant in each caller, so they compile to plain moves. */
+static __attribute__((always_inline)) inline int ring_push(struct coord_ring *r, const void *v,
+							   size_t esz)
 {
 	/* Relaxed: a hint; the slot's seq (A2) and the CAS decide. */
 	uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
-	struct coord_ring_slot *s;
+	_Atomic uint64_t *s;
 
 	for (;;) {
-		s = &r->slots[pos & r->mask];
+		s = slot_seq(r, pos, esz);
 		/* A2 (acquire): pairs with R2 in pop: the consumer that freed this
 		 * slot has finished reading val before we overwrite it (I3). */
-		uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+		uint64_t seq = atomic_load_explicit(s, memory_order_acquire);
 		int64_t dif = (int64_t)(seq - pos);
 
 		if (dif == 0) {
@@ -81,13 +112,15 @@ int coord_ring_push_mp(struct coord_ring *r, void *v)
 			pos = atomic_load_explicit(&r->head, memory_order_relaxed);
 		}
 	}
-	s->val = v;
+	memcpy(slot_val(s), v, esz);
 	/* R1 (release): pairs with A1 in pop: publishes val (I1: full). */
-	atomic_store_explicit(&s->seq, pos + 1, memory_order_release);
+	atomic_store_explicit(s, pos + 1, memory_order_release);
 	return 0;
 }
 
-unsigned coord_ring_push_batch_mp(struct coord_ring *r, void *const *v, unsigned n)
+static __attribute__((always_inline)) inline unsigned ring_push_batch(struct coord_ring *r,
+								      const void *v, unsigned n,
+								      size_t esz)
 {
 	/* Relaxed: a hint; the slots' seq (A2) and the CAS decide. */
 	uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
@@ -96,10 +129,10 @@ unsigned coord_ring_push_batch_mp(struct coord_ring *r, void *const *v, unsigned
 	for (;;) {
 		/* Count the free slots from pos on, up to n. */
 		for (k = 0; k < n; k++) {
-			struct coord_ring_slot *s = &r->slots[(pos + k) & r->mask];
 			/* A2 (acquire): pairs with R2 in pop: the consumer that
 			 * freed this slot has finished reading val (I3). */
-			uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+			uint64_t seq = atomic_load_explicit(slot_seq(r, pos + k, esz),
+							    memory_order_acquire);
 
 			if (seq != pos + k)
 				break;
@@ -115,22 +148,24 @@ unsigned coord_ring_push_batch_mp(struct coord_ring *r, void *const *v, unsigned
 			continue;
 		}
 		/* seq_cst: claims positions [pos, pos + k) (I2), as the CAS in
-		 * coord_ring_push_mp() does, and for the same E3 reason. */
+		 * ring_push() does, and for the same E3 reason. */
 		if (atomic_compare_exchange_weak_explicit(
 			    &r->head, &pos, pos + k, memory_order_seq_cst, memory_order_relaxed))
 			break;
 	}
 	for (unsigned i = 0; i < k; i++) {
-		struct coord_ring_slot *s = &r->slots[(pos + i) & r->mask];
+		_Atomic uint64_t *s = slot_seq(r, pos + i, esz);
 
-		s->val = v[i];
+		memcpy(slot_val(s), (const char *)v + i * esz, esz);
 		/* R1 (release): pairs with A1 in pop: publishes val (I1: full). */
-		atomic_store_explicit(&s->seq, pos + i + 1, memory_order_release);
+		atomic_store_explicit(s, pos + i + 1, memory_order_release);
 	}
 	return k;
 }
 
-unsigned coord_ring_pop_batch_mc(struct coord_ring *r, void **out, unsigned max)
+static __attribute__((always_inline)) inline unsigned ring_pop_batch(struct coord_ring *r,
+								     void *out, unsigned max,
+								     size_t esz)
 {
 	/* Relaxed: a hint; the slots' seq (A1) and the CAS decide. */
 	uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
@@ -139,9 +174,9 @@ unsigned coord_ring_pop_batch_mc(struct coord_ring *r, void **out, unsigned max)
 	for (;;) {
 		/* Count the full slots from pos on, up to max. */
 		for (n = 0; n < max; n++) {
-			struct coord_ring_slot *s = &r->slots[(pos + n) & r->mask];
 			/* A1 (acquire): pairs with R1 in push: val is visible. */
-			uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+			uint64_t seq = atomic_load_explicit(slot_seq(r, pos + n, esz),
+							    memory_order_acquire);
 
 			if (seq != pos + n + 1)
 				break;
@@ -167,14 +202,45 @@ unsigned coord_ring_pop_batch_mc(struct coord_ring *r, void **out, unsigned max)
 			break;
 	}
 	for (unsigned i = 0; i < n; i++) {
-		struct coord_ring_slot *s = &r->slots[(pos + i) & r->mask];
+		_Atomic uint64_t *s = slot_seq(r, pos + i, esz);
 
-		out[i] = s->val;
+		memcpy((char *)out + i * esz, slot_val(s), esz);
 		/* R2 (release): pairs with A2 in push: our read of val is done
 		 * before the slot is reused (I1: free for pos + cap). */
-		atomic_store_explicit(&s->seq, pos + i + r->mask + 1, memory_order_release);
+		atomic_store_explicit(s, pos + i + r->mask + 1, memory_order_release);
 	}
 	return n;
+}
+
+int coord_ring_push_mp(struct coord_ring *r, void *v)
+{
+	return ring_push(r, &v, PTR_ESZ);
+}
+
+unsigned coord_ring_push_batch_mp(struct coord_ring *r, void *const *v, unsigned n)
+{
+	return ring_push_batch(r, v, n, PTR_ESZ);
+}
+
+unsigned coord_ring_pop_batch_mc(struct coord_ring *r, void **out, unsigned max)
+{
+	return ring_pop_batch(r, out, max, PTR_ESZ);
+}
+
+int coord_ring_push_ent_mp(struct coord_ring *r, const struct coord_ring_ent *e)
+{
+	return ring_push(r, e, ENT_ESZ);
+}
+
+unsigned coord_ring_push_batch_ent_mp(struct coord_ring *r, const struct coord_ring_ent *e,
+				      unsigned n)
+{
+	return ring_push_batch(r, e, n, ENT_ESZ);
+}
+
+unsigned coord_ring_pop_batch_ent_mc(struct coord_ring *r, struct coord_ring_ent *out, unsigned max)
+{
+	return ring_pop_batch(r, out, max, ENT_ESZ);
 }
 
 bool coord_ring_empty(struct coord_ring *r)

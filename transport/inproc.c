@@ -6,7 +6,10 @@
  * dispatcher: it takes a batch from the queue, runs each closure through the
  * same worker-side code a coord-worker process uses (runtime/exec.c), writes
  * the result straight into the closure and completes it.  No copy of the
- * arguments, no frames, no system call unless a thread sleeps.
+ * arguments, no frames, no system call unless a thread sleeps.  A small call
+ * without a handle arrives inline in its ring entry (coordinator.c Q2) and
+ * runs in one of the dispatcher's own closures (d->local), so the worker
+ * touches no pool closure for it.
  */
 #include <pthread.h>
 #include <stdlib.h>
