@@ -97,9 +97,11 @@
  * build, load 6-8): 256 connections 0.80 of the 2-connection rate
  * (median; 0.29-1.26) against 0.54 (0.36-1.06), 285 against 228 K/s,
  * CPU per closure at 256 connections 2.9 + 1.4 us (coordinator +
- * workers) against 3.6 + 1.6; earlier sessions 0.82, 0.82 and 0.66
- * against 0.70, 0.64 and 0.53.  The gap to 2 connections is smaller, not
- * gone (4.3 against 2.9 us per closure); its cause is not pinned down.
+ * workers) against 3.6 + 1.6; other sessions 0.82, 0.82, 0.66 and 0.72
+ * (0.47-1.08) against 0.70, 0.64, 0.53 and 0.52 (0.29-0.57): better by
+ * 0.1-0.3 each time, at 0.80 only in some.  The gap to 2 connections
+ * is smaller, not gone (4.3 against 2.9 us per closure); its cause is not
+ * pinned down.
  * Tried, no better: CORK_FRAMES 1 (the worker idles a round trip:
  * 0.54), 3 (0.70 against 0.82); sending only when the held closures
  * outnumber the unanswered ones (0.66 against 0.82); never leaving the
