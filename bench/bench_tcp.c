@@ -41,10 +41,10 @@
  *   scale       256 in flight through one coordinator with 256 worker
  *               connections (a spec listing 4 coord-worker processes 64
  *               times each; each spec task is one connection, i.e. one
- *               worker thread in a coord-worker), against the same
- *               coordinator set-up with 2 connections (2 processes).  An
- *               extra row, not the target: the same 256 connections with
- *               8 closures in flight each.
+ *               worker served by its process's thread pool, tcp_server.c),
+ *               against the same coordinator set-up with 2 connections
+ *               (2 processes).  An extra row, not the target: the same
+ *               256 connections with 8 closures in flight each.
  * Implementations alternate within each repeat; round 0 warms up and is
  * not counted.
  *

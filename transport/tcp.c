@@ -18,7 +18,9 @@
  *      before sending, so a connection gets one frame per round;
  *   2. places them on its connections (pick(), "Placement" below), encodes
  *      one REQ frame per connection into that connection's output buffer
- *      and starts the sends: one io_uring_submit() for the whole batch;
+ *      and starts the sends of the connections given closures (a list,
+ *      not a scan; a corked one waits, "Frames" below): one
+ *      io_uring_submit() for the whole batch;
  *   3. sleeps in io_uring for completions (registered in loop_sleepers so
  *      that schedule() wakes it through an eventfd when new work arrives);
  *   4. reaps every completion at once: RECV completions are parsed into RES
@@ -61,12 +63,50 @@
  * previous build): 256 connections 0.07-0.17 of the 2-connection rate
  * before (median 0.10), 0.44-0.56 after (median 0.45, 190-405 K/s); the
  * row with 8 in flight per connection went from 0.44-0.57 to 1.6-2.3x the
- * 2-connection rate (first version of this code).  Not yet 0.80: frames
- * there carry about half as many closures as with 2 connections (11-13
- * against 14-27, counted), and single repeats still fall to 60-100 K/s;
- * a slow run that raises an estimate is a suspect, not pinned down.
- * Sticking to the packed connection once it is idle again (rather than
- * any idle one) lets its worker serve successive frames in one wake-up.
+ * 2-connection rate (first version of this code).  Sticking to the packed
+ * connection once it is idle again (rather than any idle one) lets its
+ * worker serve successive frames in one wake-up.  With packing, each loop
+ * keeps one connection busy at 256 connections as at 2 (counted: the
+ * packed connection changed ~200 times in 5 repeats, on a run-time
+ * sample over W; the PINGs to the idle ones are ~2% of the frames), yet
+ * the frames carried about half as many closures (10-13 against 17-29)
+ * and CPU per closure was ~1.7x (coordinator 3.5 against 2.0 us, workers
+ * 1.7 against 1.0): on 2 shared CPUs the rate is the CPU per closure, and
+ * that is per frame.  Sampled every 200 us, ~150-200 of the 256 closures
+ * sit with the caller (fetched in order: done ones wait for the oldest),
+ * 30-40 in the queue and 13-30 in each loop at 256 connections (10-14
+ * and 23-40 at 2), and the frames are cut from what a loop holds.
+ *
+ * Frames.  So a connection does not send a REQ frame while CORK_FRAMES (2)
+ * of its REQ frames are unanswered (no RES frame yet): the closures placed
+ * on it meanwhile wait in obuf, and the RES frame that uncorks it sends
+ * them as one frame (on_recv()).  Its worker runs one frame while the next
+ * is on its way, and a frame carries what came during a round trip, not
+ * during one loop round.  A closure held back waits only behind what it
+ * would have waited behind in the worker's socket (the short closures
+ * already on the connection: packing decided that); an idle connection is
+ * never corked, nor a PING.  The worker answers a REQ frame with one RES
+ * frame, or with several (an early flush, tcp_server.c), so the count can
+ * only run low (uncorking early, not late), and everything sent being
+ * answered uncorks whatever the count says.  While its packed connection
+ * is corked and results are coming, a loop also leaves the queue alone
+ * for up to W (cork_wait()): what it took could only wait in obuf, and
+ * this way it costs no loop round and no eventfd write by the caller (8%
+ * of the samples before), and the other loop may take it.  Measured
+ * (bench_tcp scale, 8 runs of 5 repeats alternating with the previous
+ * build, load 6-8): 256 connections 0.80 of the 2-connection rate
+ * (median; 0.29-1.26) against 0.54 (0.36-1.06), 285 against 228 K/s,
+ * CPU per closure at 256 connections 2.9 + 1.4 us (coordinator +
+ * workers) against 3.6 + 1.6; other sessions 0.82, 0.82, 0.66 and 0.72
+ * (0.47-1.08) against 0.70, 0.64, 0.53 and 0.52 (0.29-0.57): better by
+ * 0.1-0.3 each time, at 0.80 only in some.  The gap to 2 connections
+ * is smaller, not gone (4.3 against 2.9 us per closure); its cause is not
+ * pinned down.
+ * Tried, no better: CORK_FRAMES 1 (the worker idles a round trip:
+ * 0.54), 3 (0.70 against 0.82); sending only when the held closures
+ * outnumber the unanswered ones (0.66 against 0.82); never leaving the
+ * packed connection on a long sample (worse, 0.33); a 32-entry SQ
+ * instead of 2 per connection (within the noise).
  *
  * Measured (bench_tcp, 2 vCPUs shared with other load; issue 3):
  *   - io_uring is set up with COOP_TASKRUN | TASKRUN_FLAG: a completion does
@@ -76,11 +116,16 @@
  *     one receive per closure (~8-10 us of kernel time here; a raw epoll
  *     echo client over 256 loopback sockets needs 8-9.5 us per message):
  *     one frame per closure was the floor, not the scans below.
- *   - pick() and credit() scan the loop's connections (O(n) per closure and
- *     per round).  Profiled at 256 connections they are ~4% of the
- *     coordinator's CPU; an O(1) idle-connection FIFO for pick() and a
- *     dirty list for the sends made no measurable difference, so the
- *     simpler scans stay.
+ *   - pick() scans the loop's connections when the packed one will not do;
+ *     credit() and the sends used to scan them every round.  Profiled at
+ *     256 connections they were ~4% of the coordinator's CPU (credit()'s
+ *     load of each worker's start time the hottest line of loop_main());
+ *     an O(1) idle-connection FIFO for pick() made no measurable
+ *     difference.  credit() now reads counts kept as slots and
+ *     connections change (free_up, nidle, ndown) once every staggered
+ *     start has passed, and the sends take a list of the connections
+ *     given closures: fewer cache lines a round, no measurable change in
+ *     the rate alone (a loop round then takes about one closure).
  *   - One loop instead of two for 2 workers: no measurable difference.
  *   - Spinning after a send (polling the CQ before sleeping) made the round
  *     trip worse (p50 37-63 us against 41-45): with the caller spinning in
@@ -108,6 +153,7 @@
  * recovery limit the coordinator reports UNAVAILABLE (runtime/recovery.c).
  */
 #include <errno.h>
+#include <limits.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -128,6 +174,7 @@ enum { OP_RECV = 0, OP_SEND = 1, OP_EFD = 2, OP_MASK = 3 };
 #define PACK_WAIT_NS 50000u    /* W: expected run time a closure may wait behind */
 #define PACK_STALL_NS 1000000u /* no result for this long: stop packing onto it */
 #define RUN_UNKNOWN UINT32_MAX
+#define CORK_FRAMES 2u /* REQ frames a connection may have unanswered */
 
 struct tcp_loop;
 
@@ -160,6 +207,13 @@ struct tcp_conn {
 	uint64_t last_rx_ns, ping_ns;
 	struct tcp_conn *admit_next; /* on its loop's admission list */
 	int admit_fd;
+	struct tcp_conn *dirty_next; /* on its loop's list of outputs to send */
+	bool dirty;
+	/* Corking ("Frames" in the file header): REQ frames and closures in
+	 * obuf, REQ frames sent and not yet answered by a RES frame, and
+	 * whether obuf holds a PING (never held back). */
+	unsigned ow_reqs, ow_cl, reqs_out;
+	bool ping_waiting;
 };
 
 struct tcp_loop {
@@ -188,6 +242,13 @@ struct tcp_loop {
 	uint32_t *run_ns;
 	uint32_t nfn;
 	struct tcp_conn *pack;
+	/* Kept as counts rather than found by scanning every connection
+	 * each round: free slots on live connections, idle and down
+	 * connections, the last staggered start (S13; credit() scans until
+	 * then), and the connections given closures this round. */
+	uint64_t free_up, start_end;
+	unsigned nidle, ndown;
+	struct tcp_conn *dirty;
 };
 
 struct tcp {
@@ -207,6 +268,7 @@ static void conn_idle_update(struct tcp_conn *k)
 
 	if (idle != k->idle) {
 		k->idle = idle;
+		k->loop->nidle += idle ? 1 : -1;
 		/* Relaxed: a placement hint for the other loops. */
 		atomic_fetch_add_explicit(&k->loop->t->idle, idle ? 1 : -1, memory_order_relaxed);
 	}
@@ -274,6 +336,11 @@ static void kick_send(struct tcp_conn *k)
 
 	if (k->sending || !k->up || k->ow.len == 0)
 		return;
+	if (k->reqs_out >= CORK_FRAMES && !k->ping_waiting)
+		return; /* corked: the next RES frame sends it, as one frame */
+	k->reqs_out += k->ow_reqs;
+	k->ow_reqs = k->ow_cl = 0;
+	k->ping_waiting = false;
 	if (k->ow.frame != SIZE_MAX)
 		coord_wire_end(&k->ow);
 	b = k->sbuf;
@@ -301,6 +368,8 @@ static void conn_fail(struct tcp_conn *k, const char *why)
 	if (!k->up)
 		return;
 	k->up = false;
+	l->free_up -= k->nfree;
+	l->ndown++;
 	conn_idle_update(k);
 	for (unsigned s = 0; s < k->window; s++) {
 		if (!k->slots[s])
@@ -370,6 +439,11 @@ static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, cons
 	int rc;
 
 	coord_wire_iter_init(&it, h, payload);
+	/* Each REQ frame is answered by one RES frame, or by several when the
+	 * worker flushes early (tcp_server.c): the count may only run low,
+	 * which uncorks early, never late. */
+	if (k->reqs_out)
+		k->reqs_out--;
 	while ((rc = coord_wire_next_res(&it, &r)) == 1) {
 		uint32_t slot = (uint32_t)r.closure_id, seq = (uint32_t)(r.closure_id >> 32);
 		struct coord_closure *cl;
@@ -381,6 +455,7 @@ static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, cons
 			return -EPROTO;
 		k->slots[slot] = NULL;
 		k->freel[k->nfree++] = slot;
+		l->free_up++;
 		k->backlog_ns -= k->run[slot];
 		conn_idle_update(k);
 		if (cl->fn < l->nfn)
@@ -415,6 +490,10 @@ static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, cons
 		if (l->ndone == l->done_cap)
 			finish_done(l);
 	}
+	/* Everything sent is answered: nothing can hold the output back (a
+	 * peer that answered two REQ frames with one RES frame). */
+	if (k->window - k->nfree == k->ow_cl)
+		k->reqs_out = 0;
 	return rc;
 }
 
@@ -497,6 +576,7 @@ static void on_recv(struct tcp_conn *k, int res)
 	memmove(k->rbuf, k->rbuf + off, k->rlen - off);
 	k->rlen -= off;
 	arm_recv(k);
+	kick_send(k); /* what the cork held back, if anything */
 }
 
 static void on_send(struct tcp_conn *k, int res)
@@ -560,12 +640,21 @@ static bool enqueue_req(struct tcp_conn *k, struct coord_closure *cl, uint64_t n
 		k->ow.buf = b;
 		k->ow.cap = cap;
 	}
-	if (k->ow.frame == SIZE_MAX)
+	if (k->ow.frame == SIZE_MAX) {
 		coord_wire_begin(&k->ow, COORD_WIRE_REQ);
+		k->ow_reqs++;
+	}
 	if (coord_wire_put_req(&k->ow, &q) < 0)
 		coord_die("wire encoder", ENOSPC); /* room was made above */
 	k->slots[slot] = cl;
 	k->sent_ns[slot] = now;
+	k->ow_cl++;
+	l->free_up--;
+	if (!k->dirty) { /* sent at the end of the round */
+		k->dirty = true;
+		k->dirty_next = l->dirty;
+		l->dirty = k;
+	}
 	/* Placement: what this closure adds to the work queued on @k; one of
 	 * unknown or long run time fills the budget, so nothing is packed
 	 * behind it. */
@@ -590,6 +679,24 @@ static bool packable(const struct tcp_conn *k, uint64_t now)
 
 	return k->up && k->nfree && k->nfree < k->window && k->backlog_ns < PACK_WAIT_NS &&
 	       now - seen < PACK_STALL_NS;
+}
+
+/*
+ * Should the loop leave the queue alone until its packed connection's next
+ * result ("Frames" in the file header)?  While that connection is packable
+ * and corked, what the loop took now could only wait in obuf for that
+ * result; left in the queue, it costs no round, the caller no eventfd
+ * write, and the other loop may take it.  Only while results are coming
+ * (one within the last 2 W), and for at most W: the deadline, or 0.
+ */
+static uint64_t cork_wait(const struct tcp_loop *l, uint64_t now)
+{
+	const struct tcp_conn *k = l->pack;
+
+	if (!k || k->reqs_out < CORK_FRAMES || k->ping_waiting || !packable(k, now) ||
+	    now - k->last_rx_ns > 2 * (uint64_t)PACK_WAIT_NS)
+		return 0;
+	return now + PACK_WAIT_NS;
 }
 
 /* Is @k up, started and with nothing in flight? */
@@ -646,6 +753,11 @@ static unsigned credit(struct tcp_loop *l, uint64_t now, uint64_t *next_start, b
 	unsigned n = 0;
 
 	*next_start = 0;
+	if (now >= l->start_end) { /* every worker started: the counts */
+		*has_idle = l->nidle > 0;
+		*has_down = l->ndown > 0;
+		return l->free_up < UINT_MAX ? (unsigned)l->free_up : UINT_MAX;
+	}
 	*has_idle = false;
 	*has_down = false;
 	for (unsigned i = 0; i < l->nconns; i++) {
@@ -739,8 +851,14 @@ static void *loop_main(void *arg)
 	 * connection's open: they opened one after another, and a slow start
 	 * (many workers, slow handshakes) is not a missed heartbeat. */
 	for (unsigned i = 0; i < l->nconns; i++) {
-		l->conns[i]->last_rx_ns = coord_now_ns();
-		arm_recv(l->conns[i]);
+		struct tcp_conn *k = l->conns[i];
+
+		k->last_rx_ns = coord_now_ns();
+		arm_recv(k);
+		l->free_up += k->nfree;
+		l->nidle += k->idle;
+		if (k->w->start_at_ns > l->start_end)
+			l->start_end = k->w->start_at_ns;
 	}
 	io_uring_submit(&l->ring);
 	for (;;) {
@@ -756,10 +874,13 @@ static void *loop_main(void *arg)
 		 * workers elsewhere, so a closure does not wait behind a long
 		 * one while another worker is idle (S2). */
 		bool may_take = cr > 0 && (has_idle || coord_queue_size(c) > (uint64_t)idle);
+		uint64_t cork_until = may_take ? cork_wait(l, now) : 0;
 
 		/* Relaxed: stop is also signalled through the eventfd and not_empty. */
 		if (atomic_load_explicit(&c->stopping, memory_order_relaxed))
 			break;
+		if (cork_until)
+			may_take = false; /* wait for the packed connection's result */
 		if (may_take) {
 			unsigned max = cr < max_batch ? cr : max_batch;
 
@@ -790,8 +911,15 @@ static void *loop_main(void *arg)
 					dispatch(l, got);
 				n += got;
 			}
-			for (unsigned i = 0; n && i < l->nconns; i++)
-				kick_send(l->conns[i]);
+			/* Send on the connections given closures this round,
+			 * not a scan of all of them. */
+			while (l->dirty) {
+				struct tcp_conn *k = l->dirty;
+
+				l->dirty = k->dirty_next;
+				k->dirty = false;
+				kick_send(k);
+			}
 		}
 		if (n == 0) {
 			/* Nothing taken: wait for completions, or new work if we
@@ -814,6 +942,8 @@ static void *loop_main(void *arg)
 			}
 			if (due && (!next_start || due < next_start))
 				next_start = due; /* the next liveness check */
+			if (cork_until && (!next_start || cork_until < next_start))
+				next_start = cork_until; /* corked: at most W */
 			due = may_take ? coord_dispatch_due(l->d) : 0;
 			if (due && (!next_start || due < next_start))
 				next_start = due; /* B4: a preferred closure's fallback */
@@ -1026,10 +1156,14 @@ static void admit(struct tcp_loop *l)
 		k->rlen = 0;
 		k->sending = false;
 		k->slen = k->ssent = 0;
+		k->ow_reqs = k->ow_cl = k->reqs_out = 0;
+		k->ping_waiting = false;
 		coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
 		k->last_rx_ns = now;
 		k->ping_ns = 0;
 		k->up = true;
+		l->free_up += k->nfree;
+		l->ndown--;
 		conn_idle_update(k);
 		arm_recv(k);
 		/* Relaxed: a count of live connections (logs). */
@@ -1063,6 +1197,7 @@ static void send_ping(struct tcp_conn *k, uint64_t token)
 	if (k->ow.cap - k->ow.len < COORD_WIRE_HDR + 8)
 		return; /* output full: traffic is flowing anyway */
 	coord_wire_put_ping(&k->ow, COORD_WIRE_PING, token);
+	k->ping_waiting = true;
 	kick_send(k);
 }
 
