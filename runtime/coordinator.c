@@ -2194,15 +2194,19 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 		/* Relaxed: a statistic. */
 		atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);
 	dm_inc(&d->m.finished, n);
+	/* C1 before the inflight drop: a canceller that sees inflight reach
+	 * zero (join() returning an error) then sees these off `outstanding`
+	 * too (coord_metrics() right after join() reads 0, not a count that
+	 * the finishing thread is a few instructions from dropping). */
+	if (!d->defer_fin)
+		outstanding_sub(c, n);
 	/* seq_cst: the completed closures happen-before a canceller's D1 load
 	 * that sees the lower count (release would do); seq_cst lets the wake
 	 * below skip its fence (E3 in futex.h). */
 	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_seq_cst);
 	coord_ec_signal_sc(&c->drained);
-	if (!d->defer_fin) {
-		outstanding_sub(c, n);
+	if (!d->defer_fin)
 		return;
-	}
 	d->fin_defer += n; /* C9 */
 	if (d->fin_defer >= COORD_FIN_DEFER)
 		fin_flush(d);
