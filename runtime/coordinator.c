@@ -702,8 +702,10 @@ static void rcu_put_cb(struct rcu_head *head)
 static void cancel_one(struct coord *c, struct coord_closure *cl)
 {
 	if (coord_closure_local(cl)) {
-		/* Q2: a dispatcher's own closure, popped and not started: no
-		 * handle, no reader, not the pool's; only the counts move. */
+		/* Q2: a dispatcher's own closure: no handle, no reader, not the
+		 * pool's; only the counts move.  One put back stale after a run
+		 * (S11) may hold that run's result: drop it, for the next take. */
+		coord_closure_drop_contents(cl);
 		/* Relaxed: a statistic (B7). */
 		atomic_fetch_add_explicit(&c->cancelled, 1, memory_order_relaxed);
 		outstanding_sub(c, 1);

@@ -95,10 +95,81 @@ static void test_q2_b7_samples_one_in_64(void **state)
 	free(calls);
 }
 
+/*
+ * S3/S11: a call that ran inline in a dispatcher's own closure, wrote a
+ * result (here over 1 MiB: a malloc'd buffer) and is put back after a
+ * cancellation made it stale is cancelled; its closure must come out clean,
+ * with the buffer released, as a pool closure's does (cancel_one()).  The
+ * test acts as a dispatcher with closures of its own (as local_init() makes
+ * them) while the two workers are busy.
+ */
+static void test_q2_stale_put_back_drops_result(void **state)
+{
+	enum { NLOCAL = 4 };
+	struct fx *f = *state;
+	struct coord_dispatcher d = { .c = f->c, .index = 0 };
+	struct coord_closure *local = calloc(NLOCAL, sizeof(*local)), *taken[NLOCAL];
+	struct coord_rv *g[2];
+	unsigned n = 0;
+	uint64_t x = 1;
+	size_t big = COORD_BUF_MAX_POOLED + 1;
+
+	assert_non_null(local);
+	for (unsigned i = 0; i < NLOCAL; i++) {
+		local[i].c = f->c;
+		local[i].idx = CL_IDX_LOCAL + 0x100000 + i;
+		local[i].res = local[i].inline_res;
+		local[i].res_cls = COORD_BUF_INLINE;
+		local[i].args = local[i].inline_args;
+		local[i].args_cls = COORD_BUF_INLINE;
+		local[i].reuse = (1u - local[i].idx) & COORD_SAMPLE_MASK;
+	}
+	d.local = local;
+	d.nlocal = NLOCAL;
+	/* keep both workers busy so the calls stay queued for us */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, &g[i], NULL),
+				 0);
+	while (atomic_load(&t_entered) < 2)
+		t_sleep_ns(100000);
+	/* Two handle-less calls: at most one of them is a thread's 64th, which
+	 * takes the closure path; the other travels inline. */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(
+			coord_schedule(f->c, t_fn(f->c, "echo"), &x, sizeof(x), NULL, NULL), 0);
+	for (int i = 0; i < 1000 && n < 2; i++)
+		n += coord_dispatch_try_take(&d, taken + n, NLOCAL - n);
+	assert_int_equal(n, 2);
+	if (!coord_closure_local(taken[0])) {
+		struct coord_closure *t = taken[0];
+
+		taken[0] = taken[1];
+		taken[1] = t;
+	}
+	assert_true(coord_closure_local(taken[0]));
+	/* It ran and wrote a result, then its ps failed (S11)... */
+	assert_non_null(coord_closure_result_buf(taken[0], big));
+	/* ...while an error was taken (S3): its generation is cancelled. */
+	atomic_fetch_add(&f->c->gen, 1);
+	coord_dispatch_put_back(&d, taken, 2);
+	assert_int_equal(atomic_load(&d.inflight), 0);
+	/* Cancelled, and the closure ready for its next take. */
+	assert_int_equal(taken[0]->res_cls, COORD_BUF_INLINE);
+	assert_ptr_equal(taken[0]->res, taken[0]->inline_res);
+	assert_int_equal(taken[0]->res_dirty, 0);
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_rv_put(g[0]);
+	coord_rv_put(g[1]);
+	free(local);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_q2_b7_samples_one_in_64, setup2, teardown),
+		cmocka_unit_test_setup_teardown(test_q2_stale_put_back_drops_result, setup2,
+						teardown),
 	};
 
 	t_watchdog(300);
