@@ -87,7 +87,8 @@
  *       Whoever pops entries without a dispatcher's closures at hand (the
  *       canceller's drain, the hint queue's take) makes pool closures of
  *       them (ent_closure()).  Every 64th such call of a thread takes the
- *       closure path instead, so the metrics' samples (B7) still see some.
+ *       closure path instead, sampled (closure_sample_next()), so the
+ *       histograms (B7) keep their one in 64.
  *
  * Dataflow (B1): RemoteValues as arguments
  *   A consumer (a closure with inputs) is counted in `outstanding` (C1) and
@@ -701,8 +702,10 @@ static void rcu_put_cb(struct rcu_head *head)
 static void cancel_one(struct coord *c, struct coord_closure *cl)
 {
 	if (coord_closure_local(cl)) {
-		/* Q2: a dispatcher's own closure, popped and not started: no
-		 * handle, no reader, not the pool's; only the counts move. */
+		/* Q2: a dispatcher's own closure: no handle, no reader, not the
+		 * pool's; only the counts move.  One put back stale after a run
+		 * (S11) may hold that run's result: drop it, for the next take. */
+		coord_closure_drop_contents(cl);
 		/* Relaxed: a statistic (B7). */
 		atomic_fetch_add_explicit(&c->cancelled, 1, memory_order_relaxed);
 		outstanding_sub(c, 1);
@@ -1428,6 +1431,15 @@ static struct coord_closure *closure_get(struct coord *c, bool count)
 /* Q2: calls of a thread that could travel inline; every 64th does not. */
 static __thread uint32_t tl_inline;
 
+/* Q2: make the next life of @cl (closure_fill_args()'s reuse++) a sampled
+ * one (B7): it stands for the 63 calls before it that travelled inline and
+ * were not sampled, so the histograms keep their rate of one in 64.  reuse
+ * only grows, so ids stay distinct. */
+static inline void closure_sample_next(struct coord_closure *cl)
+{
+	cl->reuse += (0u - cl->idx - cl->reuse - 1u) & COORD_SAMPLE_MASK;
+}
+
 /* Queue one checked @call (S1), or start it waiting for its inputs (B1). */
 static int schedule_one(struct coord *c, const struct coord_call *call, struct coord_rv **out,
 			struct coord_error *err)
@@ -1494,9 +1506,10 @@ static int schedule_many_each(struct coord *c, const struct coord_call *calls, s
 
 /* Q2: queue @n <= SCHED_CHUNK checked calls without handles as inline
  * entries, if they all fit (no per-worker arguments, at most 8 argument
- * bytes) and this is not the thread's 64th chunk (B7 samples); false: the
- * caller queues them as closures. */
-static bool schedule_many_inline(struct coord *c, const struct coord_call *calls, unsigned n)
+ * bytes) and this is not the thread's 64th chunk (B7 samples: then
+ * *@sample is set); false: the caller queues them as closures. */
+static bool schedule_many_inline(struct coord *c, const struct coord_call *calls, unsigned n,
+				 bool *sample)
 {
 	struct coord_ring_ent e[SCHED_CHUNK];
 	uint64_t g;
@@ -1504,8 +1517,10 @@ static bool schedule_many_inline(struct coord *c, const struct coord_call *calls
 	for (unsigned i = 0; i < n; i++)
 		if (calls[i].npw || calls[i].len > sizeof(e[i].w[0]))
 			return false;
-	if (unlikely(!(++tl_inline & COORD_SAMPLE_MASK)))
+	if (unlikely(!(++tl_inline & COORD_SAMPLE_MASK))) {
+		*sample = true; /* B7: this chunk's closures are all sampled */
 		return false;
+	}
 	for (unsigned i = 0; i < n; i++) {
 		e[i].w[0] = 0;
 		if (likely(calls[i].len == sizeof(e[i].w[0])))
@@ -1562,8 +1577,9 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 		unsigned want = n - done < SCHED_CHUNK ? (unsigned)(n - done) : SCHED_CHUNK;
 		unsigned k = 0, got;
 		uint64_t g;
+		bool sample = false;
 
-		if (!out && c->inline_q && schedule_many_inline(c, calls + done, want)) {
+		if (!out && c->inline_q && schedule_many_inline(c, calls + done, want, &sample)) {
 			done += want;
 			if (queued)
 				*queued = done;
@@ -1582,6 +1598,9 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 		 * them: fetch them all at once rather than one miss per fill. */
 		for (unsigned i = 0; i < k; i++)
 			coord_prefetch_w(cls[i]);
+		if (unlikely(sample))
+			for (unsigned i = 0; i < k; i++)
+				closure_sample_next(cls[i]);
 		for (unsigned i = 0; i < k && r == 0; i++)
 			if (unlikely(closure_fill(c, cls[i], &calls[done + i], out != NULL) < 0)) {
 				/* cls[0..i) hold buffers: drop them; the rest are bare. */
@@ -1625,6 +1644,7 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 		   struct coord_rv **out, struct coord_error *err)
 {
 	struct coord_closure *cl;
+	bool sample;
 	int r;
 
 	/* The checks of call_check() for a call with nothing but arguments
@@ -1641,8 +1661,8 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	r = schedule_admit(c, err);
 	if (r < 0)
 		return r;
-	if (!out && len <= sizeof(uint64_t) && c->inline_q &&
-	    likely(++tl_inline & COORD_SAMPLE_MASK)) {
+	sample = !out && len <= sizeof(uint64_t) && c->inline_q;
+	if (sample && likely(++tl_inline & COORD_SAMPLE_MASK)) {
 		/* Q2: the call travels in its ring entry; no closure. */
 		struct coord_ring_ent e = { { 0, QE_INLINE | ((uint64_t)len << 32) | fn, 0 } };
 		struct coord_pstash *st = my_stash(c);
@@ -1666,6 +1686,8 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	cl = closure_get(c, true);
 	if (unlikely(!cl))
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
+	if (unlikely(sample)) /* Q2: the thread's 64th, for B7 */
+		closure_sample_next(cl);
 	closure_fill_args(c, cl, fn, args, len, out != NULL); /* inline: cannot fail */
 	/* Acquire: C3, as in schedule_one(). */
 	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);

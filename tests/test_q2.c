@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_q2.c - small handle-less calls carried inline in the queue's
+ * ring entries (coordinator.c Q2), in-process transport: what that path
+ * must keep of the contract (B7's sampling, S3's cancellation of a put-back).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+#include "helpers.h"
+
+struct fx {
+	struct coord_registry *reg;
+	struct coord *c;
+};
+
+static int setup2(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	t_reset_counters();
+	f->reg = t_registry();
+	f->c = t_coord(f->reg, 2, COORD_RING_DEFAULT);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	atomic_store(&t_gate, 1);
+	coord_destroy(f->c);
+	coord_registry_destroy(f->reg);
+	free(f);
+	return 0;
+}
+
+/* Samples in the round-trip and execution histograms since @m0. */
+static void samples_since(struct coord *c, const struct coord_metrics *m0, uint64_t *rt,
+			  uint64_t *ex)
+{
+	struct coord_metrics m;
+
+	assert_int_equal(coord_metrics(c, &m, NULL, 0), 0);
+	*rt = m.round_trip_ns.count - m0->round_trip_ns.count;
+	*ex = m.exec_ns.count - m0->exec_ns.count;
+}
+
+/*
+ * B7: the histograms sample one closure in 64 (coord.h, README), also when
+ * the calls are small and handle-less and so travel inline (Q2): through
+ * coord_schedule() and through coord_schedule_many().  Expected N / 64 each;
+ * a quarter of that is asked for.
+ */
+static void test_q2_b7_samples_one_in_64(void **state)
+{
+	enum { N = 8192 };
+	struct fx *f = *state;
+	uint32_t echo = t_fn(f->c, "echo");
+	struct coord_call *calls = calloc(N, sizeof(*calls));
+	struct coord_metrics m0;
+	uint64_t rt, ex, x = 7;
+
+	assert_non_null(calls);
+	assert_int_equal(coord_metrics(f->c, &m0, NULL, 0), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(coord_schedule(f->c, echo, &x, sizeof(x), NULL, NULL), 0);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	samples_since(f->c, &m0, &rt, &ex);
+	print_message("coord_schedule: %llu round-trip, %llu exec samples of %d\n",
+		      (unsigned long long)rt, (unsigned long long)ex, N);
+	assert_true(rt >= N / 64 / 4);
+	assert_true(ex >= N / 64 / 4);
+
+	assert_int_equal(coord_metrics(f->c, &m0, NULL, 0), 0);
+	for (int i = 0; i < N; i++)
+		calls[i] = (struct coord_call){ .fn = echo, .args = &x, .len = sizeof(x) };
+	assert_int_equal(coord_schedule_many(f->c, calls, N, NULL, NULL, NULL), 0);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	samples_since(f->c, &m0, &rt, &ex);
+	print_message("coord_schedule_many: %llu round-trip, %llu exec samples of %d\n",
+		      (unsigned long long)rt, (unsigned long long)ex, N);
+	assert_true(rt >= N / 64 / 4);
+	assert_true(ex >= N / 64 / 4);
+	free(calls);
+}
+
+/*
+ * S3/S11: a call that ran inline in a dispatcher's own closure, wrote a
+ * result (here over 1 MiB: a malloc'd buffer) and is put back after a
+ * cancellation made it stale is cancelled; its closure must come out clean,
+ * with the buffer released, as a pool closure's does (cancel_one()).  The
+ * test acts as a dispatcher with closures of its own (as local_init() makes
+ * them) while the two workers are busy.
+ */
+static void test_q2_stale_put_back_drops_result(void **state)
+{
+	enum { NLOCAL = 4 };
+	struct fx *f = *state;
+	struct coord_dispatcher d = { .c = f->c, .index = 0 };
+	struct coord_closure *local = calloc(NLOCAL, sizeof(*local)), *taken[NLOCAL];
+	struct coord_rv *g[2];
+	unsigned n = 0;
+	uint64_t x = 1;
+	size_t big = COORD_BUF_MAX_POOLED + 1;
+
+	assert_non_null(local);
+	for (unsigned i = 0; i < NLOCAL; i++) {
+		local[i].c = f->c;
+		local[i].idx = CL_IDX_LOCAL + 0x100000 + i;
+		local[i].res = local[i].inline_res;
+		local[i].res_cls = COORD_BUF_INLINE;
+		local[i].args = local[i].inline_args;
+		local[i].args_cls = COORD_BUF_INLINE;
+		local[i].reuse = (1u - local[i].idx) & COORD_SAMPLE_MASK;
+	}
+	d.local = local;
+	d.nlocal = NLOCAL;
+	/* keep both workers busy so the calls stay queued for us */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, &g[i], NULL),
+				 0);
+	while (atomic_load(&t_entered) < 2)
+		t_sleep_ns(100000);
+	/* Two handle-less calls: at most one of them is a thread's 64th, which
+	 * takes the closure path; the other travels inline. */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(
+			coord_schedule(f->c, t_fn(f->c, "echo"), &x, sizeof(x), NULL, NULL), 0);
+	for (int i = 0; i < 1000 && n < 2; i++)
+		n += coord_dispatch_try_take(&d, taken + n, NLOCAL - n);
+	assert_int_equal(n, 2);
+	if (!coord_closure_local(taken[0])) {
+		struct coord_closure *t = taken[0];
+
+		taken[0] = taken[1];
+		taken[1] = t;
+	}
+	assert_true(coord_closure_local(taken[0]));
+	/* It ran and wrote a result, then its ps failed (S11)... */
+	assert_non_null(coord_closure_result_buf(taken[0], big));
+	/* ...while an error was taken (S3): its generation is cancelled. */
+	atomic_fetch_add(&f->c->gen, 1);
+	coord_dispatch_put_back(&d, taken, 2);
+	assert_int_equal(atomic_load(&d.inflight), 0);
+	/* Cancelled, and the closure ready for its next take. */
+	assert_int_equal(taken[0]->res_cls, COORD_BUF_INLINE);
+	assert_ptr_equal(taken[0]->res, taken[0]->inline_res);
+	assert_int_equal(taken[0]->res_dirty, 0);
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_rv_put(g[0]);
+	coord_rv_put(g[1]);
+	free(local);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_q2_b7_samples_one_in_64, setup2, teardown),
+		cmocka_unit_test_setup_teardown(test_q2_stale_put_back_drops_result, setup2,
+						teardown),
+	};
+
+	t_watchdog(300);
+	if (getenv("T_FILTER"))
+		cmocka_set_test_filter(getenv("T_FILTER"));
+	return cmocka_run_group_tests_name("q2/inproc", tests, NULL, NULL);
+}
