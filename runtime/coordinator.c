@@ -190,8 +190,9 @@ static int64_t env_seconds_ms(const char *name)
 	return (int64_t)(s * 1000.0 + 0.5);
 }
 
-/* A non-negative integer from the environment, else @def. */
-static int env_int(const char *name, int def)
+/* A non-negative integer from the environment, else @def (warns when set
+ * to something else). */
+int coord_env_int(const char *name, int def)
 {
 	const char *v = getenv(name);
 	char *end;
@@ -2323,10 +2324,11 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		c->opts.start_delay_max_ms = env_seconds_ms(
 			"TF_COORDINATOR_SCHEDULE_START_DELAY_MAX");
 	if (c->opts.ps_failure_threshold < 0)
-		c->opts.ps_failure_threshold = env_int(
+		c->opts.ps_failure_threshold = coord_env_int(
 			"TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES", 3);
 	if (c->opts.restart_exit_code < 0)
-		c->opts.restart_exit_code = env_int("TF_CLIENT_NON_FATAL_RESTART_EXIT_CODE", -1);
+		c->opts.restart_exit_code = coord_env_int("TF_CLIENT_NON_FATAL_RESTART_EXIT_CODE",
+							  -1);
 	c->unbounded = opts->ring_capacity == 0;
 	pthread_mutex_init(&c->ov_lock, NULL);
 	if (c->unbounded)

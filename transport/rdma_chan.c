@@ -103,6 +103,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "runtime/internal.h"
 #include "transport/rdma_chan.h"
 
 #define RECV_TAG (1ull << 63)
@@ -166,18 +167,9 @@ struct coord_rdma_mr {
  * none (-1 here); @def when unset or not a number. */
 static int env_us(const char *name, int def)
 {
-	const char *v = getenv(name);
-	char *end;
-	long x;
+	int x = coord_env_int(name, -2);
 
-	if (!v || !*v)
-		return def;
-	x = strtol(v, &end, 10);
-	if (*end || x < 0 || x > 10000000) {
-		coord_log(COORD_LOG_WARN, "ignoring %s=%s: not a number of microseconds", name, v);
-		return def;
-	}
-	return x ? (int)x : -1;
+	return x == -2 ? def : x ? x : -1;
 }
 
 /* ---- the per-device protection domains (slow path, under a mutex) ---------------- */
