@@ -350,6 +350,12 @@ static struct coord_closure *ent_closure(struct coord *c, const struct coord_rin
 	if (unlikely(!cl))
 		coord_die("a closure for a queued call", ENOMEM);
 	closure_fill_args(c, cl, QE_FN(e->w[1]), &e->w[0], QE_LEN(e->w[1]), false);
+	if (unlikely(coord_sampled(cl))) {
+		/* B7: the call's schedule time is not known here, so this life
+		 * is not a sample (its round trip would read short). */
+		cl->reuse++;
+		cl->id = ((uint64_t)cl->reuse << 32) | cl->idx;
+	}
 	cl->gen = e->w[2];
 	return cl;
 }
