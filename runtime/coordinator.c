@@ -1447,6 +1447,21 @@ static inline void closure_sample_next(struct coord_closure *cl)
 	cl->reuse += (0u - cl->idx - cl->reuse - 1u) & COORD_SAMPLE_MASK;
 }
 
+/* The end of a user's schedule() of one counted closure: its generation,
+ * the push (flagged for the transport's wake, rdma.c D5), its handle. */
+static int schedule_push(struct coord *c, struct coord_closure *cl, struct coord_rv **out)
+{
+	/* Acquire: pairs with the canceller's bump (C3: the generation is the
+	 * one current when the closure is queued). */
+	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+	tl_in_schedule = true;
+	queue_push(c, cl, NULL);
+	tl_in_schedule = false;
+	if (out)
+		*out = (struct coord_rv *)cl;
+	return 0;
+}
+
 /* Queue one checked @call (S1), or start it waiting for its inputs (B1). */
 static int schedule_one(struct coord *c, const struct coord_call *call, struct coord_rv **out,
 			struct coord_error *err)
@@ -1468,15 +1483,7 @@ static int schedule_one(struct coord *c, const struct coord_call *call, struct c
 	/* Relaxed: C1 only needs the increment before the push, and the push's
 	 * release orders it before any completion's decrement. */
 	atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
-	/* Acquire: pairs with the canceller's bump (C3: the generation is the
-	 * one current when the closure is queued). */
-	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
-	tl_in_schedule = true; /* rdma.c D5 */
-	queue_push(c, cl, NULL);
-	tl_in_schedule = false;
-	if (out)
-		*out = (struct coord_rv *)cl;
-	return 0;
+	return schedule_push(c, cl, out);
 }
 
 int coord_schedule_call(struct coord *c, const struct coord_call *call, struct coord_rv **out,
@@ -1696,14 +1703,7 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	if (unlikely(sample)) /* Q2: the thread's 64th, for B7 */
 		closure_sample_next(cl);
 	closure_fill_args(c, cl, fn, args, len, out != NULL); /* inline: cannot fail */
-	/* Acquire: C3, as in schedule_one(). */
-	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
-	tl_in_schedule = true; /* rdma.c D5 */
-	queue_push(c, cl, NULL);
-	tl_in_schedule = false;
-	if (out)
-		*out = (struct coord_rv *)cl;
-	return 0;
+	return schedule_push(c, cl, out);
 }
 
 int coord_join_timeout(struct coord *c, int64_t timeout_ns, struct coord_error *err)
