@@ -741,8 +741,10 @@ void coord_cancel_queued(struct coord *c, struct coord_closure *cl)
 static void record_error(struct coord *c, int worker, struct coord_closure *cl, int code, int cause,
 			 const char *msg);
 
-void coord_fail_queued(struct coord *c, struct coord_closure *cl, int code, int worker,
-		       const char *msg)
+/* An error outcome in @cl's result fields: the message (as its result
+ * bytes, V2: read once the state is final), code, cause and worker. */
+static void closure_set_err(struct coord_closure *cl, int code, int cause, int worker,
+			    const char *msg)
 {
 	size_t len = strlen(msg) + 1;
 	char *b = coord_closure_result_buf(cl, len);
@@ -751,8 +753,14 @@ void coord_fail_queued(struct coord *c, struct coord_closure *cl, int code, int 
 		memcpy(b, msg, len);
 	cl->res_dirty |= CL_DIRTY_RES;
 	cl->err_code = code;
-	cl->err_cause = 0;
+	cl->err_cause = cause;
 	cl->err_worker = worker;
+}
+
+void coord_fail_queued(struct coord *c, struct coord_closure *cl, int code, int worker,
+		       const char *msg)
+{
+	closure_set_err(cl, code, 0, worker, msg);
 	record_error(c, worker, cl, code, 0, msg); /* S3 */
 	coord_rv_set_final(cl, COORD_RV_READY | RV_READY_ERR);
 	outstanding_sub(c, 1);
@@ -2146,15 +2154,8 @@ void coord_dispatch_complete_slow(struct coord_dispatcher *d, struct coord_closu
 
 	if (code < 0) {
 		const char *m = msg ? msg : coord_strerror(code);
-		size_t len = strlen(m) + 1;
-		char *b = coord_closure_result_buf(cl, len);
 
-		if (b)
-			memcpy(b, m, len);
-		cl->res_dirty |= CL_DIRTY_RES;
-		cl->err_code = code;
-		cl->err_cause = cause;
-		cl->err_worker = worker;
+		closure_set_err(cl, code, cause, worker, m);
 		st = COORD_RV_READY | RV_READY_ERR;
 		record_error(d->c, worker, cl, code, cause, m);
 		dm_inc(&d->m.failed, 1);

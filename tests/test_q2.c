@@ -56,6 +56,19 @@ static void samples_since(struct coord *c, const struct coord_metrics *m0, uint6
 	*ex = m.exec_ns.count - m0->exec_ns.count;
 }
 
+/* Join, then check the samples taken since @m0 by @how's N calls. */
+static void expect_samples(struct coord *c, const struct coord_metrics *m0, const char *how, int n)
+{
+	uint64_t rt, ex;
+
+	assert_int_equal(coord_join(c, NULL), 0);
+	samples_since(c, m0, &rt, &ex);
+	print_message("%s: %llu round-trip, %llu exec samples of %d\n", how, (unsigned long long)rt,
+		      (unsigned long long)ex, n);
+	assert_true(rt >= (uint64_t)n / 64 / 4);
+	assert_true(ex >= (uint64_t)n / 64 / 4);
+}
+
 /*
  * B7: the histograms sample one closure in 64 (coord.h, README), also when
  * the calls are small and handle-less and so travel inline (Q2): through
@@ -69,29 +82,19 @@ static void test_q2_b7_samples_one_in_64(void **state)
 	uint32_t echo = t_fn(f->c, "echo");
 	struct coord_call *calls = calloc(N, sizeof(*calls));
 	struct coord_metrics m0;
-	uint64_t rt, ex, x = 7;
+	uint64_t x = 7;
 
 	assert_non_null(calls);
 	assert_int_equal(coord_metrics(f->c, &m0, NULL, 0), 0);
 	for (int i = 0; i < N; i++)
 		assert_int_equal(coord_schedule(f->c, echo, &x, sizeof(x), NULL, NULL), 0);
-	assert_int_equal(coord_join(f->c, NULL), 0);
-	samples_since(f->c, &m0, &rt, &ex);
-	print_message("coord_schedule: %llu round-trip, %llu exec samples of %d\n",
-		      (unsigned long long)rt, (unsigned long long)ex, N);
-	assert_true(rt >= N / 64 / 4);
-	assert_true(ex >= N / 64 / 4);
+	expect_samples(f->c, &m0, "coord_schedule", N);
 
 	assert_int_equal(coord_metrics(f->c, &m0, NULL, 0), 0);
 	for (int i = 0; i < N; i++)
 		calls[i] = (struct coord_call){ .fn = echo, .args = &x, .len = sizeof(x) };
 	assert_int_equal(coord_schedule_many(f->c, calls, N, NULL, NULL, NULL), 0);
-	assert_int_equal(coord_join(f->c, NULL), 0);
-	samples_since(f->c, &m0, &rt, &ex);
-	print_message("coord_schedule_many: %llu round-trip, %llu exec samples of %d\n",
-		      (unsigned long long)rt, (unsigned long long)ex, N);
-	assert_true(rt >= N / 64 / 4);
-	assert_true(ex >= N / 64 / 4);
+	expect_samples(f->c, &m0, "coord_schedule_many", N);
 	free(calls);
 }
 
