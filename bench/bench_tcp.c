@@ -61,7 +61,9 @@
  * scale runs only that workload (the other tables then print no samples);
  * BENCH_SPIN_NS and BENCH_BATCH set coord_opts.spin_ns and .batch of every
  * coordinator made here (printed in the titles), as in bench_e2e;
- * BENCH_LOOPS sets tcp_loops (the titles still print the default).
+ * BENCH_LOOPS sets tcp_loops (the titles still print the default);
+ * BENCH_TCP_WORKERS=1|2 and BENCH_TCP_INFLIGHT=1|64|256 run only those
+ * throughput rows (for a profiler).
  *
  * Paths: COORD_WORKER_BIN and BENCH_FNS in the environment override the
  * build tree's coord-worker and libcoordbenchfns.so (compiled in by meson).
@@ -497,6 +499,8 @@ int main(int argc, char **argv)
 	const char *bin = getenv_or("COORD_WORKER_BIN", BENCH_WORKER_BIN);
 	const char *fns = getenv_or("BENCH_FNS", BENCH_FNS_LIB);
 	const char *only = getenv("BENCH_TCP_ONLY"); /* rtt, tput or scale: for profiling */
+	unsigned only_w = (unsigned)atoi(getenv_or("BENCH_TCP_WORKERS", "0"));
+	unsigned only_f = (unsigned)atoi(getenv_or("BENCH_TCP_INFLIGHT", "0"));
 	struct coord_wire_req q = { .len = 0 };
 	struct bench_args a;
 	struct coord_registry *reg;
@@ -576,6 +580,8 @@ int main(int argc, char **argv)
 			goto scale;
 		for (unsigned w = 1; w <= 2; w++)
 			for (unsigned k = 0; k < NF; k++) {
+				if ((only_w && only_w != w) || (only_f && only_f != inflight[k]))
+					continue;
 				coord_window(cw[w], fw[w], inflight[k], dur_ns, rvs, &r, &c, &wc,
 					     &cc);
 				if (rep) {
