@@ -16,7 +16,8 @@
  *             (int32) and the counter's next value (int64)
  *   counter   resource creator: an int64 counter starting at args (int64 or 0)
  * Every function counts t_entered/t_exited (not the var_* ones):
- *   sleep_attempt  uint32 us: stores its pid in running_pid, sleeps; result
+ *   sleep_attempt  uint32 us: stores its pid in running_pid, counts itself in
+ *                  running[worker] while it sleeps; result
  *               = { attempt, worker } (uint32 x 2)
  *   stuck_once  sleeps 3 s on its first attempt; result = { attempt, worker }
  *   var_add     struct t_var_args: [off, off+n) += val through the ctx;
@@ -138,6 +139,8 @@ void t_reset_counters(void)
 	atomic_store(&t_norder, 0);
 	atomic_store(&t_sh->running_pid, 0);
 	atomic_store(&t_sh->last_attempt, 0);
+	for (int i = 0; i < 64; i++)
+		atomic_store(&t_sh->running[i], 0);
 }
 
 #define ENTER() atomic_fetch_add(&t_entered, 1)
@@ -266,10 +269,12 @@ static int f_sleep_attempt(struct coord_ctx *ctx, const void *args, size_t len)
 	if (len != sizeof(us))
 		return coord_ctx_fail(ctx, COORD_EINVAL, "sleep_attempt: want uint32 us");
 	memcpy(&us, args, sizeof(us));
-	atomic_store(&t_sh->running_pid, (int)getpid());
-	t_sleep_ns((uint64_t)us * 1000);
 	out[0] = coord_ctx_attempt(ctx);
 	out[1] = (uint32_t)coord_ctx_worker(ctx);
+	atomic_fetch_add(&t_sh->running[out[1] % 64], 1);
+	atomic_store(&t_sh->running_pid, (int)getpid());
+	t_sleep_ns((uint64_t)us * 1000);
+	atomic_fetch_sub(&t_sh->running[out[1] % 64], 1);
 	return coord_ctx_set_result(ctx, out, sizeof(out));
 }
 

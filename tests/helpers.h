@@ -45,6 +45,7 @@ struct t_shared {
 	_Atomic long norder;
 	_Atomic int running_pid;  /* set by sleep_attempt when it starts */
 	_Atomic int last_attempt; /* set by var_add */
+	_Atomic int running[64];  /* sleep_attempt calls running on worker w */
 	int64_t order[T_ORDER_MAX];
 };
 extern struct t_shared *t_sh;
