@@ -95,6 +95,7 @@
 
 #include "runtime/internal.h"
 #include "runtime/ps.h"
+#include "transport/conn.h"
 #include "transport/rdma_chan.h"
 
 #define DRIVE_MAX_NS 2000000ull /* a waiter's spin, at most, while results are due (D2) */
@@ -102,24 +103,10 @@
 struct rdma_loop;
 
 struct rdma_conn {
+	COORD_CONN_EMBED; /* slots, output, liveness (conn.h); idle: counted in rdma_tp.idle */
 	struct rdma_loop *loop;
-	struct coord_worker *w;
 	struct coord_rdma_chan *ch;
-	bool up;
-	bool idle; /* up with nothing in flight: counted in rdma_tp.idle */
-	char peer[80];
-	/* output: bytes [ooff, ow.len) of obuf are not posted yet */
-	uint8_t *obuf;
-	size_t ocap, ooff;
-	struct coord_wire_writer ow;
-	/* in flight */
-	struct coord_closure **slots;
-	uint32_t *seq;
-	uint64_t *sent_ns; /* when each slot's closure was queued (B6) */
-	uint32_t *freel;
-	unsigned nfree, window;
-	/* liveness: any frame received resets last_rx_ns */
-	uint64_t last_rx_ns, ping_ns;
+	size_t ooff; /* bytes [ooff, ow.len) of obuf are not posted yet */
 	/* re-admission (L1): on its loop's admission list with a new channel */
 	struct rdma_conn *admit_next;
 	struct coord_rdma_chan *admit_ch;
@@ -174,42 +161,20 @@ static void conn_idle_update(struct rdma_conn *k)
 	}
 }
 
-/* One dispatcher per event loop: opts.tcp_loops, default 2, at most one per worker. */
-static unsigned rdma_ndispatchers(const struct coord *c)
-{
-	unsigned n = c->opts.tcp_loops ? c->opts.tcp_loops : 2;
-
-	return n < c->nworkers ? n : c->nworkers;
-}
-
 /* ---- failure ---------------------------------------------------------------------- */
 
 static void conn_fail(struct rdma_conn *k, const char *why)
 {
 	struct rdma_loop *l = k->loop;
 	struct coord *c = l->t->c;
-	struct coord_closure *back[256];
-	unsigned n = 0, total = 0;
+	unsigned total;
 
 	if (!k->up)
 		return;
 	k->up = false;
 	conn_idle_update(k);
 	/* L2: every closure in flight here goes back once (S2, attempt + 1). */
-	for (unsigned s = 0; s < k->window; s++) {
-		if (!k->slots[s])
-			continue;
-		back[n++] = k->slots[s];
-		k->slots[s] = NULL;
-		k->freel[k->nfree++] = s;
-		total++;
-		if (n == ARRAY_SIZE(back)) {
-			coord_dispatch_put_back(l->d, back, n);
-			n = 0;
-		}
-	}
-	if (n)
-		coord_dispatch_put_back(l->d, back, n);
+	total = coord_conn_put_back_all(&k->conn, l->d);
 	l->inflight -= total;
 	/* A closed channel's fds may stay readable: out of the epoll set; and
 	 * disconnect now, so a worker that is still alive (a missed heartbeat,
@@ -255,18 +220,17 @@ static int on_res_frame(struct rdma_conn *k, const struct coord_wire_hdr *h, con
 	struct rdma_loop *l = k->loop;
 	struct coord_wire_iter it;
 	struct coord_wire_res r;
+	uint32_t slot;
 	int rc;
 
 	bool sampled = false;
 
 	coord_wire_iter_init(&it, h, payload);
 	while ((rc = coord_wire_next_res(&it, &r)) == 1) {
-		uint32_t slot = (uint32_t)r.closure_id, seq = (uint32_t)(r.closure_id >> 32);
-		struct coord_closure *cl;
+		struct coord_closure *cl = coord_conn_res_claim(&k->conn, &r, &slot, &rc);
 
-		if (slot >= k->window || !k->slots[slot] || k->seq[slot] != seq)
-			return -EBADSLT; /* a result for nothing we sent */
-		cl = k->slots[slot];
+		if (!cl)
+			return rc;
 		if (!sampled && k->last_rx_ns > k->sent_ns[slot]) { /* D2: one a frame */
 			uint64_t ns = k->last_rx_ns - k->sent_ns[slot];
 
@@ -276,37 +240,11 @@ static int on_res_frame(struct rdma_conn *k, const struct coord_wire_hdr *h, con
 			/* Relaxed: a hint for waiters' spin (D2). */
 			atomic_store_explicit(&l->t->rt_hint, l->rt_ns, memory_order_relaxed);
 		}
-		if (r.attempt != cl->attempt || r.code > 0)
-			return -EPROTO;
-		k->slots[slot] = NULL;
-		k->freel[k->nfree++] = slot;
 		conn_idle_update(k);
-		if (r.code == 0) {
-			void *b = coord_closure_result_buf(cl, r.len);
-
-			if (b || r.len == 0) {
-				if (r.len)
-					memcpy(b, r.data, r.len);
-				coord_dispatch_complete(l->d, cl, k->w->index, 0, 0, NULL);
-			} else {
-				coord_dispatch_complete(l->d, cl, k->w->index, COORD_ENOMEM, 0,
-							"no memory for the result");
-			}
-		} else if (coord_dispatch_ps_retry(l->d, cl, r.code, r.cause)) {
-			coord_dispatch_put_back(l->d, &cl, 1); /* S11: transient */
-			l->inflight--;
+		if (!coord_conn_res_finish(&k->conn, l->d, cl, &r)) {
+			l->inflight--; /* put back (S11) */
 			continue;
-		} else {
-			char msg[COORD_ERRMSG_LEN];
-			size_t n = r.len < sizeof(msg) - 1 ? r.len : sizeof(msg) - 1;
-
-			memcpy(msg, r.data, n);
-			msg[n] = 0;
-			coord_dispatch_complete(l->d, cl, k->w->index, r.code, r.cause,
-						n ? msg : NULL);
 		}
-		/* Relaxed: a statistic. */
-		atomic_fetch_add_explicit(&k->w->executed, 1, memory_order_relaxed);
 		l->done[l->ndone++] = cl;
 		if (l->ndone == l->done_cap)
 			finish_done(l);
@@ -398,51 +336,10 @@ static bool conn_reap(struct rdma_conn *k)
 /* Add @cl to @k's output; false if it cannot be sent (too large). */
 static bool enqueue_req(struct rdma_conn *k, struct coord_closure *cl, uint64_t now)
 {
-	struct coord *c = k->loop->t->c;
-	struct coord_wire_req q = { .attempt = cl->attempt,
-				    .fn = cl->fn,
-				    .len = cl->args_len,
-				    .args = cl->args,
-				    .npw = cl->npw };
-	uint32_t slot = k->freel[--k->nfree];
-	size_t need;
+	uint32_t slot;
 
-	k->seq[slot]++;
-	q.closure_id = (uint64_t)k->seq[slot] << 32 | slot;
-	for (unsigned i = 0; i < cl->npw; i++) {
-		q.pw[i].uid = cl->pw[i]->uid;
-		q.pw[i].creator = cl->pw[i]->creator;
-		q.pw[i].len = cl->pw[i]->len;
-		q.pw[i].args = cl->pw[i]->args;
-	}
-	if (unlikely(cl->res_dirty & CL_HAS_IN)) /* B1: the inputs' values ride along */
-		coord_wire_req_set_inputs(&q, cl->nin, coord_closure_input, cl);
-	need = coord_wire_req_size(&q);
-	if (need + COORD_WIRE_HDR > c->opts.max_frame) {
-		k->freel[k->nfree++] = slot;
+	if (coord_conn_put_req(&k->conn, cl, now, k->loop->t->c->opts.max_frame, &slot) < 0)
 		return false;
-	}
-	if (k->ow.frame != SIZE_MAX && k->ow.len - k->ow.frame + need > c->opts.max_frame)
-		coord_wire_end(&k->ow);
-	if (k->ow.cap - k->ow.len < need + COORD_WIRE_HDR) { /* grow obuf (slow path) */
-		size_t cap = (k->ow.len + need + COORD_WIRE_HDR) * 2;
-		uint8_t *b = realloc(k->obuf, cap);
-
-		if (!b) {
-			k->freel[k->nfree++] = slot;
-			return false;
-		}
-		k->obuf = b;
-		k->ocap = cap;
-		k->ow.buf = b;
-		k->ow.cap = cap;
-	}
-	if (k->ow.frame == SIZE_MAX)
-		coord_wire_begin(&k->ow, COORD_WIRE_REQ);
-	if (coord_wire_put_req(&k->ow, &q) < 0)
-		coord_die("wire encoder", ENOSPC); /* room was made above */
-	k->slots[slot] = cl;
-	k->sent_ns[slot] = now;
 	conn_idle_update(k);
 	return true;
 }
@@ -556,47 +453,25 @@ static void send_ping(struct rdma_conn *k, uint64_t token)
  */
 static uint64_t check_conns(struct rdma_loop *l, uint64_t now)
 {
-	struct coord *c = l->t->c;
-	uint64_t hb = (uint64_t)c->opts.heartbeat_ms * 1000000ull;
-	uint64_t dl = (uint64_t)c->opts.closure_timeout_ms * 1000000ull, period;
+	const struct coord_opts *o = &l->t->c->opts;
+	uint64_t period = coord_conn_check_due(o, now, &l->next_check_ns);
 	char why[160];
 
-	if (!hb && !dl)
-		return 0;
-	if (now < l->next_check_ns)
-		return l->next_check_ns;
-	period = hb ? hb / 8 : dl / 4;
-	if (dl && dl / 4 < period)
-		period = dl / 4;
-	if (period < 2000000ull)
-		period = 2000000ull;
-	l->next_check_ns = now + period;
-	for (unsigned i = 0; i < l->nconns; i++) {
+	for (unsigned i = 0; period && i < l->nconns; i++) {
 		struct rdma_conn *k = l->conns[i];
-		uint64_t silent = now > k->last_rx_ns ? now - k->last_rx_ns : 0;
 
 		if (!k->up)
 			continue;
-		/* Lost one check early, so it is declared within misses x H
-		 * of its last frame whatever the check's phase. */
-		if (hb && silent + period >= hb * (uint64_t)c->opts.heartbeat_misses) {
-			snprintf(why, sizeof(why), "no heartbeat for %llu ms",
-				 (unsigned long long)(silent / 1000000));
+		switch (coord_conn_check(&k->conn, o, now, period, why, sizeof(why))) {
+		case COORD_CONN_FAIL:
 			conn_fail(k, why);
-			continue;
+			break;
+		case COORD_CONN_PING:
+			send_ping(k, (uint64_t)o->heartbeat_ms);
+			break;
+		case COORD_CONN_OK:
+			break;
 		}
-		if (hb && silent >= hb && !k->ping_ns) {
-			k->ping_ns = now;
-			send_ping(k, (uint64_t)c->opts.heartbeat_ms);
-		}
-		for (unsigned s = 0; dl && k->up && s < k->window; s++)
-			if (k->slots[s] && now - k->sent_ns[s] > dl) {
-				snprintf(why, sizeof(why),
-					 "closure %llu ran past its deadline of %lld ms (B6)",
-					 (unsigned long long)k->slots[s]->id,
-					 (long long)c->opts.closure_timeout_ms);
-				conn_fail(k, why);
-			}
 	}
 	return l->next_check_ns;
 }
@@ -1014,22 +889,8 @@ static int conn_open(struct rdma_tp *t, struct rdma_conn *k, struct coord_worker
 	r = conn_dial(t, k, &k->ch, err);
 	if (r < 0)
 		return r;
-	k->window = c->opts.window;
-	k->ocap = 64 * 1024;
-	k->obuf = malloc(k->ocap);
-	k->slots = calloc(k->window, sizeof(*k->slots));
-	k->seq = calloc(k->window, sizeof(*k->seq));
-	k->sent_ns = calloc(k->window, sizeof(*k->sent_ns));
-	k->freel = calloc(k->window, sizeof(*k->freel));
-	if (!k->obuf || !k->slots || !k->seq || !k->sent_ns || !k->freel)
+	if (coord_conn_init(&k->conn, w, c->opts.window, 64 * 1024))
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a connection");
-	for (unsigned s = 0; s < k->window; s++)
-		k->freel[s] = k->window - 1 - s;
-	k->nfree = k->window;
-	coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
-	k->up = true;
-	k->idle = true;
-	k->last_rx_ns = coord_now_ns();
 	/* Relaxed: before the loops start (pthread_create orders it). */
 	atomic_fetch_add_explicit(&t->idle, 1, memory_order_relaxed);
 	return 0;
@@ -1121,11 +982,7 @@ static void rdma_free(struct rdma_tp *t)
 		struct rdma_conn *k = &t->conns[i];
 
 		coord_rdma_chan_destroy(k->ch);
-		free(k->obuf);
-		free(k->slots);
-		free(k->seq);
-		free(k->sent_ns);
-		free(k->freel);
+		coord_conn_fini(&k->conn);
 	}
 	free(t->conns);
 	free(t->loops);
@@ -1309,7 +1166,7 @@ static int rdma_room(struct coord_dispatcher *d, unsigned w)
 
 const struct coord_tp_ops coord_tp_rdma = {
 	.name = "rdma",
-	.ndispatchers = rdma_ndispatchers,
+	.ndispatchers = coord_conn_ndispatchers,
 	.start = rdma_start,
 	.stop = rdma_stop,
 	.wake = rdma_wake,

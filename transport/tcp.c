@@ -31,11 +31,11 @@
  * provided-buffer rings: a frame may span many segments and must be whole
  * before it is parsed; liburing 2.3's fixed buffers do not apply to recv.
  *
- * In flight.  Each connection has `window` slots; a request carries
- * (slot, sequence) as its closure id, and a result must name a slot in use
- * with the same sequence and the closure's attempt, or the worker is
- * misbehaving and its connection is failed.  Only the loop touches its
- * connections: no locks, no atomics on this state.
+ * In flight (transport/conn.c, shared with rdma.c).  Each connection has
+ * `window` slots; a request carries (slot, sequence) as its closure id, and
+ * a result must name a slot in use with the same sequence and the closure's
+ * attempt, or the worker is misbehaving and its connection is failed.  Only
+ * the loop touches its connections: no locks, no atomics on this state.
  *
  * Placement.  A frame costs each side a send, a receive and usually a
  * thread wake-up (~10 us of CPU each side here); an empty closure costs the
@@ -166,6 +166,7 @@
 
 #include "runtime/internal.h"
 #include "runtime/ps.h"
+#include "transport/conn.h"
 #include "transport/sock.h"
 
 enum { OP_RECV = 0, OP_SEND = 1, OP_EFD = 2, OP_MASK = 3 };
@@ -179,33 +180,21 @@ enum { OP_RECV = 0, OP_SEND = 1, OP_EFD = 2, OP_MASK = 3 };
 struct tcp_loop;
 
 struct tcp_conn {
+	COORD_CONN_EMBED; /* slots, output, liveness (conn.h); idle: counted in tcp.idle */
 	struct tcp_loop *loop;
-	struct coord_worker *w;
 	int fd;
-	bool up;
-	bool idle;	  /* up with nothing in flight: counted in tcp.idle */
 	unsigned pending; /* submitted sqes not yet completed */
-	char peer[80];
 	/* receiving: bytes [0, rlen) of rbuf are unparsed */
 	uint8_t *rbuf;
 	size_t rcap, rlen;
 	/* sending: sbuf is in the kernel's hands while sending; obuf fills */
-	uint8_t *sbuf, *obuf;
-	size_t scap, slen, ssent, ocap;
+	uint8_t *sbuf;
+	size_t scap, slen, ssent;
 	bool sending;
-	struct coord_wire_writer ow; /* writer over obuf */
-	/* in flight */
-	struct coord_closure **slots;
-	uint32_t *seq;
-	uint64_t *sent_ns; /* when each slot's closure was queued (B6) */
-	uint32_t *freel;
-	unsigned nfree, window;
 	/* placement: each slot's expected run time, charged to backlog_ns */
 	uint32_t *run;
 	uint64_t backlog_ns, busy_ns; /* busy_ns: when it last went from idle to busy */
-	/* liveness (issue 4): anything received resets last_rx_ns */
-	uint64_t last_rx_ns, ping_ns;
-	struct tcp_conn *admit_next; /* on its loop's admission list */
+	struct tcp_conn *admit_next;  /* on its loop's admission list */
 	int admit_fd;
 	struct tcp_conn *dirty_next; /* on its loop's list of outputs to send */
 	bool dirty;
@@ -277,14 +266,6 @@ static void conn_idle_update(struct tcp_conn *k)
 static inline uint64_t ud(void *p, unsigned op)
 {
 	return (uint64_t)(uintptr_t)p | op;
-}
-
-/* One dispatcher per event loop: opts.tcp_loops, default 2, at most one per worker. */
-static unsigned tcp_ndispatchers(const struct coord *c)
-{
-	unsigned n = c->opts.tcp_loops ? c->opts.tcp_loops : 2;
-
-	return n < c->nworkers ? n : c->nworkers;
 }
 
 /* ---- sqes ------------------------------------------------------------------------ */
@@ -362,8 +343,7 @@ static void conn_fail(struct tcp_conn *k, const char *why)
 {
 	struct tcp_loop *l = k->loop;
 	struct coord *c = l->t->c;
-	struct coord_closure *back[256];
-	unsigned n = 0, total = 0;
+	unsigned total;
 
 	if (!k->up)
 		return;
@@ -371,20 +351,7 @@ static void conn_fail(struct tcp_conn *k, const char *why)
 	l->free_up -= k->nfree;
 	l->ndown++;
 	conn_idle_update(k);
-	for (unsigned s = 0; s < k->window; s++) {
-		if (!k->slots[s])
-			continue;
-		back[n++] = k->slots[s];
-		k->slots[s] = NULL;
-		k->freel[k->nfree++] = s;
-		total++;
-		if (n == ARRAY_SIZE(back)) {
-			coord_dispatch_put_back(l->d, back, n);
-			n = 0;
-		}
-	}
-	if (n)
-		coord_dispatch_put_back(l->d, back, n);
+	total = coord_conn_put_back_all(&k->conn, l->d);
 	k->backlog_ns = 0;
 	l->inflight -= total;
 	shutdown(k->fd, SHUT_RDWR); /* pending recv/send complete now */
@@ -436,6 +403,7 @@ static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, cons
 	struct tcp_loop *l = k->loop;
 	struct coord_wire_iter it;
 	struct coord_wire_res r;
+	uint32_t slot;
 	int rc;
 
 	coord_wire_iter_init(&it, h, payload);
@@ -445,47 +413,19 @@ static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, cons
 	if (k->reqs_out)
 		k->reqs_out--;
 	while ((rc = coord_wire_next_res(&it, &r)) == 1) {
-		uint32_t slot = (uint32_t)r.closure_id, seq = (uint32_t)(r.closure_id >> 32);
-		struct coord_closure *cl;
+		struct coord_closure *cl = coord_conn_res_claim(&k->conn, &r, &slot, &rc);
 
-		if (slot >= k->window || !k->slots[slot] || k->seq[slot] != seq)
-			return -EBADSLT; /* a result for nothing we sent */
-		cl = k->slots[slot];
-		if (r.attempt != cl->attempt || r.code > 0)
-			return -EPROTO;
-		k->slots[slot] = NULL;
-		k->freel[k->nfree++] = slot;
+		if (!cl)
+			return rc;
 		l->free_up++;
 		k->backlog_ns -= k->run[slot];
 		conn_idle_update(k);
 		if (cl->fn < l->nfn)
 			run_note(&l->run_ns[cl->fn], coord_wire_run_ns(&r));
-		if (r.code == 0) {
-			void *b = coord_closure_result_buf(cl, r.len);
-
-			if (b || r.len == 0) {
-				if (r.len)
-					memcpy(b, r.data, r.len);
-				coord_dispatch_complete(l->d, cl, k->w->index, 0, 0, NULL);
-			} else {
-				coord_dispatch_complete(l->d, cl, k->w->index, COORD_ENOMEM, 0,
-							"no memory for the result");
-			}
-		} else if (coord_dispatch_ps_retry(l->d, cl, r.code, r.cause)) {
-			coord_dispatch_put_back(l->d, &cl, 1); /* S11: transient */
-			l->inflight--;
+		if (!coord_conn_res_finish(&k->conn, l->d, cl, &r)) {
+			l->inflight--; /* put back (S11) */
 			continue;
-		} else {
-			char msg[COORD_ERRMSG_LEN];
-			size_t n = r.len < sizeof(msg) - 1 ? r.len : sizeof(msg) - 1;
-
-			memcpy(msg, r.data, n);
-			msg[n] = 0;
-			coord_dispatch_complete(l->d, cl, k->w->index, r.code, r.cause,
-						n ? msg : NULL);
 		}
-		/* Relaxed: a statistic. */
-		atomic_fetch_add_explicit(&k->w->executed, 1, memory_order_relaxed);
 		l->done[l->ndone++] = cl;
 		if (l->ndone == l->done_cap)
 			finish_done(l);
@@ -600,54 +540,12 @@ static void on_send(struct tcp_conn *k, int res)
 static bool enqueue_req(struct tcp_conn *k, struct coord_closure *cl, uint64_t now)
 {
 	struct tcp_loop *l = k->loop;
-	struct coord *c = l->t->c;
-	struct coord_wire_req q = { .attempt = cl->attempt,
-				    .fn = cl->fn,
-				    .len = cl->args_len,
-				    .args = cl->args,
-				    .npw = cl->npw };
-	uint32_t slot = k->freel[--k->nfree], run;
-	size_t need;
+	uint32_t slot, run;
+	int r = coord_conn_put_req(&k->conn, cl, now, l->t->c->opts.max_frame, &slot);
 
-	k->seq[slot]++;
-	q.closure_id = (uint64_t)k->seq[slot] << 32 | slot;
-	for (unsigned i = 0; i < cl->npw; i++) {
-		q.pw[i].uid = cl->pw[i]->uid;
-		q.pw[i].creator = cl->pw[i]->creator;
-		q.pw[i].len = cl->pw[i]->len;
-		q.pw[i].args = cl->pw[i]->args;
-	}
-	if (unlikely(cl->res_dirty & CL_HAS_IN)) /* B1: the inputs' values ride along */
-		coord_wire_req_set_inputs(&q, cl->nin, coord_closure_input, cl);
-	need = coord_wire_req_size(&q);
-	if (need + COORD_WIRE_HDR > c->opts.max_frame) {
-		k->freel[k->nfree++] = slot;
+	if (r < 0)
 		return false;
-	}
-	/* Close the open frame if this request would push it past the limit. */
-	if (k->ow.frame != SIZE_MAX && k->ow.len - k->ow.frame + need > c->opts.max_frame)
-		coord_wire_end(&k->ow);
-	if (k->ow.cap - k->ow.len < need + COORD_WIRE_HDR) { /* grow obuf */
-		size_t cap = (k->ow.len + need + COORD_WIRE_HDR) * 2;
-		uint8_t *b = realloc(k->obuf, cap);
-
-		if (!b) {
-			k->freel[k->nfree++] = slot;
-			return false;
-		}
-		k->obuf = b;
-		k->ocap = cap;
-		k->ow.buf = b;
-		k->ow.cap = cap;
-	}
-	if (k->ow.frame == SIZE_MAX) {
-		coord_wire_begin(&k->ow, COORD_WIRE_REQ);
-		k->ow_reqs++;
-	}
-	if (coord_wire_put_req(&k->ow, &q) < 0)
-		coord_die("wire encoder", ENOSPC); /* room was made above */
-	k->slots[slot] = cl;
-	k->sent_ns[slot] = now;
+	k->ow_reqs += (unsigned)r; /* a new REQ frame (corking) */
 	k->ow_cl++;
 	l->free_up--;
 	if (!k->dirty) { /* sent at the end of the round */
@@ -1078,26 +976,13 @@ static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
 	r = conn_dial(t, k, &k->fd, err);
 	if (r < 0)
 		return r;
-	k->window = c->opts.window;
-	k->rcap = k->scap = k->ocap = 64 * 1024;
+	k->rcap = k->scap = 64 * 1024;
 	k->rbuf = malloc(k->rcap);
 	k->sbuf = malloc(k->scap);
-	k->obuf = malloc(k->ocap);
-	k->slots = calloc(k->window, sizeof(*k->slots));
-	k->seq = calloc(k->window, sizeof(*k->seq));
-	k->sent_ns = calloc(k->window, sizeof(*k->sent_ns));
-	k->freel = calloc(k->window, sizeof(*k->freel));
-	k->run = calloc(k->window, sizeof(*k->run));
-	if (!k->rbuf || !k->sbuf || !k->obuf || !k->slots || !k->seq || !k->sent_ns || !k->freel ||
+	k->run = calloc(c->opts.window, sizeof(*k->run));
+	if (coord_conn_init(&k->conn, w, c->opts.window, 64 * 1024) || !k->rbuf || !k->sbuf ||
 	    !k->run)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a connection");
-	for (unsigned s = 0; s < k->window; s++)
-		k->freel[s] = k->window - 1 - s;
-	k->nfree = k->window;
-	coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
-	k->up = true;
-	k->idle = true;
-	k->last_rx_ns = coord_now_ns();
 	/* Relaxed: before the loops start (pthread_create orders it). */
 	atomic_fetch_add_explicit(&t->idle, 1, memory_order_relaxed);
 	return 0;
@@ -1209,47 +1094,25 @@ static void send_ping(struct tcp_conn *k, uint64_t token)
  */
 static uint64_t check_conns(struct tcp_loop *l, uint64_t now)
 {
-	struct coord *c = l->t->c;
-	uint64_t hb = (uint64_t)c->opts.heartbeat_ms * 1000000ull;
-	uint64_t dl = (uint64_t)c->opts.closure_timeout_ms * 1000000ull, period;
+	const struct coord_opts *o = &l->t->c->opts;
+	uint64_t period = coord_conn_check_due(o, now, &l->next_check_ns);
 	char why[160];
 
-	if (!hb && !dl)
-		return 0;
-	if (now < l->next_check_ns)
-		return l->next_check_ns;
-	period = hb ? hb / 8 : dl / 4;
-	if (dl && dl / 4 < period)
-		period = dl / 4;
-	if (period < 2000000ull)
-		period = 2000000ull;
-	l->next_check_ns = now + period;
-	for (unsigned i = 0; i < l->nconns; i++) {
+	for (unsigned i = 0; period && i < l->nconns; i++) {
 		struct tcp_conn *k = l->conns[i];
-		uint64_t silent = now > k->last_rx_ns ? now - k->last_rx_ns : 0;
 
 		if (!k->up)
 			continue;
-		/* Lost one check early, so it is declared within misses x H
-		 * of its last frame whatever the check's phase. */
-		if (hb && silent + period >= hb * (uint64_t)c->opts.heartbeat_misses) {
-			snprintf(why, sizeof(why), "no heartbeat for %llu ms",
-				 (unsigned long long)(silent / 1000000));
+		switch (coord_conn_check(&k->conn, o, now, period, why, sizeof(why))) {
+		case COORD_CONN_FAIL:
 			conn_fail(k, why);
-			continue;
+			break;
+		case COORD_CONN_PING:
+			send_ping(k, (uint64_t)o->heartbeat_ms);
+			break;
+		case COORD_CONN_OK:
+			break;
 		}
-		if (hb && silent >= hb && !k->ping_ns) {
-			k->ping_ns = now;
-			send_ping(k, (uint64_t)c->opts.heartbeat_ms);
-		}
-		for (unsigned s = 0; dl && k->up && s < k->window; s++)
-			if (k->slots[s] && now - k->sent_ns[s] > dl) {
-				snprintf(why, sizeof(why),
-					 "closure %llu ran past its deadline of %lld ms (B6)",
-					 (unsigned long long)k->slots[s]->id,
-					 (long long)c->opts.closure_timeout_ms);
-				conn_fail(k, why);
-			}
 	}
 	return l->next_check_ns;
 }
@@ -1260,12 +1123,8 @@ static void conn_close(struct tcp_conn *k)
 		close(k->fd);
 	free(k->rbuf);
 	free(k->sbuf);
-	free(k->obuf);
-	free(k->slots);
-	free(k->seq);
-	free(k->sent_ns);
-	free(k->freel);
 	free(k->run);
+	coord_conn_fini(&k->conn);
 }
 
 static void tcp_free(struct tcp *t)
@@ -1456,7 +1315,7 @@ static int tcp_room(struct coord_dispatcher *d, unsigned w)
 
 const struct coord_tp_ops coord_tp_tcp = {
 	.name = "tcp",
-	.ndispatchers = tcp_ndispatchers,
+	.ndispatchers = coord_conn_ndispatchers,
 	.start = tcp_start,
 	.stop = tcp_stop,
 	.wake = tcp_wake,
