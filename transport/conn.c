@@ -200,28 +200,33 @@ uint64_t coord_conn_check_due(const struct coord_opts *o, uint64_t now, uint64_t
 	return period;
 }
 
-enum coord_conn_verdict coord_conn_check(struct coord_conn *k, const struct coord_opts *o,
-					 uint64_t now, uint64_t period, char *why, size_t whylen)
+void coord_conn_check(struct coord_conn *k, const struct coord_opts *o, uint64_t now,
+		      uint64_t period, const struct coord_conn_act *act)
 {
 	uint64_t hb = (uint64_t)o->heartbeat_ms * 1000000ull;
 	uint64_t dl = (uint64_t)o->closure_timeout_ms * 1000000ull;
 	uint64_t silent = now > k->last_rx_ns ? now - k->last_rx_ns : 0;
+	char why[160];
 
+	if (!k->up)
+		return;
 	if (hb && silent + period >= hb * (uint64_t)o->heartbeat_misses) {
-		snprintf(why, whylen, "no heartbeat for %llu ms",
+		snprintf(why, sizeof(why), "no heartbeat for %llu ms",
 			 (unsigned long long)(silent / 1000000));
-		return COORD_CONN_FAIL;
+		act->fail(k, why);
+		return;
 	}
 	for (unsigned s = 0; dl && s < k->window; s++)
 		if (k->slots[s] && now - k->sent_ns[s] > dl) {
-			snprintf(why, whylen, "closure %llu ran past its deadline of %lld ms (B6)",
+			snprintf(why, sizeof(why),
+				 "closure %llu ran past its deadline of %lld ms (B6)",
 				 (unsigned long long)k->slots[s]->id,
 				 (long long)o->closure_timeout_ms);
-			return COORD_CONN_FAIL;
+			act->fail(k, why);
+			return;
 		}
 	if (hb && silent >= hb && !k->ping_ns) {
 		k->ping_ns = now;
-		return COORD_CONN_PING;
+		act->ping(k, (uint64_t)o->heartbeat_ms);
 	}
-	return COORD_CONN_OK;
 }

@@ -112,18 +112,18 @@ COORD_HIDDEN bool coord_conn_res_finish(struct coord_conn *k, struct coord_dispa
 COORD_HIDDEN uint64_t coord_conn_check_due(const struct coord_opts *o, uint64_t now,
 					   uint64_t *next_check_ns);
 
-enum coord_conn_verdict {
-	COORD_CONN_OK,
-	COORD_CONN_PING, /* silent for a heartbeat interval: send a PING (ping_ns is set) */
-	COORD_CONN_FAIL, /* @why says why: fail the connection */
+/* What a liveness check does to a connection (the transport's own). */
+struct coord_conn_act {
+	void (*fail)(struct coord_conn *k, const char *why); /* fail it: @why says why */
+	void (*ping)(struct coord_conn *k, uint64_t token);  /* send a PING carrying @token */
 };
 
-/* The verdict on live connection @k in a check of period @period at @now:
- * silent for heartbeat_misses intervals (declared one check early, so
- * within misses x H of its last frame), or a closure past
- * closure_timeout_ms (B6), fails it. */
-COORD_HIDDEN enum coord_conn_verdict coord_conn_check(struct coord_conn *k,
-						      const struct coord_opts *o, uint64_t now,
-						      uint64_t period, char *why, size_t whylen);
+/* Check live connection @k in a check of period @period at @now: silent
+ * for heartbeat_misses intervals (declared one check early, so within
+ * misses x H of its last frame), or a closure past closure_timeout_ms (B6),
+ * fails it; silent for a heartbeat interval, it gets a PING (our interval
+ * in ms), once until something is received. */
+COORD_HIDDEN void coord_conn_check(struct coord_conn *k, const struct coord_opts *o, uint64_t now,
+				   uint64_t period, const struct coord_conn_act *act);
 
 #endif /* COORD_TRANSPORT_CONN_H */

@@ -86,6 +86,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -451,28 +452,28 @@ static void send_ping(struct rdma_conn *k, uint64_t token)
  * one whose oldest closure has run past opts.closure_timeout_ms (B6).
  * Rate-limited; returns the next due time (0: no checks).
  */
+/* The liveness check's actions on our connections (conn.h); the
+ * connection is the first member of ours. */
+static void act_fail(struct coord_conn *k, const char *why)
+{
+	conn_fail((struct rdma_conn *)k, why);
+}
+
+static void act_ping(struct coord_conn *k, uint64_t token)
+{
+	send_ping((struct rdma_conn *)k, token);
+}
+
+static const struct coord_conn_act conn_act = { .fail = act_fail, .ping = act_ping };
+_Static_assert(offsetof(struct rdma_conn, conn) == 0, "the casts above");
+
 static uint64_t check_conns(struct rdma_loop *l, uint64_t now)
 {
 	const struct coord_opts *o = &l->t->c->opts;
 	uint64_t period = coord_conn_check_due(o, now, &l->next_check_ns);
-	char why[160];
 
-	for (unsigned i = 0; period && i < l->nconns; i++) {
-		struct rdma_conn *k = l->conns[i];
-
-		if (!k->up)
-			continue;
-		switch (coord_conn_check(&k->conn, o, now, period, why, sizeof(why))) {
-		case COORD_CONN_FAIL:
-			conn_fail(k, why);
-			break;
-		case COORD_CONN_PING:
-			send_ping(k, (uint64_t)o->heartbeat_ms);
-			break;
-		case COORD_CONN_OK:
-			break;
-		}
-	}
+	for (unsigned i = 0; period && i < l->nconns; i++)
+		coord_conn_check(&l->conns[i]->conn, o, now, period, &conn_act);
 	return l->next_check_ns;
 }
 
