@@ -916,6 +916,30 @@ struct coord *t_coord(struct coord_registry *reg, unsigned nworkers, unsigned ca
 	return c;
 }
 
+int t_fx_setup(void **state, unsigned nworkers, unsigned cap)
+{
+	struct t_fx *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -1;
+	t_reset_counters();
+	f->reg = t_registry();
+	f->c = t_coord(f->reg, nworkers, cap);
+	*state = f;
+	return 0;
+}
+
+int t_fx_teardown(void **state)
+{
+	struct t_fx *f = *state;
+
+	atomic_store(&t_gate, 1);
+	coord_destroy(f->c);
+	coord_registry_destroy(f->reg);
+	free(f);
+	return 0;
+}
+
 uint32_t t_fn(struct coord *c, const char *name)
 {
 	uint32_t id;

@@ -25,6 +25,16 @@ struct coord_registry *t_registry(void);
 /* A coordinator over @nworkers in-process workers, ring of @cap slots. */
 struct coord *t_coord(struct coord_registry *reg, unsigned nworkers, unsigned cap);
 
+/* A cmocka fixture: a registry and a coordinator over it.  t_fx_setup()
+ * resets the shared counters and makes both (t_coord()); t_fx_teardown()
+ * opens the gate (so no gated function is left waiting) and frees both. */
+struct t_fx {
+	struct coord_registry *reg;
+	struct coord *c;
+};
+int t_fx_setup(void **state, unsigned nworkers, unsigned cap);
+int t_fx_teardown(void **state);
+
 /* Look up a function id or fail the test. */
 uint32_t t_fn(struct coord *c, const char *name);
 

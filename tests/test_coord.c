@@ -24,20 +24,9 @@
 #include "transport/rdma_chan.h"
 #include "helpers.h"
 
-struct fx {
-	struct coord_registry *reg;
-	struct coord *c;
-};
-
 static int setup_n(void **state, unsigned nworkers, unsigned cap)
 {
-	struct fx *f = calloc(1, sizeof(*f));
-
-	t_reset_counters();
-	f->reg = t_registry();
-	f->c = t_coord(f->reg, nworkers, cap);
-	*state = f;
-	return 0;
+	return t_fx_setup(state, nworkers, cap);
 }
 
 static int setup2(void **state)
@@ -52,13 +41,7 @@ static int setup1(void **state)
 
 static int teardown(void **state)
 {
-	struct fx *f = *state;
-
-	atomic_store(&t_gate, 1);
-	coord_destroy(f->c);
-	coord_registry_destroy(f->reg);
-	free(f);
-	return 0;
+	return t_fx_teardown(state);
 }
 
 /* Fetch a value that must succeed and be exactly @n bytes into @out. */
@@ -103,7 +86,7 @@ static void wait_entered(long n)
 /* S1: schedule returns a RemoteValue at once, before the closure has run. */
 static void test_s1_schedule_returns_at_once(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t gated = t_fn(f->c, "gated");
 	struct coord_rv *rv;
 
@@ -138,7 +121,7 @@ static void *bp_producer(void *arg)
 /* S1: with the ring full, schedule blocks until a slot frees (backpressure). */
 static void test_s1_backpressure_tiny_ring(void **state)
 {
-	struct fx *f;
+	struct t_fx *f;
 	struct bp_arg a;
 	pthread_t t;
 
@@ -182,7 +165,7 @@ static void test_s1_backpressure_tiny_ring(void **state)
  */
 static void test_s2_runs_on_any_worker(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t fn = t_fn(f->c, "gated");
 	struct coord_rv *rv[200];
 	int per_worker[2] = { 0, 0 };
@@ -217,7 +200,7 @@ static void test_s2_runs_on_any_worker(void **state)
  */
 static void test_s3_schedule_returns_error_nothing_executing(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t fail = t_fn(f->c, "fail"), sl = t_fn(f->c, "sleep_us");
 	struct coord_rv *rv[201], *frv;
 	struct coord_error err;
@@ -295,7 +278,7 @@ static void *open_gate_later(void *arg)
  */
 static void test_s3_running_closure_keeps_outcome(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t gated = t_fn(f->c, "gated"), fail = t_fn(f->c, "fail");
 	struct coord_rv *g, *f1, *f2;
 	struct coord_error err;
@@ -328,7 +311,7 @@ static void test_s3_running_closure_keeps_outcome(void **state)
 /* S3: of several errors only the first is returned, and only once. */
 static void test_s3_only_first_error_returned(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t gated = t_fn(f->c, "gated");
 	struct coord_rv *rv[8];
 	struct coord_error err;
@@ -404,7 +387,7 @@ static void *parked_schedule(void *arg)
  */
 static void test_s3_new_round_error_kept_while_cancelling(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	struct coord_rv *g, *f1;
 	struct joiner j = { .c = f->c, .r = 1 };
 	struct parked_sched ps = { .c = f->c, .fn = t_fn(f->c, "fail") };
@@ -463,7 +446,7 @@ static void test_s3_new_round_error_kept_while_cancelling(void **state)
  * taken keeps its own outcome, and its error is not returned later. */
 static void test_s3_old_round_error_not_returned(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	struct coord_rv *g, *f1;
 	struct coord_error err;
 	struct opener o = { 100000000 };
@@ -489,7 +472,7 @@ static void test_s3_old_round_error_not_returned(void **state)
  * scheduled after an error was returned run normally. */
 static void test_s3_generation_taken_when_queued(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t fail = t_fn(f->c, "fail"), add = t_fn(f->c, "add");
 	int64_t ab[2] = { 1, 2 };
 	struct coord_rv *rv[64];
@@ -512,7 +495,7 @@ static void test_s3_generation_taken_when_queued(void **state)
 /* S4: join blocks until every scheduled closure is final. */
 static void test_s4_join_waits_for_all(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t fn = t_fn(f->c, "sleep_us");
 	struct coord_rv *rv[100];
 	uint32_t us = 300;
@@ -532,7 +515,7 @@ static void test_s4_join_waits_for_all(void **state)
 /* S4: join with a deadline gives up with ETIMEDOUT and can be retried. */
 static void test_s4_join_timeout(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	struct coord_error err;
 
 	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, NULL, NULL), 0);
@@ -546,7 +529,7 @@ static void test_s4_join_timeout(void **state)
  * error is returned once, with nothing executing. */
 static void test_s5_done(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t gated = t_fn(f->c, "gated"), fail = t_fn(f->c, "fail");
 	struct coord_error err;
 
@@ -578,7 +561,7 @@ static void test_s5_done(void **state)
 /* S6: fetch blocks until ready; fetch with a deadline times out first. */
 static void test_s6_fetch_blocks_and_times_out(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	struct coord_rv *rv;
 	struct coord_error err;
 	struct opener o = { 100000000 };
@@ -603,7 +586,7 @@ static void test_s6_fetch_blocks_and_times_out(void **state)
  */
 static void test_s6_fetch_cancelled(void **state)
 {
-	struct fx *f;
+	struct t_fx *f;
 	struct coord_rv *g, *q[1000];
 	struct coord_error err;
 	uint32_t us = 100;
@@ -642,7 +625,7 @@ static void test_s6_fetch_cancelled(void **state)
 /* B3: a batch fetch waits for all and reports each outcome. */
 static void test_b3_fetch_many(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t add = t_fn(f->c, "add");
 	struct coord_rv *rv[64];
 	struct coord_result res[64];
@@ -722,7 +705,7 @@ static void *stream_thread(void *p)
 
 static void test_concurrent_round_trips(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	unsigned n = strcmp(t_transport, "inproc") ? 300 : 20000;
 	struct rt_arg a[5];
 	pthread_t th[5];
@@ -757,7 +740,7 @@ static void many_calls(struct coord_call *calls, int64_t *args, size_t n, uint32
  * RemoteValue and arguments; bad calls and a pending error queue none. */
 static void test_b3_schedule_many(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	enum { N = 200 };
 	struct coord_call calls[N];
 	struct coord_rv *rv[N], *frv;
@@ -817,7 +800,7 @@ static void schedule_many_in_order(unsigned cap, size_t n, bool gate)
 	struct coord_call *calls = calloc(n, sizeof(*calls));
 	int64_t *args = calloc(n, sizeof(*args));
 	size_t queued = 0;
-	struct fx *f;
+	struct t_fx *f;
 
 	assert_non_null(calls);
 	assert_non_null(args);
@@ -859,7 +842,7 @@ static void test_b3_schedule_many_order(void **state)
 /* Results of every size come back intact (inline, pooled classes, malloc). */
 static void test_results_all_sizes(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t echo = t_fn(f->c, "echo");
 	size_t sizes[] = { 0, 1, 63, 64, 65, 4096, 100000, (1u << 20) + 7 };
 
@@ -887,7 +870,7 @@ static void test_results_all_sizes(void **state)
  * created lazily (once per worker, only where used). */
 static void test_s8_s9_per_worker_lazy(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t fn = t_fn(f->c, "pw_next");
 	struct coord_pw *pw;
 	struct coord_call call = { .fn = fn };
@@ -939,7 +922,7 @@ static void test_s8_s9_per_worker_lazy(void **state)
  * cause, and is an error of the coordinator like any other (S3). */
 static void test_s9_creation_failure_is_input_error(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	struct coord_pw *pw;
 	struct coord_call call = { .fn = t_fn(f->c, "pw_next"), .npw = 1 };
 	struct coord_rv *rv;
@@ -1040,7 +1023,7 @@ static void test_s13_stagger_observed(void **state)
  */
 static void test_s14_unbounded(void **state)
 {
-	struct fx *f;
+	struct t_fx *f;
 	uint32_t gated, order;
 	/* Over rdma (the rig's TCG guest, ~1-2 K closures/s through one
 	 * worker) a shorter run past the ring, or it takes minutes. */
@@ -1070,7 +1053,7 @@ static void test_s14_unbounded(void **state)
 /* S15: an unknown function is refused at schedule with a clear error. */
 static void test_s15_unknown_function_refused(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	struct coord_error err;
 	struct coord_rv *rv = (void *)1;
 	uint32_t id;
@@ -1090,7 +1073,7 @@ static void test_s15_unknown_function_refused(void **state)
 /* B8: the function sees its attempt number (1 on the first run). */
 static void test_b8_attempt_visible(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	struct coord_rv *rv;
 	const void *v;
 	uint32_t a;
@@ -1109,7 +1092,7 @@ static void test_b8_attempt_visible(void **state)
  */
 static void test_s2_b8_put_back_runs_again(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	struct coord_dispatcher d = { .c = f->c };
 	struct coord_closure *taken[4];
 	struct coord_rv *g[2], *rv;
@@ -1196,7 +1179,7 @@ static void test_spec_sizes_cluster(void **state)
  */
 static void test_destroy_with_queued_work_values_outlive(void **state)
 {
-	struct fx *f;
+	struct t_fx *f;
 	struct coord_rv *rv[50], *ok;
 	struct coord_pw *pw;
 	uint32_t us = 1000;
@@ -1267,7 +1250,7 @@ static long t_threads(void)
  * dropped at once (each closure holds its input). */
 static void test_b1_chain_10000(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t sum = t_fn(f->c, "sum_inputs");
 	int64_t one = 1;
 	struct coord_rv *prev, *next, *mid = NULL;
@@ -1295,7 +1278,7 @@ static void test_b1_chain_10000(void **state)
 /* B1: one closure taking 1,000 inputs, scheduled before they ran. */
 static void test_b1_fan_in_1000(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t echo = t_fn(f->c, "echo"), sum = t_fn(f->c, "sum_inputs"),
 		 gated = t_fn(f->c, "gated");
 	struct coord_rv *in[1000], *g, *rv, *rv2;
@@ -1344,7 +1327,7 @@ static void test_b1_fan_in_1000(void **state)
  * out of order. */
 static void test_b1_values_right(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t echo = t_fn(f->c, "echo"), cat = t_fn(f->c, "concat_inputs");
 	static const size_t sizes[] = { 0, 1, 7, 8, 63, 64, 65, 200, 4096, 100000 };
 	enum { N = sizeof(sizes) / sizeof(sizes[0]) };
@@ -1386,7 +1369,7 @@ static void test_b1_values_right(void **state)
  * input's) is returned once; bad inputs are refused at schedule. */
 static void test_b1_input_error(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t gated = t_fn(f->c, "gated"), sum = t_fn(f->c, "sum_inputs"),
 		 echo = t_fn(f->c, "echo");
 	struct coord_rv *g, *c1, *c2, *ok, *both[2], *late;
@@ -1457,7 +1440,7 @@ static void test_b1_input_error(void **state)
  */
 static void test_b1_cancelled_input(void **state)
 {
-	struct fx *f;
+	struct t_fx *f;
 	struct coord_rv *g, *p[300], *cons[300], *late;
 	struct coord_error err;
 	uint32_t us = 200, sum;
@@ -1515,7 +1498,7 @@ static void test_b1_cancelled_input(void **state)
  */
 static void test_b1_s3_consumers_waiting(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t sl = t_fn(f->c, "sleep_us"), sum = t_fn(f->c, "sum_inputs");
 	uint32_t us = 600000;
 	struct coord_rv *h, *fl, *w[100], *ww[100];
@@ -1557,7 +1540,7 @@ static void test_b1_s3_consumers_waiting(void **state)
  * worker or queue slot each; all run once it is ready. */
 static void test_b1_waiting_take_no_thread(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t sum = t_fn(f->c, "sum_inputs");
 	struct coord_rv *g, **w = calloc(10000, sizeof(*w));
 	struct coord_metrics m;
@@ -1592,7 +1575,7 @@ static void test_b1_waiting_take_no_thread(void **state)
 /* B7: counters move by exactly what ran; histograms fill; workers are UP. */
 static void test_b7_metrics(void **state)
 {
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t add = t_fn(f->c, "add"), failfn = t_fn(f->c, "fail");
 	struct coord_worker_metrics w[2];
 	struct coord_metrics m0, m;

@@ -18,31 +18,14 @@
 #include "runtime/internal.h"
 #include "helpers.h"
 
-struct fx {
-	struct coord_registry *reg;
-	struct coord *c;
-};
-
 static int setup2(void **state)
 {
-	struct fx *f = calloc(1, sizeof(*f));
-
-	t_reset_counters();
-	f->reg = t_registry();
-	f->c = t_coord(f->reg, 2, COORD_RING_DEFAULT);
-	*state = f;
-	return 0;
+	return t_fx_setup(state, 2, COORD_RING_DEFAULT);
 }
 
 static int teardown(void **state)
 {
-	struct fx *f = *state;
-
-	atomic_store(&t_gate, 1);
-	coord_destroy(f->c);
-	coord_registry_destroy(f->reg);
-	free(f);
-	return 0;
+	return t_fx_teardown(state);
 }
 
 /* Samples in the round-trip and execution histograms since @m0. */
@@ -78,7 +61,7 @@ static void expect_samples(struct coord *c, const struct coord_metrics *m0, cons
 static void test_q2_b7_samples_one_in_64(void **state)
 {
 	enum { N = 8192 };
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	uint32_t echo = t_fn(f->c, "echo");
 	struct coord_call *calls = calloc(N, sizeof(*calls));
 	struct coord_metrics m0;
@@ -109,7 +92,7 @@ static void test_q2_b7_samples_one_in_64(void **state)
 static void test_q2_stale_put_back_drops_result(void **state)
 {
 	enum { NLOCAL = 4 };
-	struct fx *f = *state;
+	struct t_fx *f = *state;
 	struct coord_dispatcher d = { .c = f->c, .index = 0 };
 	struct coord_closure *local = calloc(NLOCAL, sizeof(*local)), *taken[NLOCAL];
 	struct coord_rv *g[2];
