@@ -59,8 +59,9 @@
  *
  * Knobs for exploring (not used by run.sh): BENCH_TCP_ONLY=rtt, tput or
  * scale runs only that workload (the other tables then print no samples);
- * BENCH_SPIN_NS and BENCH_BATCH set coord_opts.spin_ns and .batch of every
- * coordinator made here (printed in the titles), as in bench_e2e;
+ * BENCH_SPIN_NS, BENCH_SPIN_MAX_NS and BENCH_BATCH set coord_opts.spin_ns,
+ * .spin_max_ns and .batch of every coordinator made here (printed in the
+ * titles), as in bench_e2e;
  * BENCH_LOOPS sets tcp_loops (the titles still print the default);
  * BENCH_TCP_WORKERS=1|2 and BENCH_TCP_INFLIGHT=1|64|256 run only those
  * throughput rows (for a profiler).
@@ -332,7 +333,7 @@ static void pp_run(struct pingpong *pp, uint64_t n, bool spin, struct bench_samp
 
 /* ---- coord over tcp -------------------------------------------------------------------- */
 
-static uint64_t spin_ns; /* of the coordinators made, for the titles */
+static uint64_t spin_ns, spin_max_ns; /* of the coordinators made, for the titles */
 static unsigned batch;
 
 /* A coordinator over @nconns connections spread round robin over worker
@@ -364,9 +365,12 @@ static struct coord *make_coord(struct coord_registry *reg, unsigned nconns, uns
 	o.start_delay_max_ms = -1;
 	if (getenv("BENCH_SPIN_NS"))
 		o.spin_ns = strtoull(getenv("BENCH_SPIN_NS"), NULL, 10);
+	if (getenv("BENCH_SPIN_MAX_NS"))
+		o.spin_max_ns = strtoull(getenv("BENCH_SPIN_MAX_NS"), NULL, 10);
 	if (getenv("BENCH_BATCH"))
 		o.batch = (unsigned)strtoul(getenv("BENCH_BATCH"), NULL, 10);
 	spin_ns = o.spin_ns;
+	spin_max_ns = o.spin_max_ns;
 	batch = o.batch;
 	if (coord_spec_parse(json, &spec, &err) || coord_create(spec, &o, &c, &err) ||
 	    coord_fn_lookup(c, "empty", fn, &err)) {
@@ -617,8 +621,9 @@ int main(int argc, char **argv)
 	snprintf(title, sizeof(title),
 		 "bench_tcp throughput: empty closures over tcp loopback to coord-worker "
 		 "processes, F in flight (sliding window of RemoteValues), %.0f ms per repeat, "
-		 "%u repeats; tcp_loops=%d window=%d batch=%u spin_ns=%" PRIu64,
-		 (double)dur_ns / 1e6, a.repeats, LOOPS, WINDOW, batch, spin_ns);
+		 "%u repeats; tcp_loops=%d window=%d batch=%u spin_ns=%" PRIu64
+		 " spin_max_ns=%" PRIu64,
+		 (double)dur_ns / 1e6, a.repeats, LOOPS, WINDOW, batch, spin_ns, spin_max_ns);
 	bench_header(title, "closures/s; p99 = slow tail; x base = over the ping-pong's rate");
 	bench_row("blocking ping-pong (base)", &pp_rate_st, &pp_rate_st, true);
 	for (unsigned w = 1; w <= 2; w++)

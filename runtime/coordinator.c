@@ -157,6 +157,7 @@ void coord_opts_init(struct coord_opts *o)
 	o->start_delay_ms = -1;
 	o->start_delay_max_ms = -1;
 	o->spin_ns = 50000;
+	o->spin_max_ns = 500000;
 	o->batch = 32;
 	o->window = 128;
 	o->max_frame = 16u << 20;
@@ -2071,6 +2072,8 @@ int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_
 	m->queued = coord_queue_size(c);
 	m->outstanding = outstanding_total(c);
 	m->cancelled = stat_rd(&c->cancelled);
+	m->waits = stat_rd(&c->waits);
+	m->parked = stat_rd(&c->parked);
 	m->completed = m->failed = stat_rd(&c->dep_failed); /* B1: input errors */
 	for (unsigned i = 0; i < c->ndisp; i++) {
 		struct coord_dmetrics *dm = &c->disp[i].m;

@@ -339,6 +339,11 @@ struct coord {
 	uint64_t created_ns;
 	/* Free closures for producers (C10). */
 	struct coord_pstash pstash[COORD_PSTASH_SLOTS];
+	/* W1 (rv.c): moving average of recent RemoteValue waits, the base of
+	 * the adaptive spin, and the waits and parks counted (B7); written by
+	 * every fetch that had to wait. */
+	_Atomic uint64_t wait_avg_ns __cacheline_aligned;
+	_Atomic uint64_t waits, parked;
 	/* B4 hints (runtime/sched.c H1, H2): the default path only reads
 	 * hq_count; hinted schedules and takes write both. */
 	_Atomic int64_t hq_count __cacheline_aligned;

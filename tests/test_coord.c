@@ -1615,6 +1615,89 @@ static void test_b7_metrics(void **state)
 	assert_int_equal(coord_hist_percentile(&(struct coord_hist){ 0 }, 50), 0);
 }
 
+/* ---- W1: adaptive spin (runtime/rv.c) ------------------------------------------ */
+
+/* @n one-at-a-time round trips of sleep_us(@us) on a 1-worker coordinator
+ * with spin_ns 5 us and @spin_max_ns; the waits and parks they counted, and
+ * the calling thread's CPU time. */
+static void w1_round_trips(uint64_t spin_max_ns, uint32_t us, int n, uint64_t *waits,
+			   uint64_t *parked, uint64_t *cpu_ns, uint64_t *wall_ns)
+{
+	struct coord_registry *reg = t_registry();
+	struct coord_metrics m;
+	struct coord_opts o;
+	struct timespec c0, c1;
+	struct coord *c;
+	uint64_t t0;
+	uint32_t fn;
+
+	t_opts(&o, reg);
+	o.spin_ns = 5000;
+	o.spin_max_ns = spin_max_ns;
+	assert_int_equal(t_create(&o, 1, &c, NULL), 0);
+	fn = t_fn(c, "sleep_us");
+	t0 = t_now_ns();
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+	for (int i = 0; i < n; i++) {
+		struct coord_rv *rv;
+
+		assert_int_equal(coord_schedule(c, fn, &us, sizeof(us), &rv, NULL), 0);
+		assert_true(fetch_i32(rv) >= 0);
+		coord_rv_put(rv);
+	}
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+	*wall_ns = t_now_ns() - t0;
+	*cpu_ns = (uint64_t)(c1.tv_sec - c0.tv_sec) * 1000000000ull + (uint64_t)c1.tv_nsec -
+		  (uint64_t)c0.tv_nsec;
+	assert_int_equal(coord_metrics(c, &m, NULL, 0), 0);
+	*waits = m.waits;
+	*parked = m.parked;
+	coord_destroy(c);
+	coord_registry_destroy(reg);
+}
+
+/*
+ * W1: waits that keep ending soon are met spinning, so they rarely park; the
+ * same waits with adaptation off (spin_max_ns 0: spin_ns, 5 us, only) park
+ * nearly every time.  Counted by B7's waits and parked.
+ */
+static void test_w1_short_waits_spin(void **state)
+{
+	uint64_t w, p, cpu, wall;
+
+	(void)state;
+	w1_round_trips(50000000, 300, 60, &w, &p, &cpu, &wall);
+	print_message("adaptive: %llu waits, %llu parked\n", (unsigned long long)w,
+		      (unsigned long long)p);
+	assert_true(w >= 30 && w <= 60);
+	assert_true(p * 2 <= w);
+	w1_round_trips(0, 300, 60, &w, &p, &cpu, &wall);
+	print_message("fixed 5 us: %llu waits, %llu parked\n", (unsigned long long)w,
+		      (unsigned long long)p);
+	assert_true(w >= 30 && w <= 60);
+	assert_true(p * 2 >= w);
+}
+
+/*
+ * W1: waits longer than spin_max_ns do not keep a CPU spinning: eight
+ * waits of 30 ms with spin_max_ns 1 ms.  The average may pass through the
+ * adaptive range once or twice on its way up (a spin of spin_max_ns each),
+ * then spin_ns only: the fetching thread is far from busy.
+ */
+static void test_w1_long_waits_sleep(void **state)
+{
+	uint64_t w, p, cpu, wall;
+
+	(void)state;
+	w1_round_trips(1000000, 30000, 8, &w, &p, &cpu, &wall);
+	print_message("%llu waits, %llu parked, thread CPU %.1f ms of %.1f ms\n",
+		      (unsigned long long)w, (unsigned long long)p, (double)cpu / 1e6,
+		      (double)wall / 1e6);
+	assert_int_equal(w, 8);
+	assert_int_equal(p, 8);
+	assert_true(cpu * 5 < wall);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup2, teardown)
@@ -1635,7 +1718,8 @@ int main(void)
 		T(test_s8_s9_per_worker_lazy), T(test_s9_creation_failure_is_input_error),         \
 		cmocka_unit_test(test_s13_stagger_observed), cmocka_unit_test(test_s14_unbounded), \
 		T(test_s15_unknown_function_refused), T(test_b8_attempt_visible),                  \
-		T(test_b7_metrics),                                                                \
+		T(test_b7_metrics), cmocka_unit_test(test_w1_short_waits_spin),                    \
+		cmocka_unit_test(test_w1_long_waits_sleep),                                        \
 		cmocka_unit_test(test_destroy_with_queued_work_values_outlive),                    \
 		T(test_b1_chain_10000), T(test_b1_fan_in_1000), T(test_b1_values_right),           \
 		T(test_b1_input_error), cmocka_unit_test(test_b1_cancelled_input),                 \

@@ -67,8 +67,9 @@
  * wake us) and sleeps in poll() on the completion channel's fd and the
  * rdma_cm event channel's fd (disconnection), so an idle channel costs no
  * CPU.  The budget is opts.spin_us, or, while the channel's recent waits
- * (a moving average over about 8) ended within opts.spin_max_us, twice
- * their average, up to spin_max_us: a worker's thread serving one request
+ * (a moving average over about 8) ended within opts.spin_max_us, four
+ * times their average (coord_spin_budget(), runtime/util.h), up to
+ * spin_max_us: a worker's thread serving one request
  * at a time then meets the next one spinning instead of paying a sleep
  * and a wake-up for each (in the rig, where a wake-up costs hundreds of
  * microseconds, bench_rdma's round trip went from 580-920 to ~300 us with
@@ -998,26 +999,22 @@ int coord_rdma_chan_send_some(struct coord_rdma_chan *ch, const void *buf, size_
 /*
  * The busy-poll budget of a blocking wait: opts.spin_us, or, while waits
  * have been ending within opts.spin_max_us (the moving average gap_ns),
- * twice that average, up to spin_max_us ("Completions" above).
+ * four times that average, up to spin_max_us ("Completions" above).
  */
 static uint64_t spin_budget_ns(const struct coord_rdma_chan *ch)
 {
 	uint64_t base = ch->o.spin_us > 0 ? (uint64_t)ch->o.spin_us * 1000 : 0;
 	uint64_t max = ch->o.spin_max_us > 0 ? (uint64_t)ch->o.spin_max_us * 1000 : 0;
 
-	if (!base || max <= base || ch->gap_ns > max)
-		return base;
-	return 2 * ch->gap_ns < base ? base : 2 * ch->gap_ns > max ? max : 2 * ch->gap_ns;
+	return coord_spin_budget(ch->gap_ns, base, max);
 }
 
 /* Fold one wait of @ns into gap_ns (an average over about 8 waits). */
 static void gap_note(struct coord_rdma_chan *ch, uint64_t ns)
 {
-	uint64_t cap = ch->o.spin_max_us > 0 ? 4 * (uint64_t)ch->o.spin_max_us * 1000 : 0;
+	uint64_t max = ch->o.spin_max_us > 0 ? (uint64_t)ch->o.spin_max_us * 1000 : 0;
 
-	if (ns > cap)
-		ns = cap; /* one long idle spell must not hide for long */
-	ch->gap_ns = ch->gap_ns - ch->gap_ns / 8 + ns / 8;
+	ch->gap_ns = coord_spin_avg(ch->gap_ns, ns, max);
 }
 
 /*

@@ -52,6 +52,13 @@ struct coord_pw;
  *                   TF_COORDINATOR_SCHEDULE_START_DELAY_MAX, else no cap.
  * @spin_ns:         how long a waiter spins before it sleeps on a futex
  *                   (default 50000).  Dispatchers use the same budget.
+ *                   0: fetches never spin.
+ * @spin_max_ns:     adaptive spin for fetch/wait (default 500000): while
+ *                   the coordinator's recent waits for a RemoteValue ended
+ *                   within this, a waiter spins up to 4x their average
+ *                   (at least @spin_ns, at most this) before it sleeps.
+ *                   Waits longer than this spin @spin_ns only.
+ *                   <= @spin_ns: no adaptation.
  * @batch:           closures a dispatcher takes at once (default 32).
  * @tcp_loops:       tcp: io_uring event loops (threads), each owning a share
  *                   of the worker connections; 0 = min(workers, 2).
@@ -102,6 +109,7 @@ struct coord_opts {
 	int64_t start_delay_ms;
 	int64_t start_delay_max_ms;
 	uint64_t spin_ns;
+	uint64_t spin_max_ns;
 	unsigned batch;
 	unsigned tcp_loops;
 	unsigned window;
@@ -196,6 +204,12 @@ struct coord_worker_metrics {
  * @exec_ns:     from a dispatcher taking a closure to its completion (the
  *               function's run; over tcp also the network both ways).
  * @round_trip_ns: from schedule() to the RemoteValue being final.
+ * @waits:       fetches and waits on a RemoteValue that found it not final
+ *               and had to wait (spinning, then maybe sleeping).
+ * @parked:      of those, the ones that slept in the kernel (FUTEX_WAIT):
+ *               a high share of short waits means @spin_ns / @spin_max_ns
+ *               are too small for this load (each park costs its completer
+ *               a wake-up).
  * The histograms sample one closure in 64 (a clock read per sample, none
  * for the others); counters are exact but read without stopping anyone, so
  * a snapshot is consistent only to within the closures completing meanwhile.
@@ -207,6 +221,7 @@ struct coord_metrics {
 	unsigned workers, workers_up, workers_down, workers_dropped;
 	uint64_t losses, recoveries;
 	struct coord_hist exec_ns, round_trip_ns;
+	uint64_t waits, parked;
 };
 
 /**
