@@ -62,9 +62,11 @@
  * BENCH_SPIN_NS, BENCH_SPIN_MAX_NS and BENCH_BATCH set coord_opts.spin_ns,
  * .spin_max_ns and .batch of every coordinator made here (printed in the
  * titles), as in bench_e2e;
- * BENCH_LOOPS sets tcp_loops (the titles still print the default);
+ * BENCH_LOOPS sets tcp_loops (printed in the titles; 0, the default, is one
+ * loop per 4 CPUs);
  * BENCH_TCP_WORKERS=1|2 and BENCH_TCP_INFLIGHT=1|64|256 run only those
- * throughput rows (for a profiler).
+ * throughput rows, BENCH_SCALE_ROW=1|2|3 only that scale row (for a
+ * profiler).
  *
  * Paths: COORD_WORKER_BIN and BENCH_FNS in the environment override the
  * build tree's coord-worker and libcoordbenchfns.so (compiled in by meson).
@@ -90,7 +92,7 @@
 #include "stats.h"
 
 #define MAX_PROCS 4
-#define LOOPS 2	   /* opts.tcp_loops of every coordinator here */
+#define LOOPS 0	   /* opts.tcp_loops of every coordinator here: the default */
 #define WINDOW 256 /* opts.window: never below the closures in flight */
 #define SCALE_CONNS 256
 #define SCALE_INFLIGHT 256
@@ -334,6 +336,7 @@ static void pp_run(struct pingpong *pp, uint64_t n, bool spin, struct bench_samp
 /* ---- coord over tcp -------------------------------------------------------------------- */
 
 static uint64_t spin_ns, spin_max_ns; /* of the coordinators made, for the titles */
+static unsigned loops;		      /* their tcp_loops (0: the default) */
 static unsigned batch;
 
 /* A coordinator over @nconns connections spread round robin over worker
@@ -360,6 +363,7 @@ static struct coord *make_coord(struct coord_registry *reg, unsigned nconns, uns
 	o.transport = "tcp";
 	o.tcp_loops = getenv("BENCH_LOOPS") ? (unsigned)strtoul(getenv("BENCH_LOOPS"), NULL, 10)
 					    : LOOPS;
+	loops = o.tcp_loops;
 	o.window = WINDOW;
 	o.start_delay_ms = 0;
 	o.start_delay_max_ms = -1;
@@ -505,6 +509,7 @@ int main(int argc, char **argv)
 	const char *only = getenv("BENCH_TCP_ONLY"); /* rtt, tput or scale: for profiling */
 	unsigned only_w = (unsigned)atoi(getenv_or("BENCH_TCP_WORKERS", "0"));
 	unsigned only_f = (unsigned)atoi(getenv_or("BENCH_TCP_INFLIGHT", "0"));
+	unsigned only_s = (unsigned)atoi(getenv_or("BENCH_SCALE_ROW", "0"));
 	struct coord_wire_req q = { .len = 0 };
 	struct bench_args a;
 	struct coord_registry *reg;
@@ -599,6 +604,8 @@ int main(int argc, char **argv)
 		if (only && strcmp(only, "scale"))
 			continue;
 		for (unsigned s = 0; s < 3; s++) {
+			if (only_s && only_s != s + 1)
+				continue;
 			coord_window(cs[s ? 1 : 0], fs[s ? 1 : 0], scale_f[s], dur_ns, rvs, &r, &c,
 				     &wc, &cc);
 			if (rep) {
@@ -621,9 +628,9 @@ int main(int argc, char **argv)
 	snprintf(title, sizeof(title),
 		 "bench_tcp throughput: empty closures over tcp loopback to coord-worker "
 		 "processes, F in flight (sliding window of RemoteValues), %.0f ms per repeat, "
-		 "%u repeats; tcp_loops=%d window=%d batch=%u spin_ns=%" PRIu64
+		 "%u repeats; tcp_loops=%u window=%d batch=%u spin_ns=%" PRIu64
 		 " spin_max_ns=%" PRIu64,
-		 (double)dur_ns / 1e6, a.repeats, LOOPS, WINDOW, batch, spin_ns, spin_max_ns);
+		 (double)dur_ns / 1e6, a.repeats, loops, WINDOW, batch, spin_ns, spin_max_ns);
 	bench_header(title, "closures/s; p99 = slow tail; x base = over the ping-pong's rate");
 	bench_row("blocking ping-pong (base)", &pp_rate_st, &pp_rate_st, true);
 	for (unsigned w = 1; w <= 2; w++)
@@ -720,10 +727,10 @@ int main(int argc, char **argv)
 	summarize(&srate[2], true, 1.0, &sst[2]);
 	scale_ratio = bench_speedup(&sst[1], &sst[0], true);
 	snprintf(title, sizeof(title),
-		 "bench_tcp scale: %d in flight, one coordinator (tcp_loops=%d window=%d); %u "
+		 "bench_tcp scale: %d in flight, one coordinator (tcp_loops=%u window=%d); %u "
 		 "connections over %d coord-worker processes against 2 connections over 2; "
 		 "%.0f ms per repeat, %u repeats",
-		 SCALE_INFLIGHT, LOOPS, WINDOW, scale_conns, MAX_PROCS, (double)dur_ns / 1e6,
+		 SCALE_INFLIGHT, loops, WINDOW, scale_conns, MAX_PROCS, (double)dur_ns / 1e6,
 		 a.repeats);
 	bench_header(title, "closures/s; p99 = slow tail");
 	bench_row("2 connections (base)", &sst[0], &sst[0], true);

@@ -877,6 +877,10 @@ void t_opts(struct coord_opts *o, struct coord_registry *reg)
 	/* tcp: a few closures in flight per worker, so queues behave as the
 	 * contract tests expect (what is sent to a worker runs, S3) */
 	o->window = 4;
+	/* two event loops (tcp, rdma), not the default (one on up to 7 CPUs,
+	 * conn.c): what crosses loops (a push waking the other loop, a
+	 * closure only another loop's worker may run) stays tested */
+	o->tcp_loops = 2;
 	/* a worker that dies unexpectedly (a sanitizer report) fails the
 	 * test in seconds rather than waiting out TF's hour (S10) */
 	o->recovery_limit_ms = 10000;

@@ -7,7 +7,7 @@
  * The design is tcp.c's, with channels in place of sockets and epoll in
  * place of io_uring (completions come through each channel's completion
  * channel fd and rdma_cm fd, which epoll watches):
- *   1. a few event loops (opts.tcp_loops, default min(workers, 2)), each a
+ *   1. a few event loops (opts.tcp_loops, default: conn.c), each a
  *      dispatcher owning a share of the connections;
  *   2. a loop takes up to min(batch, credit) closures (credit: free
  *      in-flight slots, opts.window per connection), blocking on the queue's

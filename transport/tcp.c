@@ -4,11 +4,11 @@
  * coord-worker processes (or coord_worker_serve() in users' binaries).
  *
  * Threading model.  A few io_uring event loops (opts.tcp_loops, default
- * min(workers, 2)), each a dispatcher that owns a share of the worker
- * connections and does all their I/O, rather than a thread per worker: on
- * these 2-core machines the thread count, not the work, is what a few
- * hundred workers would cost, and one loop keeps many connections busy with
- * one submit per batch.  A loop:
+ * one per 4 CPUs: conn.c), each a dispatcher that owns a share of the
+ * worker connections and does all their I/O, rather than a thread per
+ * worker: on these 2-core machines the thread count, not the work, is what
+ * a few hundred workers would cost, and one loop keeps many connections
+ * busy with one submit per batch.  A loop:
  *   1. takes up to min(batch, credit) closures, credit being the free
  *      in-flight slots (opts.window per connection) of its live connections;
  *      it blocks on the queue's futex only when nothing is in flight and no
@@ -126,7 +126,10 @@
  *     start has passed, and the sends take a list of the connections
  *     given closures: fewer cache lines a round, no measurable change in
  *     the rate alone (a loop round then takes about one closure).
- *   - One loop instead of two for 2 workers: no measurable difference.
+ *   - One loop instead of two for 2 workers: no measurable difference
+ *     then; since adaptive spinning in fetch (rv.c W1) took the caller's
+ *     parks out, one loop is 3-5x the rate of two on 2 CPUs (conn.c), and
+ *     is the default there.
  *   - Spinning after a send (polling the CQ before sleeping) made the round
  *     trip worse (p50 37-63 us against 41-45): with the caller spinning in
  *     fetch, the worker then finds no free CPU.  Spinning on the queue

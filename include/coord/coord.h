@@ -60,8 +60,9 @@ struct coord_pw;
  *                   Waits longer than this spin @spin_ns only.
  *                   <= @spin_ns: no adaptation.
  * @batch:           closures a dispatcher takes at once (default 32).
- * @tcp_loops:       tcp: io_uring event loops (threads), each owning a share
- *                   of the worker connections; 0 = min(workers, 2).
+ * @tcp_loops:       tcp, rdma: event loops (threads), each owning a share
+ *                   of the worker connections; 0 (default) = one per 4
+ *                   CPUs the process may run on, 1 to 4, at most workers.
  * @window:          tcp: closures in flight per worker connection (128).
  * @max_frame:       tcp: largest frame sent or accepted (16 MiB).
  * @connect_timeout_ms: tcp: per worker, connect + handshake (5000).
