@@ -1659,7 +1659,8 @@ static void w1_round_trips(uint64_t spin_max_ns, uint32_t us, int n, uint64_t *w
 /*
  * W1: waits that keep ending soon are met spinning, so they rarely park; the
  * same waits with adaptation off (spin_max_ns 0: spin_ns, 5 us, only) park
- * nearly every time.  Counted by B7's waits and parked.
+ * nearly every time (not over rdma, see below).  Counted by B7's waits and
+ * parked.
  */
 static void test_w1_short_waits_spin(void **state)
 {
@@ -1675,7 +1676,10 @@ static void test_w1_short_waits_spin(void **state)
 	print_message("fixed 5 us: %llu waits, %llu parked\n", (unsigned long long)w,
 		      (unsigned long long)p);
 	assert_true(w >= 30 && w <= 60);
-	assert_true(p * 2 >= w);
+	/* rdma's waiters drive its I/O and spin on its own round-trip
+	 * estimate (transport/rdma.c D2), whatever spin_max_ns says. */
+	if (strcmp(t_transport, "rdma") != 0)
+		assert_true(p * 2 >= w);
 }
 
 /*
