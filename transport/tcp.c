@@ -800,13 +800,17 @@ static void *loop_main(void *arg)
 			/* While whole batches come and credit is left, take more
 			 * before sending: one frame (one send) per connection per
 			 * round, not one per batch.  Past the first batch only
-			 * while there is more work than idle workers elsewhere. */
+			 * while there is more work than idle workers elsewhere:
+			 * on other loops (this loop's own idle ones are its to
+			 * place on; counting them too cut every frame at one
+			 * batch with many connections, see "Frames"). */
 			for (unsigned got = n; got == max && cr > got;) {
 				cr -= got;
 				max = cr < max_batch ? cr : max_batch;
 				/* Relaxed: a placement hint (tcp.idle), as above. */
-				idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
-				if (coord_queue_size(c) <= (uint64_t)idle)
+				idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed) -
+				       (int)l->nidle;
+				if (coord_queue_size(c) <= (uint64_t)(idle > 0 ? idle : 0))
 					break;
 				got = coord_dispatch_try_take(l->d, l->batch, max);
 				if (got)
