@@ -100,8 +100,13 @@
  * workers) against 3.6 + 1.6; other sessions 0.82, 0.82, 0.66 and 0.72
  * (0.47-1.08) against 0.70, 0.64, 0.53 and 0.52 (0.29-0.57): better by
  * 0.1-0.3 each time, at 0.80 only in some.  The gap to 2 connections
- * is smaller, not gone (4.3 against 2.9 us per closure); its cause is not
- * pinned down.
+ * was smaller, not gone (4.3 against 2.9 us per closure).  Its cause,
+ * found later with one loop: a loop took past its first batch only while
+ * the queue held more than the idle connections, its own included, so
+ * with 255 idle connections every frame was one batch (32 closures,
+ * against ~200 with 2 connections).  Counting only other loops' idle
+ * connections (loop_main()), 256 connections went from 0.22-0.46 of the
+ * 2-connection rate to 0.74-1.62 (median 0.80, eight runs).
  * Tried, no better: CORK_FRAMES 1 (the worker idles a round trip:
  * 0.54), 3 (0.70 against 0.82); sending only when the held closures
  * outnumber the unanswered ones (0.66 against 0.82); never leaving the
