@@ -100,9 +100,12 @@ static inline void coord_spin_pause(unsigned step)
  */
 static inline uint64_t coord_spin_budget(uint64_t avg, uint64_t base, uint64_t max)
 {
+	uint64_t b;
+
 	if (!base || max <= base || avg > max)
 		return base;
-	return 4 * avg < base ? base : 4 * avg > max ? max : 4 * avg;
+	b = avg > max / 4 ? max : 4 * avg; /* no overflow, whatever @max */
+	return b < base ? base : b;
 }
 
 /* The average after one more wait of @ns: over about 8 waits, and a wait
@@ -110,8 +113,8 @@ static inline uint64_t coord_spin_budget(uint64_t avg, uint64_t base, uint64_t m
  * the short waits that follow it for long. */
 static inline uint64_t coord_spin_avg(uint64_t avg, uint64_t ns, uint64_t max)
 {
-	if (ns > 4 * max)
-		ns = 4 * max;
+	if (ns / 4 > max)
+		ns = max > UINT64_MAX / 4 ? UINT64_MAX : 4 * max;
 	return avg - avg / 8 + ns / 8;
 }
 

@@ -1682,6 +1682,27 @@ static void test_w1_short_waits_spin(void **state)
 		assert_true(p * 2 >= w);
 }
 
+/* W1: the budget rule itself (runtime/util.h), edges included. */
+static void test_w1_budget_rule(void **state)
+{
+	uint64_t avg = 0;
+
+	(void)state;
+	assert_int_equal(coord_spin_budget(0, 50000, 500000), 50000);	    /* at least base */
+	assert_int_equal(coord_spin_budget(30000, 50000, 500000), 120000);  /* 4x the average */
+	assert_int_equal(coord_spin_budget(200000, 50000, 500000), 500000); /* at most max */
+	assert_int_equal(coord_spin_budget(600000, 50000, 500000), 50000);  /* long: base only */
+	assert_int_equal(coord_spin_budget(30000, 50000, 0), 50000);	    /* no adaptation */
+	assert_int_equal(coord_spin_budget(30000, 0, 500000), 0);	    /* no spinning */
+	assert_int_equal(coord_spin_budget(UINT64_MAX / 2, 50000, UINT64_MAX), UINT64_MAX);
+	for (int i = 0; i < 64; i++)
+		avg = coord_spin_avg(avg, 100000, 500000);
+	assert_true(avg > 95000 && avg <= 100000);     /* converges on the waits */
+	avg = coord_spin_avg(avg, UINT64_MAX, 500000); /* one long spell counts as 4 max */
+	assert_true(avg <= 100000 - 100000 / 8 + 2000000 / 8 + 1);
+	assert_true(coord_spin_avg(0, UINT64_MAX, UINT64_MAX) == UINT64_MAX / 8);
+}
+
 /*
  * W1: waits longer than spin_max_ns do not keep a CPU spinning: eight
  * waits of 30 ms with spin_max_ns 1 ms.  The average may pass through the
@@ -1733,6 +1754,7 @@ int main(void)
 		/* in-process only: they reach into the runtime or its options */
 		T(test_s2_b8_put_back_runs_again),
 		cmocka_unit_test(test_s13_stagger_formula_and_env),
+		cmocka_unit_test(test_w1_budget_rule),
 		cmocka_unit_test(test_registry_and_options_errors),
 		cmocka_unit_test(test_spec_sizes_cluster),
 	};
