@@ -236,8 +236,9 @@ static int on_res_frame(struct rdma_conn *k, const struct coord_wire_hdr *h, con
 			uint64_t ns = k->last_rx_ns - k->sent_ns[slot];
 
 			sampled = true;
-			l->rt_ns = l->rt_ns - l->rt_ns / 8 +
-				   (ns < DRIVE_MAX_NS ? ns : DRIVE_MAX_NS) / 8;
+			/* over about 8 frames, a sample counting as at most
+			 * DRIVE_MAX_NS (4 x its max/4) */
+			l->rt_ns = coord_spin_avg(l->rt_ns, ns, DRIVE_MAX_NS / 4);
 			/* Relaxed: a hint for waiters' spin (D2). */
 			atomic_store_explicit(&l->t->rt_hint, l->rt_ns, memory_order_relaxed);
 		}
