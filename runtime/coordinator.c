@@ -2320,6 +2320,14 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	if (opts->affinity_fallback_ms < 0 || opts->priority_aging_ms <= 0)
 		return coord_seterr(err, COORD_EINVAL,
 				    "affinity_fallback_ms must be >= 0 and priority_aging_ms > 0");
+	if (opts->heartbeat_ms < 0 || (opts->heartbeat_ms > 0 && opts->heartbeat_misses < 1) ||
+	    opts->closure_timeout_ms < 0)
+		return coord_seterr(
+			err, COORD_EINVAL,
+			"heartbeat_ms and closure_timeout_ms must be >= 0 (0: off), and "
+			"heartbeat_misses >= 1 with heartbeats on (got %d, %lld, %d)",
+			opts->heartbeat_ms, (long long)opts->closure_timeout_ms,
+			opts->heartbeat_misses);
 	c = aligned_alloc(CACHELINE, (sizeof(*c) + CACHELINE - 1) & ~(size_t)(CACHELINE - 1));
 	if (!c)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a coordinator");

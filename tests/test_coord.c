@@ -1149,6 +1149,19 @@ static void test_registry_and_options_errors(void **state)
 	o.transport = "inproc";
 	o.inproc_workers = 0;
 	assert_int_equal(coord_create(NULL, &o, &c, &err), COORD_EINVAL);
+	o.inproc_workers = 1;
+	o.heartbeat_misses = 0; /* with heartbeats on, a silent worker would fail at once */
+	assert_int_equal(coord_create(NULL, &o, &c, &err), COORD_EINVAL);
+	assert_non_null(strstr(err.msg, "heartbeat_misses"));
+	o.heartbeat_misses = 3;
+	o.heartbeat_ms = -1;
+	assert_int_equal(coord_create(NULL, &o, &c, &err), COORD_EINVAL);
+	o.heartbeat_ms = 0; /* off: misses do not matter */
+	o.heartbeat_misses = 0;
+	assert_int_equal(coord_create(NULL, &o, &c, &err), 0);
+	coord_destroy(c);
+	o.closure_timeout_ms = -5;
+	assert_int_equal(coord_create(NULL, &o, &c, &err), COORD_EINVAL);
 	coord_registry_destroy(reg);
 	assert_string_equal(coord_strerror(COORD_ECANCELLED),
 			    "cancelled: the closure was cancelled or its value aborted");

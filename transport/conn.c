@@ -223,24 +223,28 @@ uint64_t coord_conn_check_due(const struct coord_opts *o, uint64_t now, uint64_t
 	return period;
 }
 
-void coord_conn_check(struct coord_conn *k, const struct coord_opts *o, uint64_t now,
+void coord_conn_check(struct coord_conn *k, const struct coord_opts *o, uint64_t now, uint64_t seen,
 		      uint64_t period, const struct coord_conn_act *act)
 {
 	uint64_t hb = (uint64_t)o->heartbeat_ms * 1000000ull;
 	uint64_t dl = (uint64_t)o->closure_timeout_ms * 1000000ull;
-	uint64_t silent = now > k->last_rx_ns ? now - k->last_rx_ns : 0;
+	uint64_t silent = seen > k->last_rx_ns ? seen - k->last_rx_ns : 0;
+	uint64_t asked = k->ping_ns && seen > k->ping_ns ? seen - k->ping_ns : 0;
 	char why[160];
 
 	if (!k->up)
 		return;
-	if (hb && silent + period >= hb * (uint64_t)o->heartbeat_misses) {
-		snprintf(why, sizeof(why), "no heartbeat for %llu ms",
-			 (unsigned long long)(silent / 1000000));
+	if (hb && k->ping_ns && silent + period >= hb * (uint64_t)o->heartbeat_misses &&
+	    asked + 2 * period >= hb * (uint64_t)(o->heartbeat_misses - 1)) {
+		snprintf(why, sizeof(why),
+			 "no heartbeat for %llu ms (a PING unanswered for %llu ms)",
+			 (unsigned long long)(silent / 1000000),
+			 (unsigned long long)(asked / 1000000));
 		act->fail(k, why);
 		return;
 	}
 	for (unsigned s = 0; dl && s < k->window; s++)
-		if (k->slots[s] && now - k->sent_ns[s] > dl) {
+		if (k->slots[s] && seen > k->sent_ns[s] && seen - k->sent_ns[s] > dl) {
 			snprintf(why, sizeof(why),
 				 "closure %llu ran past its deadline of %lld ms (B6)",
 				 (unsigned long long)k->slots[s]->id,

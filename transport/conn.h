@@ -118,12 +118,27 @@ struct coord_conn_act {
 	void (*ping)(struct coord_conn *k, uint64_t token);  /* send a PING carrying @token */
 };
 
-/* Check live connection @k in a check of period @period at @now: silent
- * for heartbeat_misses intervals (declared one check early, so within
- * misses x H of its last frame), or a closure past closure_timeout_ms (B6),
- * fails it; silent for a heartbeat interval, it gets a PING (our interval
- * in ms), once until something is received. */
+/*
+ * Check live connection @k in a check of period @period at @now.
+ *   - Silent for heartbeat_misses intervals, with a PING out for
+ *     heartbeat_misses - 1 of them, it fails (declared one check early, so
+ *     within misses x H of its last frame; the PING's time counts two
+ *     checks short, as it goes out up to a check after the first H).  A
+ *     worker answers when asked (or sends unsolicited PONGs while busy);
+ *     one never asked, because our loop did not run, is not failed for
+ *     our silence.
+ *   - Silent for a heartbeat interval, it gets a PING (our interval in
+ *     ms), once until something is received; ping_ns is when.
+ *   - A closure past closure_timeout_ms (B6) fails it.
+ * Silence and deadlines are measured at @seen, not at the clock: @seen is
+ * when the loop last took in everything that had arrived on its
+ * connections (its last pass over their completions).  A loop that did
+ * not run for a while (descheduled, a stalled guest) then does not fail a
+ * worker whose PONG or result is already there, unread; a worker that
+ * really is silent is failed at most one round later.
+ */
 COORD_HIDDEN void coord_conn_check(struct coord_conn *k, const struct coord_opts *o, uint64_t now,
-				   uint64_t period, const struct coord_conn_act *act);
+				   uint64_t seen, uint64_t period,
+				   const struct coord_conn_act *act);
 
 #endif /* COORD_TRANSPORT_CONN_H */

@@ -135,6 +135,8 @@ struct rdma_loop {
 	struct rdma_conn *admit;
 	_Atomic bool admit_pending;
 	uint64_t next_check_ns; /* heartbeats and closure deadlines */
+	/* when a round last took in what had arrived (coord_conn_check()) */
+	uint64_t read_ns;
 };
 
 struct rdma_tp {
@@ -474,7 +476,7 @@ static uint64_t check_conns(struct rdma_loop *l, uint64_t now)
 	uint64_t period = coord_conn_check_due(o, now, &l->next_check_ns);
 
 	for (unsigned i = 0; period && i < l->nconns; i++)
-		coord_conn_check(&l->conns[i]->conn, o, now, period, &conn_act);
+		coord_conn_check(&l->conns[i]->conn, o, now, l->read_ns, period, &conn_act);
 	return l->next_check_ns;
 }
 
@@ -598,6 +600,7 @@ static bool loop_round(struct rdma_loop *l, struct round *ro, bool thread)
 	}
 	for (unsigned i = 0; i < l->nconns; i++)
 		got |= conn_reap(l->conns[i]);
+	l->read_ns = ro->now; /* what came before ro->now is read (conn.h) */
 	finish_done(l);
 	return n || got;
 }
@@ -787,8 +790,9 @@ static void *loop_main(void *arg)
 	/* Silence is counted from now, not from each connection's open: the
 	 * connections opened one after another, and a slow start (many
 	 * workers, a slow handshake) must not count as missed heartbeats. */
+	l->read_ns = coord_now_ns();
 	for (unsigned i = 0; i < l->nconns; i++)
-		l->conns[i]->last_rx_ns = coord_now_ns();
+		l->conns[i]->last_rx_ns = l->read_ns;
 	for (;;) {
 		struct round ro;
 

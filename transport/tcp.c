@@ -234,6 +234,8 @@ struct tcp_loop {
 	struct tcp_conn *admit;
 	_Atomic bool admit_pending;
 	uint64_t next_check_ns; /* heartbeats and closure deadlines */
+	/* when a round last took in its completions (coord_conn_check()) */
+	uint64_t read_ns;
 	/* Placement: per function, its expected run time on a worker (ns;
 	 * RUN_UNKNOWN until a result reported one), and the connection
 	 * closures are being packed onto. */
@@ -757,10 +759,11 @@ static void *loop_main(void *arg)
 	/* Silence is counted from the loop's start, not from each
 	 * connection's open: they opened one after another, and a slow start
 	 * (many workers, slow handshakes) is not a missed heartbeat. */
+	l->read_ns = coord_now_ns();
 	for (unsigned i = 0; i < l->nconns; i++) {
 		struct tcp_conn *k = l->conns[i];
 
-		k->last_rx_ns = coord_now_ns();
+		k->last_rx_ns = l->read_ns;
 		arm_recv(k);
 		l->free_up += k->nfree;
 		l->nidle += k->idle;
@@ -849,6 +852,7 @@ static void *loop_main(void *arg)
 				 * spurious eventfd read. */
 				atomic_store_explicit(&l->armed, false, memory_order_relaxed);
 				io_uring_submit(&l->ring); /* work arrived: go round */
+				l->read_ns = now;
 				goto reap;
 			}
 			if (due && (!next_start || due < next_start))
@@ -867,6 +871,8 @@ static void *loop_main(void *arg)
 			} else {
 				io_uring_submit_and_wait(&l->ring, 1);
 			}
+			/* What arrived before now is in the CQ (coord_conn_check()). */
+			l->read_ns = coord_now_ns();
 			if (reg) {
 				coord_loop_wake_done(c);
 				/* Relaxed: as above. */
@@ -874,6 +880,7 @@ static void *loop_main(void *arg)
 			}
 		} else {
 			io_uring_submit(&l->ring);
+			l->read_ns = now;
 		}
 	reap:
 		io_uring_for_each_cqe(&l->ring, head, cqe)
@@ -1126,7 +1133,7 @@ static uint64_t check_conns(struct tcp_loop *l, uint64_t now)
 	uint64_t period = coord_conn_check_due(o, now, &l->next_check_ns);
 
 	for (unsigned i = 0; period && i < l->nconns; i++)
-		coord_conn_check(&l->conns[i]->conn, o, now, period, &conn_act);
+		coord_conn_check(&l->conns[i]->conn, o, now, l->read_ns, period, &conn_act);
 	return l->next_check_ns;
 }
 
