@@ -85,8 +85,9 @@ struct coord_pw;
  *                   schedule/join/done return COORD_EUNAVAILABLE.
  * @heartbeat_ms:    tcp, rdma: a worker connection with nothing received for this
  *                   long is pinged (default 1000) ...
- * @heartbeat_misses: ... and one silent for heartbeat_ms * this (default 3)
- *                   is a lost worker (a stopped or partitioned machine).
+ * @heartbeat_misses: ... and one silent for heartbeat_ms * this (default 3;
+ *                   at least 1), a PING to it unanswered meanwhile, is a
+ *                   lost worker (a stopped or partitioned machine).
  * @closure_timeout_ms: B6: a closure running longer than this counts as a
  *                   failure of its worker (0, the default: no deadline).
  * @affinity_fallback_ms: B4: a closure with preferred affinity that waited
