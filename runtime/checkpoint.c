@@ -837,7 +837,7 @@ out:
 int coord_varstore_restore_step(struct coord_varstore *vs, const char *dir, uint64_t step,
 				struct coord_error *err)
 {
-	int dfd, ret;
+	int dfd = -1, ret; /* open_dir() sets it; -1 for a false maybe-uninitialized */
 
 	if (!vs)
 		return coord_seterr(err, -EINVAL, "checkpoint restore: NULL store");
