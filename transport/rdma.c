@@ -448,13 +448,6 @@ static void send_ping(struct rdma_conn *k, uint64_t token)
 	flush_out(k);
 }
 
-/*
- * Liveness of @l's connections, as tcp.c's check_conns(): ping a connection
- * silent for a heartbeat interval; fail one silent for heartbeat_misses
- * intervals (a stopped or partitioned machine, a peer whose QP is gone), or
- * one whose oldest closure has run past opts.closure_timeout_ms (B6).
- * Rate-limited; returns the next due time (0: no checks).
- */
 /* The liveness check's actions on our connections (conn.h); the
  * connection is the first member of ours. */
 static void act_fail(struct coord_conn *k, const char *why)
@@ -470,6 +463,14 @@ static void act_ping(struct coord_conn *k, uint64_t token)
 static const struct coord_conn_act conn_act = { .fail = act_fail, .ping = act_ping };
 _Static_assert(offsetof(struct rdma_conn, conn) == 0, "the casts above");
 
+/*
+ * Liveness of @l's connections, as tcp.c's check_conns(): ping a connection
+ * silent for a heartbeat interval; fail one silent for heartbeat_misses
+ * intervals (a stopped or partitioned machine, a peer whose QP is gone), or
+ * one whose oldest closure has run past opts.closure_timeout_ms (B6).
+ * All as of the loop's last read (read_ns, conn.h).  Rate-limited; returns
+ * the next due time (0: no checks).
+ */
 static uint64_t check_conns(struct rdma_loop *l, uint64_t now)
 {
 	const struct coord_opts *o = &l->t->c->opts;

@@ -1106,12 +1106,6 @@ static void send_ping(struct tcp_conn *k, uint64_t token)
 	kick_send(k);
 }
 
-/*
- * Liveness of @l's connections (issue 4): ping a connection silent for a
- * heartbeat interval; fail one silent for heartbeat_misses intervals (a
- * stopped or partitioned machine), or one whose oldest closure has run past
- * opts.closure_timeout_ms (B6).  Rate-limited; returns the next due time.
- */
 /* The liveness check's actions on our connections (conn.h); the
  * connection is the first member of ours. */
 static void act_fail(struct coord_conn *k, const char *why)
@@ -1127,6 +1121,13 @@ static void act_ping(struct coord_conn *k, uint64_t token)
 static const struct coord_conn_act conn_act = { .fail = act_fail, .ping = act_ping };
 _Static_assert(offsetof(struct tcp_conn, conn) == 0, "the casts above");
 
+/*
+ * Liveness of @l's connections (issue 4): ping a connection silent for a
+ * heartbeat interval; fail one silent for heartbeat_misses intervals (a
+ * stopped or partitioned machine), or one whose oldest closure has run past
+ * opts.closure_timeout_ms (B6), all as of the loop's last read (read_ns,
+ * conn.h).  Rate-limited; returns the next due time.
+ */
 static uint64_t check_conns(struct tcp_loop *l, uint64_t now)
 {
 	const struct coord_opts *o = &l->t->c->opts;
