@@ -556,6 +556,40 @@ static void test_s5_done(void **state)
 	assert_int_equal(coord_done(f->c, NULL), 1);
 }
 
+/*
+ * A result is taken in while nobody waits for it: done() turns true and the
+ * value is there, although no fetch() or join() ran (over rdma, a
+ * schedule() that sends its closure itself leaves the loop's timer to
+ * reap the result, transport/rdma.c D6).  Twice: once into a sleeping loop,
+ * once right after a round trip.
+ */
+static void test_result_arrives_without_a_waiter(void **state)
+{
+	struct t_fx *f = *state;
+	uint32_t add = t_fn(f->c, "add");
+
+	for (int64_t k = 0; k < 2; k++) {
+		int64_t ab[2] = { 40, k };
+		struct coord_rv *rv;
+		const void *v;
+		size_t len;
+		int64_t x = 0;
+		int done = 0;
+
+		if (k == 0)
+			t_sleep_ns(50000000); /* the loop goes to sleep */
+		assert_int_equal(coord_schedule(f->c, add, ab, sizeof(ab), &rv, NULL), 0);
+		for (int i = 0; i < 5000 && (done = coord_done(f->c, NULL)) == 0; i++)
+			t_sleep_ns(1000000);
+		assert_int_equal(done, 1);
+		assert_int_equal(coord_rv_fetch(rv, &v, &len, NULL), 0);
+		assert_int_equal(len, sizeof(x));
+		memcpy(&x, v, sizeof(x));
+		assert_int_equal(x, 40 + k);
+		coord_rv_put(rv);
+	}
+}
+
 /* ---- S6 / S7 / B3 ------------------------------------------------------------------ */
 
 /* S6: fetch blocks until ready; fetch with a deadline times out first. */
@@ -1750,6 +1784,7 @@ int main(void)
 		T(test_s3_new_round_error_kept_while_cancelling),                                  \
 		T(test_s3_old_round_error_not_returned), T(test_s4_join_waits_for_all),            \
 		T(test_s4_join_timeout), T(test_s5_done), T(test_s6_fetch_blocks_and_times_out),   \
+		T(test_result_arrives_without_a_waiter),                                           \
 		cmocka_unit_test(test_s6_fetch_cancelled), T(test_b3_fetch_many),                  \
 		T(test_b3_schedule_many), cmocka_unit_test(test_b3_schedule_many_order),           \
 		T(test_concurrent_round_trips), T1(test_results_all_sizes),                        \

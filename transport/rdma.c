@@ -75,6 +75,18 @@
  *       schedule() itself (coord_wake_in_schedule()), never from a wake
  *       inside a round (tl_driving): a round may push (put-backs, B1
  *       dependents), and must not run another loop's round inside it.
+ *   D6  Such a schedule() leaves the CQs unarmed (not as D3) and sets the
+ *       loop's timer (tfd, in its epoll set) to twice the recent round
+ *       trip (TIMER_MIN_NS..DRIVE_MAX_NS), unless it is set already: the
+ *       fetch that usually follows drives (D2) and reaps the result, and
+ *       any driver that leaves stops the timer (after arming the CQs if
+ *       closures are still out, D3).  An armed CQ would wake the sleeping
+ *       thread on the result only to find the tok held (D4): in the rig,
+ *       0.7 context switches per round trip.  If nobody drives in time
+ *       (the caller fetches late, or only joins), the timer wakes the
+ *       thread, which takes the tok as for any other event and reaps.
+ *       tpend is the tok holder's; a thread that goes to sleep arms every
+ *       CQ and stops the timer.
  *
  *   L1  A connection's channel, buffers and slots belong to its loop; the
  *       recovery thread touches only the admission list (admit_lock) and
@@ -92,6 +104,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "runtime/internal.h"
@@ -100,6 +113,7 @@
 #include "transport/rdma_chan.h"
 
 #define DRIVE_MAX_NS 2000000ull /* a waiter's spin, at most, while results are due (D2) */
+#define TIMER_MIN_NS 100000ull	/* D6's timer, at least */
 
 struct rdma_loop;
 
@@ -119,6 +133,8 @@ struct rdma_loop {
 	pthread_t thread;
 	bool started;
 	int epfd, efd;
+	int tfd;    /* D6: a timerfd in epfd, for what a schedule() sent */
+	bool tpend; /* D6: tfd is set (the tok holder's, D1) */
 	struct rdma_conn **conns;
 	unsigned nconns, rr;
 	_Atomic bool armed;   /* asleep in epoll; the next schedule writes efd */
@@ -150,6 +166,7 @@ struct rdma_tp {
 	_Atomic int idle;	  /* connections up with nothing in flight, all loops */
 	_Atomic uint64_t rt_hint; /* the loops' rt_ns, for waiters (D2) */
 	bool no_drive;		  /* $COORD_RDMA_DRIVE=0: waiters never drive (D1) */
+	bool no_timer;		  /* $COORD_RDMA_D6=0: D5 leaves the CQs armed (D3) */
 };
 
 /* Keep rdma_tp.idle in step with @k's in-flight count (loop thread only). */
@@ -648,20 +665,47 @@ static void tok_wait(struct rdma_loop *l)
 	}
 }
 
+/* D6: @l's timer, relative @ns from now (0: stop it); the tok holder's. */
+static void timer_set(struct rdma_loop *l, uint64_t ns)
+{
+	struct itimerspec its = { .it_value = { .tv_sec = (time_t)(ns / 1000000000u),
+						.tv_nsec = (long)(ns % 1000000000u) } };
+
+	if (timerfd_settime(l->tfd, 0, &its, NULL) == 0)
+		l->tpend = ns != 0;
+}
+
 /*
  * D3: a driver leaves as the loop's thread would go to sleep: the CQs
  * armed while closures (or a PING) are out, so that their completions wake
- * the thread; a completion that is already there is reaped first.
+ * the thread; a completion that is already there is reaped first.  D6: a
+ * schedule() that sent (@sent, D5) sets the loop's timer instead, unless
+ * it is set already; any other driver stops it (the CQs armed, or nothing
+ * out).
  */
-static void drive_leave(struct rdma_loop *l)
+static void drive_leave(struct rdma_loop *l, bool sent)
 {
 	struct round ro;
 	bool out = l->inflight > 0;
 
 	for (unsigned i = 0; !out && i < l->nconns; i++)
 		out = l->conns[i]->up && l->conns[i]->ping_ns;
+	if (out && sent && !l->t->no_timer) {
+		uint64_t ns = 2 * l->rt_ns;
+
+		if (!l->tpend)
+			timer_set(l, ns < TIMER_MIN_NS	 ? TIMER_MIN_NS
+				     : ns > DRIVE_MAX_NS ? DRIVE_MAX_NS
+							 : ns);
+		if (l->tpend) {
+			tok_release(l);
+			return;
+		}
+	}
 	for (unsigned i = 0; out && i < 4 && !arm_all(l); i++)
 		loop_round(l, &ro, false);
+	if (l->tpend)
+		timer_set(l, 0);
 	tok_release(l);
 }
 
@@ -706,7 +750,7 @@ static bool rdma_drive(struct coord *c, uint64_t since, uint64_t *until)
 				break; /* nothing of ours here */
 			now = coord_now_ns();
 		}
-		drive_leave(l);
+		drive_leave(l, false);
 		tl_driving = false;
 	}
 	return drove;
@@ -724,11 +768,13 @@ static void loop_sleep(struct rdma_loop *l, const struct round *ro)
 	struct coord *c = l->t->c;
 	uint64_t next = ro->next_start;
 	struct epoll_event ev[16];
-	bool reg = false;
+	bool reg = false, timer = false;
 	int ms = -1, m;
 
 	if (!arm_all(l))
 		return;
+	if (l->tpend)
+		timer_set(l, 0); /* D6: the CQs are armed now */
 	if (ro->may_take) {
 		/* Relaxed: ordered by coord_loop_sleep()'s RMW and fence;
 		 * rdma_wake() exchanges it. */
@@ -759,6 +805,13 @@ static void loop_sleep(struct rdma_loop *l, const struct round *ro)
 
 				(void)!read(l->efd, &v, sizeof(v));
 				other = true;
+			} else if (ev[i].data.ptr == &l->tfd) {
+				uint64_t v;
+
+				/* D6: a schedule() sent and nobody reaped in time:
+				 * ours, once a driver (if any) lets go. */
+				(void)!read(l->tfd, &v, sizeof(v));
+				other = timer = true;
 			} else if ((uintptr_t)ev[i].data.ptr & 1) {
 				other = true; /* a connection event */
 			}
@@ -774,6 +827,8 @@ static void loop_sleep(struct rdma_loop *l, const struct round *ro)
 		 * still out (D3).  The CQ fds are edge-triggered, so this does
 		 * not spin. */
 	}
+	if (timer)
+		l->tpend = false; /* read: it fired; the tok is ours now */
 	if (reg) {
 		coord_loop_wake_done(c);
 		/* Relaxed: as above. */
@@ -975,6 +1030,8 @@ static void rdma_free(struct rdma_tp *t)
 			close(l->epfd);
 		if (l->efd >= 0)
 			close(l->efd);
+		if (l->tfd >= 0)
+			close(l->tfd);
 		for (struct rdma_conn *k = l->admit; k; k = k->admit_next) {
 			coord_rdma_chan_destroy(k->admit_ch); /* reconnected, never installed */
 			k->admit_ch = NULL;
@@ -1016,7 +1073,7 @@ static bool wake_drive(struct coord *c, struct rdma_tp *t)
 		tl_driving = true;
 		loop_round(l, &ro, false);
 		took = ro.took;
-		drive_leave(l);
+		drive_leave(l, true);
 		tl_driving = false;
 		if (took && coord_queue_size(c) == 0)
 			return true;
@@ -1094,6 +1151,7 @@ static int rdma_start(struct coord *c, struct coord_error *err)
 	c->tp_state = t;
 	t->copts.max_frame = c->opts.max_frame;
 	t->no_drive = getenv("COORD_RDMA_DRIVE") && !strcmp(getenv("COORD_RDMA_DRIVE"), "0");
+	t->no_timer = getenv("COORD_RDMA_D6") && !strcmp(getenv("COORD_RDMA_D6"), "0");
 	r = coord_key_load(c->opts.key_file, &t->key, err);
 	if (r < 0)
 		goto fail;
@@ -1105,11 +1163,12 @@ static int rdma_start(struct coord *c, struct coord_error *err)
 		goto fail;
 	}
 	for (unsigned i = 0; i < t->nloops; i++)
-		t->loops[i].efd = t->loops[i].epfd = -1;
+		t->loops[i].efd = t->loops[i].epfd = t->loops[i].tfd = -1;
 	for (unsigned i = 0; i < t->nloops; i++) {
 		struct rdma_loop *l = &t->loops[i];
 		unsigned nconn = (c->nworkers - i + t->nloops - 1) / t->nloops;
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = l };
+		struct epoll_event tev = { .events = EPOLLIN, .data.ptr = &l->tfd };
 
 		l->t = t;
 		pthread_mutex_init(&l->admit_lock, NULL);
@@ -1118,12 +1177,14 @@ static int rdma_start(struct coord *c, struct coord_error *err)
 		l->d->tp = l;
 		l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		l->epfd = epoll_create1(EPOLL_CLOEXEC);
+		l->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 		l->conns = calloc(nconn, sizeof(*l->conns));
 		l->batch = calloc(c->opts.batch, sizeof(*l->batch));
 		l->done_cap = c->opts.batch;
 		l->done = calloc(l->done_cap, sizeof(*l->done));
-		if (l->efd < 0 || l->epfd < 0 || !l->conns || !l->batch || !l->done ||
-		    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->efd, &ev) < 0) {
+		if (l->efd < 0 || l->epfd < 0 || l->tfd < 0 || !l->conns || !l->batch || !l->done ||
+		    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->efd, &ev) < 0 ||
+		    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->tfd, &tev) < 0) {
 			r = coord_seterr(err, COORD_ENOMEM, "no memory for an event loop");
 			goto fail;
 		}

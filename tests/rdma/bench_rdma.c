@@ -5,8 +5,14 @@
  * transport (--transport tcp on 127.0.0.1, --transport rdma on
  * $RDMA_TEST_ADDR, default 10.0.2.15), a coordinator of one worker each,
  * the tests' `add` function (16 B of arguments, 8 B of result).
- *   round trip  one closure at a time: schedule + fetch + put, N samples;
- *               p50 / p99 / mean.
+ *   chan_pingpong  (rdma) a PING frame and its PONG over coord's channel
+ *               (transport/rdma_chan.c) between two threads of this
+ *               process: the round trip below the coordinator.
+ *   round trip  one closure at a time: schedule + fetch + put, N samples
+ *               in 5 rounds; p50 / p99 / mean, and this process's context
+ *               switches per closure.  With -p PERFTEST_PAIR_SH, over rdma,
+ *               perftest's ib_send_lat runs after each round, and the
+ *               median of the rounds' ratios is printed.
  *   throughput  F = 64 RemoteValues in flight (a sliding window) for T s;
  *               closures/s.
  * Checks (exit 1 on a discrepancy, never on speed): every fetch returns the
@@ -18,8 +24,11 @@
  *               256 floats of a 64 x 1024 one, a chain of three READs.
  *               Five rounds of N each, alternating with raw_read:
  *               one RDMA READ of as many bytes on a channel of this process
- *               (what ib_read_lat measures), and the ratio of the p50s.
- * Exit 77 without an RDMA device.  Usage: bench_rdma [-n N] [-s SECS]
+ *               (what ib_read_lat measures), and the ratio of the p50s;
+ *               with -p, ib_read_lat of as many bytes after each round
+ *               too, and the median of the rounds' ratios.
+ * Exit 77 without an RDMA device.
+ * Usage: bench_rdma [-n N] [-s SECS] [-t tcp|rdma|chan] [-p PERFTEST_PAIR_SH]
  * (COORD_WORKER_BIN, COORD_TESTFNS, COORD_PS_BIN as for the tests).
  */
 #include <stdarg.h>
@@ -29,6 +38,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +49,51 @@
 #include "runtime/internal.h"
 #include "transport/rdma_chan.h"
 #include "../helpers.h"
+
+#define ROUNDS 5
+
+/* -p: perftest_pair.sh, run beside each round (NULL: no baseline rows). */
+static const char *perftest_sh;
+
+/*
+ * The typical latency (us) that perftest's @tool prints for @iters
+ * iterations of @bytes (0: its default size), run now, between two of our
+ * rounds, by perftest_pair.sh; 0 if it is not there or failed.
+ */
+static double perftest(const char *tool, unsigned iters, unsigned bytes)
+{
+	char cmd[512], line[512], sz[32] = "";
+	double us = 0;
+	FILE *f;
+
+	if (!perftest_sh)
+		return 0;
+	if (bytes)
+		snprintf(sz, sizeof(sz), " -s %u", bytes);
+	snprintf(cmd, sizeof(cmd), "sh %s %s -n %u%s 2>&1", perftest_sh, tool, iters, sz);
+	f = popen(cmd, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		const char *p = strstr(line, "t_typical ");
+
+		if (!strncmp(line, "SUMMARY ", 8) && p)
+			us = atof(p + strlen("t_typical "));
+	}
+	if (pclose(f) != 0)
+		us = 0;
+	if (us <= 0)
+		printf("bench_rdma: %s did not run (%s): no baseline beside this row\n", tool,
+		       perftest_sh);
+	return us;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -77,22 +132,61 @@ static int run(const char *tp, unsigned n, double secs)
 	}
 	c = t_coord(reg, 1, COORD_RING_DEFAULT);
 	add = t_fn(c, "add");
-	for (unsigned i = 0; i < 200 + n; i++) { /* 200 warm-up calls */
+	/* ROUNDS rounds of n / ROUNDS; over rdma with -p, ib_send_lat runs
+	 * after each (the same machine, moments apart: TCG's speed drifts). */
+	unsigned per = n / ROUNDS, k = 0;
+	uint64_t r50[ROUNDS];
+	double base[ROUNDS], ratio[ROUNDS];
+	struct rusage ru0, ru1;
+	long cs = 0;
+	bool pt = perftest_sh && !strcmp(tp, "rdma");
+
+	for (unsigned i = 0; i < 200; i++) { /* warm-up */
 		int64_t ab[2] = { i, 1 };
 		struct coord_rv *rv;
-		uint64_t a = t_now_ns();
 
 		bad |= coord_schedule(c, add, ab, sizeof(ab), &rv, NULL) != 0;
 		bad |= fetch_check(rv, (int64_t)i + 1) != 0;
-		if (i >= 200)
-			lat[i - 200] = t_now_ns() - a;
 	}
+	for (k = 0; k < ROUNDS; k++) {
+		getrusage(RUSAGE_SELF, &ru0);
+		for (unsigned i = k * per; i < (k + 1) * per; i++) {
+			int64_t ab[2] = { i, 1 };
+			struct coord_rv *rv;
+			uint64_t a = t_now_ns();
+
+			bad |= coord_schedule(c, add, ab, sizeof(ab), &rv, NULL) != 0;
+			bad |= fetch_check(rv, (int64_t)i + 1) != 0;
+			lat[i] = t_now_ns() - a;
+		}
+		getrusage(RUSAGE_SELF, &ru1);
+		cs += (ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw);
+		qsort(lat + k * per, per, sizeof(*lat), cmp_u64);
+		r50[k] = lat[k * per + per / 2];
+		base[k] = pt ? perftest("ib_send_lat", per, 0) : 0;
+		ratio[k] = base[k] > 0 ? r50[k] / 1e3 / base[k] : 0;
+	}
+	n = per * ROUNDS;
 	qsort(lat, n, sizeof(*lat), cmp_u64);
 	for (unsigned i = 0; i < n; i++)
 		mean += (double)lat[i] / n;
+	/* context switches of this process (its threads: the caller, the
+	 * loop's) per round trip: a wake-up on the path shows here */
 	printf("SUMMARY transport=%s workload=round_trip n=%u p50_us=%.1f p99_us=%.1f "
-	       "mean_us=%.1f\n",
-	       tp, n, lat[n / 2] / 1e3, lat[n * 99 / 100] / 1e3, mean / 1e3);
+	       "mean_us=%.1f csw_per_call=%.2f\n",
+	       tp, n, lat[n / 2] / 1e3, lat[n * 99 / 100] / 1e3, mean / 1e3, (double)cs / n);
+	if (pt && base[0] > 0 && base[ROUNDS - 1] > 0) {
+		qsort(base, ROUNDS, sizeof(base[0]), cmp_dbl);
+		qsort(ratio, ROUNDS, sizeof(ratio[0]), cmp_dbl);
+		qsort(r50, ROUNDS, sizeof(r50[0]), cmp_u64);
+		/* ib_send_lat's t_typical is half its ping-pong (perftest's
+		 * rtt_factor 2 for SEND): a closure's round trip is two SENDs */
+		printf("SUMMARY transport=rdma workload=round_trip_vs_ib_send_lat rounds=%ux%u "
+		       "p50_us=%.1f..%.1f ib_send_lat_t_typical_us=%.1f..%.1f "
+		       "ratio_to_t_typical=%.2f (%.2f..%.2f) ratio_to_verbs_round_trip=%.2f\n",
+		       ROUNDS, per, r50[0] / 1e3, r50[ROUNDS - 1] / 1e3, base[0], base[ROUNDS - 1],
+		       ratio[ROUNDS / 2], ratio[0], ratio[ROUNDS - 1], ratio[ROUNDS / 2] / 2);
+	}
 	t0 = t_now_ns();
 	while (t_now_ns() - t0 < (uint64_t)(secs * 1e9) || done < sched) {
 		int64_t ab[2] = { (int64_t)sched, 2 };
@@ -196,7 +290,85 @@ out:
 	return r;
 }
 
-#define ROUNDS 5
+static void *echo_main(void *arg)
+{
+	struct acc *a = arg;
+	struct coord_wire_hdr h;
+	const uint8_t *pl;
+	uint8_t buf[64];
+	struct coord_wire_writer w;
+	uint64_t tok;
+
+	a->r = coord_rdma_accept(a->l, 10000, &a->ch, NULL);
+	while (a->r == 0 && coord_rdma_chan_read(a->ch, 10000, 1000, &h, &pl) == 0) {
+		if (coord_wire_get_ping(&h, pl, &tok) < 0)
+			break;
+		coord_wire_writer_init(&w, buf, sizeof(buf));
+		coord_wire_put_ping(&w, COORD_WIRE_PONG, tok);
+		if (coord_rdma_chan_send(a->ch, buf, w.len, 5000) < 0)
+			break;
+	}
+	return NULL;
+}
+
+/* p50 (ns) of @n frame ping-pongs over coord's channel (no coordinator):
+ * what a closure's round trip costs below the coordinator. */
+static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
+{
+	struct coord_rdma_chan *c = NULL;
+	struct acc a = { 0 };
+	uint64_t *lat = calloc(n, sizeof(*lat));
+	struct coord_wire_writer w;
+	struct coord_wire_hdr h;
+	const uint8_t *pl;
+	uint8_t buf[64];
+	unsigned port;
+	pthread_t th;
+	char hp[96];
+	int r = -1;
+
+	t_transport = "rdma"; /* t_addr(): the RDMA device's address */
+	snprintf(hp, sizeof(hp), "%s:0", t_addr());
+	if (!lat || coord_rdma_listen(hp, NULL, &a.l, &port, NULL) < 0)
+		goto out;
+	snprintf(hp, sizeof(hp), "%s:%u", t_addr(), port);
+	pthread_create(&th, NULL, echo_main, &a);
+	r = coord_rdma_connect(hp, NULL, 10000, &c, NULL);
+	for (unsigned i = 0; i < n + 200 && r == 0; i++) {
+		uint64_t t0 = t_now_ns(), tok;
+
+		coord_wire_writer_init(&w, buf, sizeof(buf));
+		coord_wire_put_ping(&w, COORD_WIRE_PING, i);
+		r = coord_rdma_chan_send(c, buf, w.len, 5000);
+		if (r == 0)
+			r = coord_rdma_chan_read(c, 5000, 1000, &h, &pl);
+		if (r == 0 && (coord_wire_get_ping(&h, pl, &tok) < 0 || tok != i)) {
+			printf("bench_rdma: chan_pingpong: reply %u type %u len %u tok %llu\n", i,
+			       h.type, h.len, (unsigned long long)tok);
+			r = -1;
+		}
+		if (i >= 200)
+			lat[i - 200] = t_now_ns() - t0;
+	}
+	coord_rdma_chan_destroy(c);
+	c = NULL;
+	pthread_join(th, NULL);
+	if (r != 0 || a.r != 0)
+		printf("bench_rdma: chan_pingpong: client %d, server accept %d\n", r, a.r);
+	if (r == 0 && a.r == 0) {
+		qsort(lat, n, sizeof(*lat), cmp_u64);
+		*p50 = lat[n / 2];
+		*p99 = lat[n * 99 / 100];
+	} else {
+		r = -1;
+	}
+out:
+	coord_rdma_chan_destroy(c);
+	coord_rdma_chan_destroy(a.ch);
+	coord_rdma_listener_destroy(a.l);
+	free(lat);
+	return r;
+}
 
 static int run_var_read(unsigned n)
 {
@@ -258,6 +430,7 @@ static int run_var_read(unsigned n)
 		/* ROUNDS rounds, each N var reads then N raw reads, so both see
 		 * the same (shared, noisy) machine; medians of the rounds' p50s */
 		uint64_t v50[ROUNDS], v99[ROUNDS], q50[ROUNDS], q99[ROUNDS];
+		double ib[ROUNDS], ibr[ROUNDS];
 
 		for (unsigned k = 0; !bad && k < ROUNDS; k++) {
 			a.pad = n;
@@ -272,6 +445,8 @@ static int run_var_read(unsigned n)
 			v50[k] = out[0];
 			v99[k] = out[1];
 			bad |= raw_read(floats * 4, n, &q50[k], &q99[k]) != 0;
+			ib[k] = perftest("ib_read_lat", n, (unsigned)floats * 4);
+			ibr[k] = ib[k] > 0 ? v50[k] / 1e3 / ib[k] : 0;
 		}
 		if (bad)
 			break;
@@ -289,6 +464,15 @@ static int run_var_read(unsigned n)
 		       "p99_us=%.1f var_read_over_raw_p50=%.2f\n",
 		       (unsigned long long)floats * 4, ROUNDS, n, r50 / 1e3, r99 / 1e3,
 		       r50 ? (double)v50[ROUNDS / 2] / (double)r50 : 0.0);
+		if (perftest_sh && ib[0] > 0 && ib[ROUNDS - 1] > 0) {
+			qsort(ib, ROUNDS, sizeof(ib[0]), cmp_dbl);
+			qsort(ibr, ROUNDS, sizeof(ibr[0]), cmp_dbl);
+			printf("SUMMARY transport=rdma workload=var_read_vs_ib_read_lat var=%s "
+			       "bytes=%llu ib_read_lat_t_typical_us=%.1f (%.1f..%.1f) "
+			       "var_read_over_ib_read_lat=%.2f (%.2f..%.2f)\n",
+			       vars[vi].name, (unsigned long long)floats * 4, ib[ROUNDS / 2], ib[0],
+			       ib[ROUNDS - 1], ibr[ROUNDS / 2], ibr[0], ibr[ROUNDS - 1]);
+		}
 	}
 	if (c) {
 		bad |= coord_join(c, NULL) != 0;
@@ -310,8 +494,10 @@ int main(int argc, char **argv)
 	const char *only = NULL; /* -t tcp | rdma: that transport's rows only */
 	int opt, bad = 0;
 
-	while ((opt = getopt(argc, argv, "n:s:t:")) != -1) {
-		if (opt == 'n')
+	while ((opt = getopt(argc, argv, "n:p:s:t:")) != -1) {
+		if (opt == 'p')
+			perftest_sh = optarg;
+		else if (opt == 'n')
 			n = (unsigned)atoi(optarg);
 		else if (opt == 's')
 			secs = atof(optarg);
@@ -320,8 +506,8 @@ int main(int argc, char **argv)
 		else
 			return 2;
 	}
-	if (n < 100)
-		n = 100;
+	if (n < 100 * ROUNDS)
+		n = 100 * ROUNDS;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	t_watchdog(240);
 	if (coord_rdma_available(&err) < 0) {
@@ -333,6 +519,14 @@ int main(int argc, char **argv)
 	       "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
 	if (!only || !strcmp(only, "tcp"))
 		bad |= run("tcp", n, secs);
+	if (!only || !strcmp(only, "rdma") || !strcmp(only, "chan")) {
+		uint64_t p50 = 0, p99 = 0;
+
+		bad |= chan_pingpong(n, &p50, &p99) != 0;
+		printf("SUMMARY transport=rdma workload=chan_pingpong n=%u p50_us=%.1f "
+		       "p99_us=%.1f\n",
+		       n, p50 / 1e3, p99 / 1e3);
+	}
 	if (!only || !strcmp(only, "rdma"))
 		bad |= run("rdma", n, secs);
 	if (getenv("COORD_PS_BIN") && (!only || !strcmp(only, "rdma")))
