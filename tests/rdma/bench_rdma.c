@@ -229,8 +229,26 @@ static int run(const char *tp, unsigned n, double secs)
 struct acc {
 	struct coord_rdma_listener *l;
 	struct coord_rdma_chan *ch;
+	pthread_t th;
+	bool started; /* th runs: join it */
 	int r;
 };
+
+/* A channel pair on this host's RDMA address: @srv (a thread) accepts
+ * into a->ch while we connect *@c.  Return: coord_rdma_connect()'s. */
+static int pair_open(struct acc *a, void *(*srv)(void *), struct coord_rdma_chan **c)
+{
+	unsigned port;
+	char hp[96];
+
+	t_transport = "rdma"; /* t_addr(): the RDMA device's address */
+	snprintf(hp, sizeof(hp), "%s:0", t_addr());
+	if (coord_rdma_listen(hp, NULL, &a->l, &port, NULL) < 0)
+		return -1;
+	snprintf(hp, sizeof(hp), "%s:%u", t_addr(), port);
+	a->started = pthread_create(&a->th, NULL, srv, a) == 0;
+	return a->started ? coord_rdma_connect(hp, NULL, 10000, c, NULL) : -1;
+}
 
 static void *accept_main(void *arg)
 {
@@ -250,18 +268,13 @@ static int raw_read(size_t bytes, unsigned n, uint64_t *p50, uint64_t *p99)
 	struct acc a = { 0 };
 	uint64_t *lat = calloc(n, sizeof(*lat)), raddr;
 	uint32_t rkey;
-	unsigned port;
-	pthread_t th;
-	char hp[96];
 	int r = -1;
 
-	snprintf(hp, sizeof(hp), "%s:0", t_addr());
-	if (!lat || coord_rdma_listen(hp, NULL, &a.l, &port, NULL) < 0)
+	if (!lat)
 		goto out;
-	snprintf(hp, sizeof(hp), "%s:%u", t_addr(), port);
-	pthread_create(&th, NULL, accept_main, &a);
-	r = coord_rdma_connect(hp, NULL, 10000, &c, NULL);
-	pthread_join(th, NULL);
+	r = pair_open(&a, accept_main, &c);
+	if (a.started)
+		pthread_join(a.th, NULL);
 	if (r < 0 || a.r < 0 || coord_rdma_reg(a.ch, remote, sizeof(remote), true, &rm) < 0 ||
 	    coord_rdma_reg(c, local, sizeof(local), false, &lm) < 0) {
 		r = -1;
@@ -322,18 +335,11 @@ static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
 	struct coord_wire_hdr h;
 	const uint8_t *pl;
 	uint8_t buf[64];
-	unsigned port;
-	pthread_t th;
-	char hp[96];
 	int r = -1;
 
-	t_transport = "rdma"; /* t_addr(): the RDMA device's address */
-	snprintf(hp, sizeof(hp), "%s:0", t_addr());
-	if (!lat || coord_rdma_listen(hp, NULL, &a.l, &port, NULL) < 0)
+	if (!lat)
 		goto out;
-	snprintf(hp, sizeof(hp), "%s:%u", t_addr(), port);
-	pthread_create(&th, NULL, echo_main, &a);
-	r = coord_rdma_connect(hp, NULL, 10000, &c, NULL);
+	r = pair_open(&a, echo_main, &c);
 	for (unsigned i = 0; i < n + 200 && r == 0; i++) {
 		uint64_t t0 = t_now_ns(), tok;
 
@@ -352,7 +358,8 @@ static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
 	}
 	coord_rdma_chan_destroy(c);
 	c = NULL;
-	pthread_join(th, NULL);
+	if (a.started)
+		pthread_join(a.th, NULL);
 	if (r != 0 || a.r != 0)
 		printf("bench_rdma: chan_pingpong: client %d, server accept %d\n", r, a.r);
 	if (r == 0 && a.r == 0) {
