@@ -1505,3 +1505,14 @@ int coord_rdma_read(struct coord_rdma_chan *ch, struct coord_rdma_mr *local, siz
 
 	return coord_rdma_readv(ch, local, &seg, 1, timeout_ms);
 }
+
+void coord_rdma_chan_verbs(struct coord_rdma_chan *ch, struct coord_rdma_mr *mr, struct ibv_qp **qp,
+			   struct ibv_cq **cq, struct ibv_mr **vmr)
+{
+	if (qp)
+		*qp = ch ? ch->id->qp : NULL;
+	if (cq)
+		*cq = ch ? ch->cq : NULL;
+	if (vmr)
+		*vmr = mr ? mr->mr : NULL;
+}

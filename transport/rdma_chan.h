@@ -402,4 +402,21 @@ struct coord_rdma_rseg {
 COORD_HIDDEN int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
 				  const struct coord_rdma_rseg *seg, unsigned n, int timeout_ms);
 
+/**
+ * coord_rdma_chan_verbs() - @ch's queue pair and completion queue, and
+ * @mr's verbs region, for a benchmark that times bare verbs on the same
+ * queue pair beside the channel (tests/rdma/bench_rdma.c -t read).
+ *
+ * The caller may post a signalled request and reap its completion itself
+ * only while nothing else uses @ch and no request of the channel is
+ * outstanding (after the channel's own call returned); the channel then
+ * never sees those completions.  Any argument may be NULL.
+ */
+struct ibv_qp;
+struct ibv_cq;
+struct ibv_mr;
+COORD_HIDDEN void coord_rdma_chan_verbs(struct coord_rdma_chan *ch, struct coord_rdma_mr *mr,
+					struct ibv_qp **qp, struct ibv_cq **cq,
+					struct ibv_mr **vmr);
+
 #endif /* COORD_TRANSPORT_RDMA_CHAN_H */

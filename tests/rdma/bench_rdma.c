@@ -28,7 +28,17 @@
  *               with -p, ib_read_lat of as many bytes after each round
  *               too, and the median of the rounds' ratios.
  * Exit 77 without an RDMA device.
- * Usage: bench_rdma [-n N] [-s SECS] [-t tcp|rdma|chan] [-p PERFTEST_PAIR_SH]
+ *   read_floor  before any coordinator starts (-t read: only this): per
+ *               round, N READs of 4 (then 1024) bytes through the channel
+ *               (coord_rdma_read()) and N bare ones on the same queue pair
+ *               (one ibv_post_send(), then ib_read_lat's own loop of
+ *               ibv_poll_cq()), then ib_read_lat: what the channel's
+ *               wait adds to a READ, with nothing else of coord running.
+ *               var_read rows also print the coordinator process's CPU
+ *               use while it waits for the reading closure (a share of
+ *               one CPU): an idle coordinator must leave the CPUs to the
+ *               worker and the rxe device.
+ * Usage: bench_rdma [-n N] [-s SECS] [-t tcp|rdma|chan|read] [-p PERFTEST_PAIR_SH]
  * (COORD_WORKER_BIN, COORD_TESTFNS, COORD_PS_BIN as for the tests).
  */
 #include <stdarg.h>
@@ -45,6 +55,7 @@
 #include <unistd.h>
 
 #include <coord/var.h>
+#include <infiniband/verbs.h>
 
 #include "runtime/internal.h"
 #include "transport/rdma_chan.h"
@@ -258,9 +269,49 @@ static void *accept_main(void *arg)
 	return NULL;
 }
 
+/* One signalled RDMA READ of @bytes posted on @ch's queue pair and its
+ * completion reaped with a bare ibv_poll_cq() loop, as ib_read_lat does
+ * (coord_rdma_chan_verbs()); 0, or -1 on any failure. */
+static int bare_read(struct coord_rdma_chan *ch, struct coord_rdma_mr *lm, uint64_t raddr,
+		     uint32_t rkey, size_t bytes)
+{
+	struct ibv_qp *qp;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_wc wc;
+	uint64_t end = t_now_ns() + 5000000000ull;
+	int k;
+
+	coord_rdma_chan_verbs(ch, lm, &qp, &cq, &mr);
+	memset(&wr, 0, sizeof(wr));
+	sge.addr = (uintptr_t)mr->addr;
+	sge.length = (uint32_t)bytes;
+	sge.lkey = mr->lkey;
+	wr.wr_id = UINT64_MAX;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_READ;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (ibv_post_send(qp, &wr, &bad))
+		return -1;
+	for (unsigned i = 0;; i++) {
+		k = ibv_poll_cq(cq, 1, &wc);
+		if (k)
+			break;
+		if ((i & 1023) == 1023 && t_now_ns() > end)
+			return -1;
+	}
+	return k == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == UINT64_MAX ? 0 : -1;
+}
+
 /* p50/p99 (ns) of @n single RDMA READs of @bytes over a channel of this
- * process: the baseline of one READ round trip (ib_read_lat's measure). */
-static int raw_read(size_t bytes, unsigned n, uint64_t *p50, uint64_t *p99)
+ * process: the baseline of one READ round trip (ib_read_lat's measure).
+ * @bare: each READ by bare_read() on the channel's queue pair instead. */
+static int raw_read(size_t bytes, unsigned n, bool bare, uint64_t *p50, uint64_t *p99)
 {
 	static uint8_t remote[8192], local[8192];
 	struct coord_rdma_mr *rm = NULL, *lm = NULL;
@@ -284,7 +335,8 @@ static int raw_read(size_t bytes, unsigned n, uint64_t *p50, uint64_t *p99)
 	for (unsigned i = 0; i < n + 200 && r == 0; i++) {
 		uint64_t t0 = t_now_ns();
 
-		r = coord_rdma_read(c, lm, 0, raddr, rkey, bytes, 5000);
+		r = bare ? bare_read(c, lm, raddr, rkey, bytes)
+			 : coord_rdma_read(c, lm, 0, raddr, rkey, bytes, 5000);
 		if (i >= 200)
 			lat[i - 200] = t_now_ns() - t0;
 	}
@@ -377,6 +429,59 @@ out:
 	return r;
 }
 
+/* CPU time (user + system) in @ru, in microseconds. */
+static double cpu_us(const struct rusage *ru)
+{
+	return (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1e6 +
+	       (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec);
+}
+
+/* Median of @n values (sorts them). */
+static double median_dbl(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(v[0]), cmp_dbl);
+	return v[n / 2];
+}
+
+/*
+ * -t read: where a READ's time goes, with nothing else of coord running.
+ * ROUNDS rounds, each N READs of @bytes through the channel
+ * (coord_rdma_read()), N bare ones on the same queue pair (bare_read()),
+ * then ib_read_lat -s @bytes (with -p); medians of the rounds.
+ */
+static int run_read_floor(unsigned n, unsigned bytes)
+{
+	double chan[ROUNDS], bare[ROUNDS], ib[ROUNDS], cb[ROUNDS], ci[ROUNDS], bi[ROUNDS];
+	unsigned ni = 0;
+
+	for (unsigned k = 0; k < ROUNDS; k++) {
+		uint64_t c50 = 0, b50 = 0, p99 = 0;
+
+		if (raw_read(bytes, n, false, &c50, &p99) || raw_read(bytes, n, true, &b50, &p99)) {
+			printf("bench_rdma: FAIL: a READ failed\n");
+			return 1;
+		}
+		chan[k] = c50 / 1e3;
+		bare[k] = b50 / 1e3;
+		cb[k] = chan[k] / bare[k];
+		ib[ni] = perftest("ib_read_lat", n, bytes);
+		if (ib[ni] > 0) {
+			ci[ni] = chan[k] / ib[ni];
+			bi[ni] = bare[k] / ib[ni];
+			ni++;
+		}
+	}
+	printf("SUMMARY transport=rdma workload=read_floor bytes=%u n=%ux%u chan_p50_us=%.1f "
+	       "bare_p50_us=%.1f chan_over_bare=%.2f",
+	       bytes, ROUNDS, n, median_dbl(chan, ROUNDS), median_dbl(bare, ROUNDS),
+	       median_dbl(cb, ROUNDS));
+	if (ni)
+		printf(" ib_read_lat_us=%.1f chan_over_ib_read_lat=%.2f bare_over_ib_read_lat=%.2f",
+		       median_dbl(ib, ni), median_dbl(ci, ni), median_dbl(bi, ni));
+	printf("\n");
+	return 0;
+}
+
 static int run_var_read(unsigned n)
 {
 	const char *bin = getenv("COORD_PS_BIN");
@@ -439,7 +544,13 @@ static int run_var_read(unsigned n)
 		uint64_t v50[ROUNDS], v99[ROUNDS], q50[ROUNDS], q99[ROUNDS];
 		double ib[ROUNDS], ibr[ROUNDS];
 
+		double busy[ROUNDS];
+
 		for (unsigned k = 0; !bad && k < ROUNDS; k++) {
+			struct rusage ru0, ru1;
+			uint64_t t0 = t_now_ns();
+
+			getrusage(RUSAGE_SELF, &ru0);
 			a.pad = n;
 			bad |= coord_schedule(c, t_fn(c, "var_read_lat"), &a, sizeof(a), &rv,
 					      NULL) != 0 ||
@@ -447,11 +558,13 @@ static int run_var_read(unsigned n)
 			       len != sizeof(out);
 			if (bad)
 				break;
+			getrusage(RUSAGE_SELF, &ru1);
+			busy[k] = (cpu_us(&ru1) - cpu_us(&ru0)) * 1e3 / (double)(t_now_ns() - t0);
 			memcpy(out, p, sizeof(out));
 			coord_rv_put(rv);
 			v50[k] = out[0];
 			v99[k] = out[1];
-			bad |= raw_read(floats * 4, n, &q50[k], &q99[k]) != 0;
+			bad |= raw_read(floats * 4, n, false, &q50[k], &q99[k]) != 0;
 			ib[k] = perftest("ib_read_lat", n, (unsigned)floats * 4);
 			ibr[k] = ib[k] > 0 ? v50[k] / 1e3 / ib[k] : 0;
 		}
@@ -464,9 +577,9 @@ static int run_var_read(unsigned n)
 		r50 = q50[ROUNDS / 2];
 		r99 = q99[ROUNDS / 2];
 		printf("SUMMARY transport=rdma workload=var_read one_sided=%s var=%s floats=%llu "
-		       "n=%ux%u p50_us=%.1f p99_us=%.1f\n",
+		       "n=%ux%u p50_us=%.1f p99_us=%.1f coordinator_cpu_while_waiting=%.2f\n",
 		       vars[vi].how, vars[vi].name, (unsigned long long)floats, ROUNDS, n,
-		       v50[ROUNDS / 2] / 1e3, v99[ROUNDS / 2] / 1e3);
+		       v50[ROUNDS / 2] / 1e3, v99[ROUNDS / 2] / 1e3, median_dbl(busy, ROUNDS));
 		printf("SUMMARY transport=rdma workload=raw_read bytes=%llu n=%ux%u p50_us=%.1f "
 		       "p99_us=%.1f var_read_over_raw_p50=%.2f\n",
 		       (unsigned long long)floats * 4, ROUNDS, n, r50 / 1e3, r99 / 1e3,
@@ -534,6 +647,10 @@ int main(int argc, char **argv)
 		       "p99_us=%.1f\n",
 		       n, p50 / 1e3, p99 / 1e3);
 	}
+	/* Before any coordinator starts: nothing else of coord running. */
+	if (!only || !strcmp(only, "rdma") || !strcmp(only, "read"))
+		bad |= run_read_floor(n / 2 < 200 ? 200 : n / 2, 4) ||
+		       run_read_floor(n / 2 < 200 ? 200 : n / 2, 1024);
 	if (!only || !strcmp(only, "rdma"))
 		bad |= run("rdma", n, secs);
 	if (getenv("COORD_PS_BIN") && (!only || !strcmp(only, "rdma")))
