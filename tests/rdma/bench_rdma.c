@@ -27,7 +27,6 @@
  *               (what ib_read_lat measures), and the ratio of the p50s;
  *               with -p, ib_read_lat of as many bytes after each round
  *               too, and the median of the rounds' ratios.
- * Exit 77 without an RDMA device.
  *   read_floor  before any coordinator starts (-t read: only this): per
  *               round, N READs of 4 (then 1024) bytes through the channel
  *               (coord_rdma_read()) and N bare ones on the same queue pair
@@ -38,6 +37,7 @@
  *               use while it waits for the reading closure (a share of
  *               one CPU): an idle coordinator must leave the CPUs to the
  *               worker and the rxe device.
+ * Exit 77 without an RDMA device.
  * Usage: bench_rdma [-n N] [-s SECS] [-t tcp|rdma|chan|read] [-p PERFTEST_PAIR_SH]
  * (COORD_WORKER_BIN, COORD_TESTFNS, COORD_PS_BIN as for the tests).
  */
@@ -444,7 +444,7 @@ static double median_dbl(double *v, unsigned n)
 }
 
 /*
- * -t read: where a READ's time goes, with nothing else of coord running.
+ * read_floor: where a READ's time goes, with nothing else of coord running.
  * ROUNDS rounds, each N READs of @bytes through the channel
  * (coord_rdma_read()), N bare ones on the same queue pair (bare_read()),
  * then ib_read_lat -s @bytes (with -p); medians of the rounds.
@@ -542,9 +542,7 @@ static int run_var_read(unsigned n)
 		/* ROUNDS rounds, each N var reads then N raw reads, so both see
 		 * the same (shared, noisy) machine; medians of the rounds' p50s */
 		uint64_t v50[ROUNDS], v99[ROUNDS], q50[ROUNDS], q99[ROUNDS];
-		double ib[ROUNDS], ibr[ROUNDS];
-
-		double busy[ROUNDS];
+		double ib[ROUNDS], ibr[ROUNDS], busy[ROUNDS];
 
 		for (unsigned k = 0; !bad && k < ROUNDS; k++) {
 			struct rusage ru0, ru1;
