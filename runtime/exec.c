@@ -75,19 +75,12 @@ static int res_get(struct coord_exec_env *env, struct coord_ctx *ctx, const stru
 	return 0;
 }
 
-int coord_exec(struct coord_exec_env *env, const struct coord_exec_call *call,
-	       coord_result_buf_t result_buf, void *sink, struct coord_ctx *ctx, int *cause)
+int coord_exec_slow(struct coord_exec_env *env, const struct coord_exec_call *call,
+		    coord_result_buf_t result_buf, void *sink, struct coord_ctx *ctx, int *cause)
 {
 	int r;
 
-	ctx->env = env;
-	ctx->call = call;
-	ctx->result_buf = result_buf;
-	ctx->sink = sink;
-	ctx->has_msg = 0;
-	ctx->ps_failed = 0;
-	ctx->in_cur.i = 0;
-	ctx->in_cur.p = NULL;
+	coord_exec_ctx_init(ctx, env, call, result_buf, sink);
 	*cause = 0;
 	if (call->fn >= env->reg->n || !env->reg->fns[call->fn].fn) {
 		snprintf(ctx->msg, sizeof(ctx->msg), "worker %d has no function %u", env->worker,
@@ -104,14 +97,7 @@ int coord_exec(struct coord_exec_env *env, const struct coord_exec_call *call,
 			return COORD_EINPUT;
 		}
 	}
-	r = env->reg->fns[call->fn].fn(ctx, call->args, call->len);
-	if (r < 0 && ctx->ps_failed) {
-		/* It failed after a ps could not be reached: a ps failure
-		 * (S11), whatever code the function passed on. */
-		*cause = ctx->ps_failed;
-		return COORD_EUNAVAILABLE;
-	}
-	return r < 0 ? r : 0;
+	return coord_exec_run(env->reg->fns[call->fn].fn, call, ctx, cause);
 }
 
 void coord_exec_env_fini(struct coord_exec_env *env)

@@ -591,11 +591,58 @@ struct coord_ctx {
  * resources first (S9), then call the function; its result goes through
  * @result_buf(@sink, len).  Returns the function's code, or COORD_EINPUT
  * with *cause and @ctx->msg set, or COORD_ENOFN for an index that is not a
- * function here.
+ * function here.  The common call (a known function, no per-worker
+ * arguments) runs inline here; the rest in coord_exec_slow().
  */
-COORD_HIDDEN int coord_exec(struct coord_exec_env *env, const struct coord_exec_call *call,
-			    coord_result_buf_t result_buf, void *sink, struct coord_ctx *ctx,
-			    int *cause);
+COORD_HIDDEN int coord_exec_slow(struct coord_exec_env *env, const struct coord_exec_call *call,
+				 coord_result_buf_t result_buf, void *sink, struct coord_ctx *ctx,
+				 int *cause);
+
+static inline void coord_exec_ctx_init(struct coord_ctx *ctx, struct coord_exec_env *env,
+				       const struct coord_exec_call *call,
+				       coord_result_buf_t result_buf, void *sink)
+{
+	ctx->env = env;
+	ctx->call = call;
+	ctx->result_buf = result_buf;
+	ctx->sink = sink;
+	ctx->has_msg = 0;
+	ctx->ps_failed = 0;
+	ctx->in_cur.i = 0;
+	ctx->in_cur.p = NULL;
+}
+
+/* Call function @f of @call in @ctx, made by coord_exec_ctx_init(). */
+static inline int coord_exec_run(coord_fn_t f, const struct coord_exec_call *call,
+				 struct coord_ctx *ctx, int *cause)
+{
+	int r = f(ctx, call->args, call->len);
+
+	if (likely(r >= 0))
+		return 0;
+	if (ctx->ps_failed) {
+		/* It failed after a ps could not be reached: a ps failure
+		 * (S11), whatever code the function passed on. */
+		*cause = ctx->ps_failed;
+		return COORD_EUNAVAILABLE;
+	}
+	return r;
+}
+
+static inline int coord_exec(struct coord_exec_env *env, const struct coord_exec_call *call,
+			     coord_result_buf_t result_buf, void *sink, struct coord_ctx *ctx,
+			     int *cause)
+{
+	const struct coord_registry *reg = env->reg;
+	coord_fn_t f;
+
+	if (unlikely(call->npw || call->fn >= reg->n) || unlikely(!(f = reg->fns[call->fn].fn)))
+		return coord_exec_slow(env, call, result_buf, sink, ctx, cause);
+	coord_exec_ctx_init(ctx, env, call, result_buf, sink);
+	*cause = 0;
+	return coord_exec_run(f, call, ctx, cause);
+}
+
 COORD_HIDDEN void coord_exec_env_fini(struct coord_exec_env *env);
 
 /* --- transports ------------------------------------------------------------ */
