@@ -22,11 +22,12 @@
  *               (runtime/varstore.c S2): a 1-float and a 256-float
  *               variable, each read as one RDMA READ of its whole block, and
  *               256 floats of a 64 x 1024 one, a chain of three READs.
- *               Five rounds of N each, alternating with raw_read:
+ *               Nine rounds of N each, alternating with raw_read:
  *               one RDMA READ of as many bytes on a channel of this process
  *               (what ib_read_lat measures), and the ratio of the p50s;
- *               with -p, ib_read_lat of as many bytes after each round
- *               too, and the median of the rounds' ratios.
+ *               with -p, ib_read_lat of as many bytes in each round too
+ *               (after the reads in even rounds, before them in odd ones),
+ *               and the median of the rounds' ratios.
  *   read_floor  before any coordinator starts (-t read: only this): per
  *               round, N READs of 4 (then 1024) bytes through the channel
  *               (coord_rdma_read()) and N bare ones on the same queue pair
@@ -38,7 +39,10 @@
  *               one CPU): an idle coordinator must leave the CPUs to the
  *               worker and the rxe device.
  * Exit 77 without an RDMA device.
- * Usage: bench_rdma [-n N] [-s SECS] [-t tcp|rdma|chan|read] [-p PERFTEST_PAIR_SH]
+ * -t rtt: the rdma round trip alone (no throughput, backlog or var_read), and
+ * -t var: var_read alone, to profile their code paths (tests/rdma/README.md,
+ * "Profiling in the rig").
+ * Usage: bench_rdma [-n N] [-s SECS] [-t tcp|rdma|chan|read|rtt|var] [-p PERFTEST_PAIR_SH]
  * (COORD_WORKER_BIN, COORD_TESTFNS, COORD_PS_BIN as for the tests).
  */
 #include <stdarg.h>
@@ -62,6 +66,9 @@
 #include "../helpers.h"
 
 #define ROUNDS 5
+/* var_read's rounds: more than ROUNDS, as ib_read_lat's t_typical swings by
+ * 2x between runs in the guest; odd, so the median is a round's. */
+#define VROUNDS 9
 
 /* -p: perftest_pair.sh, run beside each round (NULL: no baseline rows). */
 static const char *perftest_sh;
@@ -125,6 +132,9 @@ static int fetch_check(struct coord_rv *rv, int64_t want)
 	coord_rv_put(rv);
 	return x == want ? 0 : -1;
 }
+
+/* -t rtt: run() times the round trip only. */
+static bool rtt_only;
 
 static int run(const char *tp, unsigned n, double secs)
 {
@@ -199,7 +209,7 @@ static int run(const char *tp, unsigned n, double secs)
 		       ratio[ROUNDS / 2], ratio[0], ratio[ROUNDS - 1], ratio[ROUNDS / 2] / 2);
 	}
 	t0 = t_now_ns();
-	while (t_now_ns() - t0 < (uint64_t)(secs * 1e9) || done < sched) {
+	while (!rtt_only && (t_now_ns() - t0 < (uint64_t)(secs * 1e9) || done < sched)) {
 		int64_t ab[2] = { (int64_t)sched, 2 };
 
 		if (sched - done == 64 ||
@@ -211,6 +221,8 @@ static int run(const char *tp, unsigned n, double secs)
 		bad |= coord_schedule(c, add, ab, sizeof(ab), &win[sched % 64], NULL) != 0;
 		sched++;
 	}
+	if (rtt_only)
+		goto out;
 	printf("SUMMARY transport=%s workload=throughput in_flight=64 closures=%llu secs=%.2f "
 	       "closures_per_s=%.0f\n",
 	       tp, (unsigned long long)done, (t_now_ns() - t0) / 1e9,
@@ -226,6 +238,7 @@ static int run(const char *tp, unsigned n, double secs)
 	bad |= coord_join(c, NULL) != 0;
 	printf("SUMMARY transport=%s workload=backlog closures=%u secs=%.2f closures_per_s=%.0f\n",
 	       tp, n * 5, (t_now_ns() - t0) / 1e9, n * 5 / ((t_now_ns() - t0) / 1e9));
+out:
 	coord_destroy(c);
 	coord_registry_destroy(reg);
 	t_workers_stop();
@@ -539,15 +552,21 @@ static int run_var_read(unsigned n)
 		       coord_rv_fetch_timeout(rv, 60000000000ll, &p, &len, NULL) != 0;
 		if (!bad)
 			coord_rv_put(rv);
-		/* ROUNDS rounds, each N var reads then N raw reads, so both see
-		 * the same (shared, noisy) machine; medians of the rounds' p50s */
-		uint64_t v50[ROUNDS], v99[ROUNDS], q50[ROUNDS], q99[ROUNDS];
-		double ib[ROUNDS], ibr[ROUNDS], busy[ROUNDS];
+		/* VROUNDS rounds, each N var reads then N raw reads, so both see
+		 * the same (shared, noisy) machine; medians of the rounds' p50s.
+		 * With -p, ib_read_lat runs after the reads in even rounds and
+		 * before them in odd ones, so neither side of a round's ratio
+		 * is always the one that runs later as TCG's speed drifts. */
+		uint64_t v50[VROUNDS], v99[VROUNDS], q50[VROUNDS], q99[VROUNDS];
+		double ib[VROUNDS], ibr[VROUNDS], busy[VROUNDS];
 
-		for (unsigned k = 0; !bad && k < ROUNDS; k++) {
+		for (unsigned k = 0; !bad && k < VROUNDS; k++) {
 			struct rusage ru0, ru1;
-			uint64_t t0 = t_now_ns();
+			uint64_t t0;
 
+			if (k & 1)
+				ib[k] = perftest("ib_read_lat", n, (unsigned)floats * 4);
+			t0 = t_now_ns();
 			getrusage(RUSAGE_SELF, &ru0);
 			a.pad = n;
 			bad |= coord_schedule(c, t_fn(c, "var_read_lat"), &a, sizeof(a), &rv,
@@ -563,33 +582,34 @@ static int run_var_read(unsigned n)
 			v50[k] = out[0];
 			v99[k] = out[1];
 			bad |= raw_read(floats * 4, n, false, &q50[k], &q99[k]) != 0;
-			ib[k] = perftest("ib_read_lat", n, (unsigned)floats * 4);
+			if (!(k & 1))
+				ib[k] = perftest("ib_read_lat", n, (unsigned)floats * 4);
 			ibr[k] = ib[k] > 0 ? v50[k] / 1e3 / ib[k] : 0;
 		}
 		if (bad)
 			break;
-		qsort(v50, ROUNDS, sizeof(v50[0]), cmp_u64);
-		qsort(v99, ROUNDS, sizeof(v99[0]), cmp_u64);
-		qsort(q50, ROUNDS, sizeof(q50[0]), cmp_u64);
-		qsort(q99, ROUNDS, sizeof(q99[0]), cmp_u64);
-		r50 = q50[ROUNDS / 2];
-		r99 = q99[ROUNDS / 2];
+		qsort(v50, VROUNDS, sizeof(v50[0]), cmp_u64);
+		qsort(v99, VROUNDS, sizeof(v99[0]), cmp_u64);
+		qsort(q50, VROUNDS, sizeof(q50[0]), cmp_u64);
+		qsort(q99, VROUNDS, sizeof(q99[0]), cmp_u64);
+		r50 = q50[VROUNDS / 2];
+		r99 = q99[VROUNDS / 2];
 		printf("SUMMARY transport=rdma workload=var_read one_sided=%s var=%s floats=%llu "
 		       "n=%ux%u p50_us=%.1f p99_us=%.1f coordinator_cpu_while_waiting=%.2f\n",
-		       vars[vi].how, vars[vi].name, (unsigned long long)floats, ROUNDS, n,
-		       v50[ROUNDS / 2] / 1e3, v99[ROUNDS / 2] / 1e3, median_dbl(busy, ROUNDS));
+		       vars[vi].how, vars[vi].name, (unsigned long long)floats, VROUNDS, n,
+		       v50[VROUNDS / 2] / 1e3, v99[VROUNDS / 2] / 1e3, median_dbl(busy, VROUNDS));
 		printf("SUMMARY transport=rdma workload=raw_read bytes=%llu n=%ux%u p50_us=%.1f "
 		       "p99_us=%.1f var_read_over_raw_p50=%.2f\n",
-		       (unsigned long long)floats * 4, ROUNDS, n, r50 / 1e3, r99 / 1e3,
-		       r50 ? (double)v50[ROUNDS / 2] / (double)r50 : 0.0);
-		if (perftest_sh && ib[0] > 0 && ib[ROUNDS - 1] > 0) {
-			qsort(ib, ROUNDS, sizeof(ib[0]), cmp_dbl);
-			qsort(ibr, ROUNDS, sizeof(ibr[0]), cmp_dbl);
+		       (unsigned long long)floats * 4, VROUNDS, n, r50 / 1e3, r99 / 1e3,
+		       r50 ? (double)v50[VROUNDS / 2] / (double)r50 : 0.0);
+		if (perftest_sh && ib[0] > 0 && ib[VROUNDS - 1] > 0) {
+			qsort(ib, VROUNDS, sizeof(ib[0]), cmp_dbl);
+			qsort(ibr, VROUNDS, sizeof(ibr[0]), cmp_dbl);
 			printf("SUMMARY transport=rdma workload=var_read_vs_ib_read_lat var=%s "
 			       "bytes=%llu ib_read_lat_t_typical_us=%.1f (%.1f..%.1f) "
 			       "var_read_over_ib_read_lat=%.2f (%.2f..%.2f)\n",
-			       vars[vi].name, (unsigned long long)floats * 4, ib[ROUNDS / 2], ib[0],
-			       ib[ROUNDS - 1], ibr[ROUNDS / 2], ibr[0], ibr[ROUNDS - 1]);
+			       vars[vi].name, (unsigned long long)floats * 4, ib[VROUNDS / 2],
+			       ib[0], ib[VROUNDS - 1], ibr[VROUNDS / 2], ibr[0], ibr[VROUNDS - 1]);
 		}
 	}
 	if (c) {
@@ -649,9 +669,10 @@ int main(int argc, char **argv)
 	if (!only || !strcmp(only, "rdma") || !strcmp(only, "read"))
 		bad |= run_read_floor(n / 2 < 200 ? 200 : n / 2, 4) ||
 		       run_read_floor(n / 2 < 200 ? 200 : n / 2, 1024);
-	if (!only || !strcmp(only, "rdma"))
+	rtt_only = only && !strcmp(only, "rtt");
+	if (!only || !strcmp(only, "rdma") || rtt_only)
 		bad |= run("rdma", n, secs);
-	if (getenv("COORD_PS_BIN") && (!only || !strcmp(only, "rdma")))
+	if (getenv("COORD_PS_BIN") && (!only || !strcmp(only, "rdma") || !strcmp(only, "var")))
 		bad |= run_var_read(n / 2 < 200 ? 200 : n / 2);
 	return bad;
 }
