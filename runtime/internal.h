@@ -634,13 +634,12 @@ static inline int coord_exec(struct coord_exec_env *env, const struct coord_exec
 			     int *cause)
 {
 	const struct coord_registry *reg = env->reg;
-	coord_fn_t f;
 
-	if (unlikely(call->npw || call->fn >= reg->n) || unlikely(!(f = reg->fns[call->fn].fn)))
+	if (unlikely(call->npw || call->fn >= reg->n || !reg->fns[call->fn].fn))
 		return coord_exec_slow(env, call, result_buf, sink, ctx, cause);
 	coord_exec_ctx_init(ctx, env, call, result_buf, sink);
 	*cause = 0;
-	return coord_exec_run(f, call, ctx, cause);
+	return coord_exec_run(reg->fns[call->fn].fn, call, ctx, cause);
 }
 
 COORD_HIDDEN void coord_exec_env_fini(struct coord_exec_env *env);

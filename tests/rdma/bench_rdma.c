@@ -208,8 +208,10 @@ static int run(const char *tp, unsigned n, double secs)
 		       ROUNDS, per, r50[0] / 1e3, r50[ROUNDS - 1] / 1e3, base[0], base[ROUNDS - 1],
 		       ratio[ROUNDS / 2], ratio[0], ratio[ROUNDS - 1], ratio[ROUNDS / 2] / 2);
 	}
+	if (rtt_only)
+		goto out;
 	t0 = t_now_ns();
-	while (!rtt_only && (t_now_ns() - t0 < (uint64_t)(secs * 1e9) || done < sched)) {
+	while (t_now_ns() - t0 < (uint64_t)(secs * 1e9) || done < sched) {
 		int64_t ab[2] = { (int64_t)sched, 2 };
 
 		if (sched - done == 64 ||
@@ -221,8 +223,6 @@ static int run(const char *tp, unsigned n, double secs)
 		bad |= coord_schedule(c, add, ab, sizeof(ab), &win[sched % 64], NULL) != 0;
 		sched++;
 	}
-	if (rtt_only)
-		goto out;
 	printf("SUMMARY transport=%s workload=throughput in_flight=64 closures=%llu secs=%.2f "
 	       "closures_per_s=%.0f\n",
 	       tp, (unsigned long long)done, (t_now_ns() - t0) / 1e9,
