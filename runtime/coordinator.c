@@ -89,6 +89,20 @@
  *       them (ent_closure()).  Every 64th such call of a thread takes the
  *       closure path instead, sampled (closure_sample_next()), so the
  *       histograms (B7) keep their one in 64.
+ *   Q3  A dispatcher that runs functions on its own thread (inproc: it has
+ *       d->exec_env) runs inline entries straight from the ring entry,
+ *       inside its take: after the reservation and the generation read of
+ *       C2, in ring order, up to the first entry that is a closure or of an
+ *       older generation; that one and the rest become closures as in Q2
+ *       and are returned.  A run that succeeds without a result touches no
+ *       closure at all: it is counted finished like coord_dispatch_finish()
+ *       counts one (inflight dropped with the take's unused reservation,
+ *       `outstanding` through C9).  A run that sets a result or fails gets
+ *       one of d->local filled at that moment (with the id the function
+ *       saw, B8) and is completed, finished or put back on the spot, as the
+ *       transport's loop would have; direct runs then stop for this take.
+ *       Only the plain ring is taken this way: with put-backs waiting in
+ *       the overflow FIFO or hinted closures queued, the take is Q2's.
  *
  * Dataflow (B1): RemoteValues as arguments
  *   A consumer (a closure with inputs) is counted in `outstanding` (C1) and
@@ -407,6 +421,125 @@ static unsigned ring_pop(struct coord *c, struct coord_closure **out, unsigned m
 	return n;
 }
 
+/* A counter of this dispatcher's own: one writer, so no RMW is needed. */
+static inline void dm_inc(_Atomic uint64_t *x, uint64_t n)
+{
+	/* Relaxed: single writer (the dispatcher's thread); readers only
+	 * want a recent value (struct coord_dmetrics). */
+	atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
+
+/* Q3: pop up to @max ring entries as they are into @d->ents. */
+static unsigned ring_pop_raw(struct coord *c, struct coord_dispatcher *d, unsigned max)
+{
+	unsigned n = 0;
+
+	while (n < max) {
+		unsigned want = max - n < 64 ? max - n : 64;
+		unsigned k = coord_ring_pop_batch_ent_mc(&c->ring, d->ents + n, want);
+
+		n += k;
+		if (k < want)
+			break;
+	}
+	return n;
+}
+
+/* Q3: where a direct run's result goes: @d's own closure @slot, filled from
+ * @e (with the id the function was given) when the function first asks. */
+struct direct_sink {
+	struct coord_dispatcher *d;
+	const struct coord_ring_ent *e;
+	unsigned slot;
+	uint64_t id;
+	struct coord_closure *cl;
+};
+
+static struct coord_closure *direct_closure(struct direct_sink *s)
+{
+	if (!s->cl) {
+		s->cl = ent_local(s->d, s->slot, s->e);
+		s->cl->id = s->id;
+	}
+	return s->cl;
+}
+
+static void *direct_result_buf(void *sink, size_t len)
+{
+	return coord_closure_result_buf(direct_closure(sink), len);
+}
+
+/*
+ * Q3: run the inline entries at the front of @d->ents[0..@n) (generation @g
+ * current) in place; turn the rest into closures in @out, as ring_pop()
+ * does.  Returns how many closures are in @out; *@own: how many entries
+ * were finished or put back here, each of which dropped its own
+ * reservation.  The reservations of the others run here (done, nothing
+ * left of them) are the caller's to drop.
+ */
+static unsigned direct_run(struct coord_dispatcher *d, struct coord_closure **out, unsigned n,
+			   uint64_t g, unsigned *own)
+{
+	struct coord *c = d->c;
+	struct coord_worker *w = &c->workers[d->index];
+	unsigned i = 0, k = 0, done = 0, mine = 0;
+
+	for (; i < n; i++) {
+		const struct coord_ring_ent *e = &d->ents[i];
+		struct direct_sink sink = { d, e, 0, 0, NULL };
+		struct coord_exec_call call;
+		struct coord_ctx ctx;
+		int code, cause;
+
+		if (!ent_inline(e) || e->w[2] < g)
+			break;
+		if (unlikely(++d->local_seq == UINT32_MAX))
+			d->local_seq = 1; /* as in ent_local() */
+		sink.id = ((uint64_t)d->local_seq << 32) | d->local[0].idx;
+		call.id = sink.id;
+		call.fn = QE_FN(e->w[1]);
+		call.attempt = 1;
+		call.args = &e->w[0];
+		call.len = QE_LEN(e->w[1]);
+		call.npw = 0;
+		call.nin = 0;
+		call.in_get = NULL;
+		call.in_src = NULL;
+		code = coord_exec(d->exec_env, &call, direct_result_buf, &sink, &ctx, &cause);
+		if (likely(code == 0 && !sink.cl)) {
+			done++;
+			continue;
+		}
+		/* A result or an error: the closure the transport's loop would
+		 * have had, finished (or put back) here.  Then stop: an error
+		 * may have moved the generation on. */
+		struct coord_closure *cl = direct_closure(&sink);
+
+		mine++;
+		i++;
+		if (coord_dispatch_ps_retry(d, cl, code, cause)) {
+			coord_dispatch_put_back(d, &cl, 1); /* S11: transient */
+			break;
+		}
+		coord_dispatch_complete(d, cl, w->index, code, cause, ctx.has_msg ? ctx.msg : NULL);
+		coord_dispatch_finish(d, w, &cl, 1);
+		break;
+	}
+	for (; i < n; i++, k++)
+		out[k] = ent_inline(&d->ents[i])
+				 ? ent_local(d, k, &d->ents[i])
+				 : (struct coord_closure *)(uintptr_t)d->ents[i].w[0];
+	if (done) {
+		/* Relaxed: a statistic, as in coord_dispatch_finish(). */
+		atomic_fetch_add_explicit(&w->executed, done, memory_order_relaxed);
+		dm_inc(&d->m.finished, done);
+		d->fin_defer += done; /* C9: exec_env comes with defer_fin */
+	}
+	*own = mine;
+	return k;
+}
+
 /*
  * queue_pop() - up to @max closures, oldest first.  Bounded mode: the
  * overflow holds only put-backs, which were queued before anything in the
@@ -433,15 +566,30 @@ unsigned coord_queue_pop(struct coord *c, struct coord_closure **out, unsigned m
 	return queue_pop(c, out, max, false, NULL);
 }
 
-/* Wait (spin, then futex) until the ring may have room (S1). */
-/* Wait for room in the ring (S1); false if no worker will ever make room
- * (UNAVAILABLE: coord_report_unavailable() wakes us). */
+/* A producer that found the ring full waits until this many slots are free
+ * (at most a quarter of the ring): see wait_not_full(). */
+#define COORD_ROOM_MIN 2048u
+
+/*
+ * wait_not_full() - wait (spin, then futex) until the ring has room (S1);
+ * false if no worker will ever make room (UNAVAILABLE:
+ * coord_report_unavailable() wakes us).  "Room" is COORD_ROOM_MIN free
+ * slots, not one: a worker claims a batch (the tail CAS) before it frees
+ * the slots one by one, and a producer let in at the first free slot would
+ * push into the very lines the worker is still writing, taking each from
+ * it in turn.  Let in a few thousand slots later, it writes lines the
+ * worker has finished with.  The ring stays bounded by its capacity, and
+ * a producer that finds room pushes at once, as before.
+ */
 static bool wait_not_full(struct coord *c)
 {
 	uint64_t cap = coord_ring_capacity(&c->ring);
 	uint64_t until = coord_now_ns() + c->opts.spin_ns;
 	unsigned i = 1;
 
+	/* Room: at most this many queued (a tiny ring: one slot free). */
+	cap -= cap / 4 < COORD_ROOM_MIN ? (cap / 4 ? cap / 4 : 1) : COORD_ROOM_MIN;
+	cap += 1;
 	while (coord_now_ns() < until) {
 		if (coord_ring_size(&c->ring) < cap)
 			return true;
@@ -1856,29 +2004,41 @@ static bool idle_wait(struct coord_dispatcher *d, unsigned gap)
 	}
 }
 
-/* A take of fewer closures than this waits a moment for more (gather()). */
-#define COORD_GATHER_MIN 8
+/* gather(): a worker that finds fewer than COORD_GATHER_MIN closures
+ * queued while a producer streams looks again every COORD_GATHER_SPINS
+ * pauses (~0.5 us on our VMs), at most COORD_GATHER_LOOKS times. */
+#define COORD_GATHER_MIN 256
 #define COORD_GATHER_SPINS 16
+#define COORD_GATHER_LOOKS 32
 
 /*
- * gather() - a worker that runs closures itself (inproc) and finds only a
- * few queued waits COORD_GATHER_SPINS pauses (~0.5 us on our VMs) for
- * a producer that is still pushing.  A worker that keeps up with its
- * producer one closure at a time makes every line they share (the ring's
- * slots, the pool's) change caches once per closure, which costs the
- * producer more than the wait costs the worker; a take of 8 fills two
- * ring lines the producer has left.  Only while the producer streams: after
- * a batch, or an idle wait of a few polls; a closure that arrives after a
- * longer wait (a round trip, one at a time) is taken at once.
+ * gather() - a worker that runs closures itself (inproc) keeps its distance
+ * from a producer that is still pushing: it waits until COORD_GATHER_MIN
+ * closures are queued, or the queue stops growing between two looks (the
+ * producer is done or slow), or ~16 us passed.  A worker that reads the
+ * ring right behind its producer takes every slot line from the producer's
+ * cache while the producer still writes it, and both slow down; 256
+ * entries behind (8 KiB of ring), the lines it reads are ones the producer
+ * has left, and its takes (a fair share of the backlog, at most opts.batch)
+ * keep that distance while the stream lasts.  Only while the producer
+ * streams: after a batch, or an idle wait of a few polls; a closure that
+ * arrives after a longer wait (a round trip, one at a time) is taken at
+ * once.
  */
 static void gather(struct coord *c)
 {
-	/* One look, then pauses only: reading the ring's head while the
-	 * producer pushes would take its line from it on every push. */
-	if (coord_ring_size(&c->ring) >= COORD_GATHER_MIN)
-		return;
-	for (unsigned i = 0; i < COORD_GATHER_SPINS; i++)
-		cpu_relax();
+	/* Few looks, pauses between them: reading the ring's head while the
+	 * producer pushes takes its line from it. */
+	uint64_t q = coord_ring_size(&c->ring), last;
+
+	for (unsigned look = 0; q < COORD_GATHER_MIN && look < COORD_GATHER_LOOKS; look++) {
+		for (unsigned i = 0; i < COORD_GATHER_SPINS; i++)
+			cpu_relax();
+		last = q;
+		q = coord_ring_size(&c->ring);
+		if (q <= last)
+			return;
+	}
 }
 
 /* One attempt at taking closures: reserve, pop, drop stale ones (C2, C5). */
@@ -1886,7 +2046,7 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 			  unsigned *popped)
 {
 	struct coord *c = d->c;
-	unsigned n, k = 0, want;
+	unsigned n = 0, k = 0, want, nraw = 0, own = 0;
 	uint64_t g, backlog;
 
 	/* Take a fair share of the backlog, not all of it, so a dispatcher
@@ -1897,6 +2057,8 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 	atomic_fetch_add_explicit(&d->inflight, want, memory_order_seq_cst);
 	if (unlikely(hq_queued(c) > 0))
 		n = coord_hq_take(d, out, want); /* B4: hints and the ring, in order */
+	else if (d->exec_env && ov_empty(c))
+		nraw = ring_pop_raw(c, d, want); /* Q3 */
 	else
 		n = queue_pop(c, out, want, false, d);
 	/* The producers wrote these closures' first lines: ask for them all now,
@@ -1907,6 +2069,8 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 		__builtin_prefetch(out[i], 0, 3);
 	/* D2 (seq_cst): read gen after the reservation; see C2. */
 	g = atomic_load_explicit(&c->gen, memory_order_seq_cst);
+	if (nraw)
+		n = direct_run(d, out, nraw, g, &own); /* Q3 */
 	for (unsigned i = 0; i < n; i++) {
 		if (out[i]->gen < g) {
 			cancel_one(c, out[i]); /* C5 */
@@ -1916,12 +2080,19 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 			out[i]->t_take = coord_now_ns(); /* metrics (B7) */
 		out[k++] = out[i];
 	}
-	if (want > k) {
-		/* seq_cst: our cancellations happen-before the canceller's D1
-		 * load that sees the lower count (release would do), and this
-		 * RMW lets the wake below skip its fence (E3 in futex.h). */
-		atomic_fetch_sub_explicit(&d->inflight, want - k, memory_order_seq_cst);
+	if (want > k + own) {
+		/* seq_cst: our cancellations and direct runs (Q3) happen-before
+		 * the canceller's D1 load that sees the lower count (release
+		 * would do), and this RMW lets the wake below skip its fence (E3
+		 * in futex.h). */
+		atomic_fetch_sub_explicit(&d->inflight, want - k - own, memory_order_seq_cst);
 		coord_ec_signal_sc(&c->drained);
+	}
+	if (nraw) {
+		n = nraw;
+		d->last_take = nraw;
+		if (d->fin_defer >= COORD_FIN_DEFER)
+			fin_flush(d); /* C9 */
 	}
 	/* Room in the ring was made by the pop's seq_cst tail CAS (ring.c),
 	 * so the wake needs no fence (E3); closures from the overflow FIFO
@@ -2045,15 +2216,6 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 }
 
 /* ---- metrics (B7) ------------------------------------------------------------ */
-
-/* A counter of this dispatcher's own: one writer, so no RMW is needed. */
-static inline void dm_inc(_Atomic uint64_t *x, uint64_t n)
-{
-	/* Relaxed: single writer (the dispatcher's thread); readers only
-	 * want a recent value (struct coord_dmetrics). */
-	atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
-			      memory_order_relaxed);
-}
 
 static inline unsigned hist_bucket(uint64_t ns)
 {
@@ -2267,7 +2429,8 @@ static int local_init(struct coord *c, struct coord_dispatcher *d)
 
 	d->nlocal = c->opts.batch;
 	d->local = aligned_alloc(CACHELINE, bytes);
-	if (!d->local)
+	d->ents = calloc(c->opts.batch, sizeof(*d->ents)); /* Q3 */
+	if (!d->local || !d->ents)
 		return COORD_ENOMEM;
 	memset(d->local, 0, bytes);
 	for (unsigned i = 0; i < d->nlocal; i++) {
@@ -2423,8 +2586,10 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 
 err_disp:
 	coord_ps_destroy(c->ps);
-	for (unsigned i = 0; i < c->ndisp; i++)
+	for (unsigned i = 0; i < c->ndisp; i++) {
 		free(c->disp[i].local);
+		free(c->disp[i].ents);
+	}
 	free(c->disp);
 err_workers:
 	free(c->workers);
@@ -2498,8 +2663,10 @@ void coord_destroy(struct coord *c)
 	coord_ring_fini(&c->ring);
 	pthread_mutex_destroy(&c->ov_lock);
 	free(c->workers);
-	for (unsigned i = 0; i < c->ndisp; i++)
+	for (unsigned i = 0; i < c->ndisp; i++) {
 		free(c->disp[i].local);
+		free(c->disp[i].ents);
+	}
 	free(c->disp);
 	c->workers = NULL;
 	c->disp = NULL;

@@ -261,6 +261,12 @@ struct coord_dispatcher {
 	struct coord_closure *local;
 	unsigned nlocal;
 	uint32_t local_seq;
+	/* Q3 (coordinator.c): set by a transport whose dispatcher thread runs
+	 * the functions itself (inproc, with @defer_fin): inline entries run
+	 * inside coord_dispatch_take() in this worker's environment, popped
+	 * into @ents (@nlocal of them).  This dispatcher's thread only. */
+	struct coord_exec_env *exec_env;
+	struct coord_ring_ent *ents;
 	struct coord_dmetrics m __cacheline_aligned;
 };
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/test_q2.c - small handle-less calls carried inline in the queue's
- * ring entries (coordinator.c Q2), in-process transport: what that path
- * must keep of the contract (B7's sampling, S3's cancellation of a put-back).
+ * ring entries (coordinator.c Q2) and run straight from them by the worker
+ * (Q3), in-process transport: what that path must keep of the contract
+ * (B7's sampling, S3's cancellation of a put-back, S3's first error, the
+ * order of one worker's calls, results nobody asked for).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +23,11 @@
 static int setup2(void **state)
 {
 	return t_fx_setup(state, 2, COORD_RING_DEFAULT);
+}
+
+static int setup1(void **state)
+{
+	return t_fx_setup(state, 1, COORD_RING_DEFAULT);
 }
 
 static int teardown(void **state)
@@ -150,12 +157,111 @@ static void test_q2_stale_put_back_drops_result(void **state)
 	free(local);
 }
 
+/* Hold the only worker in a "gated" call, so what is scheduled next queues. */
+static struct coord_rv *hold_worker(struct t_fx *f)
+{
+	long before = atomic_load(&t_entered);
+	struct coord_rv *g;
+
+	atomic_store(&t_gate, 0);
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, &g, NULL), 0);
+	for (int i = 0; i < 2000 && atomic_load(&t_entered) == before; i++)
+		t_sleep_ns(100000);
+	assert_int_equal(atomic_load(&t_entered), before + 1);
+	return g;
+}
+
+/*
+ * Q3: one worker runs its calls in the order they were scheduled, although
+ * inline ones run inside its take and closures (every 7th has a handle) on
+ * its loop: a take runs inline entries up to the first closure and hands
+ * that one and the rest to the loop, in order.
+ */
+static void test_q3_one_worker_keeps_order(void **state)
+{
+	enum { N = 5000 };
+	struct t_fx *f = *state;
+	uint32_t order = t_fn(f->c, "order");
+	struct coord_rv *g, *rv;
+	long bad = -1;
+
+	t_reset_counters();
+	g = hold_worker(f);
+	for (int64_t i = 0; i < N; i++) {
+		bool handle = i % 7 == 3;
+
+		assert_int_equal(
+			coord_schedule(f->c, order, &i, sizeof(i), handle ? &rv : NULL, NULL), 0);
+		if (handle)
+			coord_rv_put(rv);
+	}
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_rv_put(g);
+	assert_int_equal(atomic_load(&t_norder), N);
+	for (long i = 0; i < N && bad < 0; i++)
+		if (t_order[i] != i)
+			bad = i;
+	if (bad >= 0)
+		print_message("call %ld ran at place %ld\n", (long)t_order[bad], bad);
+	assert_int_equal(bad, -1);
+}
+
+/*
+ * Q3: a handle-less call that sets a result (nobody reads it) and one that
+ * fails, among inline calls: the results are dropped without a leak (ASan),
+ * the failure is the error join() returns once (S3, with its worker and a
+ * closure id), what was queued behind it is cancelled, and every call is
+ * accounted for: completed + failed + cancelled == scheduled.
+ */
+static void test_q3_inline_result_and_error(void **state)
+{
+	enum { N = 3000, FAIL_AT = 1000 };
+	struct t_fx *f = *state;
+	uint32_t echo = t_fn(f->c, "echo"), fail = t_fn(f->c, "fail");
+	struct coord_metrics m0, m;
+	struct coord_error err;
+	struct coord_rv *g;
+	uint64_t x = 42;
+
+	assert_int_equal(coord_metrics(f->c, &m0, NULL, 0), 0);
+	/* Results nobody asked for. */
+	for (int i = 0; i < N; i++)
+		assert_int_equal(coord_schedule(f->c, echo, &x, sizeof(x), NULL, NULL), 0);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	/* A failure in the middle of a queued run of inline calls. */
+	g = hold_worker(f);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(
+			coord_schedule(f->c, i == FAIL_AT ? fail : echo, &x, sizeof(x), NULL, NULL),
+			0);
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_join(f->c, &err), -EIO);
+	assert_string_equal(err.msg, "injected failure on worker 0");
+	assert_int_equal(err.worker, 0);
+	assert_true(err.closure != 0);
+	coord_rv_put(g);
+	/* Reported once; the coordinator goes on. */
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(coord_schedule(f->c, echo, &x, sizeof(x), NULL, NULL), 0);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(coord_metrics(f->c, &m, NULL, 0), 0);
+	assert_int_equal(m.outstanding, 0);
+	assert_int_equal(m.failed - m0.failed, 1);
+	assert_true(m.cancelled - m0.cancelled <= N - FAIL_AT - 1);
+	assert_int_equal((m.completed - m0.completed) + (m.cancelled - m0.cancelled),
+			 3 * N + 1); /* 3N calls and the gated one; completed counts the failure */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_q2_b7_samples_one_in_64, setup2, teardown),
 		cmocka_unit_test_setup_teardown(test_q2_stale_put_back_drops_result, setup2,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_q3_one_worker_keeps_order, setup1, teardown),
+		cmocka_unit_test_setup_teardown(test_q3_inline_result_and_error, setup1, teardown),
 	};
 
 	t_watchdog(300);

@@ -54,6 +54,9 @@ static void *inproc_main(void *arg)
 		coord_die("inproc worker batch", ENOMEM);
 	/* C9: this thread waits only inside coord_dispatch_take(). */
 	d->defer_fin = true;
+	/* Q3: inline entries run inside coord_dispatch_take(), here. */
+	if (d->ents)
+		d->exec_env = &iw->env;
 	stagger_wait(w);
 	while ((n = coord_dispatch_take(d, batch, c->opts.batch)) > 0) {
 		unsigned nd = 0;
