@@ -2057,9 +2057,13 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 	atomic_fetch_add_explicit(&d->inflight, want, memory_order_seq_cst);
 	if (unlikely(hq_queued(c) > 0))
 		n = coord_hq_take(d, out, want); /* B4: hints and the ring, in order */
-	else if (d->exec_env && ov_empty(c))
+	else if (d->exec_env && ov_empty(c)) {
 		nraw = ring_pop_raw(c, d, want); /* Q3 */
-	else
+		/* The room made is a producer's now, not after the functions
+		 * below ran (one may run for long); as at the end. */
+		if (nraw && !c->unbounded)
+			coord_ec_signal_sc(&c->not_full);
+	} else
 		n = queue_pop(c, out, want, false, d);
 	/* The producers wrote these closures' first lines: ask for them all now,
 	 * so the misses overlap.  For reading: a closure without a handle is
@@ -2089,10 +2093,11 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 		coord_ec_signal_sc(&c->drained);
 	}
 	if (nraw) {
-		n = nraw;
 		d->last_take = nraw;
 		if (d->fin_defer >= COORD_FIN_DEFER)
 			fin_flush(d); /* C9 */
+		*popped = nraw;
+		return k;
 	}
 	/* Room in the ring was made by the pop's seq_cst tail CAS (ring.c),
 	 * so the wake needs no fence (E3); closures from the overflow FIFO
