@@ -376,8 +376,19 @@ static struct coord_closure *ent_closure(struct coord *c, const struct coord_rin
 }
 
 /* Q2: dispatcher @d's own closure @i, filled from inline entry @e. */
-static inline struct coord_closure *ent_local(struct coord_dispatcher *d, unsigned i,
-					      const struct coord_ring_ent *e)
+/* Q2: the next id of a call run by dispatcher @d, in its closure of pool
+ * index @idx. */
+static inline uint64_t local_id(struct coord_dispatcher *d, uint32_t idx)
+{
+	if (unlikely(++d->local_seq == UINT32_MAX))
+		d->local_seq = 1; /* ids stay distinct from COORD_NO_CLOSURE */
+	return ((uint64_t)d->local_seq << 32) | idx;
+}
+
+/* Q2: dispatcher @d's own closure @i, filled from inline entry @e, with id
+ * @id. */
+static inline struct coord_closure *ent_local_id(struct coord_dispatcher *d, unsigned i,
+						 const struct coord_ring_ent *e, uint64_t id)
 {
 	struct coord_closure *cl = &d->local[i];
 
@@ -386,12 +397,29 @@ static inline struct coord_closure *ent_local(struct coord_dispatcher *d, unsign
 	memcpy(cl->inline_args, &e->w[0], sizeof(e->w[0]));
 	cl->gen = e->w[2];
 	cl->attempt = 1;
-	if (unlikely(++d->local_seq == UINT32_MAX))
-		d->local_seq = 1; /* ids stay distinct from COORD_NO_CLOSURE */
-	cl->id = ((uint64_t)d->local_seq << 32) | cl->idx;
+	cl->id = id;
 	/* Relaxed: this dispatcher's closure; nobody else reads it (V4). */
 	atomic_store_explicit(&cl->state, COORD_RV_NOT_READY, memory_order_relaxed);
 	return cl;
+}
+
+static inline struct coord_closure *ent_local(struct coord_dispatcher *d, unsigned i,
+					      const struct coord_ring_ent *e)
+{
+	return ent_local_id(d, i, e, local_id(d, d->local[i].idx));
+}
+
+/* Q2: the closure popped entry @e stands for, at place @i of dispatcher
+ * @d's take (one of @d's own for an inline call, if it has one there), or
+ * of a take without a dispatcher (@d NULL). */
+static inline struct coord_closure *ent_taken(struct coord *c, struct coord_dispatcher *d,
+					      unsigned i, const struct coord_ring_ent *e)
+{
+	if (likely(!ent_inline(e)))
+		return (struct coord_closure *)(uintptr_t)e->w[0];
+	if (d && i < d->nlocal)
+		return ent_local(d, i, e);
+	return ent_closure(c, e);
 }
 
 /* Q2: pop up to @max ring entries as closures into @out; inline ones into
@@ -407,14 +435,8 @@ static unsigned ring_pop(struct coord *c, struct coord_closure **out, unsigned m
 		unsigned want = max - n < 64 ? max - n : 64;
 		unsigned k = coord_ring_pop_batch_ent_mc(&c->ring, e, want);
 
-		for (unsigned i = 0; i < k; i++, n++) {
-			if (likely(!ent_inline(&e[i])))
-				out[n] = (struct coord_closure *)(uintptr_t)e[i].w[0];
-			else if (d && base + n < d->nlocal)
-				out[n] = ent_local(d, base + n, &e[i]);
-			else
-				out[n] = ent_closure(c, &e[i]);
-		}
+		for (unsigned i = 0; i < k; i++, n++)
+			out[n] = ent_taken(c, d, base + n, &e[i]);
 		if (k < want)
 			break;
 	}
@@ -458,10 +480,8 @@ struct direct_sink {
 
 static struct coord_closure *direct_closure(struct direct_sink *s)
 {
-	if (!s->cl) {
-		s->cl = ent_local(s->d, s->slot, s->e);
-		s->cl->id = s->id;
-	}
+	if (!s->cl)
+		s->cl = ent_local_id(s->d, s->slot, s->e, s->id);
 	return s->cl;
 }
 
@@ -494,9 +514,7 @@ static unsigned direct_run(struct coord_dispatcher *d, struct coord_closure **ou
 
 		if (!ent_inline(e) || e->w[2] < g)
 			break;
-		if (unlikely(++d->local_seq == UINT32_MAX))
-			d->local_seq = 1; /* as in ent_local() */
-		sink.id = ((uint64_t)d->local_seq << 32) | d->local[0].idx;
+		sink.id = local_id(d, d->local[0].idx);
 		call.id = sink.id;
 		call.fn = QE_FN(e->w[1]);
 		call.attempt = 1;
@@ -527,9 +545,7 @@ static unsigned direct_run(struct coord_dispatcher *d, struct coord_closure **ou
 		break;
 	}
 	for (; i < n; i++, k++)
-		out[k] = ent_inline(&d->ents[i])
-				 ? ent_local(d, k, &d->ents[i])
-				 : (struct coord_closure *)(uintptr_t)d->ents[i].w[0];
+		out[k] = ent_taken(c, d, k, &d->ents[i]);
 	if (done) {
 		/* Relaxed: a statistic, as in coord_dispatch_finish(). */
 		atomic_fetch_add_explicit(&w->executed, done, memory_order_relaxed);
@@ -709,13 +725,6 @@ void coord_queue_wake(struct coord *c)
 /* Closures per claim of the pool and of the ring in coord_schedule_many(). */
 #define SCHED_CHUNK 64
 
-/* Q2: the closure entry @e stands for (a pool closure made for an inline
- * one). */
-static inline struct coord_closure *ent_cl(struct coord *c, const struct coord_ring_ent *e)
-{
-	return ent_inline(e) ? ent_closure(c, e) : (struct coord_closure *)(uintptr_t)e->w[0];
-}
-
 /* queue_push() for @n entries (closures or inline calls, Q2), in order: one
  * ring claim and one wake per run of free slots rather than per closure. */
 static void queue_push_ents(struct coord *c, const struct coord_ring_ent *e, unsigned n)
@@ -737,7 +746,7 @@ static void queue_push_ents(struct coord *c, const struct coord_ring_ent *e, uns
 				if (wait_not_full(c))
 					continue;
 				while (done < n) /* no worker left: these never run */
-					cancel_one(c, ent_cl(c, &e[done++]));
+					cancel_one(c, ent_taken(c, NULL, 0, &e[done++]));
 				return;
 			}
 		}
@@ -746,7 +755,7 @@ static void queue_push_ents(struct coord *c, const struct coord_ring_ent *e, uns
 		struct coord_closure *newest = NULL, *oldest = NULL;
 
 		for (unsigned i = done; i < n; i++) {
-			struct coord_closure *cl = ent_cl(c, &e[i]);
+			struct coord_closure *cl = ent_taken(c, NULL, 0, &e[i]);
 
 			cl->next = newest;
 			newest = cl;
