@@ -58,12 +58,17 @@
  *   C8  Nothing pushed after an UNAVAILABLE report stays queued for ever
  *       (check_unavailable(): a seq_cst Dekker pair with the report's drain).
  *   C9  A dispatcher with defer_fin set (inproc) takes the closures it
- *       finished off `outstanding` in batches: when it has COORD_FIN_DEFER of
- *       them, and always before it waits for work or returns from
- *       coord_dispatch_take() for good.  C1 holds (outstanding is still
- *       lowered only after the closures are final), and join/done see 0 as
- *       soon as every dispatcher has found the queue empty, which is the
- *       moment the last closure was taken.  While a producer and a worker
+ *       finished off `outstanding` in batches: it counts them in fin_done
+ *       (fin_add(), before its inflight drop for them) and settles them
+ *       (fin_settle(): a CAS on fin_taken hands each to one settler, who
+ *       lowers `outstanding`) when it has COORD_FIN_DEFER of them, and always
+ *       before it waits for work or returns from coord_dispatch_take() for
+ *       good.  A dispatcher may be preempted between a finish and its
+ *       settle, so the canceller (after its inflight wait), done() and
+ *       join() (before sleeping) settle every dispatcher themselves: when
+ *       the raising call returns, `outstanding` counts no final closure.
+ *       C1 holds (outstanding is still lowered only after the closures are
+ *       final, by whoever settles them).  While a producer and a worker
  *       chase each other one closure at a time, `outstanding` then changes
  *       caches once per batch instead of once per closure.
  *   C10 A closure in a producer stash (c->pstash, closure_get()) is free:
@@ -490,6 +495,27 @@ static void *direct_result_buf(void *sink, size_t len)
 	return coord_closure_result_buf(direct_closure(sink), len);
 }
 
+/* C9: count @n closures that @d finished (they are final) for a later
+ * fin_settle().  @d's thread only, before its inflight drop for them. */
+static inline void fin_add(struct coord_dispatcher *d, uint64_t n)
+{
+	/* Relaxed: only this thread writes fin_done. */
+	uint64_t t = atomic_load_explicit(&d->fin_done, memory_order_relaxed) + n;
+
+	/* C9 (release), pairs with the acquire in fin_settle(): the closures
+	 * counted are final before anyone takes them off `outstanding` (C1). */
+	atomic_store_explicit(&d->fin_done, t, memory_order_release);
+}
+
+/* C9: closures @d finished that are still counted in `outstanding`. */
+static inline uint64_t fin_pending(struct coord_dispatcher *d)
+{
+	/* Relaxed both: a threshold for the owner's own settle; a stale
+	 * fin_taken only makes it settle early. */
+	return atomic_load_explicit(&d->fin_done, memory_order_relaxed) -
+	       atomic_load_explicit(&d->fin_taken, memory_order_relaxed);
+}
+
 /*
  * Q3: run the inline entries at the front of @d->ents[0..@n) (generation @g
  * current) in place; turn the rest into closures in @out, as ring_pop()
@@ -550,7 +576,7 @@ static unsigned direct_run(struct coord_dispatcher *d, struct coord_closure **ou
 		/* Relaxed: a statistic, as in coord_dispatch_finish(). */
 		atomic_fetch_add_explicit(&w->executed, done, memory_order_relaxed);
 		dm_inc(&d->m.finished, done);
-		d->fin_defer += done; /* C9: exec_env comes with defer_fin */
+		fin_add(d, done); /* C9: exec_env comes with defer_fin */
 	}
 	*own = mine;
 	return k;
@@ -849,13 +875,36 @@ static void outstanding_sub(struct coord *c, uint64_t n)
 /* C9: closures finished per batch taken off `outstanding` at most. */
 #define COORD_FIN_DEFER 64
 
-/* C9: take what @d finished off `outstanding`.  @d's thread only. */
-static void fin_flush(struct coord_dispatcher *d)
+/* C9: take what @d finished and nobody took yet off `outstanding`.  Any
+ * thread: the CAS hands each finished closure to exactly one settler. */
+static void fin_settle(struct coord_dispatcher *d)
 {
-	if (d->fin_defer) {
-		outstanding_sub(d->c, d->fin_defer);
-		d->fin_defer = 0;
-	}
+	/* C9 (acquire), pairs with fin_add()'s release: what it counts is
+	 * final, and outstanding_sub()'s seq_cst RMW below passes that on to
+	 * join() (C1). */
+	uint64_t t = atomic_load_explicit(&d->fin_done, memory_order_acquire);
+	/* Relaxed: the CAS below checks it. */
+	uint64_t k = atomic_load_explicit(&d->fin_taken, memory_order_relaxed);
+
+	/* Relaxed CAS: it only decides who owns (k, t]; fin_taken never
+	 * passes fin_done, and moves only forward. */
+	while (k < t)
+		if (atomic_compare_exchange_weak_explicit(
+			    &d->fin_taken, &k, t, memory_order_relaxed, memory_order_relaxed)) {
+			outstanding_sub(d->c, t - k);
+			return;
+		}
+}
+
+/* C9: settle every deferring dispatcher, so that `outstanding` counts no
+ * closure that is final: the canceller after its wait, done() and join()
+ * before they report a count (a dispatcher may be preempted between its
+ * finish and its own settle). */
+static void fin_settle_all(struct coord *c)
+{
+	for (unsigned i = 0; i < c->ndisp; i++)
+		if (c->disp[i].defer_fin)
+			fin_settle(&c->disp[i]);
 }
 
 static void rcu_put_cb(struct rcu_head *head)
@@ -1052,6 +1101,7 @@ static void cancel_older(struct coord *c, uint64_t g)
 		}
 		coord_ec_wait(&c->drained, v, COORD_FOREVER);
 	}
+	fin_settle_all(c); /* C9: what finished is off `outstanding` now */
 	/* DF3: consumers that in-flight completions queued with a generation
 	 * they read before our bump are in the queue now (each completion came
 	 * before its dispatcher's inflight release): cancel them too.
@@ -1460,14 +1510,41 @@ static inline bool call_hinted(const struct coord_call *call)
 	return call->priority || call->affinity;
 }
 
+/* B7: closures this thread filled, and sampled lives it still owes
+ * (closure_sample_next()). */
+static __thread uint32_t tl_fill, tl_force;
+
+/*
+ * closure_next_life() - a new id for @cl, and whether this life is a B7
+ * sample, decided by the filling thread, not by which pool object it got:
+ * the thread's every 64th fill, and those closure_sample_next() asked for.
+ * Its reuse count moves on to the next value that makes coord_sampled()
+ * true, or one past a value that would by chance.  So N closures filled
+ * by one thread carry at least N / 64 samples whatever the pool hands out
+ * (by pool index alone, a short cycle of reused objects could carry none).
+ * reuse only grows, so ids stay distinct.
+ */
+static inline void closure_next_life(struct coord_closure *cl)
+{
+	cl->reuse++;
+	if (unlikely(tl_force)) {
+		tl_force--;
+		cl->reuse += (0u - cl->idx - cl->reuse) & COORD_SAMPLE_MASK;
+	} else if (unlikely(!(++tl_fill & COORD_SAMPLE_MASK))) {
+		cl->reuse += (0u - cl->idx - cl->reuse) & COORD_SAMPLE_MASK;
+	} else if (unlikely(coord_sampled(cl))) {
+		cl->reuse++;
+	}
+	cl->id = ((uint64_t)cl->reuse << 32) | cl->idx;
+}
+
 /* Fill a closure fresh from the pool: function, arguments, references (no
  * per-worker arguments); 0 or COORD_ENOMEM (then the closure holds nothing
  * and goes back to the pool). */
 static inline int closure_fill_args(struct coord *c, struct coord_closure *cl, uint32_t fn,
 				    const void *args, size_t len, bool want_rv)
 {
-	cl->reuse++;
-	cl->id = ((uint64_t)cl->reuse << 32) | cl->idx;
+	closure_next_life(cl);
 	if (unlikely(coord_sampled(cl)))
 		cl->t_sched = coord_now_ns(); /* metrics: 1 in 64 (B7) */
 	cl->fn = fn;
@@ -1604,13 +1681,12 @@ static struct coord_closure *closure_get(struct coord *c, bool count)
 /* Q2: calls of a thread that could travel inline; every 64th does not. */
 static __thread uint32_t tl_inline;
 
-/* Q2: make the next life of @cl (closure_fill_args()'s reuse++) a sampled
- * one (B7): it stands for the 63 calls before it that travelled inline and
- * were not sampled, so the histograms keep their rate of one in 64.  reuse
- * only grows, so ids stay distinct. */
-static inline void closure_sample_next(struct coord_closure *cl)
+/* Q2: make the next @n lives this thread fills (closure_next_life()) sampled
+ * ones (B7): they stand for the calls before them that travelled inline and
+ * were not sampled, so the histograms keep their rate of one in 64. */
+static inline void closure_sample_next(unsigned n)
 {
-	cl->reuse += (0u - cl->idx - cl->reuse - 1u) & COORD_SAMPLE_MASK;
+	tl_force = n;
 }
 
 /* The end of a user's schedule() of one counted closure: its generation,
@@ -1779,8 +1855,7 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 		for (unsigned i = 0; i < k; i++)
 			coord_prefetch_w(cls[i]);
 		if (unlikely(sample))
-			for (unsigned i = 0; i < k; i++)
-				closure_sample_next(cls[i]);
+			closure_sample_next(k);
 		for (unsigned i = 0; i < k && r == 0; i++)
 			if (unlikely(closure_fill(c, cls[i], &calls[done + i], out != NULL) < 0)) {
 				/* cls[0..i) hold buffers: drop them; the rest are bare. */
@@ -1789,6 +1864,7 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 				r = COORD_ENOMEM;
 			}
 		if (unlikely(k < want || r < 0)) {
+			closure_sample_next(0); /* none owed past this chunk */
 			for (unsigned j = 0; j < k; j++) {
 				/* Relaxed: never published; destroy's count of held
 				 * closures must not see it. */
@@ -1867,7 +1943,7 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	if (unlikely(!cl))
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a closure");
 	if (unlikely(sample)) /* Q2: the thread's 64th, for B7 */
-		closure_sample_next(cl);
+		closure_sample_next(1);
 	closure_fill_args(c, cl, fn, args, len, out != NULL); /* inline: cannot fail */
 	return schedule_push(c, cl, out);
 }
@@ -1877,6 +1953,7 @@ int coord_join_timeout(struct coord *c, int64_t timeout_ns, struct coord_error *
 	uint64_t deadline = coord_deadline(timeout_ns);
 	uint64_t spin_until = coord_now_ns() + c->opts.spin_ns;
 	unsigned spins = 0;
+	bool settled = false;
 
 	for (;;) {
 		uint32_t v = coord_ec_prepare(&c->idle);
@@ -1889,6 +1966,12 @@ int coord_join_timeout(struct coord *c, int64_t timeout_ns, struct coord_error *
 			return take_error(c, err);
 		if (coord_now_ns() < spin_until) {
 			coord_spin_pause(++spins);
+			continue;
+		}
+		if (!settled) {
+			/* C9: once before the first sleep, as in done(). */
+			fin_settle_all(c);
+			settled = true;
 			continue;
 		}
 		if (coord_ec_wait(&c->idle, v, deadline) == -ETIMEDOUT) {
@@ -1913,9 +1996,13 @@ int coord_done(struct coord *c, struct coord_error *err)
 
 	if (r < 0)
 		return r;
-	/* C1, as in join. */
-	if (outstanding_total(c) != 0)
-		return 0;
+	/* C1, as in join; C9: closures final but not yet settled by a
+	 * dispatcher are not outstanding. */
+	if (outstanding_total(c) != 0) {
+		fin_settle_all(c);
+		if (outstanding_total(c) != 0)
+			return 0;
+	}
 	r = take_error(c, err);
 	return r < 0 ? r : 1;
 }
@@ -2103,8 +2190,8 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 	}
 	if (nraw) {
 		d->last_take = nraw;
-		if (d->fin_defer >= COORD_FIN_DEFER)
-			fin_flush(d); /* C9 */
+		if (fin_pending(d) >= COORD_FIN_DEFER)
+			fin_settle(d); /* C9 */
 		*popped = nraw;
 		return k;
 	}
@@ -2131,11 +2218,11 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 
 		/* Relaxed: stop is also signalled through not_empty. */
 		if (atomic_load_explicit(&c->stopping, memory_order_relaxed)) {
-			fin_flush(d); /* C9 */
+			fin_settle(d); /* C9 */
 			return 0;
 		}
 		if (!work_for(d)) {
-			fin_flush(d); /* C9: before waiting for work */
+			fin_settle(d); /* C9: before waiting for work */
 			stream = idle_wait(d, gap);
 			continue;
 		}
@@ -2406,19 +2493,19 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 	/* C1 before the inflight drop: a canceller that sees inflight reach
 	 * zero (join() returning an error) then sees these off `outstanding`
 	 * too (coord_metrics() right after join() reads 0, not a count that
-	 * the finishing thread is a few instructions from dropping). */
+	 * the finishing thread is a few instructions from dropping), or, when
+	 * deferred, counted in fin_done for its fin_settle_all() (C9). */
 	if (!d->defer_fin)
 		outstanding_sub(c, n);
+	else
+		fin_add(d, n);
 	/* seq_cst: the completed closures happen-before a canceller's D1 load
 	 * that sees the lower count (release would do); seq_cst lets the wake
 	 * below skip its fence (E3 in futex.h). */
 	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_seq_cst);
 	coord_ec_signal_sc(&c->drained);
-	if (!d->defer_fin)
-		return;
-	d->fin_defer += n; /* C9 */
-	if (d->fin_defer >= COORD_FIN_DEFER)
-		fin_flush(d);
+	if (d->defer_fin && fin_pending(d) >= COORD_FIN_DEFER)
+		fin_settle(d); /* C9 */
 }
 
 /* ---- create / destroy ------------------------------------------------------------- */

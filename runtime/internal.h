@@ -245,12 +245,15 @@ struct coord_dispatcher {
 	unsigned *blk;
 	int32_t *room;
 	void *cands;
-	/* C9 (coordinator.c): closures this dispatcher finished and has not
-	 * yet taken off c->outstanding; used only when @defer_fin is set (by
-	 * a transport whose dispatcher waits only in coord_dispatch_take()).
-	 * This dispatcher's thread only. */
+	/* C9 (coordinator.c), used only when @defer_fin is set (by a
+	 * transport whose dispatcher waits only in coord_dispatch_take()):
+	 * @fin_done counts the closures this dispatcher finished, ever (its
+	 * thread writes it, fin_add()); @fin_taken how many of them were taken
+	 * off c->outstanding (a CAS by this thread or by a caller that settles
+	 * them, fin_settle()).  The difference is final but still counted. */
 	bool defer_fin;
-	uint64_t fin_defer;
+	_Atomic uint64_t fin_done;
+	_Atomic uint64_t fin_taken;
 	/* How many closures coord_dispatch_take() last returned (idle_wait()
 	 * in coordinator.c).  This dispatcher's thread only. */
 	unsigned last_take;

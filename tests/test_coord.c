@@ -1649,7 +1649,10 @@ static void test_b7_metrics(void **state)
 	assert_int_equal(m.workers_up, 2);
 	assert_int_equal(m.workers_down + m.workers_dropped, 0);
 	assert_true(m.now_ns > m0.now_ns);
-	assert_true(m.exec_ns.count >= 1 && m.round_trip_ns.count >= 1);
+	/* B7 samples are every 64th closure a thread fills, whatever pool
+	 * objects it got: 641 from this thread carry at least 10. */
+	assert_true(m.exec_ns.count - m0.exec_ns.count >= 10);
+	assert_true(m.round_trip_ns.count - m0.round_trip_ns.count >= 10);
 	assert_true(coord_hist_percentile(&m.round_trip_ns, 50) > 0);
 	assert_true(coord_hist_percentile(&m.round_trip_ns, 99) >=
 		    coord_hist_percentile(&m.exec_ns, 1));
