@@ -902,9 +902,10 @@ static void fin_settle(struct coord_dispatcher *d)
  * finish and its own settle). */
 static void fin_settle_all(struct coord *c)
 {
+	/* Every dispatcher: one that does not defer has nothing to settle
+	 * (fin_done stays 0), and defer_fin is its own thread's to read. */
 	for (unsigned i = 0; i < c->ndisp; i++)
-		if (c->disp[i].defer_fin)
-			fin_settle(&c->disp[i]);
+		fin_settle(&c->disp[i]);
 }
 
 static void rcu_put_cb(struct rcu_head *head)
