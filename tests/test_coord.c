@@ -1047,6 +1047,62 @@ static void test_s13_stagger_observed(void **state)
 	coord_registry_destroy(reg);
 }
 
+/*
+ * S13 with long closures (issue 20, item 2): a worker whose delay has passed
+ * takes work at once; nothing sits sent ahead to worker 0 that the others
+ * could run.  Three workers started 0 / 150 / 300 ms apart, 30 closures of
+ * 40 ms: worker 0 alone runs about 4 before worker 1 starts, then they
+ * share; each worker runs several, and join comes well before the 1.2 s
+ * that worker 0 alone would take.
+ */
+static void test_s13_stagger_spreads(void **state)
+{
+	struct coord_registry *reg = t_registry();
+	struct coord_rv *rv[30];
+	struct coord_opts o;
+	struct coord *c;
+	uint32_t sleep_us, us = 40000;
+	unsigned ran[3] = { 0 };
+	uint64_t t0;
+
+	t_reset_counters();
+	t_opts(&o, reg);
+	o.start_delay_ms = 150;
+	o.start_delay_max_ms = 300;
+	{
+		struct coord_opts dflt;
+
+		coord_opts_init(&dflt);
+		o.window = dflt.window; /* the default (room to send all 30 ahead) */
+	}
+	assert_int_equal(t_create(&o, 3, &c, NULL), 0);
+	sleep_us = t_fn(c, "sleep_us");
+	t0 = t_now_ns();
+	for (int i = 0; i < 30; i++)
+		assert_int_equal(coord_schedule(c, sleep_us, &us, sizeof(us), &rv[i], NULL), 0);
+	assert_int_equal(coord_join(c, NULL), 0);
+	printf("# stagger: join after %llu ms\n",
+	       (unsigned long long)((t_now_ns() - t0) / 1000000));
+	for (int i = 0; i < 30; i++) {
+		const void *v;
+		size_t len;
+		int32_t w;
+
+		assert_int_equal(coord_rv_fetch(rv[i], &v, &len, NULL), 0);
+		assert_int_equal(len, sizeof(w));
+		memcpy(&w, v, sizeof(w));
+		assert_true(w >= 0 && w < 3);
+		ran[w]++;
+		coord_rv_put(rv[i]);
+	}
+	printf("# stagger: %u / %u / %u closures\n", ran[0], ran[1], ran[2]);
+	/* Fair shares from their starts are about 13 / 10 / 7. */
+	for (int w = 0; w < 3; w++)
+		assert_true(ran[w] >= 3);
+	coord_destroy(c);
+	coord_registry_destroy(reg);
+}
+
 /* ---- S14 / S15 / B8 / misc --------------------------------------------------------- */
 
 /*
@@ -1792,7 +1848,8 @@ int main(void)
 		T(test_b3_schedule_many), cmocka_unit_test(test_b3_schedule_many_order),           \
 		T(test_concurrent_round_trips), T1(test_results_all_sizes),                        \
 		T(test_s8_s9_per_worker_lazy), T(test_s9_creation_failure_is_input_error),         \
-		cmocka_unit_test(test_s13_stagger_observed), cmocka_unit_test(test_s14_unbounded), \
+		cmocka_unit_test(test_s13_stagger_observed),                                       \
+		cmocka_unit_test(test_s13_stagger_spreads), cmocka_unit_test(test_s14_unbounded),  \
 		T(test_s15_unknown_function_refused), T(test_b8_attempt_visible),                  \
 		T(test_b7_metrics), cmocka_unit_test(test_w1_short_waits_spin),                    \
 		cmocka_unit_test(test_w1_long_waits_sleep),                                        \

@@ -50,7 +50,8 @@ int coord_conn_init(struct coord_conn *k, struct coord_worker *w, unsigned windo
 	k->seq = calloc(window, sizeof(*k->seq));
 	k->sent_ns = calloc(window, sizeof(*k->sent_ns));
 	k->freel = calloc(window, sizeof(*k->freel));
-	if (!k->obuf || !k->slots || !k->seq || !k->sent_ns || !k->freel)
+	k->run = calloc(window, sizeof(*k->run));
+	if (!k->obuf || !k->slots || !k->seq || !k->sent_ns || !k->freel || !k->run)
 		return -ENOMEM;
 	for (unsigned s = 0; s < window; s++)
 		k->freel[s] = window - 1 - s;
@@ -69,6 +70,8 @@ void coord_conn_fini(struct coord_conn *k)
 	free(k->seq);
 	free(k->sent_ns);
 	free(k->freel);
+	free(k->run);
+	k->run = NULL;
 	k->obuf = NULL;
 	k->slots = NULL;
 	k->seq = NULL;

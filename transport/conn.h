@@ -45,6 +45,10 @@
 	unsigned nfree, window;                                                                    \
 	/* liveness: anything received resets last_rx_ns; ping_ns: a PING is out */                \
 	uint64_t last_rx_ns, ping_ns;                                                              \
+	/* placement (place.h): each slot's expected run time, their sum, and */                   \
+	/* when it last went from idle to busy */                                                  \
+	uint32_t *run;                                                                             \
+	uint64_t backlog_ns, busy_ns;                                                              \
 	char peer[80]; /* its address, for messages */
 
 struct coord_conn {
