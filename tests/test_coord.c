@@ -272,6 +272,68 @@ static void *open_gate_later(void *arg)
 	return NULL;
 }
 
+/* Schedule @fn (no arguments) strictly on worker @w; its handle. */
+static struct coord_rv *sched_on(struct coord *c, uint32_t fn, const void *args, size_t len,
+				 unsigned w)
+{
+	struct coord_call call = { .fn = fn,
+				   .args = args,
+				   .len = len,
+				   .affinity = COORD_ON_WORKER(w),
+				   .affinity_mode = COORD_AFFINITY_STRICT };
+	struct coord_rv *rv = NULL;
+
+	assert_int_equal(coord_schedule_call(c, &call, &rv, NULL), 0);
+	return rv;
+}
+
+/*
+ * S3 with the default window (issue 20, item 1): worker 1 runs a long
+ * closure, a second one bound to worker 1 waits behind it, a closure on
+ * worker 0 fails, join() is called: the second one has not started, so it
+ * is CANCELLED, not run after the error was taken; the running one keeps
+ * its outcome.
+ */
+static void test_s3_not_started_behind_long_is_cancelled(void **state)
+{
+	struct coord_registry *reg = t_registry();
+	uint32_t gated, fail, sl, us = 1000;
+	struct coord_rv *g, *behind, *f1;
+	struct opener o = { 200000000 };
+	struct coord_opts dflt, opts;
+	struct coord *c;
+	pthread_t t;
+
+	t_reset_counters();
+	t_opts(&opts, reg);
+	coord_opts_init(&dflt);
+	/* the defaults, not the tests' small window and two loops */
+	opts.window = dflt.window;
+	opts.tcp_loops = dflt.tcp_loops;
+	assert_int_equal(t_create(&opts, 2, &c, NULL), 0);
+	gated = t_fn(c, "gated");
+	fail = t_fn(c, "fail");
+	sl = t_fn(c, "sleep_us");
+	g = sched_on(c, gated, NULL, 0, 1);
+	wait_entered(1);
+	behind = sched_on(c, sl, &us, sizeof(us), 1);
+	f1 = sched_on(c, fail, NULL, 0, 0);
+	assert_int_equal(coord_rv_fetch(f1, NULL, NULL, NULL), -EIO);
+	pthread_create(&t, NULL, open_gate_later, &o);
+	assert_int_equal(coord_join(c, NULL), -EIO);
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+	pthread_join(t, NULL);
+	assert_int_equal(coord_rv_state(g), COORD_RV_READY);
+	assert_int_equal(coord_rv_state(behind), COORD_RV_CANCELLED);
+	assert_int_equal(atomic_load(&t_entered), 2); /* gated and fail; not the sleep */
+	coord_rv_put(g);
+	coord_rv_put(behind);
+	coord_rv_put(f1);
+	assert_int_equal(coord_join(c, NULL), 0);
+	coord_destroy(c);
+	coord_registry_destroy(reg);
+}
+
 /*
  * S3: a closure still running when the error arrives keeps its own outcome,
  * and join waits for it; only the first error is returned.
@@ -1073,7 +1135,10 @@ static void test_s13_stagger_spreads(void **state)
 		struct coord_opts dflt;
 
 		coord_opts_init(&dflt);
-		o.window = dflt.window; /* the default (room to send all 30 ahead) */
+		/* the defaults (room to send all 30 ahead), not the tests'
+		 * small window and two loops */
+		o.window = dflt.window;
+		o.tcp_loops = dflt.tcp_loops;
 	}
 	assert_int_equal(t_create(&o, 3, &c, NULL), 0);
 	sleep_us = t_fn(c, "sleep_us");
@@ -1838,6 +1903,7 @@ int main(void)
 	T(test_s1_schedule_returns_at_once), cmocka_unit_test(test_s1_backpressure_tiny_ring),     \
 		T(test_s2_runs_on_any_worker),                                                     \
 		T(test_s3_schedule_returns_error_nothing_executing),                               \
+		cmocka_unit_test(test_s3_not_started_behind_long_is_cancelled),                    \
 		T(test_s3_running_closure_keeps_outcome), T(test_s3_only_first_error_returned),    \
 		T(test_s3_generation_taken_when_queued),                                           \
 		T(test_s3_new_round_error_kept_while_cancelling),                                  \

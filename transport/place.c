@@ -217,6 +217,13 @@ unsigned coord_place_credit(struct coord_place *p, uint64_t now, uint64_t *next_
 	return n;
 }
 
+int coord_place_room(const struct coord_conn *k, uint64_t now)
+{
+	if (k->nfree == k->window)
+		return 1;
+	return coord_place_packable(k, now) ? (int)k->nfree : 0;
+}
+
 int coord_place_idle_elsewhere(const struct coord_place *p)
 {
 	/* Relaxed: a hint (place.h). */

@@ -111,6 +111,14 @@ COORD_HIDDEN struct coord_conn *coord_place_pick(struct coord_place *p, uint64_t
 COORD_HIDDEN unsigned coord_place_credit(struct coord_place *p, uint64_t now, uint64_t *next_start,
 					 bool *has_idle, bool *has_down);
 
+/*
+ * coord_place_room() - room on live, started @k for closures targeted at its
+ * worker (B4, ops->room), by PL1: 1 when it is idle, its free slots while it
+ * may be packed, else 0 (they wait in the coordinator's queue, where S3's
+ * cancellation reaches them, until it can start them soon).
+ */
+COORD_HIDDEN int coord_place_room(const struct coord_conn *k, uint64_t now);
+
 /* Idle connections on the transport's other loops (a hint, may be < 0). */
 COORD_HIDDEN int coord_place_idle_elsewhere(const struct coord_place *p);
 

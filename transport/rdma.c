@@ -1177,9 +1177,11 @@ static int rdma_room(struct coord_dispatcher *d, unsigned w)
 	struct rdma_tp *t = d->c->tp_state;
 	struct rdma_conn *k = &t->conns[w];
 
-	if (k->loop->d != d || !k->up || k->w->start_at_ns > coord_now_ns())
+	uint64_t now = coord_now_ns();
+
+	if (k->loop->d != d || !k->up || k->w->start_at_ns > now)
 		return -1;
-	return (int)k->nfree;
+	return coord_place_room(&k->conn, now); /* place.h PL1 */
 }
 
 const struct coord_tp_ops coord_tp_rdma = {
