@@ -2145,8 +2145,9 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 			continue;
 		}
 		if (coord_dispatch_pw_pending(d)) {
+			/* S9: the caller releases them first (runtime/pw.c). */
 			fin_flush(d); /* C9 */
-			return 0; /* S9: the caller releases them first (runtime/pw.c) */
+			return 0;
 		}
 		if (d->defer_fin && stream)
 			gather(c);

@@ -100,9 +100,8 @@ void coord_pw_retire(struct coord_pw *pw)
 		 * taker's acquire exchange (P2); seq_cst makes it the RMW that
 		 * the wake's E3 and the loop sleepers' Dekker pair need (P2,
 		 * coordinator.c queue_push()). */
-		while (!atomic_compare_exchange_weak_explicit(&d->pw_dead, &n->next, n,
-							      memory_order_seq_cst,
-							      memory_order_relaxed))
+		while (!atomic_compare_exchange_weak_explicit(
+			&d->pw_dead, &n->next, n, memory_order_seq_cst, memory_order_relaxed))
 			;
 	}
 	pw_wake(c);

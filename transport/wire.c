@@ -721,9 +721,10 @@ int coord_wire_put_error(struct coord_wire_writer *w, int32_t code, const char *
 
 const char *coord_wire_type_name(uint16_t type)
 {
-	static const char *const names[] = { "?",	 "HELLO",   "HELLO_ACK", "AUTH", "FN_TABLE",
-					     "REQ",	 "RES",	    "PING",	 "PONG", "ERROR",
-					     "PS_TABLE", "VAR_REQ", "VAR_RES",	 "PW_FREE" };
+	static const char *const names[] = { "?",	 "HELLO",  "HELLO_ACK", "AUTH",
+					     "FN_TABLE", "REQ",	   "RES",	"PING",
+					     "PONG",	 "ERROR",  "PS_TABLE",	"VAR_REQ",
+					     "VAR_RES",	 "PW_FREE" };
 
 	return type <= COORD_WIRE_TYPE_MAX ? names[type] : "?";
 }
