@@ -1962,7 +1962,10 @@ int coord_per_worker_create(struct coord *c, const char *creator, const void *ar
 
 enum coord_rv_state coord_per_worker_state(const struct coord_pw *pw, unsigned worker)
 {
-	if (!pw || worker >= pw->nworkers)
+	/* Relaxed: as in coord_pw_retire(); after coord_destroy() no worker
+	 * is left to hold it (runtime/pw.c P4). */
+	if (!pw || worker >= pw->nworkers ||
+	    atomic_load_explicit(&pw->c->dead, memory_order_relaxed))
 		return COORD_RV_NOT_READY;
 	/* Made since the worker's last loss: READY; else (never made there,
 	 * or lost since) ABORTED, made again before its next use (S7, S9). */

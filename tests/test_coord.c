@@ -1124,6 +1124,46 @@ static void test_s9_dataset_per_epoch_does_not_grow(void **state)
 	assert_true(made >= 50); /* every epoch made one at least */
 }
 
+/* S9 with coord_destroy(): a handle released before it is destroyed once
+ * on each worker; one still held at destroy is destroyed there by the
+ * worker's teardown, once (no second destroy from the release), and may be
+ * put after destroy; its state then reads NOT_READY. */
+static void test_s9_destroy_after_put_and_put_after_destroy(void **state)
+{
+	struct t_fx *f;
+	struct coord_pw *a, *b;
+	uint64_t until;
+	int64_t tok;
+
+	(void)state;
+	setup_n((void **)&f, 2, COORD_RING_DEFAULT);
+	tok = tr_begin();
+	assert_int_equal(coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &a, NULL), 0);
+	assert_int_equal(coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &b, NULL), 0);
+	for (unsigned w = 0; w < 2; w++) {
+		sched_pw_on(f->c, "echo", a, w, 5, NULL);
+		sched_pw_on(f->c, "echo", b, w, 5, NULL);
+	}
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_per_worker_put(a);
+	for (unsigned w = 0; w < 2; w++)
+		assert_int_equal(tr_live_on(f->c, w), 1); /* a is gone, b is not */
+	teardown((void **)&f);				  /* b still held */
+	assert_int_equal(coord_per_worker_state(b, 0), COORD_RV_NOT_READY);
+	coord_per_worker_put(b); /* after destroy: freed, nothing else */
+	/* Over the network the workers drop b when their connection ends,
+	 * after destroy returned: wait for that (bounded). */
+	until = t_now_ns() + 10000000000ull;
+	for (unsigned w = 0; w < 2; w++)
+		while (atomic_load(&t_sh->tr_destroys[w]) < 2 && t_now_ns() < until)
+			t_sleep_ns(1000000);
+	t_sleep_ns(20000000); /* a second destroy would come by now */
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 2);
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 2);
+	}
+}
+
 /* ---- S13 ------------------------------------------------------------------------ */
 
 /* S13: worker i waits min(delay * i, max); no max means no cap; env vars. */
@@ -2039,6 +2079,7 @@ int main(void)
 		T(test_s8_s9_per_worker_lazy), T(test_s9_creation_failure_is_input_error),         \
 		T(test_s9_last_put_destroys_on_every_worker),                                      \
 		T(test_s9_put_while_closures_use_it), T(test_s9_dataset_per_epoch_does_not_grow),  \
+		cmocka_unit_test(test_s9_destroy_after_put_and_put_after_destroy),                 \
 		T(test_b8_closure_id_is_rv_id), cmocka_unit_test(test_s13_stagger_observed),       \
 		cmocka_unit_test(test_s14_unbounded), T(test_s15_unknown_function_refused),        \
 		T(test_b8_attempt_visible), T(test_b7_metrics),                                    \
