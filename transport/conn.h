@@ -14,7 +14,9 @@
  * Slots.  A connection has @window slots; a request carries (seq << 32 |
  * slot) as its closure id, seq counting the slot's uses, so a result names
  * a slot in use, with the same seq and the closure's attempt, or the worker
- * is misbehaving and its connection is failed.
+ * is misbehaving and its connection is failed.  The closure's own id
+ * (coord_rv_id(), which its function sees as coord_ctx_closure(), B8)
+ * travels beside it in the record's ID field (wire.h).
  *
  * Synchronization: none.  A connection belongs to its loop (whoever holds
  * the loop, rdma.c D1); nothing here is shared between threads.
