@@ -1041,6 +1041,191 @@ static void test_s9_creation_failure_is_input_error(void **state)
 	assert_int_equal(coord_per_worker_create(f->c, "echo", NULL, 0, &pw, &err), COORD_ENOFN);
 }
 
+/* ---- S9: release on the last put ------------------------------------------------- */
+
+/* A fresh token for "tracked" resources (helpers.h): only this test's count. */
+static int64_t tr_begin(void)
+{
+	int64_t tok = (int64_t)(t_now_ns() | 1);
+
+	atomic_store(&t_sh->tr_token, tok);
+	return tok;
+}
+
+/* Closures @fn with per-worker argument @pw, @n of them on worker @w (handles
+ * in @rv, or none). */
+static void sched_pw_on(struct coord *c, const char *fn, struct coord_pw *pw, unsigned w,
+			unsigned n, struct coord_rv **rv)
+{
+	struct coord_call call = {
+		.fn = t_fn(c, fn), .pw = &pw, .npw = 1, .affinity = COORD_ON_WORKER(w)
+	};
+
+	for (unsigned i = 0; i < n; i++)
+		assert_int_equal(coord_schedule_call(c, &call, rv ? &rv[i] : NULL, NULL), 0);
+}
+
+/* Tracked resources alive on worker @w, as a closure bound to it sees them:
+ * after every release put before this call (runtime/pw.c P3). */
+static int64_t tr_live_on(struct coord *c, unsigned w)
+{
+	struct coord_call call = { .fn = t_fn(c, "tr_live"), .affinity = COORD_ON_WORKER(w) };
+	struct coord_rv *rv;
+	int64_t live;
+
+	assert_int_equal(coord_schedule_call(c, &call, &rv, NULL), 0);
+	live = fetch_i64(rv);
+	coord_rv_put(rv);
+	return live;
+}
+
+/* S9: the last put destroys the resource on every worker that made it (its
+ * destroy callback runs there once), while the coordinator lives. */
+static void test_s9_last_put_destroys_on_every_worker(void **state)
+{
+	struct t_fx *f = *state;
+	int64_t tok = tr_begin();
+	struct coord_rv *rv[2][20];
+	struct coord_pw *pw;
+
+	assert_int_equal(coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &pw, NULL), 0);
+	for (unsigned w = 0; w < 2; w++)
+		sched_pw_on(f->c, "echo", pw, w, 20, rv[w]);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	for (unsigned w = 0; w < 2; w++)
+		for (int i = 0; i < 20; i++) {
+			assert_int_equal(coord_rv_fetch(rv[w][i], NULL, NULL, NULL), 0);
+			coord_rv_put(rv[w][i]);
+		}
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 1);
+		assert_int_equal(tr_live_on(f->c, w), 1); /* the handle keeps it */
+	}
+	coord_per_worker_put(pw);
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(tr_live_on(f->c, w), 0);
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 1);
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 1);
+	}
+}
+
+/* S9: a put while closures use the resource (one running on each worker,
+ * more queued behind it) destroys nothing until the last of them is
+ * final; then each worker destroys it once. */
+static void test_s9_put_while_closures_use_it(void **state)
+{
+	struct t_fx *f = *state;
+	int64_t tok = tr_begin();
+	struct coord_rv *g[2], *rv[2][10];
+	struct coord_pw *pw;
+
+	assert_int_equal(coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &pw, NULL), 0);
+	for (unsigned w = 0; w < 2; w++)
+		sched_pw_on(f->c, "gated", pw, w, 1, &g[w]);
+	wait_entered(2);
+	for (unsigned w = 0; w < 2; w++) {
+		sched_pw_on(f->c, "echo", pw, w, 10, rv[w]);
+		sched_pw_on(f->c, "echo", pw, w, 10, NULL);
+	}
+	coord_per_worker_put(pw); /* the closures hold it now */
+	t_sleep_ns(20000000);
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 1);
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 0);
+	}
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	for (unsigned w = 0; w < 2; w++) {
+		for (int i = 0; i < 10; i++) {
+			assert_int_equal(coord_rv_fetch(rv[w][i], NULL, NULL, NULL), 0);
+			coord_rv_put(rv[w][i]);
+		}
+		/* still held: the gated closure's RemoteValue */
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 0);
+	}
+	for (unsigned w = 0; w < 2; w++) {
+		int32_t where = fetch_i32(g[w]);
+
+		assert_int_equal(where, (int32_t)w);
+		coord_rv_put(g[w]); /* the last one releases it */
+	}
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(tr_live_on(f->c, w), 0);
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 1);
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 1);
+	}
+}
+
+/* S9: a new dataset per epoch, as a trainer makes one: after each epoch's
+ * put no worker holds any of them, so nothing grows over 50 epochs. */
+static void test_s9_dataset_per_epoch_does_not_grow(void **state)
+{
+	struct t_fx *f = *state;
+	int64_t tok = tr_begin();
+	long made = 0;
+
+	for (int e = 0; e < 50; e++) {
+		struct coord_call call = { .fn = t_fn(f->c, "echo"), .npw = 1 };
+		struct coord_pw *pw;
+
+		assert_int_equal(
+			coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &pw, NULL), 0);
+		call.pw = &pw;
+		for (int i = 0; i < 16; i++) /* no handles: the runtime's closures */
+			assert_int_equal(coord_schedule_call(f->c, &call, NULL, NULL), 0);
+		assert_int_equal(coord_join(f->c, NULL), 0);
+		coord_per_worker_put(pw);
+		for (unsigned w = 0; w < 2; w++)
+			assert_int_equal(tr_live_on(f->c, w), 0);
+	}
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]),
+				 atomic_load(&t_sh->tr_creates[w]));
+		made += atomic_load(&t_sh->tr_creates[w]);
+	}
+	assert_true(made >= 50); /* every epoch made one at least */
+}
+
+/* S9 with coord_destroy(): a handle released before it is destroyed once
+ * on each worker; one still held at destroy is destroyed there by the
+ * worker's teardown, once (no second destroy from the release), and may be
+ * put after destroy; its state then reads NOT_READY. */
+static void test_s9_destroy_after_put_and_put_after_destroy(void **state)
+{
+	struct t_fx *f;
+	struct coord_pw *a, *b;
+	uint64_t until;
+	int64_t tok;
+
+	(void)state;
+	setup_n((void **)&f, 2, COORD_RING_DEFAULT);
+	tok = tr_begin();
+	assert_int_equal(coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &a, NULL), 0);
+	assert_int_equal(coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &b, NULL), 0);
+	for (unsigned w = 0; w < 2; w++) {
+		sched_pw_on(f->c, "echo", a, w, 5, NULL);
+		sched_pw_on(f->c, "echo", b, w, 5, NULL);
+	}
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_per_worker_put(a);
+	for (unsigned w = 0; w < 2; w++)
+		assert_int_equal(tr_live_on(f->c, w), 1); /* a is gone, b is not */
+	teardown((void **)&f);				  /* b still held */
+	assert_int_equal(coord_per_worker_state(b, 0), COORD_RV_NOT_READY);
+	coord_per_worker_put(b); /* after destroy: freed, nothing else */
+	/* Over the network the workers drop b when their connection ends,
+	 * after destroy returned: wait for that (bounded). */
+	until = t_now_ns() + 10000000000ull;
+	for (unsigned w = 0; w < 2; w++)
+		while (atomic_load(&t_sh->tr_destroys[w]) < 2 && t_now_ns() < until)
+			t_sleep_ns(1000000);
+	t_sleep_ns(20000000); /* a second destroy would come by now */
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 2);
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 2);
+	}
+}
+
 /* ---- S13 ------------------------------------------------------------------------ */
 
 /* S13: worker i waits min(delay * i, max); no max means no cap; env vars. */
@@ -1225,6 +1410,75 @@ static void test_s15_unknown_function_refused(void **state)
 	assert_int_equal(atomic_load(&t_entered), 0);
 }
 
+/* B8: coord_ctx_closure() in the function is coord_rv_id() of its RemoteValue,
+ * whatever path the closure took: plain, with a per-worker argument, bound
+ * to a worker (hints), with arguments too large to travel inline, in a
+ * batch; and the ids of the values held at once are distinct. */
+static void test_b8_closure_id_is_rv_id(void **state)
+{
+	struct t_fx *f = *state;
+	enum { N = 2000 };
+	struct coord_rv **rv = calloc(N, sizeof(*rv));
+	uint64_t *ids = calloc(N, sizeof(*ids));
+	uint32_t fn = t_fn(f->c, "closure_id");
+	char big[200] = { 0 };
+	struct coord_pw *pw;
+
+	assert_non_null(rv);
+	assert_non_null(ids);
+	assert_int_equal(coord_per_worker_create(f->c, "counter", NULL, 0, &pw, NULL), 0);
+	for (int i = 0; i < N;) {
+		struct coord_call call = { .fn = fn };
+
+		switch (i % 5) {
+		case 1:
+			call.pw = &pw;
+			call.npw = 1;
+			break;
+		case 2:
+			call.affinity = COORD_ON_WORKER((unsigned)i % 2);
+			break;
+		case 3:
+			call.args = big;
+			call.len = sizeof(big);
+			break;
+		case 4: { /* a batch of 8 (or what is left) */
+			struct coord_call calls[8];
+			int m = N - i < 8 ? N - i : 8;
+
+			for (int k = 0; k < m; k++)
+				calls[k] = call;
+			assert_int_equal(
+				coord_schedule_many(f->c, calls, (size_t)m, &rv[i], NULL, NULL), 0);
+			i += m;
+			continue;
+		}
+		}
+		assert_int_equal(coord_schedule_call(f->c, &call, &rv[i], NULL), 0);
+		i++;
+	}
+	for (int i = 0; i < N; i++) {
+		struct {
+			uint64_t id;
+			uint32_t attempt;
+			int32_t worker;
+		} out;
+
+		fetch_exact(rv[i], &out, sizeof(out));
+		assert_int_equal(out.id, coord_rv_id(rv[i]));
+		assert_int_equal(out.attempt, 1);
+		ids[i] = out.id;
+	}
+	for (int i = 0; i < N; i++) /* distinct while held (sorted check) */
+		for (int j = i + 1; j < N && j < i + 64; j++)
+			assert_int_not_equal(ids[i], ids[j]);
+	for (int i = 0; i < N; i++)
+		coord_rv_put(rv[i]);
+	coord_per_worker_put(pw);
+	free(rv);
+	free(ids);
+}
+
 /* B8: the function sees its attempt number (1 on the first run). */
 static void test_b8_attempt_visible(void **state)
 {
@@ -1272,6 +1526,40 @@ static void test_s2_b8_put_back_runs_again(void **state)
 	assert_int_equal(coord_rv_fetch(rv, &v, NULL, NULL), 0);
 	memcpy(&a, v, sizeof(a));
 	assert_int_equal(a, 2);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_rv_put(rv);
+	coord_rv_put(g[0]);
+	coord_rv_put(g[1]);
+}
+
+/* B8: a closure put back (its worker lost) runs again with attempt 2 and
+ * the same id: coord_ctx_closure() is still coord_rv_id(). */
+static void test_b8_closure_id_after_put_back(void **state)
+{
+	struct t_fx *f = *state;
+	struct coord_dispatcher d = { .c = f->c };
+	struct coord_closure *taken[4];
+	struct coord_rv *g[2], *rv;
+	struct {
+		uint64_t id;
+		uint32_t attempt;
+		int32_t worker;
+	} out;
+	unsigned n = 0;
+
+	for (int i = 0; i < 2; i++) /* both workers busy: the closure waits for us */
+		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, &g[i], NULL),
+				 0);
+	wait_entered(2);
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "closure_id"), NULL, 0, &rv, NULL), 0);
+	for (int i = 0; i < 1000 && n == 0; i++)
+		n = coord_dispatch_try_take(&d, taken, 4);
+	assert_int_equal(n, 1);
+	coord_dispatch_put_back(&d, taken, n);
+	atomic_store(&t_gate, 1);
+	fetch_exact(rv, &out, sizeof(out));
+	assert_int_equal(out.attempt, 2);
+	assert_int_equal(out.id, coord_rv_id(rv));
 	assert_int_equal(coord_join(f->c, NULL), 0);
 	coord_rv_put(rv);
 	coord_rv_put(g[0]);
@@ -1914,7 +2202,10 @@ int main(void)
 		T(test_b3_schedule_many), cmocka_unit_test(test_b3_schedule_many_order),           \
 		T(test_concurrent_round_trips), T1(test_results_all_sizes),                        \
 		T(test_s8_s9_per_worker_lazy), T(test_s9_creation_failure_is_input_error),         \
-		cmocka_unit_test(test_s13_stagger_observed),                                       \
+		T(test_s9_last_put_destroys_on_every_worker),                                      \
+		T(test_s9_put_while_closures_use_it), T(test_s9_dataset_per_epoch_does_not_grow),  \
+		cmocka_unit_test(test_s9_destroy_after_put_and_put_after_destroy),                 \
+		T(test_b8_closure_id_is_rv_id), cmocka_unit_test(test_s13_stagger_observed),       \
 		cmocka_unit_test(test_s13_stagger_spreads), cmocka_unit_test(test_s14_unbounded),  \
 		T(test_s15_unknown_function_refused), T(test_b8_attempt_visible),                  \
 		T(test_b7_metrics), cmocka_unit_test(test_w1_short_waits_spin),                    \
@@ -1927,6 +2218,7 @@ int main(void)
 		CONTRACT_TESTS,
 		/* in-process only: they reach into the runtime or its options */
 		T(test_s2_b8_put_back_runs_again),
+		T(test_b8_closure_id_after_put_back),
 		cmocka_unit_test(test_s13_stagger_formula_and_env),
 		cmocka_unit_test(test_w1_budget_rule),
 		cmocka_unit_test(test_registry_and_options_errors),

@@ -383,11 +383,31 @@ static void place(struct rdma_loop *l, struct coord_closure *cl, uint64_t now)
 	}
 }
 
+/* ---- per-worker resources released (S9, runtime/pw.c) ---------------------------- */
+
+static struct coord_conn *conn_at(void *l, unsigned i)
+{
+	return &((struct rdma_loop *)l)->conns[i]->conn;
+}
+
+static void pw_flush(struct coord_conn *k)
+{
+	flush_out((struct rdma_conn *)k); /* the connection is our first member */
+}
+
+/* PW_FREE frames to our workers for the resources released to us. */
+static void pw_release(struct rdma_loop *l)
+{
+	if (coord_dispatch_pw_pending(l->d))
+		coord_conn_pw_release(l->d, conn_at, l, l->nconns, pw_flush);
+}
+
 static void dispatch(struct rdma_loop *l, unsigned n)
 {
 	uint64_t now = coord_now_ns();
 	unsigned m = 0;
 
+	pw_release(l); /* S9: before these REQs (runtime/pw.c P3) */
 	l->inflight += n;
 	/* B4: targeted closures first, as in transport/tcp.c dispatch(). */
 	for (unsigned i = 0; i < n; i++)
@@ -529,6 +549,7 @@ static bool loop_round(struct rdma_loop *l, struct round *ro, bool thread)
 
 	ro->took = 0;
 	admit(l);
+	pw_release(l);
 	ro->now = coord_now_ns();
 	ro->due = check_conns(l, ro->now);
 	/* has_down: a worker being recovered: its admission is ours to do

@@ -322,6 +322,28 @@ static void kick_send(struct tcp_conn *k)
 	arm_send(k);
 }
 
+/* ---- per-worker resources released (S9, runtime/pw.c) ------------------------------ */
+
+static struct coord_conn *conn_at(void *l, unsigned i)
+{
+	return &((struct tcp_loop *)l)->conns[i]->conn;
+}
+
+static void pw_flush(struct coord_conn *k)
+{
+	kick_send((struct tcp_conn *)k); /* the connection is our first member */
+}
+
+/* PW_FREE frames to our workers for the resources released to us, sent
+ * now (the loop may block on the queue's futex next). */
+static void pw_release(struct tcp_loop *l)
+{
+	if (!coord_dispatch_pw_pending(l->d))
+		return;
+	coord_conn_pw_release(l->d, conn_at, l, l->nconns, pw_flush);
+	io_uring_submit(&l->ring);
+}
+
 /* ---- failure ------------------------------------------------------------------------ */
 
 static void conn_fail(struct tcp_conn *k, const char *why)
@@ -567,6 +589,7 @@ static void dispatch(struct tcp_loop *l, unsigned n)
 	uint64_t now = coord_now_ns();
 	unsigned m = 0;
 
+	pw_release(l); /* S9: before these REQs (runtime/pw.c P3) */
 	l->inflight += n;
 	/* B4: first the closures a take aimed at a worker: it counted on
 	 * their slots (runtime/sched.c), which pick() must not give to the
@@ -592,6 +615,7 @@ static uint64_t loop_tick(struct tcp_loop *l)
 	uint64_t now;
 
 	admit(l);
+	pw_release(l);
 	now = coord_now_ns();
 	check_conns(l, now);
 	return now;

@@ -508,7 +508,9 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 
 	coord_wire_iter_init(&it, h, payload);
 	while ((r = coord_wire_next_req(&it, &q)) == 1) {
-		struct coord_exec_call call = { .id = q.closure_id,
+		/* B8: the closure's own id when the coordinator sent it
+		 * (closure_id is then its handle for the result). */
+		struct coord_exec_call call = { .id = q.rv_id ? q.rv_id : q.closure_id,
 						.fn = map_fn(k, q.fn),
 						.attempt = q.attempt,
 						.args = q.args,
@@ -561,6 +563,23 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 	return flush(k);
 }
 
+/* S9: the coordinator put the last handle of these resources: destroy
+ * this worker's components (runtime/pw.c P2; an unknown uid was never
+ * made here).  Frames are served in order, so every REQ sent before this
+ * frame has run and none sent after it has. */
+static int on_pw_free(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
+		      const uint8_t *payload)
+{
+	struct coord_wire_iter it;
+	uint64_t uid;
+	int r;
+
+	coord_wire_iter_init(&it, h, payload);
+	while ((r = coord_wire_next_uid(&it, &uid)) == 1)
+		coord_exec_res_release(&k->env, uid);
+	return r;
+}
+
 /*
  * One frame of an established connection.  Return: 0 go on; 1 the
  * coordinator closed (logged); < 0 close with that reason.
@@ -581,6 +600,8 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		return on_ps_table(k, h, payload);
 	case COORD_WIRE_REQ:
 		return on_req(k, h, payload);
+	case COORD_WIRE_PW_FREE:
+		return on_pw_free(k, h, payload);
 	case COORD_WIRE_VAR_REQ:
 		return k->s->role == COORD_ROLE_PS ? on_var_req(k, h, payload) : -EPROTO;
 	case COORD_WIRE_PING: {

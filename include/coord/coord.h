@@ -523,7 +523,18 @@ COORD_API COORD_NODISCARD int coord_per_worker_create(struct coord *c, const cha
  */
 COORD_API enum coord_rv_state coord_per_worker_state(const struct coord_pw *pw, unsigned worker);
 
-/** coord_per_worker_put() - release a per-worker handle; NULL is ignored. */
+/**
+ * coord_per_worker_put() - release a per-worker handle; NULL is ignored.
+ *
+ * A closure that names the resource holds its own reference until it is
+ * final and freed (its RemoteValue put), so a put while closures still use
+ * it is safe.  When the last reference goes, every worker that made the
+ * resource destroys its component (the creator's destroy callback runs
+ * there), while the coordinator lives (S9); a worker that is down freed
+ * it when its connection ended.  A worker destroys it before it runs any
+ * closure with per-worker arguments or a RemoteValue handle scheduled
+ * after that last put returned (or after a coord_join() that followed it).
+ */
 COORD_API void coord_per_worker_put(struct coord_pw *pw);
 
 #ifdef __cplusplus
