@@ -9,11 +9,28 @@
 
 #include "transport/place.h"
 
-/* PL2: expected run time a closure may wait behind (about one loopback
- * round trip: what a frame of its own would cost it under load). */
+/* PL2: expected run time a closure may wait behind, at least (about one
+ * loopback round trip: what a frame of its own would cost it under load);
+ * more on a slower link (PL5). */
 #define PACK_WAIT_NS 50000u
-/* PL3: no result for this long: stop packing onto a busy connection. */
+/* PL3: no result for this long, at least: stop packing onto a busy
+ * connection (PL5: more on a slower link). */
 #define PACK_STALL_NS 1000000u
+/* PL5: round-trip samples per window of the minimum. */
+#define RTT_WINDOW 64u
+
+/* PL2, PL5: the run time a closure may wait behind: one round trip of the
+ * link, and never less than PACK_WAIT_NS. */
+static inline uint64_t pack_wait(const struct coord_place *p)
+{
+	return p->rtt_ns > PACK_WAIT_NS ? p->rtt_ns : PACK_WAIT_NS;
+}
+
+/* PL3, PL5: silence after which a busy connection is no longer packed. */
+static inline uint64_t pack_stall(const struct coord_place *p)
+{
+	return 4 * p->rtt_ns > PACK_STALL_NS ? 4 * p->rtt_ns : PACK_STALL_NS;
+}
 
 int coord_place_init(struct coord_place *p, unsigned nconns, uint32_t nfn, _Atomic int *idle_all)
 {
@@ -26,6 +43,7 @@ int coord_place_init(struct coord_place *p, unsigned nconns, uint32_t nfn, _Atom
 	for (uint32_t f = 0; f < nfn; f++)
 		p->run_ns[f] = COORD_RUN_UNKNOWN;
 	p->idle_all = idle_all;
+	p->rtt_win = UINT64_MAX;
 	return 0;
 }
 
@@ -71,8 +89,9 @@ void coord_place_sent(struct coord_place *p, struct coord_conn *k, const struct 
 	 * unknown or long run time fills the budget, so nothing is packed
 	 * behind it. */
 	uint32_t run = cl->fn < p->nfn ? p->run_ns[cl->fn] : COORD_RUN_UNKNOWN;
+	uint64_t w = pack_wait(p);
 
-	k->run[slot] = run < PACK_WAIT_NS ? run : PACK_WAIT_NS;
+	k->run[slot] = run < w ? run : (uint32_t)(w < UINT32_MAX ? w : UINT32_MAX);
 	if (k->nfree == k->window - 1)
 		k->busy_ns = now;
 	k->backlog_ns += k->run[slot];
@@ -97,9 +116,34 @@ static void run_note(uint32_t *est, uint32_t ns)
 		*est -= (*est - ns) / 2;
 }
 
+/*
+ * PL5: a round-trip sample from a result that arrived at @rx for a request
+ * sent at @sent, whose function reported @run_ns: what is left after the
+ * run is the link, the two sides' loops and the wait behind other closures;
+ * the minimum over a window of samples is the link and the loops.
+ */
+static void rtt_note(struct coord_place *p, uint64_t sent, uint64_t rx, uint32_t run_ns)
+{
+	uint64_t s;
+
+	if (rx <= sent)
+		return;
+	s = rx - sent;
+	if (run_ns != COORD_RUN_UNKNOWN)
+		s = s > run_ns ? s - run_ns : 0;
+	if (s < p->rtt_win)
+		p->rtt_win = s;
+	if (++p->rtt_n == RTT_WINDOW) {
+		p->rtt_ns = p->rtt_win;
+		p->rtt_win = UINT64_MAX;
+		p->rtt_n = 0;
+	}
+}
+
 void coord_place_result(struct coord_place *p, struct coord_conn *k, uint32_t fn, uint32_t slot,
 			uint32_t run_ns)
 {
+	rtt_note(p, k->sent_ns[slot], k->last_rx_ns, run_ns);
 	p->free_up++;
 	k->backlog_ns -= k->run[slot];
 	coord_place_idle_update(p, k);
@@ -124,12 +168,12 @@ void coord_place_up(struct coord_place *p, struct coord_conn *k)
 	coord_place_idle_update(p, k);
 }
 
-bool coord_place_packable(const struct coord_conn *k, uint64_t now)
+bool coord_place_packable(const struct coord_place *p, const struct coord_conn *k, uint64_t now)
 {
 	uint64_t seen = k->last_rx_ns > k->busy_ns ? k->last_rx_ns : k->busy_ns;
 
-	return k->up && k->nfree && k->nfree < k->window && k->backlog_ns < PACK_WAIT_NS &&
-	       now - seen < PACK_STALL_NS;
+	return k->up && k->nfree && k->nfree < k->window && k->backlog_ns < pack_wait(p) &&
+	       now - seen < pack_stall(p);
 }
 
 /* Is @k up, started and with nothing in flight? */
@@ -146,7 +190,7 @@ struct coord_conn *coord_place_pick(struct coord_place *p, uint64_t now)
 	/* The connection being packed, also once it is idle again (an idle
 	 * one is as good as any other), so that one connection carries the
 	 * stream and its worker serves it as one. */
-	if (p->pack && (coord_place_packable(p->pack, now) || idle_conn(p->pack, now)))
+	if (p->pack && (coord_place_packable(p, p->pack, now) || idle_conn(p->pack, now)))
 		return p->pack;
 	for (unsigned i = 0; i < p->nconns; i++) {
 		unsigned j = (p->rr + i) % p->nconns;
@@ -154,7 +198,7 @@ struct coord_conn *coord_place_pick(struct coord_place *p, uint64_t now)
 
 		if (!k->up || !k->nfree || k->w->start_at_ns > now)
 			continue;
-		if (coord_place_packable(k, now) && (!pack || k->nfree < pack->nfree))
+		if (coord_place_packable(p, k, now) && (!pack || k->nfree < pack->nfree))
 			pack = k;
 		if (k->nfree == k->window && !idle) {
 			idle = k;
@@ -189,7 +233,7 @@ unsigned coord_place_credit(struct coord_place *p, uint64_t now, uint64_t *next_
 		*has_idle = p->nidle > 0;
 		*has_down = p->ndown > 0;
 		n = p->nidle;
-		if (p->pack && !p->pack->idle && coord_place_packable(p->pack, now))
+		if (p->pack && !p->pack->idle && coord_place_packable(p, p->pack, now))
 			n += p->pack->nfree;
 		return n;
 	}
@@ -210,18 +254,18 @@ unsigned coord_place_credit(struct coord_place *p, uint64_t now, uint64_t *next_
 		if (k->nfree == k->window) {
 			n++;
 			*has_idle = true;
-		} else if (k == p->pack && coord_place_packable(k, now)) {
+		} else if (k == p->pack && coord_place_packable(p, k, now)) {
 			n += k->nfree;
 		}
 	}
 	return n;
 }
 
-int coord_place_room(const struct coord_conn *k, uint64_t now)
+int coord_place_room(const struct coord_place *p, const struct coord_conn *k, uint64_t now)
 {
 	if (k->nfree == k->window)
 		return 1;
-	return coord_place_packable(k, now) ? (int)k->nfree : 0;
+	return coord_place_packable(p, k, now) ? (int)k->nfree : 0;
 }
 
 int coord_place_idle_elsewhere(const struct coord_place *p)

@@ -29,6 +29,14 @@
  *   PL4  Counts kept as slots and connections change (free_up, nidle,
  *        ndown), so credit() is O(1) once every staggered start has passed;
  *        before that it scans the loop's connections.
+ *   PL5  The budget of PL2 and the silence of PL3 scale with the link: a
+ *        closure may wait behind one round trip's worth of known-short work
+ *        (at least PACK_WAIT_NS), so the window still hides the link's
+ *        latency (a worker never idles a round trip between frames), and a
+ *        connection is no longer packed after 4 round trips of silence (at
+ *        least PACK_STALL_NS).  The round trip is the minimum, over a
+ *        window of results, of result time less the reported run time: the
+ *        link and the loops, not the wait behind other closures.
  *
  * Synchronization: a struct coord_place and its connections belong to one
  * loop (whoever holds it: rdma.c D1); nothing here is shared between
@@ -58,6 +66,10 @@ struct coord_place {
 	 * idle and down connections of this loop. */
 	uint64_t free_up, start_end;
 	unsigned nidle, ndown;
+	/* PL5: the link's round trip (the minimum of the last window of
+	 * samples), the minimum of the window being filled, its samples. */
+	uint64_t rtt_ns, rtt_win;
+	unsigned rtt_n;
 	_Atomic int *idle_all; /* idle connections over all loops (hint) */
 };
 
@@ -90,7 +102,8 @@ COORD_HIDDEN void coord_place_down(struct coord_place *p, struct coord_conn *k);
 COORD_HIDDEN void coord_place_up(struct coord_place *p, struct coord_conn *k);
 
 /* May a closure be packed onto busy connection @k at @now (PL2, PL3)? */
-COORD_HIDDEN bool coord_place_packable(const struct coord_conn *k, uint64_t now);
+COORD_HIDDEN bool coord_place_packable(const struct coord_place *p, const struct coord_conn *k,
+				       uint64_t now);
 
 /*
  * coord_place_pick() - the connection the next untargeted closure goes to
@@ -117,7 +130,8 @@ COORD_HIDDEN unsigned coord_place_credit(struct coord_place *p, uint64_t now, ui
  * may be packed, else 0 (they wait in the coordinator's queue, where S3's
  * cancellation reaches them, until it can start them soon).
  */
-COORD_HIDDEN int coord_place_room(const struct coord_conn *k, uint64_t now);
+COORD_HIDDEN int coord_place_room(const struct coord_place *p, const struct coord_conn *k,
+				  uint64_t now);
 
 /* Idle connections on the transport's other loops (a hint, may be < 0). */
 COORD_HIDDEN int coord_place_idle_elsewhere(const struct coord_place *p);

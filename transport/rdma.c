@@ -1202,7 +1202,7 @@ static int rdma_room(struct coord_dispatcher *d, unsigned w)
 
 	if (k->loop->d != d || !k->up || k->w->start_at_ns > now)
 		return -1;
-	return coord_place_room(&k->conn, now); /* place.h PL1 */
+	return coord_place_room(&k->loop->place, &k->conn, now); /* place.h PL1 */
 }
 
 const struct coord_tp_ops coord_tp_rdma = {

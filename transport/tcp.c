@@ -550,7 +550,7 @@ static uint64_t cork_wait(const struct tcp_loop *l, uint64_t now)
 	const struct tcp_conn *k = (const struct tcp_conn *)l->place.pack;
 
 	if (!k || k->reqs_out < CORK_FRAMES || k->ping_waiting ||
-	    !coord_place_packable(&k->conn, now) ||
+	    !coord_place_packable(&l->place, &k->conn, now) ||
 	    now - k->last_rx_ns > 2 * (uint64_t)CORK_WAIT_NS)
 		return 0;
 	return now + CORK_WAIT_NS;
@@ -1193,7 +1193,7 @@ static int tcp_room(struct coord_dispatcher *d, unsigned w)
 
 	if (k->loop->d != d || !k->up || k->w->start_at_ns > now)
 		return -1;
-	return coord_place_room(&k->conn, now); /* place.h PL1 */
+	return coord_place_room(&k->loop->place, &k->conn, now); /* place.h PL1 */
 }
 
 const struct coord_tp_ops coord_tp_tcp = {
