@@ -47,11 +47,17 @@ static int number(struct cli *cl, const char *opt, const char *arg, long max, lo
 	return 1;
 }
 
-int cli_opt(struct cli *cl, int c, const char *arg)
+int cli_opt(struct cli *cl, int c, const char *arg, void (*usage)(FILE *))
 {
 	long v;
 
 	switch (c) {
+	case 'h':
+		usage(stdout);
+		return CLI_DONE;
+	case 'V':
+		printf("%s %s\n", cl->name, coord_version());
+		return CLI_DONE;
 	case 's':
 		cl->spec_arg = arg;
 		return 1;
@@ -88,15 +94,26 @@ int cli_opt(struct cli *cl, int c, const char *arg)
 	}
 }
 
+int cli_args_done(struct cli *cl, int argc, char **argv, void (*usage)(FILE *))
+{
+	if (optind < argc)
+		fprintf(stderr, "%s: unexpected argument '%s'\n", cl->name, argv[optind]);
+	if (argc <= 1 || optind < argc) {
+		usage(stderr);
+		return 2;
+	}
+	return 0;
+}
+
 int cli_ready(struct cli *cl)
 {
 	struct coord_error err;
 	int r;
 
 	if (!cl->listen && !cl->spec_arg) {
-		fprintf(stderr, "%s: give --spec SPEC [--task N], or --listen HOST:PORT (--help)\n",
+		fprintf(stderr, "%s: give --spec SPEC [--task N], or --listen HOST:PORT\n",
 			cl->name);
-		return -1;
+		return -2;
 	}
 	if (!cl->listen) {
 		struct coord_task_id self;

@@ -18,6 +18,7 @@
 
 #include <coord/error.h>
 #include <coord/spec.h>
+#include <coord/version.h>
 #include <coord/worker.h>
 
 #ifdef __cplusplus
