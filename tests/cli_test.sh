@@ -31,6 +31,7 @@ for t in "$@"; do
 	expect 2 "$t" --no-such-option
 	expect 2 "$t" stray
 	expect 2 "$t" --task nan
+	expect 2 "$t" --log loud
 done
 expect 2 "${@: -1}" --log error  # coord-ps: neither --spec nor --listen
 exit $fail

@@ -49,6 +49,8 @@ static int number(struct cli *cl, const char *opt, const char *arg, long max, lo
 
 int cli_opt(struct cli *cl, int c, const char *arg, void (*usage)(FILE *))
 {
+	/* enum coord_log_level's order */
+	static const char *const levels[] = { "error", "warn", "info", "debug" };
 	long v;
 
 	switch (c) {
@@ -80,8 +82,11 @@ int cli_opt(struct cli *cl, int c, const char *arg, void (*usage)(FILE *))
 		cl->o.partial_ms = (int)v;
 		return 1;
 	case 'v':
-		setenv("COORD_LOG", arg, 1);
-		return 1;
+		for (int i = 0; i < (int)(sizeof(levels) / sizeof(levels[0])); i++)
+			if (!strcmp(arg, levels[i]))
+				return coord_set_log_level(i) < 0 ? -1 : 1;
+		fprintf(stderr, "%s: --log wants error, warn, info or debug\n", cl->name);
+		return -1;
 	case 'T':
 		if (strcmp(arg, "tcp") != 0 && strcmp(arg, "rdma") != 0) {
 			fprintf(stderr, "%s: --transport wants tcp or rdma\n", cl->name);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include <coord/error.h>
+#include <coord/log.h>
 #include <coord/spec.h>
 #include <coord/version.h>
 #include <coord/worker.h>
