@@ -5,39 +5,31 @@
  * queued, and print the results.
  *
  *   build/examples/hello                      in-process workers
- *   build/examples/hello --spec cluster.json  coord-worker processes over tcp
- *                                             (their --fns must register
- *                                             square, slow and fail)
+ *   build/examples/hello --spec cluster.json  coord-worker processes over tcp,
+ *                                             serving its functions:
+ *     coord-worker --fns build/examples/libhello_fns.so --spec cluster.json --task N
+ *
+ * The functions are in hello_fns.c (linked in here, and built as the worker
+ * library libhello_fns.so).
  */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <coord/coord.h>
 
-static int square(struct coord_ctx *ctx, const void *args, size_t len)
+/* examples/hello_fns.c: square, slow and fail. */
+int coord_register_fns(struct coord_registry *reg);
+
+/* Say why hello cannot go on, and how to fix it when functions are missing. */
+static int fail_with(const char *what, const struct coord_error *err, bool tcp)
 {
-	int64_t x, y;
-
-	if (len != sizeof(x))
-		return coord_ctx_fail(ctx, COORD_EINVAL, "square wants one int64");
-	memcpy(&x, args, sizeof(x));
-	y = x * x;
-	return coord_ctx_set_result(ctx, &y, sizeof(y));
-}
-
-static int slow(struct coord_ctx *ctx, const void *args, size_t len)
-{
-	struct timespec ts = { 0, 2000000 }; /* 2 ms */
-
-	nanosleep(&ts, NULL);
-	return 0;
-}
-
-static int fail(struct coord_ctx *ctx, const void *args, size_t len)
-{
-	return coord_ctx_fail(ctx, -EIO, "worker %d: the disk is on fire", coord_ctx_worker(ctx));
+	fprintf(stderr, "hello: %s: %s\n", what, err->msg);
+	if (tcp && err->code == COORD_ENOFN)
+		fprintf(stderr, "hello: the workers must serve square, slow and fail: "
+				"coord-worker --fns build/examples/libhello_fns.so\n");
+	return 1;
 }
 
 int main(int argc, char **argv)
@@ -51,9 +43,10 @@ int main(int argc, char **argv)
 	uint32_t f_square, f_slow, f_fail;
 	int r, cancelled = 0;
 
-	if (coord_registry_create(&reg) || coord_registry_add(reg, "square", square) ||
-	    coord_registry_add(reg, "slow", slow) || coord_registry_add(reg, "fail", fail))
+	if (coord_registry_create(&reg) || coord_register_fns(reg)) {
+		fprintf(stderr, "hello: cannot register its functions (out of memory?)\n");
 		return 1;
+	}
 	coord_opts_init(&opts);
 	opts.registry = reg;
 	opts.inproc_workers = 2;
@@ -61,33 +54,29 @@ int main(int argc, char **argv)
 		/* a JSON file or text, `tf_config` or `slurm`: its "worker" job are
 		 * coord-worker processes serving this program's functions (built
 		 * as a shared object), reached over tcp */
-		if (coord_spec_from_arg(argv[2], &spec, NULL, &err)) {
-			fprintf(stderr, "--spec: %s\n", err.msg);
-			return 1;
-		}
+		if (coord_spec_from_arg(argv[2], &spec, NULL, &err))
+			return fail_with("--spec", &err, false);
 		opts.transport = "tcp";
 	} else if (argc != 1) {
 		fprintf(stderr, "usage: %s [--spec SPEC]\n", argv[0]);
 		return 2;
 	}
-	if (coord_create(spec, &opts, &c, &err)) {
-		fprintf(stderr, "coord_create: %s\n", err.msg);
-		return 1;
-	}
+	if (coord_create(spec, &opts, &c, &err))
+		return fail_with("coord_create", &err, spec != NULL);
 	if (coord_fn_lookup(c, "square", &f_square, &err) ||
 	    coord_fn_lookup(c, "slow", &f_slow, &err) || coord_fn_lookup(c, "fail", &f_fail, &err))
-		return 1;
+		return fail_with("coord_fn_lookup", &err, spec != NULL);
 
 	printf("== %u %s workers\n", coord_num_workers(c), spec ? "tcp" : "in-process");
 	for (int64_t i = 0; i < 8; i++)
 		if (coord_schedule(c, f_square, &i, sizeof(i), &rv[i], &err))
-			return 1;
+			return fail_with("coord_schedule", &err, spec != NULL);
 	for (int i = 0; i < 8; i++) {
 		const void *v;
 		int64_t y;
 
 		if (coord_rv_fetch(rv[i], &v, NULL, &err))
-			return 1;
+			return fail_with("square", &err, spec != NULL);
 		memcpy(&y, v, sizeof(y));
 		printf("square(%d) = %" PRId64 "\n", i, y);
 		coord_rv_put(rv[i]);
