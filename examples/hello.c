@@ -41,7 +41,7 @@ int main(int argc, char **argv)
 	struct coord *c;
 	struct coord_rv *rv[8], *slow_rv[16];
 	uint32_t f_square, f_slow, f_fail;
-	int r, cancelled = 0;
+	int r, cancelled = 0, nslow = 0;
 
 	if (coord_registry_create(&reg) || coord_register_fns(reg)) {
 		fprintf(stderr, "hello: cannot register its functions (out of memory?)\n");
@@ -84,15 +84,19 @@ int main(int argc, char **argv)
 
 	printf("== an error cancels what is still queued (S3)\n");
 	r = coord_schedule(c, f_fail, NULL, 0, NULL, &err);
-	for (int i = 0; r == 0 && i < 16; i++)
-		r = coord_schedule(c, f_slow, NULL, 0, &slow_rv[i], &err);
-	r = coord_join(c, &err);
-	printf("join: %s (code %d, from worker %d)\n", err.msg, r, err.worker);
-	for (int i = 0; i < 16; i++) {
+	/* the error surfaces at the next schedule or join, whichever comes first */
+	while (r == 0 && nslow < 16 &&
+	       (r = coord_schedule(c, f_slow, NULL, 0, &slow_rv[nslow], &err)) == 0)
+		nslow++;
+	if (r == 0)
+		r = coord_join(c, &err);
+	printf("%s: %s (code %d, from worker %d)\n", nslow < 16 ? "schedule" : "join", err.msg, r,
+	       err.worker);
+	for (int i = 0; i < nslow; i++) {
 		cancelled += coord_rv_fetch(slow_rv[i], NULL, NULL, NULL) == COORD_ECANCELLED;
 		coord_rv_put(slow_rv[i]);
 	}
-	printf("%d of 16 slow closures were cancelled, the rest ran\n", cancelled);
+	printf("%d of %d slow closures were cancelled, the rest ran\n", cancelled, nslow);
 	r = coord_join(c, &err);
 	printf("join again: %s\n", r == 0 ? "ok, the error was returned once" : err.msg);
 
