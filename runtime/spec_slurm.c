@@ -21,6 +21,7 @@
 
 #include <coord/spec.h>
 
+#include "runtime/abi.h"
 #include "runtime/spec_pvt.h"
 
 #define HL_GROUPS 8
@@ -371,7 +372,7 @@ static int env_uint(const char *name, unsigned long max, bool required, unsigned
 	return 0;
 }
 
-void coord_slurm_opts_init(struct coord_slurm_opts *opts)
+void coord_slurm_opts_defaults(struct coord_slurm_opts *opts)
 {
 	memset(opts, 0, sizeof(*opts));
 	opts->port_base = 8888;
@@ -440,10 +441,12 @@ int coord_spec_resolve_slurm(const struct coord_slurm_opts *opts, struct coord_s
 
 	if (!out)
 		return coord_seterr(err, COORD_EINVAL, "slurm: no out pointer");
-	if (!opts) {
-		coord_slurm_opts_init(&defaults);
-		opts = &defaults;
-	}
+	/* NULL: the defaults; else @opts as this library's struct (runtime/abi.h) */
+	if (!opts)
+		coord_slurm_opts_defaults(&defaults);
+	else if (coord_slurm_opts_in(&defaults, opts, err) < 0)
+		return COORD_EINVAL;
+	opts = &defaults;
 	nodelist = getenv("SLURM_JOB_NODELIST");
 	if (!nodelist)
 		nodelist = getenv("SLURM_NODELIST");

@@ -4,7 +4,10 @@
  * (issue 26): the version macros against meson's project version and
  * coord_version(); the log callback and levels, and the default stderr
  * logger's line format (coord/log.h), and callbacks swapped while threads
- * log (the sink's fn and arg always seen as a pair).
+ * log (the sink's fn and arg always seen as a pair); option structs that
+ * carry their size (runtime/abi.h): init writes only the caller's bytes, a
+ * struct not from its init is refused, a larger (newer) one is accepted
+ * while its unknown tail is zero.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include <coord/coord.h>
+#include <coord/var.h>
 
 #include "runtime/util.h"
 
@@ -243,6 +247,79 @@ static void test_log_fn_race(void **state)
 	assert_int_equal(atomic_load(&race_a) + atomic_load(&race_b), 2 * RACE_LOGS);
 }
 
+/* _init() writes exactly the caller's size, and records it. */
+static void test_opts_init_size(void **state)
+{
+	unsigned char buf[sizeof(struct coord_opts) + 64];
+	struct coord_opts *o = (struct coord_opts *)buf;
+	size_t sz;
+
+	(void)state;
+	memset(buf, 0xa5, sizeof(buf));
+	coord_opts_init_size(o, 24);
+	memcpy(&sz, buf, sizeof(sz));
+	assert_int_equal(sz, 24);
+	for (size_t i = 24; i < sizeof(buf); i++)
+		assert_int_equal(buf[i], 0xa5);
+	memset(buf, 0xa5, sizeof(buf));
+	coord_opts_init_size(o, sizeof(buf) - 8);
+	assert_int_equal(o->size, sizeof(buf) - 8);
+	assert_int_equal(o->batch, 32);
+	for (size_t i = sizeof(struct coord_opts); i < sizeof(buf) - 8; i++)
+		assert_int_equal(buf[i], 0); /* a newer caller's unknown tail: zero */
+	for (size_t i = sizeof(buf) - 8; i < sizeof(buf); i++)
+		assert_int_equal(buf[i], 0xa5);
+	coord_opts_init_size(NULL, sizeof(*o)); /* ignored */
+}
+
+/* coord_create() and the servers refuse a struct not filled by its init, and
+ * accept a newer (larger) one while the options they do not know are 0. */
+static void test_opts_size_checked(void **state)
+{
+	struct {
+		struct coord_opts o;
+		uint64_t newer_option;
+	} big;
+	struct coord_server_opts so;
+	struct coord_slurm_opts sl;
+	struct coord_registry *reg;
+	struct coord_opts o;
+	struct coord_error err;
+	struct coord_spec *spec;
+	struct coord *c;
+
+	(void)state;
+	assert_int_equal(coord_registry_create(&reg), 0);
+	memset(&o, 0, sizeof(o));
+	o.registry = reg;
+	o.transport = "inproc";
+	o.batch = 32;
+	assert_int_equal(coord_create(NULL, &o, &c, &err), COORD_EINVAL);
+	assert_non_null(strstr(err.msg, "coord_opts_init()"));
+
+	coord_opts_init_size(&big.o, sizeof(big));
+	big.o.registry = reg;
+	big.o.inproc_workers = 1;
+	assert_int_equal(coord_create(NULL, &big.o, &c, &err), 0);
+	coord_destroy(c);
+	big.newer_option = 1;
+	assert_int_equal(coord_create(NULL, &big.o, &c, &err), COORD_EINVAL);
+	assert_non_null(strstr(err.msg, "does not know"));
+
+	coord_server_opts_init(&so);
+	so.registry = reg;
+	so.size = 0;
+	assert_int_equal(coord_worker_serve(&so, &err), COORD_EINVAL);
+	assert_non_null(strstr(err.msg, "coord_server_opts_init()"));
+	assert_int_equal(coord_ps_serve(&so, &err), COORD_EINVAL);
+
+	coord_slurm_opts_init(&sl);
+	sl.size = 3;
+	assert_int_equal(coord_spec_resolve_slurm(&sl, &spec, NULL, &err), COORD_EINVAL);
+	assert_non_null(strstr(err.msg, "coord_slurm_opts_init()"));
+	coord_registry_destroy(reg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -250,6 +327,8 @@ int main(void)
 		cmocka_unit_test(test_log_fn),
 		cmocka_unit_test(test_log_default_format),
 		cmocka_unit_test(test_log_fn_race),
+		cmocka_unit_test(test_opts_init_size),
+		cmocka_unit_test(test_opts_size_checked),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
