@@ -37,6 +37,7 @@ static void usage(FILE *f)
 		   "  --transport T   tcp (default) or rdma (ADDR: an address of an\n"
 		   "                  RDMA device)\n"
 		   "  --version       print the version and exit\n"
+		   "  --help          print this help and exit\n"
 		   "\n"
 		   "Exit status: 0 after a clean stop, 1 on an error, 2 on bad or no\n"
 		   "arguments.\n"

@@ -144,7 +144,8 @@ struct coord_opts {
 
 /**
  * coord_opts_init_size() - fill the first @size bytes at @o with the
- * defaults above and @o->size with @size; what coord_opts_init() calls.
+ * defaults of struct coord_opts and @o->size with @size; what
+ * coord_opts_init() calls.
  * @o:    the caller's options.
  * @size: sizeof(*@o) as the caller was compiled; at least sizeof(size_t).
  *
@@ -153,7 +154,8 @@ struct coord_opts {
 COORD_API void coord_opts_init_size(struct coord_opts *o, size_t size);
 
 /**
- * coord_opts_init() - fill @o with the defaults above, and its size.
+ * coord_opts_init() - fill @o with the defaults of struct coord_opts, and
+ * its size.
  * @o: the caller's options.
  *
  * An inline function, so that the size is the one the caller was compiled
