@@ -9,10 +9,11 @@ coord_install_deps
 build=${BUILD_DIR:-build}
 if [ ! -f "$build/build.ninja" ]; then
 	meson setup "$build" -Dtests=enabled ${MESON_ARGS:-}
-elif [ "$(meson introspect --buildoptions "$build" |
-	python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "tests"))')" != enabled ]; then
-	# set up by examples/run.sh, perhaps before cmocka was installed
-	meson configure "$build" -Dtests=enabled
+elif [ "$(meson introspect --buildoptions "$build" | python3 -c 'import json, sys
+print(next((o["value"] for o in json.load(sys.stdin) if o["name"] == "tests"), ""))')" != enabled ]; then
+	# set up by examples/run.sh (perhaps before cmocka was installed), or
+	# before the option existed
+	meson setup --reconfigure "$build" -Dtests=enabled
 fi
 ninja -C "$build"
 meson test -C "$build" --print-errorlogs --num-processes 2 ${MESON_TEST_ARGS:-}
