@@ -26,11 +26,8 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 if ! command -v gnuplot >/dev/null; then
-	if [ "$(id -u)" = 0 ]; then
-		apt-get install -y --no-install-recommends gnuplot-nox >/dev/null
-	else
-		sudo apt-get install -y --no-install-recommends gnuplot-nox >/dev/null
-	fi
+	. "$src/.ci/deps.sh"
+	coord_install_deps gnuplot-nox
 fi
 
 rm -f "$out/rows.jsonl"
@@ -38,39 +35,33 @@ status=0
 rm -f "$out/fault.dat"
 BENCH_JSON="$out/rows.jsonl" BENCH_FAULT_SERIES="$out/fault.dat" \
 	bash "$src/bench/run.sh" "$@" | tee "$out/run.txt" || status=$?
-{
-	echo "["
-	sed '$!s/$/,/' "$out/rows.jsonl"
-	echo "]"
-} >"$out/results.json"
+# results.json and the plots' data files, read with python3's json (rows
+# are one JSON object per line).  Data files: "label" median min max p99.
+python3 - "$out" <<'PY'
+import json, re, sys
 
-# field NAME LINE: a value of one row (rows are flat, one per line).
-field() { sed -n "s/.*\"$1\": \\(\"\\([^\"\\\\]\\|\\\\.\\)*\"\\|[-0-9.e+]*\\).*/\\1/p" <<<"$2" | tr -d '"'; }
-
-# Data files: "label" median min max p99, one row per line.
-: >"$out/ring.dat"
-: >"$out/roundtrip.dat"
-: >"$out/inflight.dat"
-while IFS= read -r row; do
-	table=$(field table "$row")
-	impl=$(field impl "$row")
-	vals="$(field median "$row") $(field min "$row") $(field max "$row") $(field p99 "$row")"
-	case $table in
-	bench_ring:*)
-		conf=${table#bench_ring: }
-		conf=${conf%%,*}
-		echo "\"$conf $impl\" $vals" >>"$out/ring.dat"
-		;;
-	*"round trip"*)
-		echo "\"$impl\" $vals" >>"$out/roundtrip.dat"
-		;;
-	"bench_tcp throughput"*)
-		if [[ $impl =~ ([0-9]+)\ workers?,\ ([0-9]+)\ in\ flight ]]; then
-			echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]} $vals" >>"$out/inflight.dat"
-		fi
-		;;
-	esac
-done <"$out/rows.jsonl"
+out = sys.argv[1]
+with open(out + "/rows.jsonl", encoding="utf-8") as f:
+    rows = [json.loads(l) for l in f if l.strip()]
+with open(out + "/results.json", "w", encoding="utf-8") as f:
+    f.write("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n")
+dat = {k: open("%s/%s.dat" % (out, k), "w", encoding="utf-8")
+       for k in ("ring", "roundtrip", "inflight")}
+for r in rows:
+    table, impl = r.get("table", ""), r.get("impl", "")
+    vals = " ".join(str(r.get(k, "")) for k in ("median", "min", "max", "p99"))
+    if table.startswith("bench_ring:"):
+        conf = table[len("bench_ring: "):].split(",")[0]
+        dat["ring"].write('"%s %s" %s\n' % (conf, impl, vals))
+    elif "round trip" in table:
+        dat["roundtrip"].write('"%s" %s\n' % (impl, vals))
+    elif table.startswith("bench_tcp throughput"):
+        m = re.search(r"(\d+) workers?, (\d+) in flight", impl)
+        if m:
+            dat["inflight"].write("%s %s %s\n" % (m.group(1), m.group(2), vals))
+for f in dat.values():
+    f.close()
+PY
 
 cd "$out"
 gnuplot <<'GP'

@@ -153,6 +153,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/abi.h"
 #include "runtime/internal.h"
 #include "runtime/ps.h"
 
@@ -167,7 +168,7 @@ enum { ERR_EMPTY, ERR_WRITING, ERR_SET, ERR_TAKEN };
 
 /* ---- options --------------------------------------------------------------- */
 
-void coord_opts_init(struct coord_opts *o)
+void coord_opts_defaults(struct coord_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->transport = "inproc";
@@ -2575,10 +2576,14 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		 struct coord_error *err)
 {
 	const struct coord_tp_ops *tp;
+	struct coord_opts o; /* @opts as this library's struct (runtime/abi.h) */
 	struct coord *c;
 	unsigned nw;
 	int r;
 
+	if (opts && coord_opts_in(&o, opts, err) < 0)
+		return COORD_EINVAL;
+	opts = opts ? &o : NULL;
 	if (!opts || !opts->registry || !out)
 		return coord_seterr(err, COORD_EINVAL,
 				    "coord_create: opts with a registry and "

@@ -87,6 +87,7 @@
 
 #include <coord/var.h>
 
+#include "runtime/abi.h"
 #include "runtime/internal.h"
 #include "runtime/ps.h"
 #include "transport/sock.h"
@@ -155,7 +156,7 @@ struct srv {
 	unsigned parked, tokens;
 };
 
-void coord_server_opts_init(struct coord_server_opts *o)
+void coord_server_opts_defaults(struct coord_server_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->listen = "127.0.0.1:0";
@@ -1195,6 +1196,11 @@ out:
 
 int coord_worker_serve(const struct coord_server_opts *o, struct coord_error *err)
 {
+	struct coord_server_opts so; /* @o as this library's struct (runtime/abi.h) */
+
+	if (o && coord_server_opts_in(&so, o, err) < 0)
+		return COORD_EINVAL;
+	o = o ? &so : NULL;
 	if (!o || !o->registry || !o->listen || o->max_frame < 4096 ||
 	    o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
 		return coord_seterr(err, COORD_EINVAL,
@@ -1205,9 +1211,13 @@ int coord_worker_serve(const struct coord_server_opts *o, struct coord_error *er
 
 int coord_ps_serve(const struct coord_server_opts *o, struct coord_error *err)
 {
+	struct coord_server_opts so; /* @o as this library's struct (runtime/abi.h) */
 	struct coord_varstore *vs;
 	int r;
 
+	if (o && coord_server_opts_in(&so, o, err) < 0)
+		return COORD_EINVAL;
+	o = o ? &so : NULL;
 	if (!o || !o->listen || o->max_frame < 4096 || o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
 		return coord_seterr(err, COORD_EINVAL,
 				    "coord_ps_serve: a listen address and a max_frame of "
