@@ -234,9 +234,9 @@ static void *seed_worker_main(void *arg)
 	while ((cl = seedq_get(w->q)) != NULL) {
 		int64_t res = 0;
 
-		cl->fn(w->index, cl->arg, &res);   /* closure.execute_on(self) */
-		seed_future_set(&cl->fut, res);	   /* ... _set_value(output_value) */
-		(void)seed_future_wait(&cl->fut);  /* output_remote_value.fetch() */
+		cl->fn(w->index, cl->arg, &res);  /* closure.execute_on(self) */
+		seed_future_set(&cl->fut, res);	  /* ... _set_value(output_value) */
+		(void)seed_future_wait(&cl->fut); /* output_remote_value.fetch() */
 		seedq_mark_finished(w->q);
 	}
 	return NULL;

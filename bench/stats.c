@@ -269,8 +269,8 @@ static void print_meta(void)
 	fflush(stdout);
 }
 
-void bench_parse_args_ex(int argc, char **argv, struct bench_args *a,
-			 const struct bench_opt *opt, size_t nopt)
+void bench_parse_args_ex(int argc, char **argv, struct bench_args *a, const struct bench_opt *opt,
+			 size_t nopt)
 {
 	const char *slash = strrchr(argv[0], '/');
 
@@ -305,13 +305,12 @@ void bench_parse_args_ex(int argc, char **argv, struct bench_args *a,
 				break;
 			}
 			if (!opt[k].flag && argv[i][2 + l] == '=' &&
-			    parse_size(argv[i] + 3 + l, &v) && v >= opt[k].min &&
-			    v <= opt[k].max) {
+			    parse_size(argv[i] + 3 + l, &v) && v >= opt[k].min && v <= opt[k].max) {
 				*opt[k].val = v;
 				break;
 			}
-			fprintf(stderr, "%s: bad option %s (--%s: %lu ... %lu)\n", argv[0],
-				argv[i], opt[k].name, opt[k].min, opt[k].max);
+			fprintf(stderr, "%s: bad option %s (--%s: %lu ... %lu)\n", argv[0], argv[i],
+				opt[k].name, opt[k].min, opt[k].max);
 			exit(2);
 		}
 		if (k < nopt)

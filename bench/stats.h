@@ -111,8 +111,8 @@ struct bench_opt {
 /* bench_parse_args() - parse argv; prints usage and exits 2 on a bad one. */
 void bench_parse_args(int argc, char **argv, struct bench_args *a);
 /* bench_parse_args_ex() - the same with @nopt extra options @opt. */
-void bench_parse_args_ex(int argc, char **argv, struct bench_args *a,
-			 const struct bench_opt *opt, size_t nopt);
+void bench_parse_args_ex(int argc, char **argv, struct bench_args *a, const struct bench_opt *opt,
+			 size_t nopt);
 
 /*
  * bench_ratio_row() - one row of per-round ratios (@r: one sample per
