@@ -112,6 +112,14 @@ void bench_summarize(const struct bench_samples *s, bool higher_better, struct b
 /* The table being printed, for the JSON rows (BENCH_JSON). */
 static char cur_title[512], cur_unit[128];
 static const char *bench_name = "bench";
+static char pt_series[128]; /* bench_point(): "" when none */
+static double pt_x;
+
+void bench_point(const char *series, double x)
+{
+	snprintf(pt_series, sizeof(pt_series), "%s", series);
+	pt_x = x;
+}
 
 double bench_loadavg(void)
 {
@@ -148,8 +156,10 @@ static void json_row(const char *name, const struct bench_stats *st, double rati
 	const char *path = getenv("BENCH_JSON");
 	FILE *f;
 
-	if (!path || !*path || !(f = fopen(path, "a")))
+	if (!path || !*path || !(f = fopen(path, "a"))) {
+		pt_series[0] = 0;
 		return;
+	}
 	fprintf(f, "{\"schema\": %d, \"bench\": ", BENCH_JSON_SCHEMA);
 	json_str(f, bench_name);
 	fprintf(f, ", \"loadavg\": %.2f, \"table\": ", bench_loadavg());
@@ -158,11 +168,17 @@ static void json_row(const char *name, const struct bench_stats *st, double rati
 	json_str(f, cur_unit);
 	fputs(", \"impl\": ", f);
 	json_str(f, name);
+	if (pt_series[0]) {
+		fputs(", \"series\": ", f);
+		json_str(f, pt_series);
+		fprintf(f, ", \"x\": %.6g", pt_x);
+	}
 	fprintf(f,
 		", \"median\": %.6g, \"p99\": %.6g, \"p999\": %.6g, \"stdev\": %.6g, "
 		"\"min\": %.6g, \"max\": %.6g, \"n\": %zu, \"ratio\": %.4g}\n",
 		st->median, st->p99, st->p999, st->stdev, st->min, st->max, st->n, ratio);
 	fclose(f);
+	pt_series[0] = 0;
 }
 
 void bench_header(const char *title, const char *unit)

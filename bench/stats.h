@@ -85,6 +85,12 @@ void bench_header(const char *title, const char *unit);
 void bench_row(const char *name, const struct bench_stats *st, const struct bench_stats *base,
 	       bool higher_better);
 
+/*
+ * bench_point() - the next bench_row()'s JSON row (only that one) also
+ * carries "series": @series and "x": @x, a point of a sweep for the plots.
+ */
+void bench_point(const char *series, double x);
+
 /* bench_speedup() - the "x base" value of bench_row(). */
 double bench_speedup(const struct bench_stats *st, const struct bench_stats *base,
 		     bool higher_better);
