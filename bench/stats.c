@@ -349,6 +349,8 @@ void bench_ratio_row(const char *name, const struct bench_samples *r, struct ben
 	char unit[sizeof(cur_unit)];
 
 	bench_summarize(r, true, out);
+	if (r->n == 0) /* the workload did not run (a knob left it out) */
+		return;
 	printf("# ratio %s: median %.2fx (min %.2fx - max %.2fx over %zu alternating rounds)\n",
 	       name, out->median, out->min, out->max, out->n);
 	memcpy(unit, cur_unit, sizeof(unit));

@@ -125,6 +125,7 @@ void bench_parse_args_ex(int argc, char **argv, struct bench_args *a, const stru
  * alternating round, a / b of that round) summarized into @out: median and
  * min - max.  Printed "# ratio <name>: median Mx (min ax - max bx over n
  * alternating rounds)"; also a JSON row (unit "ratio", the current table).
+ * Nothing is printed for no samples.
  */
 void bench_ratio_row(const char *name, const struct bench_samples *r, struct bench_stats *out);
 
