@@ -2699,6 +2699,7 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	c->spec = NULL;
 	if (r < 0) {
 		coord_recovery_stop(c);
+		coord_recovery_free(c); /* start joined its threads */
 		goto err_disp;
 	}
 	*out = c;
@@ -2779,6 +2780,7 @@ void coord_destroy(struct coord *c)
 	coord_recovery_stop(c); /* no reconnect races the transport's stop */
 	coord_pw_close(c);	/* no per-worker release wakes it either (pw.c P4) */
 	c->tp->stop(c);
+	coord_recovery_free(c);	 /* no loop reads c->recovery now (R3) */
 	coord_ps_destroy(c->ps); /* no function runs any more */
 	c->ps = NULL;
 	cancel_older(c, gen_bump(c)); /* anything left (none expected) */

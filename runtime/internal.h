@@ -765,8 +765,11 @@ struct coord_tp_ops {
 struct coord_recovery;
 /* Start the recovery thread if the transport can reconnect; 0 or an error. */
 COORD_HIDDEN int coord_recovery_start(struct coord *c, struct coord_error *err);
-/* Stop and join it (before the transport stops). */
+/* Stop and join it (before the transport stops: no reconnect races the
+ * stop); its struct stays for coord_worker_lost() until
+ * coord_recovery_free() (after the transport stopped, recovery.c R3). */
 COORD_HIDDEN void coord_recovery_stop(struct coord *c);
+COORD_HIDDEN void coord_recovery_free(struct coord *c);
 /*
  * coord_worker_lost() - a transport lost @w (after putting its closures
  * back): UP -> DOWN once, logged with @why, and the recovery thread wakes.
