@@ -1610,6 +1610,67 @@ static void test_registry_and_options_errors(void **state)
 			    "cancelled: the closure was cancelled or its value aborted");
 }
 
+/* NULL handles get a clear error (or a documented no-op), never a crash. */
+static void test_null_handles_refused(void **state)
+{
+	struct t_fx *f = *state;
+	struct coord_call call = { .fn = t_fn(f->c, "add") };
+	struct coord_rv *rv = (struct coord_rv *)1, *rvs[2];
+	struct coord_result res[2];
+	struct coord_pw *pw = NULL;
+	struct coord_error err;
+	int64_t ab[2] = { 2, 3 };
+	const void *v;
+	size_t len;
+	uint32_t id;
+
+	assert_int_equal(coord_rv_fetch(NULL, &v, &len, &err), COORD_EINVAL);
+	assert_non_null(strstr(err.msg, "NULL"));
+	assert_int_equal(coord_rv_fetch(NULL, NULL, NULL, NULL), COORD_EINVAL);
+	assert_int_equal(coord_rv_fetch_timeout(NULL, 1000, NULL, NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_rv_state(NULL), COORD_RV_CANCELLED);
+	assert_true(coord_rv_id(NULL) == COORD_NO_CLOSURE);
+	coord_rv_put(NULL); /* ignored */
+	assert_int_equal(coord_rv_fetch_many(NULL, 1, res, -1), COORD_EINVAL);
+	assert_int_equal(coord_rv_fetch_many(rvs, 1, NULL, -1), COORD_EINVAL);
+	assert_int_equal(coord_rv_fetch_many(NULL, 0, NULL, -1), 0);
+	assert_int_equal(coord_join(NULL, &err), COORD_EINVAL);
+	assert_non_null(strstr(err.msg, "NULL"));
+	assert_int_equal(coord_join_timeout(NULL, 1000, NULL), COORD_EINVAL);
+	assert_int_equal(coord_done(NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_schedule(NULL, call.fn, ab, sizeof(ab), &rv, &err), COORD_EINVAL);
+	assert_null(rv);
+	assert_non_null(strstr(err.msg, "NULL"));
+	assert_int_equal(coord_schedule_call(NULL, &call, NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_schedule_call(f->c, NULL, &rv, &err), COORD_EINVAL);
+	assert_int_equal(coord_schedule_many(NULL, &call, 1, NULL, NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_fn_lookup(NULL, "add", &id, &err), COORD_EINVAL);
+	assert_int_equal(coord_fn_lookup(f->c, "add", NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_per_worker_create(NULL, "counter", NULL, 0, &pw, &err),
+			 COORD_EINVAL);
+	assert_int_equal(coord_per_worker_create(f->c, "counter", NULL, 0, NULL, &err),
+			 COORD_EINVAL);
+	assert_null(pw);
+	assert_int_equal(coord_per_worker_state(NULL, 0), COORD_RV_NOT_READY);
+	coord_per_worker_put(NULL); /* ignored */
+	assert_int_equal(coord_num_workers(NULL), 0);
+	coord_destroy(NULL); /* ignored */
+	/* A NULL among real RemoteValues: that outcome alone is refused. */
+	call.args = ab;
+	call.len = sizeof(ab);
+	assert_int_equal(coord_schedule_call(f->c, &call, &rvs[0], &err), 0);
+	rvs[1] = NULL;
+	assert_int_equal(coord_rv_fetch_many(rvs, 2, res, -1), 0);
+	assert_int_equal(res[0].code, 0);
+	assert_int_equal(res[0].len, sizeof(int64_t));
+	assert_int_equal(*(const int64_t *)res[0].val, 5);
+	assert_int_equal(res[1].code, COORD_EINVAL);
+	coord_rv_put(rvs[0]);
+	/* and the coordinator goes on */
+	assert_int_equal(coord_join(f->c, &err), 0);
+	assert_int_equal(coord_done(f->c, &err), 1);
+}
+
 /* A spec's "worker" job sizes the in-process cluster. */
 static void test_spec_sizes_cluster(void **state)
 {
@@ -2222,6 +2283,7 @@ int main(void)
 		cmocka_unit_test(test_s13_stagger_formula_and_env),
 		cmocka_unit_test(test_w1_budget_rule),
 		cmocka_unit_test(test_registry_and_options_errors),
+		T(test_null_handles_refused),
 		cmocka_unit_test(test_spec_sizes_cluster),
 	};
 	const struct CMUnitTest tcp_tests[] = { CONTRACT_TESTS };
