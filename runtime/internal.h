@@ -662,6 +662,14 @@ COORD_HIDDEN int coord_exec_slow(struct coord_exec_env *env, const struct coord_
 				 coord_result_buf_t result_buf, void *sink, struct coord_ctx *ctx,
 				 int *cause);
 
+/*
+ * coord_exec_missing() - @ctx's error for a @what ("function", "resource
+ * creator") named @name (NULL: not known) that worker @worker does not
+ * have: it names it and says how to serve it.
+ */
+COORD_HIDDEN void coord_exec_missing(struct coord_ctx *ctx, int worker, const char *what,
+				     const char *name);
+
 static inline void coord_exec_ctx_init(struct coord_ctx *ctx, struct coord_exec_env *env,
 				       const struct coord_exec_call *call,
 				       coord_result_buf_t result_buf, void *sink)

@@ -1671,6 +1671,84 @@ static void test_null_handles_refused(void **state)
 	assert_int_equal(coord_done(f->c, &err), 1);
 }
 
+/* ---- servers whose function library lacks a function ----------------------------- */
+
+/* Registered by this coordinator only: coord-worker's library (testfns.c)
+ * has neither, so its FN_TABLE maps them to nothing. */
+static int f_coordinator_only(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	(void)ctx;
+	(void)args;
+	(void)len;
+	return 0;
+}
+
+static int r_coordinator_only(struct coord_ctx *ctx, const void *args, size_t len, void **res)
+{
+	(void)ctx;
+	(void)args;
+	(void)len;
+	*res = NULL;
+	return 0;
+}
+
+static int setup_extra_fns(void **state)
+{
+	struct t_fx *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -1;
+	t_reset_counters();
+	f->reg = t_registry();
+	if (coord_registry_add(f->reg, "coordinator_only", f_coordinator_only) ||
+	    coord_registry_add_resource(f->reg, "coordinator_only_res", r_coordinator_only, NULL))
+		return -1;
+	f->c = t_coord(f->reg, 2, COORD_RING_DEFAULT);
+	*state = f;
+	return 0;
+}
+
+/* The error names what the worker lacks (from the coordinator's function
+ * table) and how to serve it, not an id; the coordinator goes on. */
+static void test_worker_lacks_function_named(void **state)
+{
+	struct t_fx *f = *state;
+	struct coord_call call = { .fn = t_fn(f->c, "coordinator_only") };
+	struct coord_error err;
+	struct coord_rv *rv;
+	struct coord_pw *pw;
+
+	assert_int_equal(coord_schedule_call(f->c, &call, &rv, &err), 0);
+	assert_int_equal(coord_rv_fetch(rv, NULL, NULL, &err), COORD_ENOFN);
+	print_message("%s\n", err.msg);
+	assert_non_null(strstr(err.msg, "no function 'coordinator_only'"));
+	assert_non_null(strstr(err.msg, "--fns LIB"));
+	assert_null(strstr(err.msg, "4294967295"));
+	coord_rv_put(rv);
+	assert_int_equal(coord_join(f->c, &err), COORD_ENOFN); /* S3: once */
+	/* a per-worker creator it lacks: an input error that names it */
+	assert_int_equal(coord_per_worker_create(f->c, "coordinator_only_res", NULL, 0, &pw, &err),
+			 0);
+	call.fn = t_fn(f->c, "pw_next");
+	call.pw = &pw;
+	call.npw = 1;
+	assert_int_equal(coord_schedule_call(f->c, &call, &rv, &err), 0);
+	assert_int_equal(coord_rv_fetch(rv, NULL, NULL, &err), COORD_EINPUT);
+	assert_int_equal(err.cause, COORD_ENOFN);
+	assert_non_null(strstr(err.msg, "no resource creator 'coordinator_only_res'"));
+	assert_non_null(strstr(err.msg, "--fns LIB"));
+	coord_rv_put(rv);
+	coord_per_worker_put(pw);
+	assert_int_equal(coord_join(f->c, &err), COORD_EINPUT);
+	assert_int_equal(atomic_load(&t_entered), 0); /* nothing ran */
+	/* the functions it has still run */
+	call = (struct coord_call){ .fn = t_fn(f->c, "sleep_us") };
+	assert_int_equal(coord_schedule_call(f->c, &call, &rv, &err), 0);
+	assert_int_equal(coord_rv_fetch(rv, NULL, NULL, &err), 0);
+	coord_rv_put(rv);
+	assert_int_equal(coord_join(f->c, &err), 0);
+}
+
 /* A spec's "worker" job sizes the in-process cluster. */
 static void test_spec_sizes_cluster(void **state)
 {
@@ -2286,8 +2364,11 @@ int main(void)
 		T(test_null_handles_refused),
 		cmocka_unit_test(test_spec_sizes_cluster),
 	};
-	const struct CMUnitTest tcp_tests[] = { CONTRACT_TESTS };
-	const struct CMUnitTest rdma_tests[] = { CONTRACT_TESTS };
+	/* Worker processes (coord-worker) only: what the server side reports. */
+#define SERVER_TESTS                                                                               \
+	cmocka_unit_test_setup_teardown(test_worker_lacks_function_named, setup_extra_fns, teardown)
+	const struct CMUnitTest tcp_tests[] = { CONTRACT_TESTS, SERVER_TESTS };
+	const struct CMUnitTest rdma_tests[] = { CONTRACT_TESTS, SERVER_TESTS };
 	struct coord_error err = { 0 };
 	int failed = 0;
 
