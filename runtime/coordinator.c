@@ -1441,6 +1441,8 @@ static int schedule_consumer(struct coord *c, struct coord_closure *x,
 
 int coord_fn_lookup(const struct coord *c, const char *name, uint32_t *id, struct coord_error *err)
 {
+	if (!c || !id)
+		return coord_seterr(err, COORD_EINVAL, "coord_fn_lookup: NULL coordinator or id");
 	for (uint32_t i = 0; name && i < c->reg->n; i++)
 		if (c->reg->fns[i].fn && !strcmp(c->reg->fns[i].name, name)) {
 			*id = i;
@@ -1738,6 +1740,8 @@ int coord_schedule_call(struct coord *c, const struct coord_call *call, struct c
 
 	if (out)
 		*out = NULL;
+	if (unlikely(!c || !call))
+		return coord_seterr(err, COORD_EINVAL, "coord_schedule: NULL coordinator or call");
 	r = schedule_admit(c, err);
 	if (r < 0)
 		return r;
@@ -1813,8 +1817,9 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 	if (out)
 		for (size_t i = 0; i < n; i++)
 			out[i] = NULL;
-	if (n && !calls)
-		return coord_seterr(err, COORD_EINVAL, "coord_schedule_many: calls is NULL");
+	if (!c || (n && !calls))
+		return coord_seterr(err, COORD_EINVAL,
+				    "coord_schedule_many: NULL coordinator or calls");
 	r = schedule_admit(c, err);
 	if (r < 0)
 		return r;
@@ -1908,8 +1913,8 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 
 	/* The checks of call_check() for a call with nothing but arguments
 	 * (S15); anything it would refuse goes the general way, for its
-	 * message. */
-	if (unlikely(fn >= c->reg->n || !c->reg->fns[fn].fn || len > CL_INLINE_ARGS ||
+	 * message (a NULL @c too). */
+	if (unlikely(!c || fn >= c->reg->n || !c->reg->fns[fn].fn || len > CL_INLINE_ARGS ||
 		     (len && !args))) {
 		struct coord_call call = { .fn = fn, .args = args, .len = len };
 
@@ -1953,11 +1958,13 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 
 int coord_join_timeout(struct coord *c, int64_t timeout_ns, struct coord_error *err)
 {
-	uint64_t deadline = coord_deadline(timeout_ns);
-	uint64_t spin_until = coord_now_ns() + c->opts.spin_ns;
+	uint64_t deadline = coord_deadline(timeout_ns), spin_until;
 	unsigned spins = 0;
 	bool settled = false;
 
+	if (!c)
+		return coord_seterr(err, COORD_EINVAL, "coord_join: NULL coordinator");
+	spin_until = coord_now_ns() + c->opts.spin_ns;
 	for (;;) {
 		uint32_t v = coord_ec_prepare(&c->idle);
 		int r = take_error(c, err);
@@ -1995,8 +2002,11 @@ int coord_join(struct coord *c, struct coord_error *err)
 
 int coord_done(struct coord *c, struct coord_error *err)
 {
-	int r = take_error(c, err);
+	int r;
 
+	if (!c)
+		return coord_seterr(err, COORD_EINVAL, "coord_done: NULL coordinator");
+	r = take_error(c, err);
 	if (r < 0)
 		return r;
 	/* C1, as in join; C9: closures final but not yet settled by a
@@ -2018,6 +2028,9 @@ int coord_per_worker_create(struct coord *c, const char *creator, const void *ar
 	struct coord_pw *pw;
 	uint32_t id = UINT32_MAX;
 
+	if (!c || !out)
+		return coord_seterr(err, COORD_EINVAL,
+				    "coord_per_worker_create: NULL coordinator or out");
 	for (uint32_t i = 0; creator && i < c->reg->n; i++)
 		if (c->reg->fns[i].create && !strcmp(c->reg->fns[i].name, creator))
 			id = i;
@@ -2699,6 +2712,7 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	c->spec = NULL;
 	if (r < 0) {
 		coord_recovery_stop(c);
+		coord_recovery_free(c); /* start joined its threads */
 		goto err_disp;
 	}
 	*out = c;
@@ -2779,6 +2793,7 @@ void coord_destroy(struct coord *c)
 	coord_recovery_stop(c); /* no reconnect races the transport's stop */
 	coord_pw_close(c);	/* no per-worker release wakes it either (pw.c P4) */
 	c->tp->stop(c);
+	coord_recovery_free(c);	 /* no loop reads c->recovery now (R3) */
 	coord_ps_destroy(c->ps); /* no function runs any more */
 	c->ps = NULL;
 	cancel_older(c, gen_bump(c)); /* anything left (none expected) */
@@ -2818,5 +2833,5 @@ void coord_destroy(struct coord *c)
 
 unsigned coord_num_workers(const struct coord *c)
 {
-	return c->nworkers;
+	return c ? c->nworkers : 0;
 }

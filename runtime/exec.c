@@ -33,6 +33,20 @@ static struct coord_res_slot *res_slot(struct coord_exec_env *env, uint64_t uid)
 	return &env->res[env->nres++];
 }
 
+void coord_exec_missing(struct coord_ctx *ctx, int worker, const char *what, const char *name)
+{
+	if (name)
+		snprintf(ctx->msg, sizeof(ctx->msg),
+			 "worker %d has no %s '%.64s'; serve it with --fns LIB that registers it",
+			 worker, what, name);
+	else
+		snprintf(ctx->msg, sizeof(ctx->msg),
+			 "worker %d has no %s with that id (not in the coordinator's function "
+			 "table)",
+			 worker, what);
+	ctx->has_msg = 1;
+}
+
 /* Make (lazily, once per worker life) the resource of @pw; 0 or its error. */
 static int res_get(struct coord_exec_env *env, struct coord_ctx *ctx, const struct coord_pw_ref *pw,
 		   void **res)
@@ -43,9 +57,9 @@ static int res_get(struct coord_exec_env *env, struct coord_ctx *ctx, const stru
 	int r;
 
 	if (pw->creator >= env->reg->n || !env->reg->fns[pw->creator].create) {
-		snprintf(ctx->msg, sizeof(ctx->msg), "worker %d has no resource creator %u",
-			 env->worker, pw->creator);
-		ctx->has_msg = 1;
+		coord_exec_missing(ctx, env->worker, "resource creator",
+				   pw->creator < env->reg->n ? env->reg->fns[pw->creator].name
+							     : NULL);
 		return COORD_ENOFN;
 	}
 	f = &env->reg->fns[pw->creator];
@@ -83,9 +97,8 @@ int coord_exec_slow(struct coord_exec_env *env, const struct coord_exec_call *ca
 	coord_exec_ctx_init(ctx, env, call, result_buf, sink);
 	*cause = 0;
 	if (call->fn >= env->reg->n || !env->reg->fns[call->fn].fn) {
-		snprintf(ctx->msg, sizeof(ctx->msg), "worker %d has no function %u", env->worker,
-			 call->fn);
-		ctx->has_msg = 1;
+		coord_exec_missing(ctx, env->worker, "function",
+				   call->fn < env->reg->n ? env->reg->fns[call->fn].name : NULL);
 		return COORD_ENOFN;
 	}
 	/* S8/S9: the per-worker argument becomes this worker's component, made

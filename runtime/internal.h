@@ -662,6 +662,14 @@ COORD_HIDDEN int coord_exec_slow(struct coord_exec_env *env, const struct coord_
 				 coord_result_buf_t result_buf, void *sink, struct coord_ctx *ctx,
 				 int *cause);
 
+/*
+ * coord_exec_missing() - @ctx's error for a @what ("function", "resource
+ * creator") named @name (NULL: not known) that worker @worker does not
+ * have: it names it and says how to serve it.
+ */
+COORD_HIDDEN void coord_exec_missing(struct coord_ctx *ctx, int worker, const char *what,
+				     const char *name);
+
 static inline void coord_exec_ctx_init(struct coord_ctx *ctx, struct coord_exec_env *env,
 				       const struct coord_exec_call *call,
 				       coord_result_buf_t result_buf, void *sink)
@@ -765,8 +773,11 @@ struct coord_tp_ops {
 struct coord_recovery;
 /* Start the recovery thread if the transport can reconnect; 0 or an error. */
 COORD_HIDDEN int coord_recovery_start(struct coord *c, struct coord_error *err);
-/* Stop and join it (before the transport stops). */
+/* Stop and join it (before the transport stops: no reconnect races the
+ * stop); its struct stays for coord_worker_lost() until
+ * coord_recovery_free() (after the transport stopped, recovery.c R3). */
 COORD_HIDDEN void coord_recovery_stop(struct coord *c);
+COORD_HIDDEN void coord_recovery_free(struct coord *c);
 /*
  * coord_worker_lost() - a transport lost @w (after putting its closures
  * back): UP -> DOWN once, logged with @why, and the recovery thread wakes.

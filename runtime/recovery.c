@@ -32,6 +32,8 @@
  *       does not hold back the other workers, B2), never two at once for
  *       one worker (rec_busy), and every attempt is joined before
  *       coord_recovery_stop() returns.
+ *   R3  c->recovery stays valid until the transport has stopped (see
+ *       coord_recovery_free()).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -261,6 +263,14 @@ int coord_recovery_start(struct coord *c, struct coord_error *err)
 	return 0;
 }
 
+/*
+ * R3: c->recovery is written only before the transport's threads start
+ * (coord_recovery_start()) and after they are joined (coord_recovery_free()),
+ * so coord_worker_lost() on an event loop reads it without an atomic.  A
+ * worker lost between coord_recovery_stop() and the transport's stop (in
+ * coord_destroy()) still finds the struct: it goes DOWN and signals a wake
+ * nobody waits for any more; destroy's last cancel retires its closures.
+ */
 void coord_recovery_stop(struct coord *c)
 {
 	struct coord_recovery *r = c->recovery;
@@ -271,6 +281,10 @@ void coord_recovery_stop(struct coord *c)
 	atomic_store_explicit(&r->stop, 1, memory_order_relaxed);
 	coord_ec_signal(&r->wake);
 	pthread_join(r->thread, NULL);
+}
+
+void coord_recovery_free(struct coord *c)
+{
+	free(c->recovery); /* R3: no transport thread is left to read it */
 	c->recovery = NULL;
-	free(r);
 }

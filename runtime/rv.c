@@ -72,16 +72,19 @@ static inline bool st_final(uint32_t st)
 
 enum coord_rv_state coord_rv_state(const struct coord_rv *rv)
 {
+	uint32_t w;
+
+	if (unlikely(!rv))
+		return COORD_RV_CANCELLED; /* final, no value (coord.h) */
 	/* A1 (acquire): pairs with R1 in rv_set_final(); a caller that sees a
 	 * final state may read the result fields. */
-	uint32_t w = atomic_load_explicit(&rv_cl(rv)->state, memory_order_acquire);
-
+	w = atomic_load_explicit(&rv_cl(rv)->state, memory_order_acquire);
 	return (enum coord_rv_state)(st_of(w) & 3u);
 }
 
 uint64_t coord_rv_id(const struct coord_rv *rv)
 {
-	return rv_cl(rv)->id;
+	return rv ? rv_cl(rv)->id : COORD_NO_CLOSURE;
 }
 
 void *coord_closure_result_buf(struct coord_closure *cl, size_t len)
@@ -245,9 +248,13 @@ static int rv_outcome(struct coord_closure *cl, const void **val, size_t *len,
 int coord_rv_fetch_timeout(struct coord_rv *rv, int64_t timeout_ns, const void **val, size_t *len,
 			   struct coord_error *err)
 {
-	struct coord_closure *cl = rv_cl(rv);
-	int r = rv_wait(cl, coord_deadline(timeout_ns));
+	struct coord_closure *cl;
+	int r;
 
+	if (unlikely(!rv))
+		return coord_seterr(err, COORD_EINVAL, "coord_rv_fetch: the RemoteValue is NULL");
+	cl = rv_cl(rv);
+	r = rv_wait(cl, coord_deadline(timeout_ns));
 	if (r < 0)
 		return coord_seterr(err, r, "closure %llu not ready after %lld ns",
 				    (unsigned long long)cl->id, (long long)timeout_ns);
@@ -264,9 +271,15 @@ int coord_rv_fetch_many(struct coord_rv *const *rvs, size_t n, struct coord_resu
 {
 	uint64_t deadline = coord_deadline(timeout_ns);
 
+	if (n && (!rvs || !res))
+		return COORD_EINVAL;
 	/* The total wait is the slowest value's, not the sum: each wait starts
 	 * where the previous one ended and all share one deadline. */
 	for (size_t i = 0; i < n; i++) {
+		if (!rvs[i]) { /* that outcome alone is refused */
+			res[i] = (struct coord_result){ .code = COORD_EINVAL };
+			continue;
+		}
 		if (rv_wait(rv_cl(rvs[i]), deadline) < 0)
 			return COORD_ETIMEDOUT;
 		res[i].val = NULL;

@@ -1610,6 +1610,145 @@ static void test_registry_and_options_errors(void **state)
 			    "cancelled: the closure was cancelled or its value aborted");
 }
 
+/* NULL handles get a clear error (or a documented no-op), never a crash. */
+static void test_null_handles_refused(void **state)
+{
+	struct t_fx *f = *state;
+	struct coord_call call = { .fn = t_fn(f->c, "add") };
+	struct coord_rv *rv = (struct coord_rv *)1, *rvs[2];
+	struct coord_result res[2];
+	struct coord_pw *pw = NULL;
+	struct coord_error err;
+	int64_t ab[2] = { 2, 3 };
+	const void *v;
+	size_t len;
+	uint32_t id;
+
+	assert_int_equal(coord_rv_fetch(NULL, &v, &len, &err), COORD_EINVAL);
+	assert_non_null(strstr(err.msg, "NULL"));
+	assert_int_equal(coord_rv_fetch(NULL, NULL, NULL, NULL), COORD_EINVAL);
+	assert_int_equal(coord_rv_fetch_timeout(NULL, 1000, NULL, NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_rv_state(NULL), COORD_RV_CANCELLED);
+	assert_true(coord_rv_id(NULL) == COORD_NO_CLOSURE);
+	coord_rv_put(NULL); /* ignored */
+	assert_int_equal(coord_rv_fetch_many(NULL, 1, res, -1), COORD_EINVAL);
+	assert_int_equal(coord_rv_fetch_many(rvs, 1, NULL, -1), COORD_EINVAL);
+	assert_int_equal(coord_rv_fetch_many(NULL, 0, NULL, -1), 0);
+	assert_int_equal(coord_join(NULL, &err), COORD_EINVAL);
+	assert_non_null(strstr(err.msg, "NULL"));
+	assert_int_equal(coord_join_timeout(NULL, 1000, NULL), COORD_EINVAL);
+	assert_int_equal(coord_done(NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_schedule(NULL, call.fn, ab, sizeof(ab), &rv, &err), COORD_EINVAL);
+	assert_null(rv);
+	assert_non_null(strstr(err.msg, "NULL"));
+	assert_int_equal(coord_schedule_call(NULL, &call, NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_schedule_call(f->c, NULL, &rv, &err), COORD_EINVAL);
+	assert_int_equal(coord_schedule_many(NULL, &call, 1, NULL, NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_fn_lookup(NULL, "add", &id, &err), COORD_EINVAL);
+	assert_int_equal(coord_fn_lookup(f->c, "add", NULL, &err), COORD_EINVAL);
+	assert_int_equal(coord_per_worker_create(NULL, "counter", NULL, 0, &pw, &err),
+			 COORD_EINVAL);
+	assert_int_equal(coord_per_worker_create(f->c, "counter", NULL, 0, NULL, &err),
+			 COORD_EINVAL);
+	assert_null(pw);
+	assert_int_equal(coord_per_worker_state(NULL, 0), COORD_RV_NOT_READY);
+	coord_per_worker_put(NULL); /* ignored */
+	assert_int_equal(coord_num_workers(NULL), 0);
+	coord_destroy(NULL); /* ignored */
+	/* A NULL among real RemoteValues: that outcome alone is refused. */
+	call.args = ab;
+	call.len = sizeof(ab);
+	assert_int_equal(coord_schedule_call(f->c, &call, &rvs[0], &err), 0);
+	rvs[1] = NULL;
+	assert_int_equal(coord_rv_fetch_many(rvs, 2, res, -1), 0);
+	assert_int_equal(res[0].code, 0);
+	assert_int_equal(res[0].len, sizeof(int64_t));
+	assert_int_equal(*(const int64_t *)res[0].val, 5);
+	assert_int_equal(res[1].code, COORD_EINVAL);
+	coord_rv_put(rvs[0]);
+	/* and the coordinator goes on */
+	assert_int_equal(coord_join(f->c, &err), 0);
+	assert_int_equal(coord_done(f->c, &err), 1);
+}
+
+/* ---- servers whose function library lacks a function ----------------------------- */
+
+/* Registered by this coordinator only: coord-worker's library (testfns.c)
+ * has neither, so its FN_TABLE maps them to nothing. */
+static int f_coordinator_only(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	(void)ctx;
+	(void)args;
+	(void)len;
+	return 0;
+}
+
+static int r_coordinator_only(struct coord_ctx *ctx, const void *args, size_t len, void **res)
+{
+	(void)ctx;
+	(void)args;
+	(void)len;
+	*res = NULL;
+	return 0;
+}
+
+static int setup_extra_fns(void **state)
+{
+	struct t_fx *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -1;
+	t_reset_counters();
+	f->reg = t_registry();
+	if (coord_registry_add(f->reg, "coordinator_only", f_coordinator_only) ||
+	    coord_registry_add_resource(f->reg, "coordinator_only_res", r_coordinator_only, NULL))
+		return -1;
+	f->c = t_coord(f->reg, 2, COORD_RING_DEFAULT);
+	*state = f;
+	return 0;
+}
+
+/* The error names what the worker lacks (from the coordinator's function
+ * table) and how to serve it, not an id; the coordinator goes on. */
+static void test_worker_lacks_function_named(void **state)
+{
+	struct t_fx *f = *state;
+	struct coord_call call = { .fn = t_fn(f->c, "coordinator_only") };
+	struct coord_error err;
+	struct coord_rv *rv;
+	struct coord_pw *pw;
+
+	assert_int_equal(coord_schedule_call(f->c, &call, &rv, &err), 0);
+	assert_int_equal(coord_rv_fetch(rv, NULL, NULL, &err), COORD_ENOFN);
+	print_message("%s\n", err.msg);
+	assert_non_null(strstr(err.msg, "no function 'coordinator_only'"));
+	assert_non_null(strstr(err.msg, "--fns LIB"));
+	assert_null(strstr(err.msg, "4294967295"));
+	coord_rv_put(rv);
+	assert_int_equal(coord_join(f->c, &err), COORD_ENOFN); /* S3: once */
+	/* a per-worker creator it lacks: an input error that names it */
+	assert_int_equal(coord_per_worker_create(f->c, "coordinator_only_res", NULL, 0, &pw, &err),
+			 0);
+	call.fn = t_fn(f->c, "pw_next");
+	call.pw = &pw;
+	call.npw = 1;
+	assert_int_equal(coord_schedule_call(f->c, &call, &rv, &err), 0);
+	assert_int_equal(coord_rv_fetch(rv, NULL, NULL, &err), COORD_EINPUT);
+	assert_int_equal(err.cause, COORD_ENOFN);
+	assert_non_null(strstr(err.msg, "no resource creator 'coordinator_only_res'"));
+	assert_non_null(strstr(err.msg, "--fns LIB"));
+	coord_rv_put(rv);
+	coord_per_worker_put(pw);
+	assert_int_equal(coord_join(f->c, &err), COORD_EINPUT);
+	assert_int_equal(atomic_load(&t_entered), 0); /* nothing ran */
+	/* the functions it has still run */
+	call = (struct coord_call){ .fn = t_fn(f->c, "sleep_us") };
+	assert_int_equal(coord_schedule_call(f->c, &call, &rv, &err), 0);
+	assert_int_equal(coord_rv_fetch(rv, NULL, NULL, &err), 0);
+	coord_rv_put(rv);
+	assert_int_equal(coord_join(f->c, &err), 0);
+}
+
 /* A spec's "worker" job sizes the in-process cluster. */
 static void test_spec_sizes_cluster(void **state)
 {
@@ -2222,10 +2361,14 @@ int main(void)
 		cmocka_unit_test(test_s13_stagger_formula_and_env),
 		cmocka_unit_test(test_w1_budget_rule),
 		cmocka_unit_test(test_registry_and_options_errors),
+		T(test_null_handles_refused),
 		cmocka_unit_test(test_spec_sizes_cluster),
 	};
-	const struct CMUnitTest tcp_tests[] = { CONTRACT_TESTS };
-	const struct CMUnitTest rdma_tests[] = { CONTRACT_TESTS };
+	/* Worker processes (coord-worker) only: what the server side reports. */
+#define SERVER_TESTS                                                                               \
+	cmocka_unit_test_setup_teardown(test_worker_lacks_function_named, setup_extra_fns, teardown)
+	const struct CMUnitTest tcp_tests[] = { CONTRACT_TESTS, SERVER_TESTS };
+	const struct CMUnitTest rdma_tests[] = { CONTRACT_TESTS, SERVER_TESTS };
 	struct coord_error err = { 0 };
 	int failed = 0;
 

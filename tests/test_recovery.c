@@ -396,6 +396,52 @@ static void test_closure_deadline_fails_its_worker(void **state)
 	coord_destroy(c);
 }
 
+/* The loss the next test reports, held up on its event loop. */
+static _Atomic int lost_held;
+
+static void hold_loss(int level, const char *msg, void *arg)
+{
+	int zero = 0;
+
+	(void)level;
+	(void)arg;
+	/* The first "worker 1 lost" only: its event loop sleeps here, inside
+	 * coord_worker_lost(), while coord_destroy() runs. */
+	if (strstr(msg, "worker 1 lost") && atomic_compare_exchange_strong(&lost_held, &zero, 1)) {
+		t_sleep_ns(500000000);
+		atomic_store(&lost_held, 2);
+	}
+}
+
+/*
+ * A worker lost while coord_destroy() runs: the event loop is inside
+ * coord_worker_lost() (held by the log callback) while destroy stops the
+ * recovery thread; it then reads c->recovery and signals its wake.  That
+ * struct stays valid until the transport's loops are joined (recovery.c
+ * R3): no use after free, no race on c->recovery under TSan (which saw
+ * one in test_closure_deadline_fails_its_worker's destroy).
+ */
+static void test_worker_lost_during_destroy(void **state)
+{
+	struct coord *c = make(2, 0);
+	int level = coord_set_log_level(COORD_LOG_WARN);
+
+	(void)state;
+	assert_true(level >= 0);
+	atomic_store(&lost_held, 0);
+	coord_set_log_fn(hold_loss, NULL);
+	run_adds(c, 4);
+	assert_int_equal(kill(t_worker_pid(1), SIGKILL), 0);
+	/* DOWN: its loop is in coord_worker_lost(), in hold_loss() */
+	assert_true(wait_for(c, one_down, 10) >= 0);
+	coord_destroy(c);
+	/* the loss was reported, and destroy waited for its loop */
+	assert_int_equal(atomic_load(&lost_held), 2);
+	coord_set_log_fn(NULL, NULL);
+	assert_true(coord_set_log_level(level) >= 0);
+	assert_int_equal(t_worker_restart(1), 0);
+}
+
 /*
  * S10: a worker that does not come back within the recovery limit is
  * dropped; with none left, queued closures are cancelled and the calls
@@ -768,6 +814,7 @@ int main(void)
 		cmocka_unit_test(test_long_closure_keeps_its_worker),
 		cmocka_unit_test(test_stalled_coordinator_keeps_its_workers),
 		cmocka_unit_test(test_closure_deadline_fails_its_worker),
+		cmocka_unit_test(test_worker_lost_during_destroy),
 		cmocka_unit_test(test_past_the_limit_dropped_unavailable),
 		cmocka_unit_test(test_hanging_reconnect_does_not_hold_back_others),
 		cmocka_unit_test(test_blocked_schedule_released_when_unavailable),

@@ -81,6 +81,7 @@ struct coord_srv_conn {
 	char peer[80];
 	struct coord_exec_env env;
 	uint32_t *fnmap; /* coordinator's function id -> our registry index */
+	char **fnmiss;	 /* by id: the name of one not registered here, or NULL */
 	uint32_t nfn;
 	struct coord_srv_ps *ps;	 /* worker: the ps tasks (env.ps) */
 	struct coord_ps_scratch scratch; /* ps: aligned copies of request data */

@@ -282,12 +282,19 @@ static int on_fn_table(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		if (id >= k->nfn) {
 			uint32_t n = id + 1;
 			uint32_t *m = realloc(k->fnmap, n * sizeof(*m));
+			char **miss;
 
 			if (!m)
 				return -ENOMEM;
-			for (uint32_t i = k->nfn; i < n; i++)
-				m[i] = UINT32_MAX;
 			k->fnmap = m;
+			miss = realloc(k->fnmiss, n * sizeof(*miss));
+			if (!miss)
+				return -ENOMEM;
+			k->fnmiss = miss;
+			for (uint32_t i = k->nfn; i < n; i++) {
+				m[i] = UINT32_MAX;
+				miss[i] = NULL;
+			}
 			k->nfn = n;
 		}
 		for (uint32_t i = 0; i < reg->n; i++)
@@ -299,6 +306,8 @@ static int on_fn_table(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 				  "registered here; its closures will fail",
 				  k->peer, (int)len, name);
 		k->fnmap[id] = local;
+		free(k->fnmiss[id]); /* its name for the error (not_here()) */
+		k->fnmiss[id] = local == UINT32_MAX ? strndup(name, len) : NULL;
 	}
 	return r;
 }
@@ -500,6 +509,33 @@ static uint32_t map_fn(struct coord_srv_conn *k, uint32_t id)
 	return id < k->nfn ? k->fnmap[id] : UINT32_MAX;
 }
 
+/* A call's function or per-worker creator map_fn() found no match for:
+ * the error names it (from the FN_TABLE) and says how to serve it; 0 if
+ * everything maps and coord_exec() may run it. */
+static int not_here(struct coord_srv_conn *k, const struct coord_wire_req *q,
+		    const struct coord_exec_call *call, struct coord_ctx *ctx, int *cause)
+{
+	const char *what = "function";
+	uint32_t id = q->fn;
+	int code = COORD_ENOFN;
+
+	*cause = 0;
+	if (likely(call->fn != UINT32_MAX)) {
+		unsigned i = 0;
+
+		while (i < call->npw && call->pw[i].creator != UINT32_MAX)
+			i++;
+		if (likely(i == call->npw))
+			return 0;
+		what = "resource creator";
+		id = q->pw[i].creator;
+		code = COORD_EINPUT; /* as coord_exec() reports a creator's failure */
+		*cause = COORD_ENOFN;
+	}
+	coord_exec_missing(ctx, k->env.worker, what, id < k->nfn ? k->fnmiss[id] : NULL);
+	return code;
+}
+
 static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
 {
 	struct coord_wire_iter it;
@@ -532,7 +568,9 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 			call.pw[i].args = q.pw[i].args;
 		}
 		k->reslen = 0;
-		code = coord_exec(&k->env, &call, conn_result_buf, k, &ctx, &cause);
+		code = not_here(k, &q, &call, &ctx, &cause);
+		if (likely(!code))
+			code = coord_exec(&k->env, &call, conn_result_buf, k, &ctx, &cause);
 		now = coord_now_ns();
 		res.code = code;
 		res.cause = cause;
@@ -695,6 +733,9 @@ void coord_srv_conn_fini(struct coord_srv_conn *k)
 {
 	coord_exec_env_fini(&k->env);
 	free(k->scratch.buf);
+	for (uint32_t i = 0; i < k->nfn; i++)
+		free(k->fnmiss[i]);
+	free(k->fnmiss);
 	free(k->fnmap);
 	free(k->out);
 	free(k->res);

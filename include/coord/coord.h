@@ -194,7 +194,7 @@ COORD_API COORD_NODISCARD int coord_create(const struct coord_spec *spec,
  */
 COORD_API void coord_destroy(struct coord *c);
 
-/** coord_num_workers() - the number of workers. */
+/** coord_num_workers() - the number of workers; 0 for a NULL @c. */
 COORD_API unsigned coord_num_workers(const struct coord *c);
 
 /* --- metrics (B7) ----------------------------------------------------------- */
@@ -280,7 +280,8 @@ COORD_API uint64_t coord_hist_percentile(const struct coord_hist *h, double p);
  * coord_fn_lookup() - resolve a registered name once (S15).
  * @id: on success the id to pass to coord_schedule().
  *
- * Return: 0; COORD_ENOFN with a message naming @name.
+ * Return: 0; COORD_ENOFN with a message naming @name; COORD_EINVAL for a
+ * NULL @c or @id.
  */
 COORD_API COORD_NODISCARD int coord_fn_lookup(const struct coord *c, const char *name, uint32_t *id,
 					      struct coord_error *err);
@@ -399,7 +400,8 @@ COORD_API COORD_NODISCARD int coord_affinity_set(struct coord *c, const unsigned
  * state.  Blocks only while the ring is full (S1).  Everything the caller
  * wrote to @args happens-before the function reads it.
  *
- * Return: 0; COORD_ENOFN; COORD_EINVAL; an earlier closure's error after
+ * Return: 0; COORD_ENOFN; COORD_EINVAL (also for a NULL @c, or a NULL
+ * call in coord_schedule_call()); an earlier closure's error after
  * the queue was cancelled and drained (S3), detail in @err, in which case
  * this call was not queued; COORD_EUNAVAILABLE when no worker is left.
  */
@@ -437,7 +439,7 @@ COORD_API COORD_NODISCARD int coord_schedule_call(struct coord *c, const struct 
  * the queue only with respect to this thread: others may interleave.
  *
  * Return: 0 when all @n were queued; COORD_ENOFN or COORD_EINVAL (message
- * names the call) with none queued; an earlier closure's error (S3) or
+ * names the call; also a NULL @c or @calls) with none queued; an earlier closure's error (S3) or
  * COORD_EUNAVAILABLE with none queued; COORD_ENOMEM, possibly after the
  * first *@queued were queued (their RemoteValues are valid and run).
  */
@@ -449,7 +451,8 @@ COORD_API COORD_NODISCARD int coord_schedule_many(struct coord *c, const struct 
  * coord_join() - wait until every scheduled closure is final (S4).
  *
  * Concurrency: any thread; sleeps on a futex.
- * Return: 0; the first error of a failed closure, once (S3 rule).
+ * Return: 0; the first error of a failed closure, once (S3 rule);
+ * COORD_EINVAL for a NULL @c (also coord_join_timeout()).
  */
 COORD_API COORD_NODISCARD int coord_join(struct coord *c, struct coord_error *err);
 
@@ -463,7 +466,8 @@ COORD_API COORD_NODISCARD int coord_join_timeout(struct coord *c, int64_t timeou
 /**
  * coord_done() - whether every scheduled closure is final (S5).
  * Return: 1 all final; 0 some still queued or running; or the first error
- * of a failed closure, once (S3 rule; nothing is executing then).
+ * of a failed closure, once (S3 rule; nothing is executing then);
+ * COORD_EINVAL for a NULL @c.
  */
 COORD_API COORD_NODISCARD int coord_done(struct coord *c, struct coord_error *err);
 
@@ -477,11 +481,16 @@ enum coord_rv_state {
 
 /**
  * coord_rv_state() - the current state; a snapshot, never blocks.
+ * A NULL @rv reads COORD_RV_CANCELLED (final, without a value: a poll loop
+ * ends, and coord_rv_fetch() refuses it with COORD_EINVAL).
  * Concurrency: any thread.
  */
 COORD_API enum coord_rv_state coord_rv_state(const struct coord_rv *rv);
 
-/** coord_rv_id() - the closure's sequence number, as in coord_error.closure. */
+/**
+ * coord_rv_id() - the closure's sequence number, as in coord_error.closure;
+ * COORD_NO_CLOSURE for a NULL @rv.
+ */
 COORD_API uint64_t coord_rv_id(const struct coord_rv *rv);
 
 /**
@@ -493,7 +502,7 @@ COORD_API uint64_t coord_rv_id(const struct coord_rv *rv);
  * Spins briefly, then sleeps on a futex.
  *
  * Return: 0; the closure's own error (message in @err); COORD_ECANCELLED for
- * a cancelled or aborted value.
+ * a cancelled or aborted value; COORD_EINVAL for a NULL @rv.
  */
 COORD_API COORD_NODISCARD int coord_rv_fetch(struct coord_rv *rv, const void **val, size_t *len,
 					     struct coord_error *err);
@@ -519,7 +528,9 @@ struct coord_result {
  * @res: @n outcomes, filled in order.
  *
  * Return: 0 when all were waited for (each outcome in @res, errors
- * included); COORD_ETIMEDOUT if @timeout_ns (<0 forever) ran out first.
+ * included; a NULL entry of @rvs gets code COORD_EINVAL); COORD_ETIMEDOUT
+ * if @timeout_ns (<0 forever) ran out first; COORD_EINVAL for a NULL @rvs
+ * or @res with @n > 0.
  */
 COORD_API COORD_NODISCARD int coord_rv_fetch_many(struct coord_rv *const *rvs, size_t n,
 						  struct coord_result *res, int64_t timeout_ns);
@@ -539,7 +550,8 @@ COORD_API void coord_rv_put(struct coord_rv *rv);
  * @out:  the handle to pass in coord_call.pw; free with coord_per_worker_put()
  *        once no closure that uses it is pending.
  *
- * Return: 0; COORD_ENOFN if @creator is not a resource creator; COORD_ENOMEM.
+ * Return: 0; COORD_ENOFN if @creator is not a resource creator; COORD_ENOMEM;
+ * COORD_EINVAL for a NULL @c or @out.
  */
 COORD_API COORD_NODISCARD int coord_per_worker_create(struct coord *c, const char *creator,
 						      const void *args, size_t len,
