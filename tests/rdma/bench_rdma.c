@@ -61,8 +61,8 @@
 #include <coord/var.h>
 #include <infiniband/verbs.h>
 
-#include "runtime/internal.h"
-#include "transport/rdma_chan.h"
+#include "runtime/core/internal.h"
+#include "transport/rdma/rdma_chan.h"
 #include "../helpers.h"
 
 #define ROUNDS 5
