@@ -522,9 +522,6 @@ COORD_HIDDEN void *coord_closure_result_buf(struct coord_closure *cl, size_t len
 
 /* coord_stagger_ns() - the start delay of worker @i (S13). */
 COORD_HIDDEN uint64_t coord_stagger_ns(const struct coord_opts *o, unsigned i);
-/* coord_env_int() - a non-negative integer from the environment variable
- * @name, else @def (a value that is not one is logged and ignored). */
-COORD_HIDDEN int coord_env_int(const char *name, int def);
 
 /* --- worker-side execution (runtime/exec.c), shared by all transports ----- */
 

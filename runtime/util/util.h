@@ -30,6 +30,10 @@ COORD_HIDDEN int coord_seterr(struct coord_error *err, int code, const char *fmt
 enum { COORD_LOG_ERROR, COORD_LOG_WARN, COORD_LOG_INFO, COORD_LOG_DEBUG };
 COORD_HIDDEN void coord_log(int level, const char *fmt, ...) COORD_PRINTF(2, 3);
 
+/* coord_env_int() - a non-negative integer from the environment variable
+ * @name, else @def (a value that is not one is logged and ignored). */
+COORD_HIDDEN int coord_env_int(const char *name, int def);
+
 /* coord_die() - a broken internal invariant: print where and why, abort. */
 COORD_HIDDEN __attribute__((noreturn)) void coord_die_at(const char *file, int line,
 							 const char *what, int err);
