@@ -103,6 +103,32 @@ enum { ERR_EMPTY, ERR_WRITING, ERR_SET, ERR_TAKEN };
 #define QE_LEN(w1) ((uint32_t)((w1) >> 32) & 0xfu)
 #define QE_FN(w1) ((uint32_t)(w1))
 
+/*
+ * stamp_gen() - C3: the generation a closure takes when it is queued (a
+ * consumer: when it starts waiting for its inputs).
+ */
+static inline uint64_t stamp_gen(struct coord *c)
+{
+	/* Acquire: pairs with the canceller's bump (gen_bump(), D1): a closure
+	 * queued after a cancellation carries the new generation (C3). */
+	return atomic_load_explicit(&c->gen, memory_order_acquire);
+}
+
+/*
+ * qe_encode() - Q2: inline entry @e for a call of @fn with @len <= 8
+ * argument bytes at @args.  Its generation (w[2]) is the caller's to stamp
+ * (C3), just before the push.
+ */
+static inline void qe_encode(struct coord_ring_ent *e, uint32_t fn, const void *args, size_t len)
+{
+	e->w[0] = 0;
+	if (likely(len == sizeof(e->w[0])))
+		memcpy(&e->w[0], args, sizeof(e->w[0])); /* one load */
+	else if (len)
+		memcpy(&e->w[0], args, len);
+	e->w[1] = QE_INLINE | ((uint64_t)len << 32) | fn;
+}
+
 /* C9: closures finished per batch taken off `outstanding` at most. */
 #define COORD_FIN_DEFER 64
 

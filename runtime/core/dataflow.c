@@ -277,9 +277,9 @@ int schedule_consumer(struct coord *c, struct coord_closure *x, const struct coo
 	/* Relaxed: C1, as in coord_schedule_call(); every decrement comes
 	 * after x's owner acquired our final pending decrement (DF3). */
 	atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
-	/* Acquire: C3, as in coord_schedule_call(): the generation when the
-	 * consumer starts waiting (a canceller then reaches it, DF3). */
-	x->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+	/* C3: the generation when the consumer starts waiting (a canceller
+	 * then reaches it, DF3). */
+	x->gen = stamp_gen(c);
 	if (out)
 		*out = (struct coord_rv *)x;
 	for (uint32_t i = 0; i < x->nin; i++)

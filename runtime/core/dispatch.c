@@ -212,11 +212,11 @@ void coord_dispatch_cancel(struct coord_dispatcher *d, struct coord_closure *cl)
  * attempt; @l is left clean for the next take. */
 static struct coord_closure *local_to_pool(struct coord *c, struct coord_closure *l)
 {
-	struct coord_ring_ent e = { { 0, QE_INLINE | ((uint64_t)l->args_len << 32) | l->fn,
-				      l->gen } };
+	struct coord_ring_ent e;
 	struct coord_closure *cl;
 
-	memcpy(&e.w[0], l->inline_args, sizeof(e.w[0]));
+	qe_encode(&e, l->fn, l->inline_args, l->args_len);
+	e.w[2] = l->gen; /* the generation it was queued with (C3) */
 	cl = ent_closure(c, &e);
 	cl->attempt = l->attempt;
 	cl->id = l->id;	  /* B8: the same closure to its function */

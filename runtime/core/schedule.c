@@ -211,9 +211,7 @@ static inline void closure_sample_next(struct coord_closure *cl)
  * the push (flagged for the transport's wake, rdma.c D5), its handle. */
 static int schedule_push(struct coord *c, struct coord_closure *cl, struct coord_rv **out)
 {
-	/* Acquire: pairs with the canceller's bump (C3: the generation is the
-	 * one current when the closure is queued). */
-	cl->gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+	cl->gen = stamp_gen(c); /* C3 */
 	tl_in_schedule = true;
 	queue_push(c, cl, NULL);
 	tl_in_schedule = false;
@@ -295,20 +293,12 @@ static bool schedule_many_inline(struct coord *c, const struct coord_call *calls
 		*sample = true; /* B7: this chunk's closures are all sampled */
 		return false;
 	}
-	for (unsigned i = 0; i < n; i++) {
-		e[i].w[0] = 0;
-		if (likely(calls[i].len == sizeof(e[i].w[0])))
-			memcpy(&e[i].w[0], calls[i].args, sizeof(e[i].w[0]));
-		else if (calls[i].len)
-			memcpy(&e[i].w[0], calls[i].args, calls[i].len);
-		e[i].w[1] = QE_INLINE | ((uint64_t)calls[i].len << 32) | calls[i].fn;
-	}
+	for (unsigned i = 0; i < n; i++)
+		qe_encode(&e[i], calls[i].fn, calls[i].args, calls[i].len);
 	/* Relaxed: C1, as in coord_schedule_call(): one increment for the
 	 * chunk, before its push. */
 	atomic_fetch_add_explicit(&c->outstanding, n, memory_order_relaxed);
-	/* Acquire: C3, as in coord_schedule_call(); one generation for the
-	 * chunk, read just before it is queued. */
-	g = atomic_load_explicit(&c->gen, memory_order_acquire);
+	g = stamp_gen(c); /* C3: one generation for the chunk */
 	for (unsigned i = 0; i < n; i++)
 		e[i].w[2] = g;
 	queue_push_ents(c, e, n);
@@ -398,9 +388,7 @@ int coord_schedule_many(struct coord *c, const struct coord_call *calls, size_t 
 		/* Relaxed: C1, as in coord_schedule_call(): one increment for
 		 * the chunk, before its push. */
 		atomic_fetch_add_explicit(&c->outstanding, k, memory_order_relaxed);
-		/* Acquire: C3, as in coord_schedule_call(); one generation for
-		 * the chunk, read just before it is queued. */
-		g = atomic_load_explicit(&c->gen, memory_order_acquire);
+		g = stamp_gen(c); /* C3: one generation for the chunk */
 		for (unsigned i = 0; i < k; i++) {
 			cls[i]->gen = g;
 			if (out)
@@ -438,20 +426,16 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	sample = !out && len <= sizeof(uint64_t) && c->inline_q;
 	if (sample && likely(++tl_inline & COORD_SAMPLE_MASK)) {
 		/* Q2: the call travels in its ring entry; no closure. */
-		struct coord_ring_ent e = { { 0, QE_INLINE | ((uint64_t)len << 32) | fn, 0 } };
+		struct coord_ring_ent e;
 		struct coord_pstash *st = my_stash(c);
 		bool held;
 
-		if (likely(len == sizeof(e.w[0])))
-			memcpy(&e.w[0], args, sizeof(e.w[0])); /* one load */
-		else if (len)
-			memcpy(&e.w[0], args, len);
+		qe_encode(&e, fn, args, len);
 		held = stash_take(st);
 		stash_count(c, st, held); /* C1, before the push */
 		if (held)
 			stash_drop(st);
-		/* Acquire: C3, as in schedule_one(). */
-		e.w[2] = atomic_load_explicit(&c->gen, memory_order_acquire);
+		e.w[2] = stamp_gen(c);	 /* C3 */
 		queue_push(c, NULL, &e); /* inproc: no wake to do (not rdma.c D5) */
 		return 0;
 	}
