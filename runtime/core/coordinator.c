@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "runtime/core/coord_pvt.h"
-#include "runtime/ps/ps.h"
 
 /* ---- options --------------------------------------------------------------- */
 
@@ -161,20 +160,18 @@ static int local_init(struct coord *c, struct coord_dispatcher *d)
 	return 0;
 }
 
-static const struct coord_tp_ops *find_transport(const char *name)
+static const struct coord_transport *find_transport(const char *name)
 {
-	static const struct coord_tp_ops *const all[] = { &coord_tp_inproc, &coord_tp_tcp,
-							  &coord_tp_rdma };
-
-	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
-		if (!strcmp(all[i]->name, name ? name : "inproc"))
-			return all[i];
+	for (const struct coord_transport *t = coord_transports; t->name; t++)
+		if (!strcmp(t->name, name ? name : "inproc"))
+			return t;
 	return NULL;
 }
 
 int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, struct coord **out,
 		 struct coord_error *err)
 {
+	const struct coord_transport *t;
 	const struct coord_tp_ops *tp;
 	struct coord *c;
 	unsigned nw;
@@ -184,8 +181,8 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		return coord_seterr(err, COORD_EINVAL,
 				    "coord_create: opts with a registry and "
 				    "an out pointer are required");
-	tp = find_transport(opts->transport);
-	if (!tp)
+	t = find_transport(opts->transport);
+	if (!t)
 		return coord_seterr(err, COORD_EINVAL,
 				    "unknown transport '%s' (known: inproc, tcp, rdma)",
 				    opts->transport);
@@ -213,7 +210,9 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	memset(c, 0, sizeof(*c));
 	c->opts = *opts;
 	c->reg = opts->registry;
+	tp = t->tp;
 	c->tp = tp;
+	c->ps_ops = t->ps;
 	c->nworkers = nw;
 	if (c->opts.start_delay_ms < 0)
 		c->opts.start_delay_ms = env_seconds_ms("TF_COORDINATOR_SCHEDULE_START_DELAY");
@@ -272,7 +271,7 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	memset(c->disp, 0, sizeof(*c->disp) * c->ndisp);
 	/* Q2: in-process dispatchers take inline entries into closures of
 	 * their own, one per place of a take (opts.batch). */
-	c->inline_q = tp == &coord_tp_inproc;
+	c->inline_q = tp->caps & COORD_TP_INLINE;
 	for (unsigned i = 0; i < c->ndisp; i++) {
 		c->disp[i].c = c;
 		c->disp[i].index = i;
@@ -281,7 +280,7 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 			goto err_disp;
 		}
 	}
-	r = coord_ps_setup(c, spec, err); /* before start: tcp tells workers */
+	r = c->ps_ops->setup(c, spec, err); /* before start: tcp tells workers */
 	if (r < 0)
 		goto err_disp;
 	/* The slow path (S10), if any, before the transport's threads start:
@@ -301,7 +300,7 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	return 0;
 
 err_disp:
-	coord_ps_destroy(c->ps);
+	c->ps_ops->destroy(c->ps);
 	for (unsigned i = 0; i < c->ndisp; i++) {
 		free(c->disp[i].local);
 		free(c->disp[i].ents);
@@ -371,7 +370,7 @@ void coord_destroy(struct coord *c)
 	coord_futex_wake_all(&c->stopping);
 	coord_recovery_stop(c); /* no reconnect races the transport's stop */
 	c->tp->stop(c);
-	coord_ps_destroy(c->ps); /* no function runs any more */
+	c->ps_ops->destroy(c->ps); /* no function runs any more */
 	c->ps = NULL;
 	cancel_older(c, gen_bump(c)); /* anything left (none expected) */
 	urcu_bp_barrier();	      /* every deferred closure release has run */

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "runtime/core/coord_pvt.h"
-#include "runtime/ps/ps.h"
 
 /* Polls of an idle wait that still count as a producer streaming (gather()). */
 #define COORD_GATHER_POLLS 4
@@ -273,12 +272,10 @@ bool coord_dispatch_ps_retry_slow(struct coord_dispatcher *d, struct coord_closu
 	struct coord *c = d->c;
 	uint32_t n;
 
-	if (code != COORD_EUNAVAILABLE || cause <= 0 || !c->ps || !c->ps->failures ||
-	    (unsigned)cause > c->ps->nps)
+	if (code != COORD_EUNAVAILABLE || cause <= 0 || !c->ps)
 		return false;
-	/* Relaxed: a counter; each report takes one number (S11). */
-	n = atomic_fetch_add_explicit(&c->ps->failures[cause - 1], 1, memory_order_relaxed) + 1;
-	if (n > (uint32_t)c->opts.ps_failure_threshold)
+	n = c->ps_ops->failure(c->ps, (unsigned)cause - 1);
+	if (n == 0 || n > (uint32_t)c->opts.ps_failure_threshold)
 		return false;
 	coord_log(COORD_LOG_WARN,
 		  "closure %llu: ps task %d unreachable (failure %u of %d taken as transient); "

@@ -309,8 +309,8 @@ struct coord {
 	struct coord_closure *ov_out;
 	bool unbounded;
 	/* Q2: small closures without a handle travel inline in the ring
-	 * (the inproc transport: its dispatchers take them into their own
-	 * closures, d->local). */
+	 * (a transport with COORD_TP_INLINE, inproc: its dispatchers take
+	 * them into their own closures, d->local). */
 	bool inline_q;
 
 	struct coord_ec not_empty __cacheline_aligned; /* dispatchers sleep */
@@ -336,12 +336,13 @@ struct coord {
 	struct coord_dispatcher *disp;
 	const struct coord_tp_ops *tp;
 	void *tp_state;
-	const struct coord_spec *spec;	 /* borrowed: valid only inside coord_create() */
-	struct coord_ps *ps;		 /* parameter servers (runtime/ps.h), or NULL */
-	struct coord_recovery *recovery; /* the slow path, or NULL (inproc) */
-	_Atomic uint64_t cancelled;	 /* metrics (B7) */
-	_Atomic uint64_t dep_failed;	 /* consumers failed by an input (B1, B7) */
-	_Atomic bool dataflow;		 /* a consumer was scheduled (B1, DF3) */
+	const struct coord_spec *spec;	   /* borrowed: valid only inside coord_create() */
+	struct coord_ps *ps;		   /* parameter servers (runtime/ps/ps.h), or NULL */
+	const struct coord_ps_ops *ps_ops; /* how they are reached (coord_transports[]) */
+	struct coord_recovery *recovery;   /* the slow path, or NULL (inproc) */
+	_Atomic uint64_t cancelled;	   /* metrics (B7) */
+	_Atomic uint64_t dep_failed;	   /* consumers failed by an input (B1, B7) */
+	_Atomic bool dataflow;		   /* a consumer was scheduled (B1, DF3) */
 	uint64_t created_ns;
 	/* Free closures for producers (C10). */
 	struct coord_pstash pstash[COORD_PSTASH_SLOTS];
@@ -661,6 +662,7 @@ COORD_HIDDEN void coord_exec_env_fini(struct coord_exec_env *env);
  */
 struct coord_tp_ops {
 	const char *name;
+	unsigned caps; /* COORD_TP_*: what the core may do with this transport */
 	unsigned (*ndispatchers)(const struct coord *c);
 	int (*start)(struct coord *c, struct coord_error *err);
 	void (*stop)(struct coord *c);
@@ -710,9 +712,48 @@ COORD_HIDDEN void coord_recovery_stop(struct coord *c);
  */
 COORD_HIDDEN void coord_worker_lost(struct coord *c, struct coord_worker *w, const char *why);
 
+/* coord_tp_ops.caps: */
+/* The dispatchers run functions in this process: small calls travel inline
+ * in their ring entries (Q2, runtime/core/inline.c). */
+#define COORD_TP_INLINE (1u << 0)
+/* The ps tasks are reached over rdma too (transport/rdma/ps_rdma.h). */
+#define COORD_TP_PS_RDMA (1u << 1)
+
+/*
+ * struct coord_ps_ops - how a coordinator reaches its ps tasks (the
+ * variables of include/coord/var.h), provided from above the core: in
+ * this process (runtime/ps/ps.c) or over the network
+ * (transport/psclient/ps_client.c).
+ *   setup:   from coord_create(), before the transport starts (tcp tells
+ *            the workers where they are): sets c->ps (NULL: none); 0 or an
+ *            error in @err.
+ *   destroy: free c->ps (NULL allowed), after the transport stopped.
+ *   failure: S11: count one failure report of ps task @task; the count so
+ *            far, or 0 if this kind of ps counts none.  Any thread.
+ */
+struct coord_spec;
+struct coord_ps_ops {
+	int (*setup)(struct coord *c, const struct coord_spec *spec, struct coord_error *err);
+	void (*destroy)(struct coord_ps *ps);
+	uint32_t (*failure)(struct coord_ps *ps, unsigned task);
+};
+
+/*
+ * coord_transports[] - the transports coord_create() chooses from by
+ * name (opts.transport), ended by a NULL name: the one table that knows
+ * them all, transport/transports.c, above every transport.
+ */
+struct coord_transport {
+	const char *name;
+	const struct coord_tp_ops *tp;
+	const struct coord_ps_ops *ps;
+};
+extern const struct coord_transport coord_transports[];
+
+/* Each transport's ops, for coord_transports[] only. */
 extern const struct coord_tp_ops coord_tp_inproc;
 extern const struct coord_tp_ops coord_tp_tcp;
-/* transport/rdma.c, or transport/rdma_off.c in a build without verbs. */
+/* transport/rdma/rdma.c, or rdma_off.c in a build without verbs. */
 extern const struct coord_tp_ops coord_tp_rdma;
 
 /*

@@ -15,7 +15,6 @@
 
 #include "runtime/core/internal.h"
 #include "runtime/ps/ps.h"
-#include "transport/wire/wire.h"
 
 /* coord.h and varstore.h must agree on the limits. */
 _Static_assert(COORD_VAR_NAME_LEN == COORD_VAR_NAME_MAX, "name limits differ");
@@ -301,6 +300,43 @@ void coord_ps_destroy(struct coord_ps *ps)
 	free(ps);
 }
 
+uint32_t coord_ps_failure(struct coord_ps *ps, unsigned task)
+{
+	if (!ps->failures || task >= ps->nps)
+		return 0;
+	/* Relaxed: a counter; each report takes one number (S11). */
+	return atomic_fetch_add_explicit(&ps->failures[task], 1, memory_order_relaxed) + 1;
+}
+
+/* The inproc transport's ps tasks: in-process stores, as many as the
+ * spec's "ps" job has, else opts.inproc_ps. */
+static int ps_local_setup(struct coord *c, const struct coord_spec *spec, struct coord_error *err)
+{
+	unsigned nps;
+	int r = coord_ps_ntasks(spec, c->opts.inproc_ps, &nps, err);
+
+	c->ps = NULL;
+	if (r < 0)
+		return r;
+	return coord_ps_local_create(nps, &c->ps, err);
+}
+
+int coord_ps_ntasks(const struct coord_spec *spec, unsigned def, unsigned *nps,
+		    struct coord_error *err)
+{
+	*nps = spec && coord_spec_has_job(spec, "ps") ? (unsigned)coord_spec_num_tasks(spec, "ps")
+						      : def;
+	if (*nps > 4096)
+		return coord_seterr(err, COORD_EINVAL, "at most 4096 ps tasks (got %u)", *nps);
+	return 0;
+}
+
+const struct coord_ps_ops coord_ps_local_ops = {
+	.setup = ps_local_setup,
+	.destroy = coord_ps_destroy,
+	.failure = coord_ps_failure,
+};
+
 static int local_emit(void *arg, const void *p, size_t len)
 {
 	struct coord_ps_op *op = arg;
@@ -438,7 +474,7 @@ static int to_ps_op(const struct coord_var_op *v, unsigned i, struct coord_ps_op
 			return coord_seterr(err, COORD_EINVAL,
 					    "operation %u: NULL indices or updates", i);
 		if (v->row_len > COORD_VAR_MAX_ELEMS ||
-		    v->n * (8 + 4 * v->row_len) > COORD_WIRE_MAX_FRAME_LIMIT)
+		    v->n * (8 + 4 * v->row_len) > COORD_MAX_FRAME_LIMIT)
 			return coord_seterr(err, COORD_EINVAL,
 					    "operation %u: scatter_add of %llu rows of %llu is too "
 					    "large for one call",

@@ -205,15 +205,21 @@ COORD_HIDDEN void coord_psc_destroy(struct coord_psc *p);
 COORD_HIDDEN int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
 			       struct coord_error *err);
 /*
- * coord_ps_setup() - the coordinator's ps tasks, from coord_create(): local
- * stores for the inproc transport (the spec's "ps" job size, else
- * opts.inproc_ps), a remote client of the spec's "ps" job otherwise (none
- * without one).  Sets c->ps (NULL when there are none over the network).
+ * The coordinator's ps tasks (struct coord_ps_ops, runtime/core/internal.h):
+ * coord_ps_local_ops, local stores for the inproc transport (the spec's
+ * "ps" job size, else opts.inproc_ps); coord_ps_remote_ops
+ * (transport/psclient/ps_client.c), a client of the spec's "ps" job (none
+ * without one).
  */
-struct coord;
+struct coord_ps_ops;
+extern const struct coord_ps_ops coord_ps_local_ops;
+extern const struct coord_ps_ops coord_ps_remote_ops;
+/* coord_ps_ntasks() - the spec's "ps" job size, else @def: 0 or COORD_EINVAL. */
 struct coord_spec;
-COORD_HIDDEN int coord_ps_setup(struct coord *c, const struct coord_spec *spec,
-				struct coord_error *err);
+COORD_HIDDEN int coord_ps_ntasks(const struct coord_spec *spec, unsigned def, unsigned *nps,
+				 struct coord_error *err);
+/* coord_ps_failure() - struct coord_ps_ops.failure: S11's count for @task. */
+COORD_HIDDEN uint32_t coord_ps_failure(struct coord_ps *ps, unsigned task);
 /* coord_psc_use_rdma() - @ps (from coord_psc_create(), before its first
  * use) reaches its tasks over rdma: frame channels, and one-sided READs
  * (transport/ps_client.c, ps_rdma.h). */

@@ -12,6 +12,10 @@
 #include <coord/error.h>
 
 #define COORD_HIDDEN __attribute__((visibility("hidden")))
+
+/* The largest frame any layer sends or accepts (transport/wire/wire.h's
+ * COORD_WIRE_MAX_FRAME_LIMIT; runtime/ps/ps.c bounds a batch's results by it). */
+#define COORD_MAX_FRAME_LIMIT (1u << 30)
 #define CACHELINE 64
 #define __cacheline_aligned __attribute__((aligned(CACHELINE)))
 #define likely(x) __builtin_expect(!!(x), 1)

@@ -164,6 +164,7 @@ static void inproc_wake(struct coord *c)
 
 const struct coord_tp_ops coord_tp_inproc = {
 	.name = "inproc",
+	.caps = COORD_TP_INLINE,
 	.ndispatchers = inproc_ndispatchers,
 	.wake = inproc_wake,
 	.start = inproc_start,

@@ -784,24 +784,16 @@ void coord_psc_destroy(struct coord_psc *p)
 
 /* ---- the coordinator's ps tasks --------------------------------------------------------- */
 
-int coord_ps_setup(struct coord *c, const struct coord_spec *spec, struct coord_error *err)
+static int ps_remote_setup(struct coord *c, const struct coord_spec *spec, struct coord_error *err)
 {
-	bool tcp = strcmp(c->tp->name, "inproc") != 0;
-	unsigned nps = spec && coord_spec_has_job(spec, "ps")
-			       ? (unsigned)coord_spec_num_tasks(spec, "ps")
-			       : (tcp ? 0 : c->opts.inproc_ps);
 	const char **addrs;
 	struct coord_key key;
-	int r;
+	unsigned nps;
+	int r = coord_ps_ntasks(spec, 0, &nps, err);
 
 	c->ps = NULL;
-	if (nps > 4096)
-		return coord_seterr(err, COORD_EINVAL, "at most 4096 ps tasks (got %u)", nps);
-	if (!tcp)
-		return coord_ps_local_create(nps, &c->ps, err);
-	if (nps == 0)
-		return 0;
-	c->ps = NULL;
+	if (r < 0 || nps == 0)
+		return r;
 	addrs = calloc(nps ? nps : 1, sizeof(*addrs));
 	if (!addrs)
 		return coord_seterr(err, COORD_ENOMEM, "no memory");
@@ -818,7 +810,7 @@ int coord_ps_setup(struct coord *c, const struct coord_spec *spec, struct coord_
 				     c->opts.connect_timeout_ms, c->opts.ps_timeout_ms, &c->ps,
 				     err);
 		coord_key_wipe(&key);
-		if (r == 0 && strcmp(c->tp->name, "rdma") == 0)
+		if (r == 0 && (c->tp->caps & COORD_TP_PS_RDMA))
 			coord_psc_use_rdma(c->ps); /* the ps tasks serve rdma too */
 	}
 	free(addrs);
@@ -829,3 +821,9 @@ int coord_ps_setup(struct coord *c, const struct coord_spec *spec, struct coord_
 	}
 	return r;
 }
+
+const struct coord_ps_ops coord_ps_remote_ops = {
+	.setup = ps_remote_setup,
+	.destroy = coord_ps_destroy,
+	.failure = coord_ps_failure,
+};

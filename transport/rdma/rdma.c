@@ -1234,6 +1234,7 @@ static int rdma_room(struct coord_dispatcher *d, unsigned w)
 
 const struct coord_tp_ops coord_tp_rdma = {
 	.name = "rdma",
+	.caps = COORD_TP_PS_RDMA,
 	.ndispatchers = coord_conn_ndispatchers,
 	.start = rdma_start,
 	.stop = rdma_stop,

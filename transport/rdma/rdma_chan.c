@@ -104,7 +104,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-#include "runtime/core/internal.h"
+#include "runtime/util/util.h"
 #include "transport/rdma/rdma_chan.h"
 
 #define RECV_TAG (1ull << 63)

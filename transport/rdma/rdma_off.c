@@ -6,20 +6,10 @@
 #include "runtime/core/internal.h"
 #include "transport/rdma/ps_rdma.h"
 #include "transport/rdma/rdma_chan.h"
-#include "transport/server/srv_proto.h"
 
 int coord_rdma_available(struct coord_error *err)
 {
 	return coord_seterr(err, -ENODEV, "rdma: coord was built without libibverbs/librdmacm");
-}
-
-int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
-{
-	(void)s;
-	return coord_seterr(err, COORD_EINVAL,
-			    "cannot serve rdma: coord was built without rdma (libibverbs/librdmacm "
-			    "not found at build time; apt install libibverbs-dev librdmacm-dev "
-			    "and rebuild)");
 }
 
 static unsigned rdma_off_ndispatchers(const struct coord *c)
@@ -43,6 +33,7 @@ static void rdma_off_wake(struct coord *c)
 
 const struct coord_tp_ops coord_tp_rdma = {
 	.name = "rdma",
+	.caps = COORD_TP_PS_RDMA,
 	.ndispatchers = rdma_off_ndispatchers,
 	.start = rdma_off_start,
 	.stop = rdma_off_stop,

@@ -76,7 +76,7 @@
 #define COORD_WIRE_NONCE 32
 #define COORD_WIRE_MAC 32
 #define COORD_WIRE_MAX_FRAME_DEFAULT (16u << 20)
-#define COORD_WIRE_MAX_FRAME_LIMIT (1u << 30)
+#define COORD_WIRE_MAX_FRAME_LIMIT COORD_MAX_FRAME_LIMIT
 #define COORD_WIRE_REQ_FIXED 28	   /* request bytes before pw refs and args */
 #define COORD_WIRE_REQ_INPUTS 0x1u /* request flag: inputs follow (B1) */
 #define COORD_WIRE_PW_FIXED 16
