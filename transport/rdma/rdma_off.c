@@ -3,7 +3,7 @@
  * transport/rdma_off.c - the "rdma" transport of a build without libibverbs
  * or librdmacm: it only says why it is not there.
  */
-#include "runtime/core/internal.h"
+#include "runtime/core/dispatch.h"
 #include "transport/rdma/ps_rdma.h"
 #include "transport/rdma/rdma_chan.h"
 

@@ -39,7 +39,7 @@
  *       data between its write counts, varstore.h) for remote reads once (map_lock; the registration
  *       serves every connection, one protection domain per device) and
  *       answers with their addresses and rkeys; readers then use RDMA READ
- *       without this process (runtime/varstore.c S1-S3).  A DELETE
+ *       without this process (runtime/store/varstore.c SNAP1-SNAP3).  A DELETE
  *       deregisters first; everything is deregistered when serving stops,
  *       before the caller destroys the store.
  *
@@ -60,7 +60,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/core/internal.h"
 #include "runtime/ps/ps.h"
 #include "runtime/store/varstore.h"
 #include "transport/rdma/rdma_chan.h"

@@ -24,7 +24,7 @@
 
 #include <coord/worker.h>
 
-#include "runtime/core/internal.h"
+#include "runtime/core/exec.h"
 #include "runtime/ps/ps.h"
 #include "transport/wire/auth.h"
 #include "transport/wire/wire.h"

@@ -87,7 +87,6 @@
 
 #include <coord/var.h>
 
-#include "runtime/core/internal.h"
 #include "runtime/ps/ps.h"
 #include "transport/wire/sock.h"
 #include "transport/server/srv_proto.h"
