@@ -32,7 +32,7 @@
  * MAP (rdma only: a ps served over rdma registers the variable's memory for
  * remote reads and answers with its address and keys, COORD_PS_MAP_LEN
  * bytes; elsewhere it fails with COORD_EINVAL).  A worker then reads the
- * variable with RDMA READs, without the ps CPU (runtime/varstore.c S1-S3).
+ * variable with RDMA READs, without the ps CPU (runtime/varstore.c SNAP1-SNAP3).
  *
  * SAVE and RESTORE on task t use the directory dir/ps-<t> (created by SAVE).
  * All multi-byte values are little-endian; data and results carry no padding

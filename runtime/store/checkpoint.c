@@ -761,7 +761,7 @@ static int apply_locked(struct coord_varstore *vs, struct ent *ents, uint32_t n,
 
 		if (e->old) {
 			coord_vs_lock(e->old, 0, e->old->nstripes - 1);
-			coord_vs_write_begin(e->old); /* varstore.c S1 */
+			coord_vs_write_begin(e->old); /* varstore.c SNAP1 */
 			floats_from_le(e->old->data, e->data, e->nelem);
 			coord_vs_write_end(e->old);
 			coord_vs_unlock(e->old, 0, e->old->nstripes - 1);

@@ -55,24 +55,24 @@
  * [done | data | begun] (varstore.h), and a remote reader reads done
  * first, then the data it wants, then begun: one RDMA READ of the whole
  * block when it is small, else a chain of three READs.
- *   S1  Every write brackets its stores: begun += 1 before the first (a
- *       release fence after it orders the count before the data stores),
- *       done += 1 after the last (release).  Writers of different stripes
- *       may overlap: the counts say how many started and finished, not who.
- *   S2  A snapshot is valid iff the done it read first equals the begun it
- *       read last: done(t1) <= begun(t1) <= begun(t3), so equality means
- *       every write that started before t3 had finished before t1, and no
- *       write overlapped the data read in between.  Else it is retried, a
- *       few times, then read two-sided (under the stripes).
- *   S3  What a reader may see: exactly the variable's value between two
- *       writes, never a torn mix (across stripes too), or a retry.  It
- *       relies on the order of the reads: the responder executes the READs
- *       of a chain in order (RC), and the bytes of one READ in increasing
- *       address order (rxe does, as the usual NICs; the IB spec does not
- *       promise it: COORD_RDMA_READ_CHAIN=1 makes every read a chain), and
- *       reads each aligned 8-byte count in one access.  A delete frees the
- *       block after the ps deregistered it (rdma_server.c Q4): a reader
- *       still holding the old rkey gets a failed READ, never freed memory.
+ *   SNAP1 Every write brackets its stores: begun += 1 before the first (a
+ *         release fence after it orders the count before the data stores),
+ *         done += 1 after the last (release).  Writers of different stripes
+ *         may overlap: the counts say how many started and finished, not who.
+ *   SNAP2 A snapshot is valid iff the done it read first equals the begun it
+ *         read last: done(t1) <= begun(t1) <= begun(t3), so equality means
+ *         every write that started before t3 had finished before t1, and no
+ *         write overlapped the data read in between.  Else it is retried, a
+ *         few times, then read two-sided (under the stripes).
+ *   SNAP3 What a reader may see: exactly the variable's value between two
+ *         writes, never a torn mix (across stripes too), or a retry.  It
+ *         relies on the order of the reads: the responder executes the READs
+ *         of a chain in order (RC), and the bytes of one READ in increasing
+ *         address order (rxe does, as the usual NICs; the IB spec does not
+ *         promise it: COORD_RDMA_READ_CHAIN=1 makes every read a chain), and
+ *         reads each aligned 8-byte count in one access.  A delete frees the
+ *         block after the ps deregistered it (rdma_server.c Q4): a reader
+ *         still holding the old rkey gets a failed READ, never freed memory.
  *   Locked readers (coord_vs_read()) do not look at the counts: stripes
  *   already order them with the writes.
  */
@@ -137,19 +137,19 @@ void coord_vs_var_free(struct coord_var *v)
 
 void coord_vs_write_begin(struct coord_var *v)
 {
-	/* S1, relaxed RMW: writers of other stripes may count at once; only
+	/* SNAP1, relaxed RMW: writers of other stripes may count at once; only
 	 * the sum matters.  The fence below orders it before our stores. */
 	atomic_fetch_add_explicit(v->begun, 1, memory_order_relaxed);
-	/* S1 (release fence): the begun count is visible before any data store
-	 * that follows, to a remote reader's DMA (S2) too.  A fence, not an
+	/* SNAP1 (release fence): the begun count is visible before any data store
+	 * that follows, to a remote reader's DMA (SNAP2) too.  A fence, not an
 	 * ordering on the counter: the stores it orders are plain floats. */
 	atomic_thread_fence(memory_order_release);
 }
 
 void coord_vs_write_end(struct coord_var *v)
 {
-	/* S1 (release): every data store above is visible before done counts
-	 * this write (S2's second read of begun pairs with it). */
+	/* SNAP1 (release): every data store above is visible before done counts
+	 * this write (SNAP2's second read of begun pairs with it). */
 	atomic_fetch_add_explicit(v->done, 1, memory_order_release);
 }
 
@@ -390,7 +390,7 @@ int coord_vs_var_alloc(const char *name, unsigned ndim, const uint64_t *dims,
 	v->rows_per_stripe = (v->rows + v->nstripes - 1) / v->nstripes;
 	/* With rounding up, fewer stripes may be enough to cover every row. */
 	v->nstripes = (unsigned)((v->rows + v->rows_per_stripe - 1) / v->rows_per_stripe);
-	/* S1-S3: [done | data | begun], the data cache-line aligned */
+	/* SNAP1-SNAP3: [done | data | begun], the data cache-line aligned */
 	v->block_len = COORD_VAR_DATA_OFF + ((v->nelem * sizeof(float) + 7) & ~(size_t)7) + 8;
 	v->block = aligned_alloc(CACHELINE,
 				 (v->block_len + CACHELINE - 1) & ~(size_t)(CACHELINE - 1));
@@ -616,12 +616,12 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 		memcpy(out, d, n * sizeof(float));
 		break;
 	case OP_ASSIGN:
-		coord_vs_write_begin(v); /* S1 */
+		coord_vs_write_begin(v); /* SNAP1 */
 		memcpy(d, in, n * sizeof(float));
 		coord_vs_write_end(v);
 		break;
 	case OP_ADD:
-		coord_vs_write_begin(v); /* S1 */
+		coord_vs_write_begin(v); /* SNAP1 */
 		for (size_t i = 0; i < n; i++)
 			d[i] += in[i];
 		coord_vs_write_end(v);
@@ -687,7 +687,7 @@ int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t *
 	if (v->deleted) {
 		ret = deleted_err(v, "scatter_add", err);
 	} else {
-		coord_vs_write_begin(v); /* S1 */
+		coord_vs_write_begin(v); /* SNAP1 */
 		for (size_t k = 0; k < nidx; k++) {
 			float *row = v->data + (size_t)indices[k] * v->rowlen;
 			const float *u = updates + k * v->rowlen;
@@ -731,7 +731,7 @@ int coord_vs_delete(struct coord_varstore *vs, uint32_t id, struct coord_error *
 		link = &p->hnext;
 	}
 	coord_vs_lock(v, 0, v->nstripes - 1);
-	coord_vs_write_begin(v); /* S3: never ended: no snapshot validates again */
+	coord_vs_write_begin(v); /* SNAP3: never ended: no snapshot validates again */
 	v->deleted = true;
 	block = v->block;
 	v->data = NULL;

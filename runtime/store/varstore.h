@@ -379,7 +379,7 @@ struct coord_var_stripe {
 } __cacheline_aligned;
 
 /*
- * A variable's memory is one block (varstore.c S1-S3), so that a remote
+ * A variable's memory is one block (varstore.c SNAP1-SNAP3), so that a remote
  * reader can take a snapshot with one RDMA READ:
  *   [0, 8)                          done: writes finished (u64)
  *   [COORD_VAR_DATA_OFF, +4 nelem)  the data (float32)
@@ -471,7 +471,7 @@ COORD_HIDDEN void coord_vs_unlock(struct coord_var *v, unsigned lo, unsigned hi)
 /**
  * coord_vs_map() - where a live variable's block is (data and write
  *                  counts), for a reader that does not take its locks
- *                  (one-sided RDMA READ; varstore.c S1-S3).
+ *                  (one-sided RDMA READ; varstore.c SNAP1-SNAP3).
  * @vs/@id: store and variable.  @out: filled in.
  *
  * Concurrency: any thread.  Return: 0; -ENOENT no such id; -ENOENT deleted.

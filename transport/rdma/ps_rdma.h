@@ -3,7 +3,7 @@
  * transport/ps_rdma.h - the rdma side of the ps client (ps_client.c): one
  * frame channel to a ps task served over rdma (coord-ps --transport rdma),
  * shared by the client's sender and its reader thread, and one-sided
- * variable reads (RDMA READ, no ps CPU; runtime/varstore.c S1-S3).
+ * variable reads (RDMA READ, no ps CPU; runtime/varstore.c SNAP1-SNAP3).
  *
  * Threading (ps_rdma.c P1-P3): two channels to the ps task, each used by
  * one thread at a time (rdma_chan.h): frames (the reader thread takes its
