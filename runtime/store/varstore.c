@@ -69,8 +69,7 @@
  *         relies on the order of the reads: the responder executes the READs
  *         of a chain in order (RC), and the bytes of one READ in increasing
  *         address order (rxe does, as the usual NICs; the IB spec does not
- *         promise it: COORD_RDMA_READ_CHAIN=1 makes every read a chain), and
- *         reads each aligned 8-byte count in one access.  A delete frees the
+ *         promise it), and reads each aligned 8-byte count in one access.  A delete frees the
  *         block after the ps deregistered it (rdma_server.c Q4): a reader
  *         still holding the old rkey gets a failed READ, never freed memory.
  *   Locked readers (coord_vs_read()) do not look at the counts: stripes

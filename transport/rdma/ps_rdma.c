@@ -63,7 +63,6 @@ struct coord_psr {
 	struct coord_rdma_chan *rch;
 	int wake_fd;	   /* P2 */
 	_Atomic bool stop; /* P3 */
-	bool chain_only;   /* $COORD_RDMA_READ_CHAIN=1: never one READ of a block (S3) */
 	uint8_t *buf;	   /* the bounce buffer of one-sided reads (under read_lock) */
 	struct coord_rdma_mr *mr;
 };
@@ -93,8 +92,6 @@ int coord_psr_connect(const char *addr, const struct coord_key *key, uint8_t rol
 	pthread_mutex_init(&r->chan_lock, NULL);
 	pthread_mutex_init(&r->read_lock, NULL);
 	r->buf = aligned_alloc(CACHELINE, PSR_BUF_LEN);
-	r->chain_only = getenv("COORD_RDMA_READ_CHAIN") &&
-			!strcmp(getenv("COORD_RDMA_READ_CHAIN"), "1");
 	if (r->wake_fd < 0 || !r->buf) {
 		rc = coord_seterr(err, COORD_ENOMEM, "no memory for a ps connection");
 		goto fail;
@@ -183,8 +180,7 @@ int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64
 		       void *dst, unsigned *tries)
 {
 	size_t bytes = n * sizeof(float), tail = (bytes + 7) & ~(size_t)7;
-	bool whole = m->block_len <= PSR_BUF_LEN && m->block_len <= bytes + COORD_PSR_WHOLE_SLACK &&
-		     !r->chain_only;
+	bool whole = m->block_len <= PSR_BUF_LEN && m->block_len <= bytes + COORD_PSR_WHOLE_SLACK;
 	/* S2: done first, the data, begun last; one READ of the whole block
 	 * (its bytes in address order) or a chain of three (in order). */
 	struct coord_rdma_rseg seg[3] = {

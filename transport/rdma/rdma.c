@@ -165,8 +165,6 @@ struct rdma_tp {
 	_Atomic unsigned up;
 	_Atomic int idle;	  /* connections up with nothing in flight, all loops */
 	_Atomic uint64_t rt_hint; /* the loops' rt_ns, for waiters (D2) */
-	bool no_drive;		  /* $COORD_RDMA_DRIVE=0: waiters never drive (D1) */
-	bool no_timer;		  /* $COORD_RDMA_D6=0: D5 leaves the CQs armed (D3) */
 };
 
 /* Keep rdma_tp.idle in step with @k's in-flight count (loop thread only). */
@@ -690,7 +688,7 @@ static void drive_leave(struct rdma_loop *l, bool sent)
 
 	for (unsigned i = 0; !out && i < l->nconns; i++)
 		out = l->conns[i]->up && l->conns[i]->ping_ns;
-	if (out && sent && !l->t->no_timer) {
+	if (out && sent) {
 		uint64_t ns = 2 * l->rt_ns;
 
 		if (!l->tpend)
@@ -719,8 +717,7 @@ static bool rdma_drive(struct coord *c, uint64_t since, uint64_t *until)
 	bool drove = false;
 
 	/* Relaxed: a stopping coordinator's loops finish alone. */
-	if (!t || t->no_drive || tl_driving ||
-	    atomic_load_explicit(&c->stopping, memory_order_relaxed))
+	if (!t || tl_driving || atomic_load_explicit(&c->stopping, memory_order_relaxed))
 		return false;
 	/* D2, relaxed: hints.  Closures are out while some connection up is
 	 * not idle; then spin as long as results have recently taken. */
@@ -1089,7 +1086,7 @@ static void rdma_wake(struct coord *c)
 	uint64_t one = 1;
 
 	/* Relaxed: as in rdma_drive(). */
-	if (t && !t->no_drive && !tl_driving && coord_wake_in_schedule() &&
+	if (t && !tl_driving && coord_wake_in_schedule() &&
 	    !atomic_load_explicit(&c->stopping, memory_order_relaxed) && wake_drive(c, t))
 		return;
 	for (unsigned i = 0; t && i < t->nloops; i++)
@@ -1150,8 +1147,6 @@ static int rdma_start(struct coord *c, struct coord_error *err)
 	t->c = c;
 	c->tp_state = t;
 	t->copts.max_frame = c->opts.max_frame;
-	t->no_drive = getenv("COORD_RDMA_DRIVE") && !strcmp(getenv("COORD_RDMA_DRIVE"), "0");
-	t->no_timer = getenv("COORD_RDMA_D6") && !strcmp(getenv("COORD_RDMA_D6"), "0");
 	r = coord_key_load(c->opts.key_file, &t->key, err);
 	if (r < 0)
 		goto fail;

@@ -164,15 +164,6 @@ struct coord_rdma_mr {
 	struct ibv_pd *pd;
 };
 
-/* A spin budget from the environment (rdma_chan.h): microseconds, 0 for
- * none (-1 here); @def when unset or not a number. */
-static int env_us(const char *name, int def)
-{
-	int x = coord_env_int(name, -2);
-
-	return x == -2 ? def : x ? x : -1;
-}
-
 /* ---- the per-device protection domains (slow path, under a mutex) ---------------- */
 
 #define PD_MAX 16
@@ -244,9 +235,9 @@ static int opts_fill(struct coord_rdma_opts *o, const struct coord_rdma_opts *in
 	if (!o->max_frame)
 		o->max_frame = COORD_WIRE_MAX_FRAME_DEFAULT;
 	if (!o->spin_us)
-		o->spin_us = env_us("COORD_RDMA_SPIN_US", COORD_RDMA_SPIN_US_DEFAULT);
+		o->spin_us = COORD_RDMA_SPIN_US_DEFAULT;
 	if (!o->spin_max_us)
-		o->spin_max_us = env_us("COORD_RDMA_SPIN_MAX_US", COORD_RDMA_SPIN_MAX_US_DEFAULT);
+		o->spin_max_us = COORD_RDMA_SPIN_MAX_US_DEFAULT;
 	if (!o->rnr_retry)
 		o->rnr_retry = 3;
 	if (!o->io_timeout_ms)

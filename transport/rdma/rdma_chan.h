@@ -81,10 +81,7 @@ struct coord_rdma_priv {
  *              Credits keep RNR out of normal operation.
  * @io_timeout_ms: bound on coord_rdma_chan_io()'s writes (default 10 s).
  *
- * Caller-allocated plain data; zeros select the defaults, and for the two
- * spin budgets the environment first: COORD_RDMA_SPIN_US and
- * COORD_RDMA_SPIN_MAX_US, in microseconds (0: no spinning / no adaptation),
- * read when a channel is made, in every process (coord-worker, coord-ps).
+ * Caller-allocated plain data; zeros select the defaults.
  */
 struct coord_rdma_opts {
 	uint32_t buf;
