@@ -38,44 +38,26 @@
  * the loop touches its connections: no locks, no atomics on this state.
  *
  * Placement.  A frame costs each side a send, a receive and usually a
- * thread wake-up (~10 us of CPU each side here); an empty closure costs the
- * worker ~0.1-0.5 us.  Spread one per connection (least-loaded placement),
- * 256 closures in flight over 256 connections cost a frame each, and the
- * coordinator reached 0.04-0.13 of its 2-connection rate, where frames carry
- * dozens.  So closures are packed: pick() keeps adding to one busy
- * connection while the closures already on it are known to be short, and
- * moves on when they are not.  Workers report each successful call's run
- * time in its result (wire.h: the cause field of a code-0 result); each
- * loop keeps, per function, an estimate that rises at once to a longer
- * sample (run_note()).  A connection's backlog_ns sums the estimates of
- * what is in flight on it; a closure may be placed behind that only while
- * it is under PACK_WAIT_NS (about one loopback round trip: what sending the
- * closure on a frame of its own would cost it under load).  A function
- * never seen to finish (unknown) or longer than that fills the budget, so
- * nothing is packed behind it: for those, and whenever no packable
- * connection exists, placement is least-loaded as before, and a closure
- * never waits behind a long (or possibly long) one while another worker is
- * idle (S2).  A known-short function that turns long is caught two ways:
- * its first long result raises the estimate, and a busy connection with no
- * result for PACK_STALL_NS is no longer packed (at most the closures packed
- * in that 1 ms wait behind it).  Measured (bench_tcp scale row, loopback,
- * 2 vCPUs shared, load 3-8, five runs of 5 repeats interleaved with the
- * previous build): 256 connections 0.07-0.17 of the 2-connection rate
- * before (median 0.10), 0.44-0.56 after (median 0.45, 190-405 K/s); the
- * row with 8 in flight per connection went from 0.44-0.57 to 1.6-2.3x the
- * 2-connection rate (first version of this code).  Sticking to the packed
- * connection once it is idle again (rather than any idle one) lets its
- * worker serve successive frames in one wake-up.  With packing, each loop
- * keeps one connection busy at 256 connections as at 2 (counted: the
- * packed connection changed ~200 times in 5 repeats, on a run-time
- * sample over W; the PINGs to the idle ones are ~2% of the frames), yet
- * the frames carried about half as many closures (10-13 against 17-29)
- * and CPU per closure was ~1.7x (coordinator 3.5 against 2.0 us, workers
- * 1.7 against 1.0): on 2 shared CPUs the rate is the CPU per closure, and
- * that is per frame.  Sampled every 200 us, ~150-200 of the 256 closures
- * sit with the caller (fetched in order: done ones wait for the oldest),
- * 30-40 in the queue and 13-30 in each loop at 256 connections (10-14
- * and 23-40 at 2), and the frames are cut from what a loop holds.
+ * thread wake-up; an empty closure costs the worker far less.  So closures
+ * are packed: pick() keeps adding to one busy connection while the
+ * closures already on it are known to be short, and moves on when they are
+ * not.  Workers report each successful call's run time in its result
+ * (wire.h: the cause field of a code-0 result); each loop keeps, per
+ * function, an estimate that rises at once to a longer sample
+ * (run_note()).  A connection's backlog_ns sums the estimates of what is in
+ * flight on it; a closure may be placed behind that only while it is under
+ * PACK_WAIT_NS (about one loopback round trip: what sending the closure on
+ * a frame of its own would cost it under load).  A function never seen to
+ * finish (unknown) or longer than that fills the budget, so nothing is
+ * packed behind it: for those, and whenever no packable connection exists,
+ * placement is least-loaded, and a closure never waits behind a long (or
+ * possibly long) one while another worker is idle (S2).  A known-short
+ * function that turns long is caught two ways: its first long result
+ * raises the estimate, and a busy connection with no result for
+ * PACK_STALL_NS is no longer packed (at most the closures packed in that
+ * 1 ms wait behind it).  Sticking to the packed connection once it is idle
+ * again (rather than any idle one) lets its worker serve successive frames
+ * in one wake-up.
  *
  * Frames.  So a connection does not send a REQ frame while CORK_FRAMES (2)
  * of its REQ frames are unanswered (no RES frame yet): the closures placed
@@ -91,61 +73,19 @@
  * answered uncorks whatever the count says.  While its packed connection
  * is corked and results are coming, a loop also leaves the queue alone
  * for up to W (cork_wait()): what it took could only wait in obuf, and
- * this way it costs no loop round and no eventfd write by the caller (8%
- * of the samples before), and the other loop may take it.  Measured
- * (bench_tcp scale, 8 runs of 5 repeats alternating with the previous
- * build, load 6-8): 256 connections 0.80 of the 2-connection rate
- * (median; 0.29-1.26) against 0.54 (0.36-1.06), 285 against 228 K/s,
- * CPU per closure at 256 connections 2.9 + 1.4 us (coordinator +
- * workers) against 3.6 + 1.6; other sessions 0.82, 0.82, 0.66 and 0.72
- * (0.47-1.08) against 0.70, 0.64, 0.53 and 0.52 (0.29-0.57): better by
- * 0.1-0.3 each time, at 0.80 only in some.  The gap to 2 connections
- * was smaller, not gone (4.3 against 2.9 us per closure).  Its cause,
- * found later with one loop: a loop took past its first batch only while
- * the queue held more than the idle connections, its own included, so
- * with 255 idle connections every frame was one batch (32 closures,
- * against ~200 with 2 connections).  Counting only other loops' idle
- * connections (loop_main()), 256 connections went from 0.22-0.46 of the
- * 2-connection rate to 0.74-1.62 (median 0.80, eight runs).
- * Tried, no better: CORK_FRAMES 1 (the worker idles a round trip:
- * 0.54), 3 (0.70 against 0.82); sending only when the held closures
- * outnumber the unanswered ones (0.66 against 0.82); never leaving the
- * packed connection on a long sample (worse, 0.33); a 32-entry SQ
- * instead of 2 per connection (within the noise).
+ * this way it costs no loop round and no eventfd write by the caller, and
+ * the other loop may take it.  A loop takes past its first batch only
+ * while the queue holds more than the other loops' idle connections
+ * (loop_main()).
  *
- * Measured (bench_tcp, 2 vCPUs shared with other load; issue 3):
- *   - io_uring is set up with COOP_TASKRUN | TASKRUN_FLAG: a completion does
- *     not IPI the loop.  256 connections, one closure in flight on each:
- *     coordinator CPU per closure 12.7-13.4 -> 10.7-11.3 us, rate +30%.
- *   - That case (before packing) cost a loop about one small TCP send and
- *     one receive per closure (~8-10 us of kernel time here; a raw epoll
- *     echo client over 256 loopback sockets needs 8-9.5 us per message):
- *     one frame per closure was the floor, not the scans below.
- *   - pick() scans the loop's connections when the packed one will not do;
- *     credit() and the sends used to scan them every round.  Profiled at
- *     256 connections they were ~4% of the coordinator's CPU (credit()'s
- *     load of each worker's start time the hottest line of loop_main());
- *     an O(1) idle-connection FIFO for pick() made no measurable
- *     difference.  credit() now reads counts kept as slots and
- *     connections change (free_up, nidle, ndown) once every staggered
- *     start has passed, and the sends take a list of the connections
- *     given closures: fewer cache lines a round, no measurable change in
- *     the rate alone (a loop round then takes about one closure).
- *   - One loop instead of two for 2 workers: no measurable difference
- *     then; since adaptive spinning in fetch (rv.c W1) took the caller's
- *     parks out, one loop is 3-5x the rate of two on 2 CPUs (conn.c), and
- *     is the default there.
- *   - Spinning after a send (polling the CQ before sleeping) made the round
- *     trip worse (p50 37-63 us against 41-45): with the caller spinning in
- *     fetch, the worker then finds no free CPU.  Spinning on the queue
- *     instead, after finishing closures with nothing in flight (so that the
- *     caller's next schedule needs no eventfd write and the loop no
- *     wake-up), made no difference (p50 45-58 against 48-50 us, ping-pong
- *     21-22 us): the caller's spin and the loop already meet without one.
- *     Pinning the worker to one CPU took it to 36-37 us; the caller and the
- *     loop on one CPU, to 100-110: the cost is three threads on two CPUs,
- *     not a handoff (a fetch that drives the connection itself would be
- *     the next step).
+ * Other choices: io_uring is set up with COOP_TASKRUN | TASKRUN_FLAG (a
+ * completion does not IPI the loop); credit() reads counts kept as slots
+ * and connections change (free_up, nidle, ndown) once every staggered
+ * start has passed, and the sends take a list of the connections given
+ * closures, not a scan; one loop is the default on 2 CPUs (conn.c); a
+ * loop does not spin after a send.  The measurements behind each of these
+ * and of the two paragraphs above, with what was tried and dropped:
+ * docs/perf-history.md, "transport/tcp/tcp.c".
  *
  * Failure.  EOF, a socket error, a bad frame, heartbeat_misses heartbeat
  * intervals of silence (a PING goes out after one interval; the worker
