@@ -168,6 +168,83 @@ static const struct coord_transport *find_transport(const char *name)
 	return NULL;
 }
 
+/* coord_create()'s checks of @opts; *@nw: the number of workers. */
+static int opts_check(const struct coord_spec *spec, const struct coord_opts *opts, unsigned *nw,
+		      struct coord_error *err)
+{
+	*nw = spec ? (unsigned)coord_spec_num_tasks(spec, "worker") : opts->inproc_workers;
+	if (*nw == 0 || *nw > 65536)
+		return coord_seterr(err, COORD_EINVAL,
+				    "a cluster needs 1 to 65536 workers (got %u)", *nw);
+	if (opts->batch == 0 || opts->batch > 1024)
+		return coord_seterr(err, COORD_EINVAL, "batch must be 1..1024 (got %u)",
+				    opts->batch);
+	if (opts->affinity_fallback_ms < 0 || opts->priority_aging_ms <= 0)
+		return coord_seterr(err, COORD_EINVAL,
+				    "affinity_fallback_ms must be >= 0 and priority_aging_ms > 0");
+	if (opts->heartbeat_ms < 0 || (opts->heartbeat_ms > 0 && opts->heartbeat_misses < 1) ||
+	    opts->closure_timeout_ms < 0)
+		return coord_seterr(
+			err, COORD_EINVAL,
+			"heartbeat_ms and closure_timeout_ms must be >= 0 (0: off), and "
+			"heartbeat_misses >= 1 with heartbeats on (got %d, %lld, %d)",
+			opts->heartbeat_ms, (long long)opts->closure_timeout_ms,
+			opts->heartbeat_misses);
+	return 0;
+}
+
+/* The TF_* environment variables, for the options left at -1. */
+static void opts_from_env(struct coord_opts *o)
+{
+	if (o->start_delay_ms < 0)
+		o->start_delay_ms = env_seconds_ms("TF_COORDINATOR_SCHEDULE_START_DELAY");
+	if (o->start_delay_max_ms < 0)
+		o->start_delay_max_ms = env_seconds_ms("TF_COORDINATOR_SCHEDULE_START_DELAY_MAX");
+	if (o->ps_failure_threshold < 0)
+		o->ps_failure_threshold = coord_env_int(
+			"TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES", 3);
+	if (o->restart_exit_code < 0)
+		o->restart_exit_code = coord_env_int("TF_CLIENT_NON_FATAL_RESTART_EXIT_CODE", -1);
+}
+
+/* The coordinator's view of its @nw workers, each with its start time
+ * (S13); 0 or COORD_ENOMEM. */
+static int workers_init(struct coord *c, unsigned nw)
+{
+	c->workers = aligned_alloc(CACHELINE, sizeof(*c->workers) * nw);
+	if (!c->workers)
+		return COORD_ENOMEM;
+	memset(c->workers, 0, sizeof(*c->workers) * nw);
+	c->created_ns = coord_now_ns();
+	for (unsigned i = 0; i < nw; i++) {
+		c->workers[i].c = c;
+		c->workers[i].index = (int)i;
+		c->workers[i].start_at_ns = c->created_ns + coord_stagger_ns(&c->opts, i);
+	}
+	return 0;
+}
+
+/* The transport's dispatchers; 0 or COORD_ENOMEM (c->disp NULL if not
+ * even the array was made; else the caller frees what is in it). */
+static int disp_init(struct coord *c)
+{
+	c->ndisp = c->tp->ndispatchers(c);
+	c->disp = aligned_alloc(CACHELINE, sizeof(*c->disp) * c->ndisp);
+	if (!c->disp)
+		return COORD_ENOMEM;
+	memset(c->disp, 0, sizeof(*c->disp) * c->ndisp);
+	/* Q2: in-process dispatchers take inline entries into closures of
+	 * their own, one per place of a take (opts.batch). */
+	c->inline_q = c->tp->caps & COORD_TP_INLINE;
+	for (unsigned i = 0; i < c->ndisp; i++) {
+		c->disp[i].c = c;
+		c->disp[i].index = i;
+		if (c->inline_q && local_init(c, &c->disp[i]) < 0)
+			return COORD_ENOMEM;
+	}
+	return 0;
+}
+
 int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, struct coord **out,
 		 struct coord_error *err)
 {
@@ -186,24 +263,9 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		return coord_seterr(err, COORD_EINVAL,
 				    "unknown transport '%s' (known: inproc, tcp, rdma)",
 				    opts->transport);
-	nw = spec ? (unsigned)coord_spec_num_tasks(spec, "worker") : opts->inproc_workers;
-	if (nw == 0 || nw > 65536)
-		return coord_seterr(err, COORD_EINVAL,
-				    "a cluster needs 1 to 65536 workers (got %u)", nw);
-	if (opts->batch == 0 || opts->batch > 1024)
-		return coord_seterr(err, COORD_EINVAL, "batch must be 1..1024 (got %u)",
-				    opts->batch);
-	if (opts->affinity_fallback_ms < 0 || opts->priority_aging_ms <= 0)
-		return coord_seterr(err, COORD_EINVAL,
-				    "affinity_fallback_ms must be >= 0 and priority_aging_ms > 0");
-	if (opts->heartbeat_ms < 0 || (opts->heartbeat_ms > 0 && opts->heartbeat_misses < 1) ||
-	    opts->closure_timeout_ms < 0)
-		return coord_seterr(
-			err, COORD_EINVAL,
-			"heartbeat_ms and closure_timeout_ms must be >= 0 (0: off), and "
-			"heartbeat_misses >= 1 with heartbeats on (got %d, %lld, %d)",
-			opts->heartbeat_ms, (long long)opts->closure_timeout_ms,
-			opts->heartbeat_misses);
+	r = opts_check(spec, opts, &nw, err);
+	if (r < 0)
+		return r;
 	c = aligned_alloc(CACHELINE, (sizeof(*c) + CACHELINE - 1) & ~(size_t)(CACHELINE - 1));
 	if (!c)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a coordinator");
@@ -214,17 +276,7 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	c->tp = tp;
 	c->ps_ops = t->ps;
 	c->nworkers = nw;
-	if (c->opts.start_delay_ms < 0)
-		c->opts.start_delay_ms = env_seconds_ms("TF_COORDINATOR_SCHEDULE_START_DELAY");
-	if (c->opts.start_delay_max_ms < 0)
-		c->opts.start_delay_max_ms = env_seconds_ms(
-			"TF_COORDINATOR_SCHEDULE_START_DELAY_MAX");
-	if (c->opts.ps_failure_threshold < 0)
-		c->opts.ps_failure_threshold = coord_env_int(
-			"TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES", 3);
-	if (c->opts.restart_exit_code < 0)
-		c->opts.restart_exit_code = coord_env_int("TF_CLIENT_NON_FATAL_RESTART_EXIT_CODE",
-							  -1);
+	opts_from_env(&c->opts);
 	c->unbounded = opts->ring_capacity == 0;
 	pthread_mutex_init(&c->ov_lock, NULL);
 	if (c->unbounded)
@@ -250,36 +302,14 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	r = coord_bufs_init(&c->bufs);
 	if (r < 0)
 		goto err_pool;
-	c->workers = aligned_alloc(CACHELINE, sizeof(*c->workers) * nw);
-	if (!c->workers) {
-		r = COORD_ENOMEM;
+	r = workers_init(c, nw);
+	if (r < 0)
 		goto err_bufs;
-	}
-	memset(c->workers, 0, sizeof(*c->workers) * nw);
-	c->created_ns = coord_now_ns();
-	for (unsigned i = 0; i < nw; i++) {
-		c->workers[i].c = c;
-		c->workers[i].index = (int)i;
-		c->workers[i].start_at_ns = c->created_ns + coord_stagger_ns(&c->opts, i);
-	}
-	c->ndisp = tp->ndispatchers(c);
-	c->disp = aligned_alloc(CACHELINE, sizeof(*c->disp) * c->ndisp);
-	if (!c->disp) {
-		r = COORD_ENOMEM;
+	r = disp_init(c);
+	if (r < 0 && !c->disp)
 		goto err_workers;
-	}
-	memset(c->disp, 0, sizeof(*c->disp) * c->ndisp);
-	/* Q2: in-process dispatchers take inline entries into closures of
-	 * their own, one per place of a take (opts.batch). */
-	c->inline_q = tp->caps & COORD_TP_INLINE;
-	for (unsigned i = 0; i < c->ndisp; i++) {
-		c->disp[i].c = c;
-		c->disp[i].index = i;
-		if (c->inline_q && local_init(c, &c->disp[i]) < 0) {
-			r = COORD_ENOMEM;
-			goto err_disp;
-		}
-	}
+	if (r < 0)
+		goto err_disp;
 	r = c->ps_ops->setup(c, spec, err); /* before start: tcp tells workers */
 	if (r < 0)
 		goto err_disp;
