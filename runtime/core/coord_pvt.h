@@ -83,6 +83,48 @@
  *       drops it order one holder's accesses before the next's.
  *       coord_destroy() frees the pool with the stashes in it (their
  *       closures count as free, not held).
+ *
+ * Synchronization: the shared fields of struct coord (internal.h) and of
+ * a dispatcher d, who writes them, who reads them, and what orders the two.
+ *   field            written by (how)                read by (how)           order
+ *   outstanding      producers + (relaxed),          join, done, metrics     C1: raise, push
+ *                    finishers - (seq_cst)           (acquire, outstanding_  (ring R1), pop (A1),
+ *                                                    total())                drop; the acquire
+ *   pstash[].added   the stash's holder (plain       outstanding_total()     C1 (coherence after
+ *                    store of a relaxed load)        (relaxed)               the acquire), C10
+ *   pstash[].busy    producers (acquire CAS,         the same                C10
+ *                    release store)
+ *   gen              the canceller (seq_cst RMW,     producers (acquire,     C3; C2 (the seq_cst
+ *                    gen_bump())                     stamp_gen()); takes     pair with inflight);
+ *                                                    (seq_cst); early-outs   C5, C7
+ *                                                    (relaxed)
+ *   d->inflight      d's thread (seq_cst raise       the canceller           C2
+ *                    before a pop; drops release     (seq_cst, inflight_sum())
+ *                    or seq_cst)
+ *   err_state, err   the first failing closure's     schedule, join, done    C4
+ *                    completer (CAS to WRITING,      (relaxed hint, then
+ *                    release SET); the canceller     acquire in take_error())
+ *                    (CAS to TAKEN, release EMPTY)
+ *   ov_count         pushers + (seq_cst), poppers    anyone (relaxed hint)   Q1 (queue.c), E3
+ *                    - (release)                                             (futex.h)
+ *   ov_in / ov_out   pushers (release CAS) / the     poppers (acquire xchg)  R3 / A3 (queue.c);
+ *                    holder of ov_lock               / ov_lock's holder      the mutex
+ *   loop_sleepers    event loops (seq_cst +,         producers (seq_cst      the Dekker pair of
+ *                    relaxed -)                      load, queue_push())     coord_loop_sleep()
+ *   unavailable      the transport that lost its     pushers (seq_cst,       C8
+ *                    last worker (seq_cst store)     check_unavailable());
+ *                                                    schedule (relaxed hint)
+ *   hq_count         hinted pushes + (seq_cst),      anyone (relaxed hint)   sched.c H1, E3
+ *                    takes - (release)
+ *   stopping         coord_destroy() (relaxed)       dispatchers, transports the wakes and joins
+ *                                                    (relaxed)               that follow the store
+ *   dataflow         the first consumer's schedule   the canceller (relaxed) set before the first
+ *                    (relaxed, once)                                         consumer is counted
+ *   dead,            coord_destroy() (relaxed)       the last put of a       the caller's own
+ *   held_after_                                      handle (relaxed, rv.c)  hand-off of the
+ *   destroy                                                                  handle after destroy
+ * The closure's own fields (state, refs, deps): closure.h and rv.c; the
+ * ring's: ring.c; the hint queue's: sched.c.
  */
 #ifndef COORD_RUNTIME_CORE_COORD_PVT_H
 #define COORD_RUNTIME_CORE_COORD_PVT_H
