@@ -393,11 +393,7 @@ void coord_destroy(struct coord *c)
 	if (!c)
 		return;
 	cancel_older(c, gen_bump(c)); /* queued: CANCELLED; in flight: finish */
-	/* Relaxed: the signals below carry it (their fences order it, E1). */
-	atomic_store_explicit(&c->stopping, 1, memory_order_relaxed);
-	coord_ec_signal(&c->not_empty);
-	coord_smp_mb(); /* stopping before the wake of stagger sleepers */
-	coord_futex_wake_all(&c->stopping);
+	coord_stop_dispatchers(c);
 	coord_recovery_stop(c); /* no reconnect races the transport's stop */
 	c->tp->stop(c);
 	c->ps_ops->destroy(c->ps); /* no function runs any more */

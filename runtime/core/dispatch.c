@@ -378,3 +378,12 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 	if (d->fin_defer >= COORD_FIN_DEFER)
 		fin_flush(d);
 }
+
+void coord_stop_dispatchers(struct coord *c)
+{
+	/* Relaxed: the signals below carry it (their fences order it, E1). */
+	atomic_store_explicit(&c->stopping, 1, memory_order_relaxed);
+	coord_ec_signal(&c->not_empty);
+	coord_smp_mb(); /* stopping before the wake of stagger sleepers */
+	coord_futex_wake_all(&c->stopping);
+}

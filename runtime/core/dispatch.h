@@ -4,10 +4,10 @@
  * and dispatchers, the dispatch interface it drives (take, complete,
  * finish, cancel, put back), the ops table it provides (struct
  * coord_tp_ops) with its capability flags, the event-loop sleep protocol,
- * and the reports it makes (a worker lost, none left).  Besides this, a
- * transport reads a few fields of struct coord (runtime/core/internal.h:
- * opts, nworkers, workers, ndisp, disp, reg, ps, spec, tp_state,
- * stopping; docs/layout.md) and calls coord_dispatch_stale() there.
+ * and the reports it makes (a worker lost, none left, stop), and the part
+ * of struct coord it may read (struct coord_view).  A transport includes
+ * this header and nothing of runtime/core/internal.h (docs/layout.md;
+ * tools/check-includes.sh lists the files not there yet).
  */
 #ifndef COORD_RUNTIME_CORE_DISPATCH_H
 #define COORD_RUNTIME_CORE_DISPATCH_H
@@ -84,6 +84,67 @@ struct coord_dispatcher {
 	struct coord_ring_ent *ents;
 	struct coord_dmetrics m __cacheline_aligned;
 };
+
+/*
+ * struct coord_view - what a transport may read of its coordinator: the
+ * head of struct coord (runtime/core/internal.h), reached by coord_view().
+ * Set by coord_create() before ops->start and constant after, except:
+ *   @gen       the cancellation generation (the canceller's, C2/C3 in
+ *              runtime/core/coord_pvt.h): read it through
+ *              coord_dispatch_stale();
+ *   @stopping  set once by coord_stop_dispatchers() (relaxed: the wakes
+ *              that follow order it), read relaxed in loops;
+ *   @tp_state  the transport's own, written by its start and stop;
+ *   @spec      valid only inside ops->start (borrowed from coord_create());
+ *   @ps        set up before ops->start, freed after ops->stop.
+ * The fields are declared once, here, for both struct coord_view and
+ * struct coord's anonymous copy.
+ */
+#define COORD_VIEW_FIELDS                                                                          \
+	/* Read on every push, written only by the canceller. */                                   \
+	_Atomic uint64_t gen __cacheline_aligned;                                                  \
+	_Atomic uint32_t stopping;                                                                 \
+	const struct coord_registry *reg;                                                          \
+	struct coord_opts opts;                                                                    \
+	unsigned nworkers;                                                                         \
+	struct coord_worker *workers;                                                              \
+	unsigned ndisp;                                                                            \
+	struct coord_dispatcher *disp;                                                             \
+	void *tp_state;                                                                            \
+	const struct coord_spec *spec; /* borrowed: valid only inside coord_create() */            \
+	struct coord_ps *ps;	       /* parameter servers (runtime/ps/ps.h), or NULL */
+
+struct coord_ps;
+struct coord_spec;
+struct coord_view {
+	COORD_VIEW_FIELDS
+};
+
+static inline struct coord_view *coord_view(struct coord *c)
+{
+	return (struct coord_view *)(void *)c;
+}
+
+static inline const struct coord_view *coord_cview(const struct coord *c)
+{
+	return (const struct coord_view *)(const void *)c;
+}
+
+/* coord_dispatch_stale() - @cl belongs to a cancelled generation: do not
+ * start it; coord_dispatch_cancel() it instead (S3). */
+static inline bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl)
+{
+	/* Relaxed: an early-out (C5); C2 is what guarantees nothing old runs
+	 * after the canceller returns. */
+	return cl->gen < atomic_load_explicit(&coord_view(c)->gen, memory_order_relaxed);
+}
+
+/*
+ * coord_stop_dispatchers() - set stopping and wake every dispatcher and
+ * every thread sleeping until its worker's start time (coord_destroy(), or
+ * a transport whose start failed half-way).  Any thread.
+ */
+COORD_HIDDEN void coord_stop_dispatchers(struct coord *c);
 
 /* --- the dispatch interface (runtime/core/dispatch.c) --------------------- */
 

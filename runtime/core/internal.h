@@ -46,11 +46,17 @@ struct coord_pstash {
 };
 
 struct coord {
+	/* What a transport may read (dispatch.h), first: coord_view() is a
+	 * cast.  The core names these fields directly (c->opts, c->gen). */
+	union {
+		struct coord_view view;
+		struct {
+			COORD_VIEW_FIELDS
+		};
+	};
 	/* Hot, written by producers (C1: with pstash[].added, the number of
 	 * closures scheduled and not final; see outstanding_total()). */
 	_Atomic uint64_t outstanding __cacheline_aligned;
-	/* Read on every push, written only by the canceller. */
-	_Atomic uint64_t gen __cacheline_aligned;
 	/* S3 error slot: EMPTY -> WRITING -> SET -> TAKEN -> EMPTY. */
 	_Atomic uint32_t err_state __cacheline_aligned;
 	struct coord_error err;
@@ -74,26 +80,16 @@ struct coord {
 	struct coord_ec not_full;		       /* schedule sleeps (S1) */
 	struct coord_ec idle;			       /* join: outstanding == 0 or error */
 	struct coord_ec drained;		       /* canceller: inflight == 0 */
-	_Atomic uint32_t stopping;
 	/* After coord_destroy() with RemoteValues still held (see there). */
 	_Atomic bool dead;
 	_Atomic uint64_t held_after_destroy;
 
 	struct coord_pool *closures;
 	struct coord_bufs bufs;
-	const struct coord_registry *reg;
-	struct coord_opts opts;
 	_Atomic uint64_t pw_next_uid;
 
-	unsigned nworkers;
-	struct coord_worker *workers;
-	unsigned ndisp;
-	struct coord_dispatcher *disp;
 	const struct coord_tp_ops *tp;
-	void *tp_state;
-	const struct coord_spec *spec;	   /* borrowed: valid only inside coord_create() */
-	struct coord_ps *ps;		   /* parameter servers (runtime/ps/ps.h), or NULL */
-	const struct coord_ps_ops *ps_ops; /* how they are reached (coord_transports[]) */
+	const struct coord_ps_ops *ps_ops; /* how c->ps is reached (coord_transports[]) */
 	struct coord_recovery *recovery;   /* the slow path, or NULL (inproc) */
 	_Atomic uint64_t cancelled;	   /* metrics (B7) */
 	_Atomic uint64_t dep_failed;	   /* consumers failed by an input (B1, B7) */
@@ -112,15 +108,6 @@ struct coord {
 	_Atomic uint64_t hq_ver;
 	_Atomic(struct coord_hq *) hq;
 };
-
-/* coord_dispatch_stale() - @cl belongs to a cancelled generation: do not
- * start it; coord_dispatch_cancel() it instead (S3). */
-static inline bool coord_dispatch_stale(struct coord *c, struct coord_closure *cl)
-{
-	/* Relaxed: an early-out (C5); C2 is what guarantees nothing old runs
-	 * after the canceller returns. */
-	return cl->gen < atomic_load_explicit(&c->gen, memory_order_relaxed);
-}
 
 /* --- the hint queue (runtime/sched.c, B4) ---------------------------------- */
 

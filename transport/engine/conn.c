@@ -35,9 +35,10 @@ static unsigned default_loops(void)
 
 unsigned coord_conn_ndispatchers(const struct coord *c)
 {
-	unsigned n = c->opts.tcp_loops ? c->opts.tcp_loops : default_loops();
+	const struct coord_view *v = coord_cview(c);
+	unsigned n = v->opts.tcp_loops ? v->opts.tcp_loops : default_loops();
 
-	return n < c->nworkers ? n : c->nworkers;
+	return n < v->nworkers ? n : v->nworkers;
 }
 
 int coord_conn_init(struct coord_conn *k, struct coord_worker *w, unsigned window, size_t ocap)

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/core/internal.h"
+#include "runtime/core/dispatch.h"
 #include "transport/wire/wire.h"
 
 #define COORD_CONN_MEMBERS                                                                         \

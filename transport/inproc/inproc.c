@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/core/internal.h"
+#include "runtime/core/dispatch.h"
 
 struct inproc_worker {
 	pthread_t thread;
@@ -31,25 +31,26 @@ static void *closure_result_buf(void *sink, size_t len)
 /* Sleep until @w's staggered start (S13), or until the coordinator stops. */
 static void stagger_wait(struct coord_worker *w)
 {
-	struct coord *c = w->c;
+	struct coord_view *v = coord_view(w->c);
 
 	/* Relaxed: a wake on `stopping` (coord_destroy) re-checks it. */
-	while (!atomic_load_explicit(&c->stopping, memory_order_relaxed) &&
+	while (!atomic_load_explicit(&v->stopping, memory_order_relaxed) &&
 	       coord_now_ns() < w->start_at_ns)
-		coord_futex_wait(&c->stopping, 0, w->start_at_ns);
+		coord_futex_wait(&v->stopping, 0, w->start_at_ns);
 }
 
 static void *inproc_main(void *arg)
 {
 	struct coord_dispatcher *d = arg;
 	struct coord *c = d->c;
-	struct coord_worker *w = &c->workers[d->index];
+	struct coord_view *v = coord_view(c);
+	struct coord_worker *w = &v->workers[d->index];
 	struct inproc_worker *iw = w->tp;
 	struct coord_closure **batch, **done;
 	unsigned n;
 
-	batch = calloc(c->opts.batch, sizeof(*batch));
-	done = calloc(c->opts.batch, sizeof(*done));
+	batch = calloc(v->opts.batch, sizeof(*batch));
+	done = calloc(v->opts.batch, sizeof(*done));
 	if (!batch || !done)
 		coord_die("inproc worker batch", ENOMEM);
 	/* C9: this thread waits only inside coord_dispatch_take(). */
@@ -58,7 +59,7 @@ static void *inproc_main(void *arg)
 	if (d->ents)
 		d->exec_env = &iw->env;
 	stagger_wait(w);
-	while ((n = coord_dispatch_take(d, batch, c->opts.batch)) > 0) {
+	while ((n = coord_dispatch_take(d, batch, v->opts.batch)) > 0) {
 		unsigned nd = 0;
 
 		for (unsigned i = 0; i < n; i++) {
@@ -106,35 +107,33 @@ static void *inproc_main(void *arg)
 
 static void inproc_stop(struct coord *c)
 {
-	struct inproc_worker *iws = c->tp_state;
+	struct coord_view *v = coord_view(c);
+	struct inproc_worker *iws = v->tp_state;
 
-	for (unsigned i = 0; iws && i < c->nworkers; i++)
+	for (unsigned i = 0; iws && i < v->nworkers; i++)
 		if (iws[i].started)
 			pthread_join(iws[i].thread, NULL);
 	free(iws);
-	c->tp_state = NULL;
+	v->tp_state = NULL;
 }
 
 static int inproc_start(struct coord *c, struct coord_error *err)
 {
-	struct inproc_worker *iws = calloc(c->nworkers, sizeof(*iws));
+	struct coord_view *v = coord_view(c);
+	struct inproc_worker *iws = calloc(v->nworkers, sizeof(*iws));
 	int r;
 
 	if (!iws)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for in-process workers");
-	c->tp_state = iws;
-	for (unsigned i = 0; i < c->nworkers; i++) {
-		iws[i].env.reg = c->reg;
+	v->tp_state = iws;
+	for (unsigned i = 0; i < v->nworkers; i++) {
+		iws[i].env.reg = v->reg;
 		iws[i].env.worker = (int)i;
-		iws[i].env.ps = c->ps;
-		c->workers[i].tp = &iws[i];
-		r = pthread_create(&iws[i].thread, NULL, inproc_main, &c->disp[i]);
+		iws[i].env.ps = v->ps;
+		v->workers[i].tp = &iws[i];
+		r = pthread_create(&iws[i].thread, NULL, inproc_main, &v->disp[i]);
 		if (r) {
-			/* Relaxed: published to the started threads by the wakes. */
-			atomic_store_explicit(&c->stopping, 1, memory_order_relaxed);
-			coord_ec_signal(&c->not_empty);
-			coord_smp_mb();
-			coord_futex_wake_all(&c->stopping);
+			coord_stop_dispatchers(c);
 			inproc_stop(c);
 			return coord_seterr(err, -r, "cannot start in-process worker %u", i);
 		}
@@ -146,15 +145,17 @@ static int inproc_start(struct coord *c, struct coord_error *err)
 /* One dispatcher per worker: each worker thread is its own dispatcher. */
 static unsigned inproc_ndispatchers(const struct coord *c)
 {
-	return c->nworkers;
+	return coord_cview(c)->nworkers;
 }
 
 /* B4: each dispatcher serves its own worker, which is always up. */
 static int inproc_room(struct coord_dispatcher *d, unsigned w)
 {
-	if (w != d->index || coord_now_ns() < d->c->workers[w].start_at_ns)
+	struct coord_view *v = coord_view(d->c);
+
+	if (w != d->index || coord_now_ns() < v->workers[w].start_at_ns)
 		return -1;
-	return (int)d->c->opts.batch;
+	return (int)v->opts.batch;
 }
 
 /* In-process dispatchers sleep on the queue's futex, never in the kernel. */
