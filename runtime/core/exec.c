@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/exec.c - running a closure on a worker: per-worker resources (S8,
+ * runtime/core/exec.c - running a closure on a worker: per-worker resources (S8,
  * S9) and the ctx API that user functions call.
  *
  * One coord_exec_env per worker, used only by the thread that runs that

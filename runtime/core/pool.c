@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/pool.c - type-stable object pools (see pool.h).
+ * runtime/core/pool.c - type-stable object pools (see pool.h).
  *
  * Invariants:
  *   P1  A slab, once published in slabs[], stays mapped until

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * runtime/pool.h - type-stable object pools and pooled byte buffers.
+ * runtime/core/pool.h - type-stable object pools and pooled byte buffers.
  *
  * struct coord_pool hands out fixed-size objects by 32-bit index from slabs
  * that are never freed before coord_pool_destroy(), so an index (or a stale

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/recovery.c - the slow path: one thread that brings failed workers
+ * runtime/core/recovery.c - the slow path: one thread that brings failed workers
  * back (S10, B2).
  *
  * A transport that loses a worker (EOF, a socket error, a missed heartbeat,

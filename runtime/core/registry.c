@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/registry.c - functions and resource creators by name.
+ * runtime/core/registry.c - functions and resource creators by name.
  *
  * Built once before use, then read-only: no synchronization is needed after
  * it is handed to coord_create() (documented in coord/worker.h).

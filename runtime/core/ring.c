@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/ring.c - bounded MPMC pointer ring (see ring.h).
+ * runtime/core/ring.c - bounded MPMC pointer ring (see ring.h).
  *
  * Each slot has a sequence number.  Positions are free-running u64s.  A
  * slot's payload is a pointer (16-byte slots) or, in a wide ring, a struct
@@ -15,6 +15,18 @@
  *   I3  slot.val is written only by the producer that claimed its position
  *       (head CAS) before R1, and read only by the consumer that claimed it
  *       (tail CAS) after A1, before R2.
+ *
+ * Synchronization:
+ *   field      written by (how)                read by (how)               order
+ *   head       producers (seq_cst CAS: claims  producers (relaxed hint),   I2; the CAS's seq_cst
+ *              a position)                     empty/size checks (relaxed) is E3 in futex.h
+ *   tail       consumers (seq_cst CAS)         consumers (relaxed hint),   I2
+ *                                              empty/size checks (relaxed)
+ *   slot.seq   the claiming producer (release  producers (acquire, A2),    R1 -> A1: val is
+ *              R1: full), the claiming         consumers (acquire, A1)     written before; R2 ->
+ *              consumer (release R2: free)                                 A2: read before reuse
+ *   slot.val   the claiming producer (plain)   the claiming consumer       I3, ordered by R1/A1
+ *                                              (plain)                     and R2/A2
  *
  * Why our own ring and not ck_ring_*_mpmc: ck's MPMC enqueue serialises
  * producers on a shared tail they must each wait for in order; here a

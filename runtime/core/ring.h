@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * runtime/ring.h - bounded lock-free MPMC ring of pointers, sequence-numbered
+ * runtime/core/ring.h - bounded lock-free MPMC ring of pointers, sequence-numbered
  * slots (after D. Vyukov's bounded MPMC queue), with a batched pop.  A wide
  * ring (coord_ring_init_wide()) holds entries of three words instead: the
  * coordinator's queue, whose entries carry small closures inline.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/rv.c - RemoteValue: one atomic state word per closure (S6, S7).
+ * runtime/core/rv.c - RemoteValue: one atomic state word per closure (S6, S7).
  *
  * State word (closure.state):
  *   bits 0-2  NOT_READY(0) READY(1) ABORTED(2) CANCELLED(3) READY|ERR(4|1)

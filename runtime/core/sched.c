@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/sched.c - worker affinity and priority (B4): the hint queue.
+ * runtime/core/sched.c - worker affinity and priority (B4): the hint queue.
  *
  * A closure scheduled with neither a priority nor an affinity never comes
  * here: it takes the ring (coordinator.c), and the default path pays one

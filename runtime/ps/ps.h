@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * runtime/ps.h - parameter-server variables as the coordinator and the
+ * runtime/ps/ps.h - parameter-server variables as the coordinator and the
  * workers see them: a struct coord_ps reaches N ps tasks, either in this
  * process (the inproc transport: one struct coord_varstore per task) or over
  * the network (struct coord_psc, transport/ps_client.c: one connection per

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/spec.c - ClusterSpec (S16): representation, builder and queries.
+ * runtime/spec/spec.c - ClusterSpec (S16): representation, builder and queries.
  *
  * A spec is an array of jobs sorted by name, each an array of tasks sorted
  * by index.  It is built once (coord_spec_new/add_job/add_task/seal, see

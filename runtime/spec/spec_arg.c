@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/spec_arg.c - the `--spec` argument of the servers and examples: a
+ * runtime/spec/spec_arg.c - the `--spec` argument of the servers and examples: a
  * file, a JSON string, `tf_config` or `slurm[:options]`.
  */
 #include <ctype.h>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/spec_json.c - ClusterSpec from and to JSON, and TF_CONFIG (S16).
+ * runtime/spec/spec_json.c - ClusterSpec from and to JSON, and TF_CONFIG (S16).
  *
  * JSON is read with jansson, refusing duplicate object keys, so a job or a
  * sparse index given twice is an error rather than "last one wins".  Every

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/spec_pb.c - ClusterSpec as `tensorflow.ClusterDef` wire bytes (S16).
+ * runtime/spec/spec_pb.c - ClusterSpec as `tensorflow.ClusterDef` wire bytes (S16).
  *
  * The message types come from runtime/cluster.proto through protoc-c at build
  * time.  Encoding walks the sealed spec, so jobs come out sorted by name and

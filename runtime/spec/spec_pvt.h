@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * runtime/spec_pvt.h - ClusterSpec internals shared by runtime/spec*.c and
+ * runtime/spec/spec_pvt.h - ClusterSpec internals shared by runtime/spec*.c and
  * the tests: the representation, the builder and the host-list parser.
  */
 #ifndef COORD_RUNTIME_SPEC_PVT_H

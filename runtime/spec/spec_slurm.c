@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/spec_slurm.c - Slurm host lists and the Slurm cluster resolver.
+ * runtime/spec/spec_slurm.c - Slurm host lists and the Slurm cluster resolver.
  *
  * A host list is items separated by commas outside brackets; an item is
  * literal text and up to HL_GROUPS bracket groups, each a comma list of

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/checkpoint.c - crash-safe save and verified restore of a variable
+ * runtime/store/checkpoint.c - crash-safe save and verified restore of a variable
  * store (see varstore.h for the API, varstore.c for the locking).
  *
  * File DIR/ckpt-<step>.coord, every integer little-endian:

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/varstore.c - the parameter-server variable store (see varstore.h).
+ * runtime/store/varstore.c - the parameter-server variable store (see varstore.h).
  *
  * Overview
  *   A ps task applies updates from every worker to the same few variables;

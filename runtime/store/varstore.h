@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * runtime/varstore.h - the parameter-server variable store.
+ * runtime/store/varstore.h - the parameter-server variable store.
  *
  * A struct coord_varstore holds named dense float32 tensors: what one ps task
  * (a coord-ps process, or an in-process ps thread) serves to the workers.

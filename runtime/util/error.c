@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/error.c - coord_strerror() and the error-detail helper.
+ * runtime/util/error.c - coord_strerror() and the error-detail helper.
  */
 #include <stdarg.h>
 #include <stdio.h>

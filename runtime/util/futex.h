@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * runtime/futex.h - futex waits and the eventcount every sleeper in coord uses.
+ * runtime/util/futex.h - futex waits and the eventcount every sleeper in coord uses.
  *
  * Overview
  *   Nothing on the fast path takes a lock.  A thread that must wait (a fetch

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/log.c - leveled logging to stderr and the fatal-invariant exit.
+ * runtime/util/log.c - leveled logging to stderr and the fatal-invariant exit.
  *
  * COORD_LOG=error|warn|info|debug picks the level (default warn).  The level
  * is read once; one fprintf per line keeps lines whole between threads.

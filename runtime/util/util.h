@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * runtime/util.h - small internal helpers shared by runtime/ and transport/.
+ * runtime/util/util.h - small internal helpers shared by runtime/ and transport/.
  */
 #ifndef COORD_RUNTIME_UTIL_H
 #define COORD_RUNTIME_UTIL_H

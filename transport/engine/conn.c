@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/conn.c - a coordinator's connection to a worker, the part the
+ * transport/engine/conn.c - a coordinator's connection to a worker, the part the
  * tcp and rdma transports share (see conn.h).
  */
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * transport/conn.h - what the coordinator's tcp and rdma transports share
+ * transport/engine/conn.h - what the coordinator's tcp and rdma transports share
  * about a connection to a worker: its in-flight slots, its output buffer of
  * REQ frames, the handling of the results that come back, and the liveness
  * verdict.  The transports keep what differs (how bytes move, placement,

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/inproc.c - the in-process transport (the embedded default).
+ * transport/inproc/inproc.c - the in-process transport (the embedded default).
  *
  * Each worker is a thread of the coordinator's process and is its own
  * dispatcher: it takes a batch from the queue, runs each closure through the

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/ps_client.c - the network side of parameter-server variables: a
+ * transport/psclient/ps_client.c - the network side of parameter-server variables: a
  * coordinator's or a worker's connections to the ps tasks (runtime/ps.h).
  *
  * One connection per ps task, opened on first use and again after a loss.

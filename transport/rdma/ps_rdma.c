@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/ps_rdma.c - the ps client's rdma connections and one-sided
+ * transport/rdma/ps_rdma.c - the ps client's rdma connections and one-sided
  * variable reads (ps_rdma.h).
  *
  * Two channels (rdma_chan.h) to the ps task, each used by one thread at a

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * transport/ps_rdma.h - the rdma side of the ps client (ps_client.c): one
+ * transport/rdma/ps_rdma.h - the rdma side of the ps client (ps_client.c): one
  * frame channel to a ps task served over rdma (coord-ps --transport rdma),
  * shared by the client's sender and its reader thread, and one-sided
  * variable reads (RDMA READ, no ps CPU; runtime/varstore.c SNAP1-SNAP3).

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/rdma.c - the rdma transport, coordinator side: workers are
+ * transport/rdma/rdma.c - the rdma transport, coordinator side: workers are
  * coord-worker processes serving rdma (the spec's "worker" job addresses,
  * each on an RDMA device), one RC queue pair each (transport/rdma_chan.h).
  *

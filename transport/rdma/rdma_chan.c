@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/rdma_chan.c - a frame channel over one RC queue pair (rdma_chan.h).
+ * transport/rdma/rdma_chan.c - a frame channel over one RC queue pair (rdma_chan.h).
  *
  * Overview
  *   rdma_cm sets the connection up (resolve address and route, connect /

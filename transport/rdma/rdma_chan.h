@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * transport/rdma_chan.h - a frame channel over one RC queue pair: what a TCP
+ * transport/rdma/rdma_chan.h - a frame channel over one RC queue pair: what a TCP
  * connection is to the tcp transport, for the rdma transport and its
  * servers.  rdma_cm connects and accepts ("host:port" addresses, as
  * coord_sock_addr() parses them); the data path is plain verbs on

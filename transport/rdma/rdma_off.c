@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/rdma_off.c - the "rdma" transport of a build without libibverbs
+ * transport/rdma/rdma_off.c - the "rdma" transport of a build without libibverbs
  * or librdmacm: it only says why it is not there.
  */
 #include "runtime/core/dispatch.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/rdma_server.c - coord_worker_serve() / coord_ps_serve() over
+ * transport/server/rdma_server.c - coord_worker_serve() / coord_ps_serve() over
  * rdma (opts.transport "rdma"): the protocol engine of tcp_server.c
  * (srv_proto.h) driven by frame channels over RC queue pairs
  * (rdma_chan.h) instead of sockets.

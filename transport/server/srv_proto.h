@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * transport/srv_proto.h - the protocol engine of coord_worker_serve() and
+ * transport/server/srv_proto.h - the protocol engine of coord_worker_serve() and
  * coord_ps_serve(), whatever carries the frames: one established
  * connection's state (function map, ps client, per-worker resources, the
  * RES / VAR_RES frame being built) and what it does with each frame it is

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/tcp_server.c - coord_worker_serve() and coord_ps_serve(): the
+ * transport/server/tcp_server.c - coord_worker_serve() and coord_ps_serve(): the
  * server side of the tcp transport, used by coord-worker, coord-ps and by
  * users' own binaries.
  *

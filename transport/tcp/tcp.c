@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/tcp.c - the tcp transport, coordinator side: workers are
+ * transport/tcp/tcp.c - the tcp transport, coordinator side: workers are
  * coord-worker processes (or coord_worker_serve() in users' binaries).
  *
  * Threading model.  A few io_uring event loops (opts.tcp_loops, default

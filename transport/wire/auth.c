@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/auth.c - cluster-key authentication primitives (design.md B5).
+ * transport/wire/auth.c - cluster-key authentication primitives (design.md B5).
  *
  * The protocol, the key sources and what this does not protect against are
  * described at the top of transport/auth.h.  Implementation notes:

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * transport/auth.h - cluster-key authentication primitives (design.md B5).
+ * transport/wire/auth.h - cluster-key authentication primitives (design.md B5).
  *
  * Overview
  *   Every task of a cluster holds the same secret, the cluster key.  A

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/sock.c - blocking socket helpers and the handshake (sock.h).
+ * transport/wire/sock.c - blocking socket helpers and the handshake (sock.h).
  *
  * Frame reading: coord_frame_read() recv()s first (MSG_DONTWAIT) and poll()s
  * only when nothing is there, so a frame that is already waiting costs one

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * transport/sock.h - blocking socket helpers shared by the servers and the
+ * transport/wire/sock.h - blocking socket helpers shared by the servers and the
  * tcp transport's connection set-up: addresses, listen/connect, a frame
  * reader with deadlines, and the connection handshake.
  *

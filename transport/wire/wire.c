@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * transport/wire.c - encode and decode coord frames (format in wire.h).
+ * transport/wire/wire.c - encode and decode coord frames (format in wire.h).
  *
  * The decoder trusts nothing: every read goes through rd(), which checks the
  * bytes left before it copies; a record count is checked against the payload

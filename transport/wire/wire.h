@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * transport/wire.h - coord's wire format (design.md §6), shared by the tcp
+ * transport/wire/wire.h - coord's wire format (design.md §6), shared by the tcp
  * and rdma transports and the coord-worker / coord-ps servers.
  *
  * Everything is little-endian with explicit sizes; nothing is padded or
