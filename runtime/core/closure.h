@@ -144,7 +144,7 @@ struct coord_closure {
 	struct coord_dep *in;		  /* nin edges, from c->bufs (in_cls) */
 	uint8_t in_cls;
 
-	/* Hints (B4, runtime/sched.c), meaningful when CL_HINT is set; the
+	/* Hints (B4, runtime/core/sched.c), meaningful when CL_HINT is set; the
 	 * hint queue links closures through @next. */
 	uint8_t lvl;	/* priority + 1: 0..3 */
 	bool pref;	/* affinity preferred, not strict */
@@ -190,7 +190,7 @@ struct coord_pw {
 };
 
 /* Worker states: enum coord_worker_state in coord.h; transitions are in
- * runtime/recovery.c (R1). */
+ * runtime/core/recovery.c (R1). */
 
 /* Metrics sampling (B7): one closure in 64 is timed (by pool index and
  * use count, so fresh pools and reused objects are both sampled). */
@@ -205,12 +205,12 @@ static inline struct coord_closure *rv_cl(const struct coord_rv *rv)
 	return (struct coord_closure *)rv;
 }
 
-/* runtime/rv.c: make @cl final with state @st (a RemoteValue state, or
+/* runtime/core/rv.c: make @cl final with state @st (a RemoteValue state, or
  * READY|RV_READY_ERR); false if it already was (late result: dropped).
  * Then, if the old word says so, drops @cl's inputs and hands its
  * dependents on (coord_deps_final()). */
 COORD_HIDDEN bool coord_rv_set_final(struct coord_closure *cl, uint32_t st);
-/* runtime/coordinator.c: the dataflow half of a final transition (B1):
+/* runtime/core/coordinator.c: the dataflow half of a final transition (B1):
  * @old is the state word the final CAS replaced (RV_DEPS / RV_HASIN). */
 COORD_HIDDEN void coord_deps_final(struct coord_closure *cl, uint32_t old);
 /* Drop one reference; the last one recycles the closure. */

@@ -30,9 +30,9 @@ struct coord_worker {
 	_Atomic uint64_t executed __cacheline_aligned; /* completed here (metrics) */
 	struct coord *c __cacheline_aligned;
 	int index;
-	_Atomic int state;		     /* enum coord_worker_state (runtime/recovery.c R1) */
-	uint64_t start_at_ns;		     /* staggered start (S13) */
-	void *tp;			     /* the transport's per-worker state */
+	_Atomic int state;    /* enum coord_worker_state (runtime/core/recovery.c R1) */
+	uint64_t start_at_ns; /* staggered start (S13) */
+	void *tp;	      /* the transport's per-worker state */
 	_Atomic uint64_t losses, recoveries; /* metrics */
 	/* The recovery thread's own bookkeeping (recovery.c). */
 	bool rec_active, rec_busy;
@@ -51,7 +51,7 @@ struct coord_dispatcher {
 	struct coord *c __cacheline_aligned;
 	unsigned index;
 	void *tp; /* the transport's per-dispatcher state */
-	/* B4 (runtime/sched.c H2), this dispatcher's thread only: the hint
+	/* B4 (runtime/core/sched.c H2), this dispatcher's thread only: the hint
 	 * version it last found nothing at, when to look again regardless,
 	 * workers of ours that had closures waiting but no room. */
 	uint64_t hq_seen, hq_due;
@@ -273,7 +273,7 @@ struct coord_tp_ops {
 	 * room: B4: how many more closures dispatcher @d can send worker @w
 	 * now: -1 if @d does not serve @w or @w cannot take any (not up, not
 	 * started: S13), else its free slots (0: full).  @d's thread only.
-	 * Two duties come with it (runtime/sched.c H2): when room goes from
+	 * Two duties come with it (runtime/core/sched.c H2): when room goes from
 	 * -1 to >= 0 for any reason but a start time (a connection installed
 	 * again), call coord_hq_worker_up(); and place the closures a take
 	 * targeted (coord_closure_target() >= 0) before the others, since
@@ -288,7 +288,7 @@ struct coord_tp_ops {
 	 * out, to @since plus its own bound, while closures are in flight).
 	 * False if it could not (every dispatcher busy): the caller then
 	 * spins as usual.  NULL: the transport's threads do it all.
-	 * Any thread; see transport/rdma.c "Driving".
+	 * Any thread; see transport/rdma/rdma.c "Driving".
 	 */
 	bool (*drive)(struct coord *c, uint64_t since, uint64_t *until);
 };
@@ -317,7 +317,7 @@ COORD_HIDDEN bool coord_loop_sleep(struct coord_dispatcher *d);
 COORD_HIDDEN uint64_t coord_queue_size(struct coord *c);
 COORD_HIDDEN void coord_loop_wake_done(struct coord *c);
 /* True while this thread is in a user's schedule() pushing its closure:
- * ops->wake() may then do the transport's work on it (transport/rdma.c D5). */
+ * ops->wake() may then do the transport's work on it (transport/rdma/rdma.c D5). */
 COORD_HIDDEN bool coord_wake_in_schedule(void);
 
 /* coord_report_unavailable() - the transport lost its last worker: the next

@@ -21,7 +21,7 @@ struct coord_res_slot {
 struct coord_exec_env {
 	const struct coord_registry *reg;
 	int worker;
-	struct coord_ps *ps; /* the ps tasks its functions reach (runtime/ps.h) */
+	struct coord_ps *ps; /* the ps tasks its functions reach (runtime/ps/ps.h) */
 	struct coord_res_slot *res;
 	uint32_t nres, capres;
 };
@@ -37,8 +37,8 @@ struct coord_pw_ref {
 /*
  * The inputs of a call (B1) as a worker reads them: input @i's bytes from
  * @src, which is a closure (inproc: the values in place) or a REQ record's
- * packed input section (transport/wire.c); struct coord_in_cursor and
- * coord_input_get_t are in runtime/util.h, shared with the wire layer.
+ * packed input section (transport/wire/wire.c); struct coord_in_cursor and
+ * coord_input_get_t are in runtime/util/util.h, shared with the wire layer.
  */
 /* Input @i of consumer closure @src (a coord_input_get_t; cursor unused). */
 COORD_HIDDEN const void *coord_closure_input(const void *src, uint32_t i, uint32_t *len,

@@ -102,14 +102,14 @@ struct coord {
 	 * every fetch that had to wait. */
 	_Atomic uint64_t wait_avg_ns __cacheline_aligned;
 	_Atomic uint64_t waits, parked;
-	/* B4 hints (runtime/sched.c H1, H2): the default path only reads
+	/* B4 hints (runtime/core/sched.c H1, H2): the default path only reads
 	 * hq_count; hinted schedules and takes write both. */
 	_Atomic int64_t hq_count __cacheline_aligned;
 	_Atomic uint64_t hq_ver;
 	_Atomic(struct coord_hq *) hq;
 };
 
-/* --- the hint queue (runtime/sched.c, B4) ---------------------------------- */
+/* --- the hint queue (runtime/core/sched.c, B4) ---------------------------------- */
 
 struct coord_hq;
 /* Validate @call's hints (making the queue on first use). */
@@ -144,7 +144,7 @@ COORD_HIDDEN void coord_queue_wake(struct coord *c);
 /* coord_stagger_ns() - the start delay of worker @i (S13). */
 COORD_HIDDEN uint64_t coord_stagger_ns(const struct coord_opts *o, unsigned i);
 
-/* --- recovery (runtime/recovery.c) ----------------------------------------- */
+/* --- recovery (runtime/core/recovery.c) ----------------------------------------- */
 
 struct coord_recovery;
 /* Start the recovery thread if the transport can reconnect; 0 or an error. */

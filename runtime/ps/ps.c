@@ -3,7 +3,7 @@
  * runtime/ps/ps.c - parameter-server variables: the op executor shared by the
  * in-process backend and coord-ps (coord_ps_apply()), and the public
  * coord_var_*() / coord_ctx_var_*() / coord_checkpoint_*() calls, which turn
- * into batches of struct coord_ps_op (runtime/ps.h has the op table).
+ * into batches of struct coord_ps_op (runtime/ps/ps.h has the op table).
  */
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * runtime/ps/ps.h - parameter-server variables as the coordinator and the
  * workers see them: a struct coord_ps reaches N ps tasks, either in this
  * process (the inproc transport: one struct coord_varstore per task) or over
- * the network (struct coord_psc, transport/ps_client.c: one connection per
+ * the network (struct coord_psc, transport/psclient/ps_client.c: one connection per
  * ps task, batched frames).
  *
  * A variable is named; its ps task is coord_var_shard(name, nps) (FNV-1a of
@@ -32,7 +32,7 @@
  * MAP (rdma only: a ps served over rdma registers the variable's memory for
  * remote reads and answers with its address and keys, COORD_PS_MAP_LEN
  * bytes; elsewhere it fails with COORD_EINVAL).  A worker then reads the
- * variable with RDMA READs, without the ps CPU (runtime/varstore.c SNAP1-SNAP3).
+ * variable with RDMA READs, without the ps CPU (runtime/store/varstore.c SNAP1-SNAP3).
  *
  * SAVE and RESTORE on task t use the directory dir/ps-<t> (created by SAVE).
  * All multi-byte values are little-endian; data and results carry no padding
@@ -67,7 +67,7 @@ enum coord_ps_opcode {
 
 /*
  * struct coord_ps_map - a MAP result (little-endian on the wire, packed as
- * listed): one variable's block (runtime/varstore.h: done, the nelem floats
+ * listed): one variable's block (runtime/store/varstore.h: done, the nelem floats
  * at COORD_VAR_DATA_OFF, begun at block_len - 8), readable at block_addr
  * with rkey.
  */
@@ -137,7 +137,7 @@ struct coord_ps_op {
 	int code;
 };
 
-struct coord_psc; /* transport/ps_client.c */
+struct coord_psc; /* transport/psclient/ps_client.c */
 
 /* A set of ps tasks.  Exactly one of @local and @remote is set (or neither
  * when @nps is 0). */
@@ -186,7 +186,7 @@ COORD_HIDDEN int coord_ps_apply(struct coord_varstore *vs, unsigned task,
 				const struct coord_ps_op *op, struct coord_ps_scratch *scratch,
 				coord_ps_emit_t emit, void *arg, struct coord_error *err);
 
-/* --- the remote client (transport/ps_client.c) ----------------------------- */
+/* --- the remote client (transport/psclient/ps_client.c) ----------------------------- */
 
 struct coord_key;
 
@@ -222,7 +222,7 @@ COORD_HIDDEN int coord_ps_ntasks(const struct coord_spec *spec, unsigned def, un
 COORD_HIDDEN uint32_t coord_ps_failure(struct coord_ps *ps, unsigned task);
 /* coord_psc_use_rdma() - @ps (from coord_psc_create(), before its first
  * use) reaches its tasks over rdma: frame channels, and one-sided READs
- * (transport/ps_client.c, ps_rdma.h). */
+ * (transport/psclient/ps_client.c, ps_rdma.h). */
 COORD_HIDDEN void coord_psc_use_rdma(struct coord_ps *ps);
 /* coord_psc_addr() - the address of task @i (for PS_TABLE frames). */
 COORD_HIDDEN const char *coord_psc_addr(const struct coord_psc *p, unsigned i);

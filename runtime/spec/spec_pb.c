@@ -2,7 +2,7 @@
 /*
  * runtime/spec/spec_pb.c - ClusterSpec as `tensorflow.ClusterDef` wire bytes (S16).
  *
- * The message types come from runtime/cluster.proto through protoc-c at build
+ * The message types come from runtime/spec/cluster.proto through protoc-c at build
  * time.  Encoding walks the sealed spec, so jobs come out sorted by name and
  * each job's map entries in ascending index order: equal specs give equal
  * bytes.  Decoding leaves the wire checks to protobuf-c and then applies the

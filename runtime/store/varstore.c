@@ -50,7 +50,7 @@
  *   V5  Every argument is checked before the first lock is taken, so a
  *       failing call changes nothing (scatter_add checks every index first).
  *
- * Readers without locks: one-sided RDMA READs (transport/ps_client.c's
+ * Readers without locks: one-sided RDMA READs (transport/psclient/ps_client.c's
  * rdma path; the ps CPU takes no part).  A variable's memory is one block,
  * [done | data | begun] (varstore.h), and a remote reader reads done
  * first, then the data it wants, then begun: one RDMA READ of the whole

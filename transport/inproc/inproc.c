@@ -4,7 +4,7 @@
  *
  * Each worker is a thread of the coordinator's process and is its own
  * dispatcher: it takes a batch from the queue, runs each closure through the
- * same worker-side code a coord-worker process uses (runtime/exec.c), writes
+ * same worker-side code a coord-worker process uses (runtime/core/exec.c), writes
  * the result straight into the closure and completes it.  No copy of the
  * arguments, no frames, no system call unless a thread sleeps.  A small call
  * without a handle arrives inline in its ring entry (coordinator.c Q2) and

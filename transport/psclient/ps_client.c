@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * transport/psclient/ps_client.c - the network side of parameter-server variables: a
- * coordinator's or a worker's connections to the ps tasks (runtime/ps.h).
+ * coordinator's or a worker's connections to the ps tasks (runtime/ps/ps.h).
  *
  * One connection per ps task, opened on first use and again after a loss.
  * Callers append their requests to the connection's frame buffer under a
@@ -22,7 +22,7 @@
  * (ps_rdma.h) in place of the socket, and a READ goes one-sided when it
  * can: the variable is mapped once per connection (a MAP op, answered with
  * its address and rkeys), then read with RDMA READs that the ps CPU takes no
- * part in (runtime/varstore.c SNAP1-SNAP3: a snapshot between two writes, or a
+ * part in (runtime/store/varstore.c SNAP1-SNAP3: a snapshot between two writes, or a
  * retry; after COORD_PSR_TRIES, or on any failure, the READ goes two-sided
  * as before).  use_lock keeps the channel alive under a one-sided reader or
  * a sender while conn_up() replaces a lost one.
@@ -505,7 +505,7 @@ static void map_store(struct psc_conn *k, uint32_t id, uint32_t gen, uint8_t sta
 
 /*
  * Try the READ @op one-sided (rdma): map its variable if this connection
- * has not yet, then RDMA READ a snapshot (runtime/varstore.c SNAP2).  True if
+ * has not yet, then RDMA READ a snapshot (runtime/store/varstore.c SNAP2).  True if
  * @op is done (result in place, code 0); false: send it two-sided, which
  * also reports any error properly.
  */

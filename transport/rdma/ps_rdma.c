@@ -29,7 +29,7 @@
  * call: only a read moves the channel past a frame (other lock holders
  * post sends and READs, which leave the received frames alone).
  *
- * One-sided reads follow runtime/varstore.c SNAP2: one RDMA READ of the
+ * One-sided reads follow runtime/store/varstore.c SNAP2: one RDMA READ of the
  * variable's whole block [done | data | begun] when it is at most
  * COORD_PSR_WHOLE_SLACK bytes more than the range, else a chain of three (done, the range, begun)
  * in one round trip; into a registered bounce buffer, retried while a

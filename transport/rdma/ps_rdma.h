@@ -3,7 +3,7 @@
  * transport/rdma/ps_rdma.h - the rdma side of the ps client (ps_client.c): one
  * frame channel to a ps task served over rdma (coord-ps --transport rdma),
  * shared by the client's sender and its reader thread, and one-sided
- * variable reads (RDMA READ, no ps CPU; runtime/varstore.c SNAP1-SNAP3).
+ * variable reads (RDMA READ, no ps CPU; runtime/store/varstore.c SNAP1-SNAP3).
  *
  * Threading (ps_rdma.c P1-P3): two channels to the ps task, each used by
  * one thread at a time (rdma_chan.h): frames (the reader thread takes its
@@ -30,7 +30,7 @@ struct coord_psr;
 
 /* Reads of more bytes than this go two-sided (the bounce buffer's size). */
 #define COORD_PSR_READ_MAX (64u << 10)
-/* A read takes the variable's whole block (runtime/varstore.h) in one RDMA
+/* A read takes the variable's whole block (runtime/store/varstore.h) in one RDMA
  * READ when the block is at most this many bytes more than the range (and
  * fits the bounce buffer); else the range, between its counts, in three. */
 #define COORD_PSR_WHOLE_SLACK 4096u

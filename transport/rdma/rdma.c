@@ -2,7 +2,7 @@
 /*
  * transport/rdma/rdma.c - the rdma transport, coordinator side: workers are
  * coord-worker processes serving rdma (the spec's "worker" job addresses,
- * each on an RDMA device), one RC queue pair each (transport/rdma_chan.h).
+ * each on an RDMA device), one RC queue pair each (transport/rdma/rdma_chan.h).
  *
  * The design is tcp.c's, with channels in place of sockets and epoll in
  * place of io_uring (completions come through each channel's completion
@@ -216,7 +216,7 @@ static void conn_fail(struct rdma_conn *k, const char *why)
 		snprintf(msg, sizeof(msg), "%s (%s, rdma); %u closures put back", why, k->peer,
 			 total);
 		/* S10: the recovery thread brings it back, or drops it and,
-		 * when none is left, reports UNAVAILABLE (runtime/recovery.c). */
+		 * when none is left, reports UNAVAILABLE (runtime/core/recovery.c). */
 		coord_worker_lost(c, k->w, msg);
 	}
 }
@@ -440,7 +440,7 @@ static void dispatch(struct rdma_loop *l, unsigned n)
 	unsigned m = 0;
 
 	l->inflight += n;
-	/* B4: targeted closures first, as in transport/tcp.c dispatch(). */
+	/* B4: targeted closures first, as in transport/tcp/tcp.c dispatch(). */
 	for (unsigned i = 0; i < n; i++)
 		if (coord_closure_target(l->batch[i]) < 0)
 			l->batch[m++] = l->batch[i];
@@ -538,7 +538,7 @@ static void admit(struct rdma_loop *l)
 		installed = true;
 	}
 	/* B4 (sched.c H2): closures bound to these workers may go now (see
-	 * transport/tcp.c admit() for why the recovery thread's word is not
+	 * transport/tcp/tcp.c admit() for why the recovery thread's word is not
 	 * enough). */
 	if (installed)
 		coord_hq_worker_up(l->t->c);

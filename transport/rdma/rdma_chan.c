@@ -68,7 +68,7 @@
  * rdma_cm event channel's fd (disconnection), so an idle channel costs no
  * CPU.  The budget is opts.spin_us, or, while the channel's recent waits
  * (a moving average over about 8) ended within opts.spin_max_us, four
- * times their average (coord_spin_budget(), runtime/util.h), up to
+ * times their average (coord_spin_budget(), runtime/util/util.h), up to
  * spin_max_us: a worker's thread serving one request
  * at a time then meets the next one spinning instead of paying a sleep
  * and a wake-up for each (in the rig, where a wake-up costs hundreds of

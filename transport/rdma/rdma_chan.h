@@ -393,7 +393,7 @@ struct coord_rdma_rseg {
  *
  * The responder executes them in order (RC), so a later READ samples the
  * peer's memory after an earlier one did (what a seqlock reader needs,
- * runtime/varstore.c SNAP2).  Only the last is signalled.
+ * runtime/store/varstore.c SNAP2).  Only the last is signalled.
  * Return: as coord_rdma_read().
  */
 COORD_HIDDEN int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,

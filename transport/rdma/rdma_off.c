@@ -40,7 +40,7 @@ const struct coord_tp_ops coord_tp_rdma = {
 	.wake = rdma_off_wake,
 };
 
-/* transport/ps_rdma.h without verbs: ps tasks cannot be reached over rdma. */
+/* transport/rdma/ps_rdma.h without verbs: ps tasks cannot be reached over rdma. */
 int coord_psr_connect(const char *addr, const struct coord_key *key, uint8_t role, unsigned task,
 		      uint32_t max_frame, int timeout_ms, struct coord_psr **out,
 		      struct coord_error *err)

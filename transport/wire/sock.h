@@ -65,7 +65,7 @@ COORD_HIDDEN int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, in
 /**
  * struct coord_frame_io - what the handshake needs of a connection, so that
  * the same code runs over a socket (coord_frame_io_sock()) and over an RDMA
- * channel (transport/rdma_chan.h).
+ * channel (transport/rdma/rdma_chan.h).
  * @ctx:   the connection, passed to both callbacks.
  * @read:  the next whole frame, with coord_frame_read()'s contract.
  * @write: send @len bytes of whole frames; 0 or -errno.

@@ -46,13 +46,13 @@
  *             cause: the error's typed cause when code != 0; when code == 0,
  *             1 + the call's run time on the worker in ns, saturated at
  *             INT32_MAX (0: not reported).  The coordinator places closures
- *             by it (transport/tcp.c, "Placement"); older peers send and
+ *             by it (transport/tcp/tcp.c, "Placement"); older peers send and
  *             ignore 0, so the record's layout is unchanged.
  *   var request = u64 rid, u16 op, u16 name_len, u32 var, u64 off, u64 n,
  *             u32 data_len, name[name_len], data[data_len]
  *   var result  = u64 rid, i32 code, u32 len, bytes[len]
  *             (rid echoed; the op's result bytes when code == 0, else the
- *             message; the meaning of each op's fields: runtime/ps.h)
+ *             message; the meaning of each op's fields: runtime/ps/ps.h)
  *
  * Decoding is zero-copy: decoded records point into the caller's buffer.
  * Every length, count and id is checked against the bytes present before it
