@@ -24,18 +24,12 @@
  *     or, while the coordinator's recent waits (c->wait_avg_ns, the waits
  *     that did not end within the first few pauses) ended within
  *     opts.spin_max_ns, for four times their average, up to spin_max_ns.  Why:
- *     a parked waiter costs its completer a cross-CPU FUTEX_WAKE, 19-40 us
- *     of the completer's CPU on these VMs once the waiter's CPU has idled.
- *     With 256 closures in flight over tcp the caller waits ~100-170 us for
- *     the oldest.  With a fixed 50 us spin it parked about once every
- *     130 closures, and those wakes were 14% of all samples, mostly on
- *     the event loop, the bottleneck.  bench_tcp, 1 worker, 256 in flight,
- *     alternating runs: 0.43-1.08 M/s with spin_ns 50 us against
- *     1.8-3.5 M/s with a fixed spin of 200 us or more.  This rule, against
- *     the fixed 50 us (spin_max_ns 0), three alternating runs of 5
- *     repeats: medians 2.5, 2.6, 3.0 M/s against 1.9, 1.2, 1.7 M/s, and
- *     coordinator CPU per closure 500-600 ns against 640-800.  Waits
- *     longer than spin_max_ns (a trainer's steps) still spin only spin_ns.
+ *     a parked waiter costs its completer a cross-CPU FUTEX_WAKE, tens of
+ *     microseconds of the completer's CPU once the waiter's CPU has idled,
+ *     and with many closures in flight the caller's waits for the oldest
+ *     are longer than a fixed short spin (the measurements:
+ *     docs/perf-history.md, "runtime/core/rv.c").  Waits longer than
+ *     spin_max_ns (a trainer's steps) still spin only spin_ns.
  *
  * Invariants:
  *   V1  The result fields are written only while the state is NOT_READY, by
