@@ -33,7 +33,6 @@ private_ok='
 transport/transports.c
 transport/tcp/tcp.c
 transport/rdma/rdma.c
-transport/psclient/ps_client.c
 '
 
 declare -A rank

@@ -110,6 +110,7 @@ struct coord_dispatcher {
 	struct coord_worker *workers;                                                              \
 	unsigned ndisp;                                                                            \
 	struct coord_dispatcher *disp;                                                             \
+	const struct coord_tp_ops *tp; /* the transport's own ops */                               \
 	void *tp_state;                                                                            \
 	const struct coord_spec *spec; /* borrowed: valid only inside coord_create() */            \
 	struct coord_ps *ps;	       /* parameter servers (runtime/ps/ps.h), or NULL */
@@ -145,6 +146,24 @@ static inline bool coord_dispatch_stale(struct coord *c, struct coord_closure *c
  * a transport whose start failed half-way).  Any thread.
  */
 COORD_HIDDEN void coord_stop_dispatchers(struct coord *c);
+
+/*
+ * struct coord_ps_ops - how a coordinator reaches its ps tasks (the
+ * variables of include/coord/var.h), provided from above the core: in
+ * this process (runtime/ps/ps.c) or over the network
+ * (transport/psclient/ps_client.c).
+ *   setup:   from coord_create(), before the transport starts (tcp tells
+ *            the workers where they are): sets c->ps (NULL: none); 0 or an
+ *            error in @err.
+ *   destroy: free c->ps (NULL allowed), after the transport stopped.
+ *   failure: S11: count one failure report of ps task @task; the count so
+ *            far, or 0 if this kind of ps counts none.  Any thread.
+ */
+struct coord_ps_ops {
+	int (*setup)(struct coord *c, const struct coord_spec *spec, struct coord_error *err);
+	void (*destroy)(struct coord_ps *ps);
+	uint32_t (*failure)(struct coord_ps *ps, unsigned task);
+};
 
 /* --- the dispatch interface (runtime/core/dispatch.c) --------------------- */
 

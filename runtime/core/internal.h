@@ -88,7 +88,6 @@ struct coord {
 	struct coord_bufs bufs;
 	_Atomic uint64_t pw_next_uid;
 
-	const struct coord_tp_ops *tp;
 	const struct coord_ps_ops *ps_ops; /* how c->ps is reached (coord_transports[]) */
 	struct coord_recovery *recovery;   /* the slow path, or NULL (inproc) */
 	_Atomic uint64_t cancelled;	   /* metrics (B7) */
@@ -151,24 +150,6 @@ struct coord_recovery;
 COORD_HIDDEN int coord_recovery_start(struct coord *c, struct coord_error *err);
 /* Stop and join it (before the transport stops). */
 COORD_HIDDEN void coord_recovery_stop(struct coord *c);
-/*
- * struct coord_ps_ops - how a coordinator reaches its ps tasks (the
- * variables of include/coord/var.h), provided from above the core: in
- * this process (runtime/ps/ps.c) or over the network
- * (transport/psclient/ps_client.c).
- *   setup:   from coord_create(), before the transport starts (tcp tells
- *            the workers where they are): sets c->ps (NULL: none); 0 or an
- *            error in @err.
- *   destroy: free c->ps (NULL allowed), after the transport stopped.
- *   failure: S11: count one failure report of ps task @task; the count so
- *            far, or 0 if this kind of ps counts none.  Any thread.
- */
-struct coord_spec;
-struct coord_ps_ops {
-	int (*setup)(struct coord *c, const struct coord_spec *spec, struct coord_error *err);
-	void (*destroy)(struct coord_ps *ps);
-	uint32_t (*failure)(struct coord_ps *ps, unsigned task);
-};
 
 /*
  * coord_transports[] - the transports coord_create() chooses from by

@@ -41,7 +41,7 @@
 #include <unistd.h>
 
 #include "runtime/util/futex.h"
-#include "runtime/core/internal.h"
+#include "runtime/core/dispatch.h"
 #include "runtime/ps/ps.h"
 #include "transport/rdma/ps_rdma.h"
 #include "transport/wire/sock.h"
@@ -786,12 +786,13 @@ void coord_psc_destroy(struct coord_psc *p)
 
 static int ps_remote_setup(struct coord *c, const struct coord_spec *spec, struct coord_error *err)
 {
+	struct coord_view *v = coord_view(c);
 	const char **addrs;
 	struct coord_key key;
 	unsigned nps;
 	int r = coord_ps_ntasks(spec, 0, &nps, err);
 
-	c->ps = NULL;
+	v->ps = NULL;
 	if (r < 0 || nps == 0)
 		return r;
 	addrs = calloc(nps ? nps : 1, sizeof(*addrs));
@@ -804,19 +805,19 @@ static int ps_remote_setup(struct coord *c, const struct coord_spec *spec, struc
 			return r;
 		}
 	}
-	r = coord_key_load(c->opts.key_file, &key, err);
+	r = coord_key_load(v->opts.key_file, &key, err);
 	if (r == 0) {
-		r = coord_psc_create(addrs, nps, COORD_ROLE_COORDINATOR, &key, c->opts.max_frame,
-				     c->opts.connect_timeout_ms, c->opts.ps_timeout_ms, &c->ps,
+		r = coord_psc_create(addrs, nps, COORD_ROLE_COORDINATOR, &key, v->opts.max_frame,
+				     v->opts.connect_timeout_ms, v->opts.ps_timeout_ms, &v->ps,
 				     err);
 		coord_key_wipe(&key);
-		if (r == 0 && (c->tp->caps & COORD_TP_PS_RDMA))
-			coord_psc_use_rdma(c->ps); /* the ps tasks serve rdma too */
+		if (r == 0 && (v->tp->caps & COORD_TP_PS_RDMA))
+			coord_psc_use_rdma(v->ps); /* the ps tasks serve rdma too */
 	}
 	free(addrs);
-	if (r == 0 && !(c->ps->failures = calloc(nps, sizeof(*c->ps->failures)))) {
-		coord_ps_destroy(c->ps);
-		c->ps = NULL;
+	if (r == 0 && !(v->ps->failures = calloc(nps, sizeof(*v->ps->failures)))) {
+		coord_ps_destroy(v->ps);
+		v->ps = NULL;
 		r = coord_seterr(err, COORD_ENOMEM, "no memory");
 	}
 	return r;
