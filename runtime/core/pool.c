@@ -21,6 +21,20 @@
  *
  * A popper reads the link of an index it does not own yet; by P1 the read
  * is of valid memory, and by P3 a stale link is never installed.
+ *
+ * Synchronization:
+ *   field        written by (how)                read by (how)              order
+ *   head         returns (release CAS, R1),      takes (acquire, A1)        R1 -> A1: the last
+ *   (tag|idx)    takes (acquire CAS)                                        owner's writes and
+ *                                                                           the links; P3
+ *   link[idx]    the index's owner, before its   takes (relaxed, under      R1 -> A1 (P1: always
+ *                return (relaxed)                the acquire of head)       mapped)
+ *   slabs[s]     the grower, under grow_lock     coord_pool_obj(),          R2 -> acquire: the
+ *                (release, R2)                   link_of() (acquire)        slab's contents
+ *   nslabs       the grower, under grow_lock     growers (under the lock),  grow_lock
+ *                (relaxed)                       destroy
+ *   cache/spill  returns and takes, through      the same                   the rings' R1/A1
+ *   rings        their rings (ring.c)                                       (ring.c), P4, P5
  */
 #include <stdlib.h>
 #include <string.h>
