@@ -47,6 +47,18 @@
  *       Its completion need not touch the state word either (see
  *       coord_dispatch_complete()): the worker then only reads the closure's
  *       first line, which stays in the producer's cache for its next life.
+ *
+ * Synchronization (one closure; struct coord's fields: coord_pvt.h):
+ *   field          written by (how)               read by (how)              order
+ *   state          the completer (release         fetchers, waiters          R1 -> A1: the result
+ *                  exchange/CAS, R1); a fetcher   (acquire, A1)              fields (V1, V2)
+ *                  sets RV_WAITER (relaxed CAS)
+ *   result fields  the owning dispatcher, while   fetchers, after A1         R1 -> A1
+ *                  NOT_READY (plain, V1)
+ *   refs           handles and the runtime        the same                   acq_rel on the drop
+ *                  (relaxed +, acq_rel -, V3)                                that may free (V3)
+ *   wait_avg_ns,   fetchers that waited           fetchers (relaxed)         none needed: a spin
+ *   waits, parked  (relaxed)                                                 budget and metrics
  */
 #include <stdio.h>
 #include <string.h>
