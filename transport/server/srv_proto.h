@@ -7,7 +7,7 @@
  * given.  Frames go out through a small send interface, so the tcp server
  * (an epoll pool over sockets, tcp_server.c) and the rdma server (a thread
  * per channel, rdma_server.c) drive the same code.  The engine lives in
- * tcp_server.c.
+ * srv_proto.c.
  *
  * Concurrency: a connection is driven by one thread at a time (the
  * transport's P1); coord_srv_conn_frame() may call @io.send from that
