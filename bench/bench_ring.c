@@ -45,7 +45,7 @@
 #include <string.h>
 #include <urcu/wfcqueue.h>
 
-#include "runtime/ring.h"
+#include "runtime/core/ring.h"
 #include "seedq.h"
 #include "stats.h"
 

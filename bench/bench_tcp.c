@@ -122,7 +122,7 @@
 
 #include <coord/coord.h>
 
-#include "transport/wire.h"
+#include "transport/wire/wire.h"
 #include "stats.h"
 
 #define MAX_PROCS 4

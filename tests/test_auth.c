@@ -28,7 +28,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "transport/auth.h"
+#include "transport/wire/auth.h"
 #include "helpers.h"
 
 /* Short enough to keep the stall cases quick, long enough for a loaded CI

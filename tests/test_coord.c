@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/internal.h"
-#include "transport/rdma_chan.h"
+#include "runtime/core/internal.h"
+#include "transport/rdma/rdma_chan.h"
 #include "helpers.h"
 
 static int setup_n(void **state, unsigned nworkers, unsigned cap)

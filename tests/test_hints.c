@@ -23,8 +23,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/internal.h"
-#include "transport/rdma_chan.h"
+#include "runtime/core/internal.h"
+#include "transport/rdma/rdma_chan.h"
 #include "helpers.h"
 
 struct fx {

@@ -27,7 +27,7 @@
 #include <coord/coord.h>
 #include <coord/var.h>
 
-#include "runtime/util.h"
+#include "runtime/util/util.h"
 
 /* The headers, the library and meson.build agree on the version. */
 static void test_version(void **state)

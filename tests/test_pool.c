@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/pool.h"
+#include "runtime/core/pool.h"
 #include "helpers.h"
 
 struct obj {

@@ -31,7 +31,7 @@
 
 #include <coord/var.h>
 
-#include "transport/wire.h"
+#include "transport/wire/wire.h"
 #include "helpers.h"
 
 #define NW 4

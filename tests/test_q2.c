@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/internal.h"
+#include "runtime/core/internal.h"
 #include "helpers.h"
 
 static int setup2(void **state)

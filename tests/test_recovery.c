@@ -37,7 +37,7 @@
 
 #include <coord/var.h>
 
-#include "transport/rdma_chan.h"
+#include "transport/rdma/rdma_chan.h"
 #include "helpers.h"
 
 #define NPROC 4

@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "runtime/ring.h"
+#include "runtime/core/ring.h"
 #include "helpers.h"
 
 static int ring_setup(void **state)

@@ -22,7 +22,7 @@
 
 #include <coord/spec.h>
 
-#include "runtime/spec_pvt.h"
+#include "runtime/spec/spec_pvt.h"
 #include "helpers.h"
 #include "spec_test_config.h"
 

@@ -29,7 +29,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "transport/wire.h"
+#include "transport/wire/wire.h"
 #include "helpers.h"
 
 struct healthy {

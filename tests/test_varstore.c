@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/varstore.h"
+#include "runtime/store/varstore.h"
 #include "helpers.h"
 
 #define NTHREADS 4

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transport/wire.h"
+#include "transport/wire/wire.h"
 #include "helpers.h"
 
 static uint8_t buf[1 << 16];

@@ -19,6 +19,17 @@
  *   COORD_ETIMEDOUT      -ETIMEDOUT     a wait ran out of time
  *   COORD_EINVAL         -EINVAL        bad argument or malformed input
  *   COORD_ENOMEM         -ENOMEM        out of memory (slow path only)
+ *
+ * The variable and checkpoint calls (coord/var.h) return these too, as
+ * plain errno values (no COORD_ name):
+ *   -EEXIST        a variable of that name exists with another shape
+ *   -ENOENT        no such variable; no checkpoint in the directory
+ *   -ERANGE        a scatter_add index outside [0, dims[0])
+ *   -ENOSPC        the ps task's store has made 2^20 variables
+ *   -EBADMSG       a corrupt checkpoint (the file named in err->msg)
+ *   -EFBIG         a checkpoint over the ps task's size limit
+ *   -ENAMETOOLONG  a checkpoint directory name too long
+ *   other -errno   a file operation of a checkpoint that failed
  */
 #ifndef COORD_ERROR_H
 #define COORD_ERROR_H

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/spec_pvt.h"
+#include "runtime/spec/spec_pvt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

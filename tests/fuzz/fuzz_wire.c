@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transport/wire.h"
+#include "transport/wire/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -19,7 +19,7 @@
  * sum; join returns 0.  Prints one SUMMARY line per transport and workload.
  *   var_read    with COORD_PS_BIN set: a coord-ps --transport rdma, and a
  *               worker function (var_read_lat) that times N one-sided reads
- *               (runtime/varstore.c S2): a 1-float and a 256-float
+ *               (runtime/varstore.c SNAP2): a 1-float and a 256-float
  *               variable, each read as one RDMA READ of its whole block, and
  *               256 floats of a 64 x 1024 one, a chain of three READs.
  *               Nine rounds of N each, alternating with raw_read:
@@ -61,8 +61,8 @@
 #include <coord/var.h>
 #include <infiniband/verbs.h>
 
-#include "runtime/internal.h"
-#include "transport/rdma_chan.h"
+#include "runtime/core/internal.h"
+#include "transport/rdma/rdma_chan.h"
 #include "../helpers.h"
 
 #define ROUNDS 5

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "transport/rdma_chan.h"
+#include "transport/rdma/rdma_chan.h"
 #include "raw_peer.h"
 
 static int raw_wait(struct t_raw_peer *rp, enum rdma_cm_event_type want, int wait_ms)

@@ -31,7 +31,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-#include "transport/rdma_chan.h"
+#include "transport/rdma/rdma_chan.h"
 #include "raw_peer.h"
 
 #define SKIP 77

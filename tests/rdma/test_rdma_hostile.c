@@ -39,10 +39,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "transport/auth.h"
-#include "transport/rdma_chan.h"
-#include "transport/sock.h"
-#include "transport/wire.h"
+#include "transport/wire/auth.h"
+#include "transport/rdma/rdma_chan.h"
+#include "transport/wire/sock.h"
+#include "transport/wire/wire.h"
 #include "../helpers.h"
 #include "raw_peer.h"
 

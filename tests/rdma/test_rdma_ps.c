@@ -35,7 +35,7 @@
 
 #include <coord/var.h>
 
-#include "transport/rdma_chan.h"
+#include "transport/rdma/rdma_chan.h"
 #include "../helpers.h"
 
 #define TEST_KEY "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"

@@ -1,0 +1,756 @@
+// SPDX-License-Identifier: MIT
+/*
+ * runtime/ps/ps.c - parameter-server variables: the op executor shared by the
+ * in-process backend and coord-ps (coord_ps_apply()), and the public
+ * coord_var_*() / coord_ctx_var_*() / coord_checkpoint_*() calls, which turn
+ * into batches of struct coord_ps_op (runtime/ps/ps.h has the op table).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <coord/var.h>
+
+#include "runtime/core/internal.h"
+#include "runtime/ps/ps.h"
+
+/* coord.h and varstore.h must agree on the limits. */
+_Static_assert(COORD_VAR_NAME_LEN == COORD_VAR_NAME_MAX, "name limits differ");
+_Static_assert(COORD_VAR_DIMS == COORD_VAR_MAX_DIMS, "dims limits differ");
+
+static inline uint32_t ld32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return le32toh(v);
+}
+
+static inline uint64_t ld64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return le64toh(v);
+}
+
+static inline void st32(uint8_t *p, uint32_t v)
+{
+	v = htole32(v);
+	memcpy(p, &v, 4);
+}
+
+static inline void st64(uint8_t *p, uint64_t v)
+{
+	v = htole64(v);
+	memcpy(p, &v, 8);
+}
+
+/* ---- executing one op on a store ---------------------------------------------- */
+
+static bool scratch_reserve(struct coord_ps_scratch *s, size_t len)
+{
+	void *b;
+
+	if (len <= s->cap)
+		return true;
+	b = realloc(s->buf, len);
+	if (!b)
+		return false;
+	s->buf = b;
+	s->cap = len;
+	return true;
+}
+
+/*
+ * An aligned copy of @len bytes at @p, at byte @off of the scratch buffer
+ * (or @p itself when it is aligned and @off is 0).  A call may move the
+ * buffer: reserve the whole size first when keeping an earlier result.
+ */
+static const void *aligned(struct coord_ps_scratch *s, const void *p, size_t len, size_t off)
+{
+	if (((uintptr_t)p & 7) == 0 && off == 0)
+		return p;
+	if (!scratch_reserve(s, off + len))
+		return NULL;
+	memcpy((uint8_t *)s->buf + off, p, len);
+	return (uint8_t *)s->buf + off;
+}
+
+static int emit_info(struct coord_varstore *vs, uint32_t id, coord_ps_emit_t emit, void *arg,
+		     struct coord_error *err)
+{
+	struct coord_var_info info;
+	uint8_t b[COORD_PS_INFO_MAX];
+	int r = coord_vs_info(vs, id, &info, err);
+
+	if (r < 0)
+		return r;
+	st32(b, id);
+	st32(b + 4, info.ndim);
+	for (unsigned i = 0; i < info.ndim; i++)
+		st64(b + 8 + 8 * i, info.dims[i]);
+	return emit(arg, b, 8 + 8 * (size_t)info.ndim);
+}
+
+static int op_create(struct coord_varstore *vs, const struct coord_ps_op *op,
+		     struct coord_ps_scratch *s, coord_ps_emit_t emit, void *arg,
+		     struct coord_error *err)
+{
+	const uint8_t *d = op->src;
+	char name[COORD_VAR_NAME_MAX + 1];
+	uint64_t dims[COORD_VAR_MAX_DIMS], nelem = 1;
+	const float *init = NULL;
+	uint32_t ndim, has_init, id;
+	size_t need;
+	int r;
+
+	if (op->name_len == 0 || op->name_len > COORD_VAR_NAME_MAX || op->src_len < 8)
+		return coord_seterr(err, COORD_EINVAL, "create: bad name length or no shape");
+	memcpy(name, op->name, op->name_len);
+	name[op->name_len] = 0;
+	ndim = ld32(d);
+	has_init = ld32(d + 4);
+	if (ndim > COORD_VAR_MAX_DIMS || has_init > 1 || op->src_len < 8 + 8 * (size_t)ndim)
+		return coord_seterr(err, COORD_EINVAL, "create '%s': bad shape record", name);
+	for (uint32_t i = 0; i < ndim; i++) {
+		dims[i] = ld64(d + 8 + 8 * i);
+		if (dims[i] == 0 || dims[i] > COORD_VAR_MAX_ELEMS)
+			return coord_seterr(err, COORD_EINVAL, "create '%s': dimension %u is %llu",
+					    name, i, (unsigned long long)dims[i]);
+		nelem *= dims[i];
+		if (nelem > COORD_VAR_MAX_ELEMS)
+			return coord_seterr(err, COORD_EINVAL, "create '%s': too many elements",
+					    name);
+	}
+	need = 8 + 8 * (size_t)ndim + (has_init ? 4 * nelem : 0);
+	if (op->src_len != need)
+		return coord_seterr(err, COORD_EINVAL,
+				    "create '%s': %u data bytes, the shape needs %zu", name,
+				    op->src_len, need);
+	if (has_init) {
+		init = aligned(s, d + 8 + 8 * ndim, 4 * nelem, 0);
+		if (!init)
+			return coord_seterr(err, COORD_ENOMEM, "no memory");
+	}
+	r = coord_varstore_var_create(vs, name, ndim, dims, init, &id, err);
+	if (r < 0)
+		return r;
+	return emit_info(vs, id, emit, arg, err);
+}
+
+static int op_scatter(struct coord_varstore *vs, const struct coord_ps_op *op,
+		      struct coord_ps_scratch *s, struct coord_error *err)
+{
+	struct coord_var_info info;
+	const void *ip = op->src, *rp;
+	const int64_t *idx;
+	const float *rows;
+	uint64_t rowlen, total = (uint64_t)op->src_len + op->src2_len;
+	size_t ib, rb;
+	int r = coord_vs_info(vs, op->id, &info, err);
+
+	if (r < 0)
+		return r;
+	if (info.ndim == 0)
+		return coord_seterr(err, COORD_EINVAL, "scatter_add on scalar '%s'", info.name);
+	rowlen = info.nelem / info.dims[0];
+	if (op->n > UINT32_MAX / 8 || op->n * (8 + 4 * rowlen) != total)
+		return coord_seterr(
+			err, COORD_EINVAL,
+			"scatter_add on '%s' (rows of %llu): %llu indices need %llu "
+			"data bytes, got %llu",
+			info.name, (unsigned long long)rowlen, (unsigned long long)op->n,
+			(unsigned long long)(op->n * (8 + 4 * rowlen)), (unsigned long long)total);
+	ib = 8 * (size_t)op->n;
+	rb = (size_t)(total - ib);
+	/* Local calls pass indices and rows apart; a frame has them together. */
+	rp = op->src2 ? op->src2 : (const uint8_t *)op->src + ib;
+	if (op->src2 && op->src_len != ib)
+		return coord_seterr(err, COORD_EINVAL, "scatter_add: index bytes mismatch");
+	if (!scratch_reserve(s, ((ib + 7) & ~(size_t)7) + rb))
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	idx = aligned(s, ip, ib, 0);
+	rows = idx ? aligned(s, rp, rb, idx == ip ? 0 : (ib + 7) & ~(size_t)7) : NULL;
+	if (op->n && (!idx || !rows))
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	/* Little-endian hosts only (as everything else on the wire). */
+	return coord_vs_scatter_add(vs, op->id, idx, op->n, rows, err);
+}
+
+static int ps_dir(const struct coord_ps_op *op, unsigned task, bool make, char *path, size_t cap,
+		  struct coord_error *err)
+{
+	if (op->name_len == 0 || op->name_len > COORD_PS_DIR_MAX ||
+	    memchr(op->name, 0, op->name_len))
+		return coord_seterr(err, COORD_EINVAL, "checkpoint: bad directory name");
+	snprintf(path, cap, "%.*s/ps-%u", (int)op->name_len, op->name, task);
+	if (make && mkdir(path, 0755) < 0 && errno != EEXIST)
+		return coord_seterr(err, -errno, "checkpoint: mkdir %s: %s", path, strerror(errno));
+	return 0;
+}
+
+int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_ps_op *op,
+		   struct coord_ps_scratch *s, coord_ps_emit_t emit, void *arg,
+		   struct coord_error *err)
+{
+	char path[COORD_PS_DIR_MAX + 32];
+	const float *src;
+	uint64_t step;
+	uint8_t b[8];
+	uint32_t id;
+	int r;
+
+	switch (op->op) {
+	case COORD_PS_CREATE:
+		return op_create(vs, op, s, emit, arg, err);
+	case COORD_PS_LOOKUP: {
+		char name[COORD_VAR_NAME_MAX + 1];
+
+		if (op->name_len == 0 || op->name_len > COORD_VAR_NAME_MAX)
+			return coord_seterr(err, COORD_EINVAL, "lookup: bad name length");
+		memcpy(name, op->name, op->name_len);
+		name[op->name_len] = 0;
+		r = coord_varstore_lookup(vs, name, &id, err);
+		return r < 0 ? r : emit_info(vs, id, emit, arg, err);
+	}
+	case COORD_PS_READ: {
+		float *out;
+
+		if (op->n > COORD_VAR_MAX_ELEMS)
+			return coord_seterr(err, COORD_EINVAL, "read: %llu elements",
+					    (unsigned long long)op->n);
+		if (!scratch_reserve(s, 4 * op->n))
+			return coord_seterr(err, COORD_ENOMEM, "no memory");
+		out = s->buf;
+		r = coord_vs_read(vs, op->id, op->off, op->n, out, err);
+		return r < 0 ? r : emit(arg, out, 4 * op->n);
+	}
+	case COORD_PS_ASSIGN:
+	case COORD_PS_ASSIGN_ADD:
+		if (op->n > COORD_VAR_MAX_ELEMS || op->src_len != 4 * op->n)
+			return coord_seterr(err, COORD_EINVAL, "%s: %llu elements but %u bytes",
+					    op->op == COORD_PS_ASSIGN ? "assign" : "assign_add",
+					    (unsigned long long)op->n, op->src_len);
+		src = aligned(s, op->src, op->src_len, 0);
+		if (!src && op->n)
+			return coord_seterr(err, COORD_ENOMEM, "no memory");
+		r = op->op == COORD_PS_ASSIGN
+			    ? coord_vs_assign(vs, op->id, op->off, op->n, src, err)
+			    : coord_vs_assign_add(vs, op->id, op->off, op->n, src, err);
+		return r < 0 ? r : emit(arg, NULL, 0);
+	case COORD_PS_SCATTER_ADD:
+		r = op_scatter(vs, op, s, err);
+		return r < 0 ? r : emit(arg, NULL, 0);
+	case COORD_PS_DELETE:
+		r = coord_vs_delete(vs, op->id, err);
+		return r < 0 ? r : emit(arg, NULL, 0);
+	case COORD_PS_SAVE:
+		r = ps_dir(op, task, true, path, sizeof(path), err);
+		if (r == 0)
+			r = coord_varstore_save(vs, path, op->off, err);
+		return r < 0 ? r : emit(arg, NULL, 0);
+	case COORD_PS_RESTORE:
+		r = ps_dir(op, task, false, path, sizeof(path), err);
+		if (r == 0)
+			r = coord_varstore_restore(vs, path, &step, err);
+		if (r < 0)
+			return r;
+		st64(b, step);
+		return emit(arg, b, 8);
+	default:
+		return coord_seterr(err, COORD_EINVAL, "unknown variable operation %u", op->op);
+	}
+}
+
+/* ---- the in-process backend ------------------------------------------------------ */
+
+int coord_ps_local_create(unsigned nps, struct coord_ps **out, struct coord_error *err)
+{
+	struct coord_ps *ps = calloc(1, sizeof(*ps));
+	int r;
+
+	if (!ps || !(ps->local = calloc(nps ? nps : 1, sizeof(*ps->local)))) {
+		free(ps);
+		return coord_seterr(err, COORD_ENOMEM, "no memory for the ps stores");
+	}
+	ps->nps = nps;
+	for (unsigned i = 0; i < nps; i++) {
+		r = coord_varstore_create(NULL, &ps->local[i], err);
+		if (r < 0) {
+			coord_ps_destroy(ps);
+			return r;
+		}
+	}
+	*out = ps;
+	return 0;
+}
+
+void coord_ps_destroy(struct coord_ps *ps)
+{
+	if (!ps)
+		return;
+	for (unsigned i = 0; ps->local && i < ps->nps; i++)
+		coord_varstore_destroy(ps->local[i]);
+	free(ps->local);
+	coord_psc_destroy(ps->remote);
+	free((void *)ps->failures);
+	free(ps);
+}
+
+uint32_t coord_ps_failure(struct coord_ps *ps, unsigned task)
+{
+	if (!ps->failures || task >= ps->nps)
+		return 0;
+	/* Relaxed: a counter; each report takes one number (S11). */
+	return atomic_fetch_add_explicit(&ps->failures[task], 1, memory_order_relaxed) + 1;
+}
+
+/* The inproc transport's ps tasks: in-process stores, as many as the
+ * spec's "ps" job has, else opts.inproc_ps. */
+static int ps_local_setup(struct coord *c, const struct coord_spec *spec, struct coord_error *err)
+{
+	unsigned nps;
+	int r = coord_ps_ntasks(spec, c->opts.inproc_ps, &nps, err);
+
+	c->ps = NULL;
+	if (r < 0)
+		return r;
+	return coord_ps_local_create(nps, &c->ps, err);
+}
+
+int coord_ps_ntasks(const struct coord_spec *spec, unsigned def, unsigned *nps,
+		    struct coord_error *err)
+{
+	*nps = spec && coord_spec_has_job(spec, "ps") ? (unsigned)coord_spec_num_tasks(spec, "ps")
+						      : def;
+	if (*nps > 4096)
+		return coord_seterr(err, COORD_EINVAL, "at most 4096 ps tasks (got %u)", *nps);
+	return 0;
+}
+
+const struct coord_ps_ops coord_ps_local_ops = {
+	.setup = ps_local_setup,
+	.destroy = coord_ps_destroy,
+	.failure = coord_ps_failure,
+};
+
+static int local_emit(void *arg, const void *p, size_t len)
+{
+	struct coord_ps_op *op = arg;
+
+	if (len > op->cap)
+		return COORD_EINVAL;
+	if (len)
+		memcpy(op->dst, p, len);
+	op->dst_len = len;
+	return 0;
+}
+
+int coord_ps_run(struct coord_ps *ps, struct coord_ps_op *ops, unsigned n, struct coord_error *err)
+{
+	struct coord_ps_scratch s = { 0 };
+	struct coord_error e;
+	int first = 0;
+
+	if (!ps || ps->nps == 0)
+		return coord_seterr(err, COORD_EINVAL,
+				    "no parameter servers: the cluster has no \"ps\" job");
+	for (unsigned i = 0; i < n; i++)
+		if (ops[i].task >= ps->nps)
+			return coord_seterr(err, COORD_EINVAL,
+					    "variable on ps task %u, but there are %u", ops[i].task,
+					    ps->nps);
+	if (ps->remote)
+		return coord_psc_run(ps->remote, ops, n, err);
+	for (unsigned i = 0; i < n; i++) {
+		ops[i].dst_len = 0;
+		ops[i].code = coord_ps_apply(ps->local[ops[i].task], ops[i].task, &ops[i], &s,
+					     local_emit, &ops[i], first ? &e : err);
+		if (ops[i].code < 0 && !first)
+			first = ops[i].code;
+	}
+	free(s.buf);
+	return first;
+}
+
+/* ---- the public calls -------------------------------------------------------------- */
+
+static unsigned var_task(coord_var_t v)
+{
+	return (unsigned)(v >> 32);
+}
+
+static coord_var_t var_make(unsigned task, uint32_t id)
+{
+	return ((uint64_t)task << 32) | id;
+}
+
+static int name_op(struct coord_ps *ps, uint16_t opc, const char *name, struct coord_ps_op *op,
+		   struct coord_error *err)
+{
+	size_t len = name ? strlen(name) : 0;
+
+	if (len == 0 || len > COORD_VAR_NAME_MAX)
+		return coord_seterr(err, COORD_EINVAL, "a variable name is 1..%d bytes",
+				    COORD_VAR_NAME_MAX);
+	memset(op, 0, sizeof(*op));
+	op->op = opc;
+	op->name = name;
+	op->name_len = (uint16_t)len;
+	op->task = coord_var_shard(name, ps ? ps->nps : 1);
+	return 0;
+}
+
+static int info_out(const struct coord_ps_op *op, coord_var_t *var, struct coord_var_shape *shape,
+		    struct coord_error *err)
+{
+	const uint8_t *b = op->dst;
+	unsigned ndim;
+
+	if (op->dst_len < 8 || (ndim = ld32(b + 4)) > COORD_VAR_MAX_DIMS ||
+	    op->dst_len != 8 + 8 * (size_t)ndim)
+		return coord_seterr(err, -EPROTO, "ps task %u sent a malformed variable record",
+				    op->task);
+	if (var)
+		*var = var_make(op->task, ld32(b));
+	if (shape) {
+		shape->ndim = ndim;
+		shape->nelem = 1;
+		for (unsigned i = 0; i < COORD_VAR_MAX_DIMS; i++) {
+			shape->dims[i] = i < ndim ? ld64(b + 8 + 8 * i) : 1;
+			shape->nelem *= shape->dims[i];
+		}
+	}
+	return 0;
+}
+
+static int var_lookup(struct coord_ps *ps, const char *name, coord_var_t *var,
+		      struct coord_var_shape *shape, struct coord_error *err)
+{
+	uint8_t res[COORD_PS_INFO_MAX];
+	struct coord_ps_op op;
+	int r = name_op(ps, COORD_PS_LOOKUP, name, &op, err);
+
+	if (r < 0)
+		return r;
+	op.dst = res;
+	op.cap = sizeof(res);
+	r = coord_ps_run(ps, &op, 1, err);
+	return r < 0 ? r : info_out(&op, var, shape, err);
+}
+
+/* Public data ops -> ps ops (same opcodes). */
+static int to_ps_op(const struct coord_var_op *v, unsigned i, struct coord_ps_op *o,
+		    struct coord_error *err)
+{
+	memset(o, 0, sizeof(*o));
+	o->op = (uint16_t)v->op;
+	o->task = var_task(v->var);
+	o->id = (uint32_t)v->var;
+	o->off = v->off;
+	o->n = v->n;
+	if (v->n > COORD_VAR_MAX_ELEMS)
+		return coord_seterr(err, COORD_EINVAL, "operation %u: %llu elements", i,
+				    (unsigned long long)v->n);
+	switch (v->op) {
+	case COORD_VAR_READ:
+		if (!v->dst && v->n)
+			return coord_seterr(err, COORD_EINVAL, "operation %u: read into NULL", i);
+		o->dst = v->dst;
+		o->cap = 4 * v->n;
+		return 0;
+	case COORD_VAR_ASSIGN:
+	case COORD_VAR_ASSIGN_ADD:
+		if (!v->src && v->n)
+			return coord_seterr(err, COORD_EINVAL, "operation %u: NULL values", i);
+		o->src = v->src;
+		o->src_len = (uint32_t)(4 * v->n);
+		return 0;
+	case COORD_VAR_SCATTER_ADD:
+		if ((!v->src || !v->indices) && v->n)
+			return coord_seterr(err, COORD_EINVAL,
+					    "operation %u: NULL indices or updates", i);
+		if (v->row_len > COORD_VAR_MAX_ELEMS ||
+		    v->n * (8 + 4 * v->row_len) > COORD_MAX_FRAME_LIMIT)
+			return coord_seterr(err, COORD_EINVAL,
+					    "operation %u: scatter_add of %llu rows of %llu is too "
+					    "large for one call",
+					    i, (unsigned long long)v->n,
+					    (unsigned long long)v->row_len);
+		o->src = v->indices;
+		o->src_len = (uint32_t)(8 * v->n);
+		o->src2 = v->src;
+		o->src2_len = (uint32_t)(4 * v->n * v->row_len);
+		return 0;
+	default:
+		return coord_seterr(err, COORD_EINVAL, "operation %u: unknown opcode %u", i, v->op);
+	}
+}
+
+static int var_batch(struct coord_ps *ps, struct coord_var_op *ops, unsigned n,
+		     struct coord_error *err)
+{
+	struct coord_ps_op small[8], *pops = small;
+	int r = 0;
+
+	if (n == 0)
+		return 0;
+	if (!ops)
+		return coord_seterr(err, COORD_EINVAL, "NULL operations");
+	if (n > 8) {
+		pops = calloc(n, sizeof(*pops));
+		if (!pops)
+			return coord_seterr(err, COORD_ENOMEM, "no memory");
+	}
+	for (unsigned i = 0; i < n && r == 0; i++)
+		r = to_ps_op(&ops[i], i, &pops[i], err);
+	if (r == 0)
+		r = coord_ps_run(ps, pops, n, err);
+	for (unsigned i = 0; i < n; i++)
+		ops[i].code = r == 0 ? 0 : pops[i].code ? pops[i].code : r;
+	if (pops != small)
+		free(pops);
+	return r;
+}
+
+static int checkpoint(struct coord_ps *ps, uint16_t opc, const char *dir, uint64_t step,
+		      uint64_t *out, struct coord_error *err)
+{
+	struct coord_ps_op small[8], *ops = small;
+	uint8_t(*res)[8] = NULL;
+	size_t len = dir ? strlen(dir) : 0;
+	unsigned n = ps ? ps->nps : 0;
+	int r;
+
+	if (len == 0 || len > COORD_PS_DIR_MAX)
+		return coord_seterr(err, COORD_EINVAL, "checkpoint: a directory of 1..%d bytes",
+				    COORD_PS_DIR_MAX);
+	if (n == 0)
+		return coord_seterr(err, COORD_EINVAL,
+				    "no parameter servers: the cluster has no \"ps\" job");
+	res = calloc(n, sizeof(*res));
+	if (n > 8)
+		ops = calloc(n, sizeof(*ops));
+	if (!res || !ops) {
+		free(res);
+		if (ops != small)
+			free(ops);
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	}
+	for (unsigned i = 0; i < n; i++) {
+		memset(&ops[i], 0, sizeof(ops[i]));
+		ops[i].op = opc;
+		ops[i].task = i;
+		ops[i].name = dir;
+		ops[i].name_len = (uint16_t)len;
+		ops[i].off = step;
+		ops[i].dst = res[i];
+		ops[i].cap = 8;
+	}
+	r = coord_ps_run(ps, ops, n, err);
+	for (unsigned i = 0; r == 0 && opc == COORD_PS_RESTORE && i < n; i++) {
+		if (ops[i].dst_len != 8) {
+			r = coord_seterr(err, -EPROTO, "ps task %u: malformed restore reply", i);
+			break;
+		}
+		if (i > 0 && ld64(res[i]) != ld64(res[0])) {
+			r = coord_seterr(err, COORD_EINVAL,
+					 "checkpoint %s: ps task 0 restored step %llu but task %u "
+					 "step %llu (a save did not finish everywhere?)",
+					 dir, (unsigned long long)ld64(res[0]), i,
+					 (unsigned long long)ld64(res[i]));
+			break;
+		}
+		if (out)
+			*out = ld64(res[0]);
+	}
+	free(res);
+	if (ops != small)
+		free(ops);
+	return r;
+}
+
+unsigned coord_num_ps(const struct coord *c)
+{
+	return c && c->ps ? c->ps->nps : 0;
+}
+
+int coord_var_create(struct coord *c, const char *name, unsigned ndim, const uint64_t *dims,
+		     const float *init, coord_var_t *var, struct coord_error *err)
+{
+	uint8_t res[COORD_PS_INFO_MAX], hdr[8 + 8 * COORD_VAR_MAX_DIMS];
+	uint64_t nelem = 1;
+	struct coord_ps_op op;
+	uint8_t *data = hdr;
+	size_t len;
+	int r;
+
+	if (!c || !var || ndim > COORD_VAR_MAX_DIMS || (ndim && !dims))
+		return coord_seterr(err, COORD_EINVAL, "coord_var_create: bad arguments");
+	r = name_op(c->ps, COORD_PS_CREATE, name, &op, err);
+	if (r < 0)
+		return r;
+	for (unsigned i = 0; i < ndim; i++) {
+		if (dims[i] == 0 || dims[i] > COORD_VAR_MAX_ELEMS ||
+		    (nelem *= dims[i]) > COORD_VAR_MAX_ELEMS)
+			return coord_seterr(err, COORD_EINVAL,
+					    "variable '%s': dimension %u is 0 or the shape has "
+					    "more than %llu elements",
+					    name, i, (unsigned long long)COORD_VAR_MAX_ELEMS);
+	}
+	len = 8 + 8 * (size_t)ndim + (init ? 4 * nelem : 0);
+	if (len > sizeof(hdr)) {
+		data = malloc(len);
+		if (!data)
+			return coord_seterr(err, COORD_ENOMEM, "no memory");
+	}
+	st32(data, ndim);
+	st32(data + 4, init ? 1 : 0);
+	for (unsigned i = 0; i < ndim; i++)
+		st64(data + 8 + 8 * i, dims[i]);
+	if (init)
+		memcpy(data + 8 + 8 * ndim, init, 4 * nelem);
+	op.src = data;
+	op.src_len = (uint32_t)len;
+	op.dst = res;
+	op.cap = sizeof(res);
+	r = coord_ps_run(c->ps, &op, 1, err);
+	if (data != hdr)
+		free(data);
+	return r < 0 ? r : info_out(&op, var, NULL, err);
+}
+
+int coord_var_lookup(struct coord *c, const char *name, coord_var_t *var,
+		     struct coord_var_shape *shape, struct coord_error *err)
+{
+	if (!c)
+		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
+	return var_lookup(c->ps, name, var, shape, err);
+}
+
+int coord_var_batch(struct coord *c, struct coord_var_op *ops, unsigned n, struct coord_error *err)
+{
+	if (!c)
+		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
+	return var_batch(c->ps, ops, n, err);
+}
+
+int coord_var_read(struct coord *c, coord_var_t var, uint64_t off, uint64_t n, float *out,
+		   struct coord_error *err)
+{
+	struct coord_var_op op = {
+		.op = COORD_VAR_READ, .var = var, .off = off, .n = n, .dst = out
+	};
+
+	return coord_var_batch(c, &op, 1, err);
+}
+
+int coord_var_assign(struct coord *c, coord_var_t var, uint64_t off, uint64_t n, const float *src,
+		     struct coord_error *err)
+{
+	struct coord_var_op op = {
+		.op = COORD_VAR_ASSIGN, .var = var, .off = off, .n = n, .src = src
+	};
+
+	return coord_var_batch(c, &op, 1, err);
+}
+
+int coord_checkpoint_save(struct coord *c, const char *dir, uint64_t step, struct coord_error *err)
+{
+	if (!c)
+		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
+	return checkpoint(c->ps, COORD_PS_SAVE, dir, step, NULL, err);
+}
+
+int coord_checkpoint_restore(struct coord *c, const char *dir, uint64_t *step,
+			     struct coord_error *err)
+{
+	if (!c)
+		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
+	return checkpoint(c->ps, COORD_PS_RESTORE, dir, 0, step, err);
+}
+
+/* ---- from worker functions ----------------------------------------------------------- */
+
+/* A ctx call's failure: the message becomes the closure's if it returns it. */
+static int ctx_err(struct coord_ctx *ctx, int r, const struct coord_error *e)
+{
+	if (r < 0)
+		return coord_ctx_fail(ctx, r, "%s", e->msg[0] ? e->msg : coord_strerror(r));
+	return r;
+}
+
+/* Could the ps not be reached (a ps failure, not the function's error)? */
+static bool unreachable(const struct coord_ps *ps, int code)
+{
+	return ps && ps->remote && (code == COORD_EUNAVAILABLE || code == COORD_ETIMEDOUT);
+}
+
+int coord_ctx_var_lookup(struct coord_ctx *ctx, const char *name, coord_var_t *var,
+			 struct coord_var_shape *shape)
+{
+	struct coord_error e = { 0 };
+	struct coord_ps *ps = ctx->env->ps;
+	int r = var_lookup(ps, name, var, shape, &e);
+
+	if (unreachable(ps, r) && !ctx->ps_failed)
+		ctx->ps_failed = COORD_CAUSE_PS(coord_var_shard(name, ps->nps));
+	return ctx_err(ctx, r, &e);
+}
+
+int coord_ctx_var_batch(struct coord_ctx *ctx, struct coord_var_op *ops, unsigned n)
+{
+	struct coord_error e = { 0 };
+	struct coord_ps *ps = ctx->env->ps;
+	int r = var_batch(ps, ops, n, &e);
+
+	for (unsigned i = 0; r < 0 && i < n && !ctx->ps_failed; i++)
+		if (unreachable(ps, ops[i].code))
+			ctx->ps_failed = COORD_CAUSE_PS(var_task(ops[i].var));
+	return ctx_err(ctx, r, &e);
+}
+
+int coord_ctx_var_read(struct coord_ctx *ctx, coord_var_t var, uint64_t off, uint64_t n, float *out)
+{
+	struct coord_var_op op = {
+		.op = COORD_VAR_READ, .var = var, .off = off, .n = n, .dst = out
+	};
+
+	return coord_ctx_var_batch(ctx, &op, 1);
+}
+
+int coord_ctx_var_assign(struct coord_ctx *ctx, coord_var_t var, uint64_t off, uint64_t n,
+			 const float *src)
+{
+	struct coord_var_op op = {
+		.op = COORD_VAR_ASSIGN, .var = var, .off = off, .n = n, .src = src
+	};
+
+	return coord_ctx_var_batch(ctx, &op, 1);
+}
+
+int coord_ctx_var_assign_add(struct coord_ctx *ctx, coord_var_t var, uint64_t off, uint64_t n,
+			     const float *delta)
+{
+	struct coord_var_op op = {
+		.op = COORD_VAR_ASSIGN_ADD, .var = var, .off = off, .n = n, .src = delta
+	};
+
+	return coord_ctx_var_batch(ctx, &op, 1);
+}
+
+int coord_ctx_var_scatter_add(struct coord_ctx *ctx, coord_var_t var, const int64_t *indices,
+			      size_t nidx, size_t row_len, const float *updates)
+{
+	struct coord_var_op op = { .op = COORD_VAR_SCATTER_ADD,
+				   .var = var,
+				   .n = nidx,
+				   .row_len = row_len,
+				   .indices = indices,
+				   .src = updates };
+
+	return coord_ctx_var_batch(ctx, &op, 1);
+}

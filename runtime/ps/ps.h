@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * runtime/ps/ps.h - parameter-server variables as the coordinator and the
+ * workers see them: a struct coord_ps reaches N ps tasks, either in this
+ * process (the inproc transport: one struct coord_varstore per task) or over
+ * the network (struct coord_psc, transport/psclient/ps_client.c: one connection per
+ * ps task, batched frames).
+ *
+ * A variable is named; its ps task is coord_var_shard(name, nps) (FNV-1a of
+ * the name), so the coordinator and every worker place a name on the same
+ * task without asking anyone.  Its handle is (task << 32) | id, where id is
+ * the variable's id in that task's store: handles are the same in every
+ * process and can be passed in closure arguments.
+ *
+ * Every operation is a struct coord_ps_op; a batch of them is one frame per
+ * ps task over the network.  The fields of each op (the same on the wire,
+ * wire.h "var request"):
+ *
+ *   op           name    id   off    n      data (src)                 result (dst)
+ *   CREATE       name    -    -      -      u32 ndim, u32 has_init,     u32 id, u32 ndim,
+ *                                           u64 dims[ndim], f32 init[]  u64 dims[ndim]
+ *   LOOKUP       name    -    -      -      -                           as CREATE
+ *   READ         -       id   off    n      -                           f32[n]
+ *   ASSIGN       -       id   off    n      f32[n]                      -
+ *   ASSIGN_ADD   -       id   off    n      f32[n]                      -
+ *   SCATTER_ADD  -       id   -      nidx   i64 idx[nidx], f32 rows[]   -
+ *   DELETE       -       id   -      -      -                           -
+ *   SAVE         dir     -    step   -      -                           -
+ *   RESTORE      dir     -    -      -      -                           u64 step
+ *   MAP          -       id   -      -      -                           struct coord_ps_map
+ *
+ * MAP (rdma only: a ps served over rdma registers the variable's memory for
+ * remote reads and answers with its address and keys, COORD_PS_MAP_LEN
+ * bytes; elsewhere it fails with COORD_EINVAL).  A worker then reads the
+ * variable with RDMA READs, without the ps CPU (runtime/store/varstore.c SNAP1-SNAP3).
+ *
+ * SAVE and RESTORE on task t use the directory dir/ps-<t> (created by SAVE).
+ * All multi-byte values are little-endian; data and results carry no padding
+ * and need not be aligned.
+ */
+#ifndef COORD_RUNTIME_PS_H
+#define COORD_RUNTIME_PS_H
+
+#include <endian.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <coord/error.h>
+
+#include "runtime/util/util.h"
+#include "runtime/store/varstore.h"
+
+enum coord_ps_opcode {
+	COORD_PS_CREATE = 1,
+	COORD_PS_LOOKUP = 2,
+	COORD_PS_READ = 3,
+	COORD_PS_ASSIGN = 4,
+	COORD_PS_ASSIGN_ADD = 5,
+	COORD_PS_SCATTER_ADD = 6,
+	COORD_PS_DELETE = 7,
+	COORD_PS_SAVE = 8,
+	COORD_PS_RESTORE = 9,
+	COORD_PS_MAP = 10,
+	COORD_PS_OP_MAX = 10,
+};
+
+/*
+ * struct coord_ps_map - a MAP result (little-endian on the wire, packed as
+ * listed): one variable's block (runtime/store/varstore.h: done, the nelem floats
+ * at COORD_VAR_DATA_OFF, begun at block_len - 8), readable at block_addr
+ * with rkey.
+ */
+struct coord_ps_map {
+	uint64_t block_addr;
+	uint64_t block_len;
+	uint64_t nelem;
+	uint32_t rkey;
+	uint32_t reserved;
+};
+#define COORD_PS_MAP_LEN 32
+
+static inline void coord_ps_map_put(uint8_t *b, const struct coord_ps_map *m)
+{
+	uint64_t q[3] = { htole64(m->block_addr), htole64(m->block_len), htole64(m->nelem) };
+	uint32_t d[2] = { htole32(m->rkey), 0 };
+
+	memcpy(b, q, sizeof(q));
+	memcpy(b + 24, d, sizeof(d));
+}
+
+static inline void coord_ps_map_get(const uint8_t *b, struct coord_ps_map *m)
+{
+	uint64_t q[3];
+	uint32_t d[2];
+
+	memcpy(q, b, sizeof(q));
+	memcpy(d, b + 24, sizeof(d));
+	m->block_addr = le64toh(q[0]);
+	m->block_len = le64toh(q[1]);
+	m->nelem = le64toh(q[2]);
+	m->rkey = le32toh(d[0]);
+	m->reserved = 0;
+}
+
+/* Longest checkpoint directory a SAVE or RESTORE names, bytes. */
+#define COORD_PS_DIR_MAX 4000
+/* CREATE / LOOKUP result: u32 id, u32 ndim, u64 dims[ndim]. */
+#define COORD_PS_INFO_MAX (8 + 8 * COORD_VAR_MAX_DIMS)
+
+/*
+ * struct coord_ps_op - one operation and, after the call, its outcome.
+ * @task:     ps task it goes to (< nps).
+ * @dst/@cap: where the result bytes go (may be NULL when @cap is 0);
+ *            @dst_len gets their count.  A result larger than @cap fails the
+ *            op with COORD_EPROTO.
+ * @code:     0, or the op's error (its message is in the batch's error when
+ *            it is the first failure).
+ */
+struct coord_ps_op {
+	uint16_t op;
+	unsigned task;
+	uint32_t id;
+	const char *name;
+	uint16_t name_len;
+	uint64_t off;
+	uint64_t n;
+	const void *src;
+	uint32_t src_len;
+	/* Sent right after @src (scatter_add's rows), so no copy is needed to
+	 * make one buffer; NULL in requests decoded from a frame. */
+	const void *src2;
+	uint32_t src2_len;
+	void *dst;
+	size_t cap;
+	size_t dst_len;
+	int code;
+};
+
+struct coord_psc; /* transport/psclient/ps_client.c */
+
+/* A set of ps tasks.  Exactly one of @local and @remote is set (or neither
+ * when @nps is 0). */
+struct coord_ps {
+	unsigned nps;
+	struct coord_varstore **local;
+	struct coord_psc *remote;
+	/* S11: failure reports per ps task (the coordinator's; see
+	 * coord_dispatch_ps_retry()). */
+	_Atomic uint32_t *failures;
+};
+
+/*
+ * coord_ps_local_create() - @nps in-process stores.  Any thread.
+ * Return: 0; COORD_ENOMEM.
+ */
+COORD_HIDDEN int coord_ps_local_create(unsigned nps, struct coord_ps **out,
+				       struct coord_error *err);
+/* coord_ps_destroy() - free (local stores, or the remote client). */
+COORD_HIDDEN void coord_ps_destroy(struct coord_ps *ps);
+
+/*
+ * coord_ps_run() - run @n ops; each op's @code says how it went.
+ * Concurrency: any thread, any number at once.
+ * Return: 0 if every op succeeded, else the first failed op's code with
+ * its message in @err.
+ */
+COORD_HIDDEN int coord_ps_run(struct coord_ps *ps, struct coord_ps_op *ops, unsigned n,
+			      struct coord_error *err);
+
+/*
+ * coord_ps_apply() - run one op on @vs, the store of ps task @task: what a
+ * ps server does with a request and what the local backend does.  Request
+ * data may be unaligned: @scratch (grown with realloc, freed by the caller)
+ * holds aligned copies.  The result is written with @emit(@arg, bytes, len)
+ * (once, possibly with len 0) on success; on failure the message is in
+ * @err and nothing is emitted.
+ * Return: 0 or a coord error code.
+ */
+typedef int (*coord_ps_emit_t)(void *arg, const void *p, size_t len);
+struct coord_ps_scratch {
+	void *buf;
+	size_t cap;
+};
+COORD_HIDDEN int coord_ps_apply(struct coord_varstore *vs, unsigned task,
+				const struct coord_ps_op *op, struct coord_ps_scratch *scratch,
+				coord_ps_emit_t emit, void *arg, struct coord_error *err);
+
+/* --- the remote client (transport/psclient/ps_client.c) ----------------------------- */
+
+struct coord_key;
+
+/*
+ * coord_psc_create() - a client of the ps tasks at @addrs[0..@nps).
+ * @role: COORD_ROLE_COORDINATOR or COORD_ROLE_WORKER (what we say at HELLO).
+ * @key:  copied; NULL or unset = no cluster key.
+ * Connections are opened lazily, on first use, and again after a loss.
+ * Return: 0; COORD_EINVAL; COORD_ENOMEM.
+ */
+COORD_HIDDEN int coord_psc_create(const char *const *addrs, unsigned nps, uint8_t role,
+				  const struct coord_key *key, uint32_t max_frame,
+				  int connect_timeout_ms, int op_timeout_ms, struct coord_ps **out,
+				  struct coord_error *err);
+COORD_HIDDEN void coord_psc_destroy(struct coord_psc *p);
+COORD_HIDDEN int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
+			       struct coord_error *err);
+/*
+ * The coordinator's ps tasks (struct coord_ps_ops, runtime/core/internal.h):
+ * coord_ps_local_ops, local stores for the inproc transport (the spec's
+ * "ps" job size, else opts.inproc_ps); coord_ps_remote_ops
+ * (transport/psclient/ps_client.c), a client of the spec's "ps" job (none
+ * without one).
+ */
+struct coord_ps_ops;
+extern const struct coord_ps_ops coord_ps_local_ops;
+extern const struct coord_ps_ops coord_ps_remote_ops;
+/* coord_ps_ntasks() - the spec's "ps" job size, else @def: 0 or COORD_EINVAL. */
+struct coord_spec;
+COORD_HIDDEN int coord_ps_ntasks(const struct coord_spec *spec, unsigned def, unsigned *nps,
+				 struct coord_error *err);
+/* coord_ps_failure() - struct coord_ps_ops.failure: S11's count for @task. */
+COORD_HIDDEN uint32_t coord_ps_failure(struct coord_ps *ps, unsigned task);
+/* coord_psc_use_rdma() - @ps (from coord_psc_create(), before its first
+ * use) reaches its tasks over rdma: frame channels, and one-sided READs
+ * (transport/psclient/ps_client.c, ps_rdma.h). */
+COORD_HIDDEN void coord_psc_use_rdma(struct coord_ps *ps);
+/* coord_psc_addr() - the address of task @i (for PS_TABLE frames). */
+COORD_HIDDEN const char *coord_psc_addr(const struct coord_psc *p, unsigned i);
+
+#endif /* COORD_RUNTIME_PS_H */

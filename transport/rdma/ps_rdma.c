@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: MIT
+/*
+ * transport/rdma/ps_rdma.c - the ps client's rdma connections and one-sided
+ * variable reads (ps_rdma.h).
+ *
+ * Two channels (rdma_chan.h) to the ps task, each used by one thread at a
+ * time: `ch` carries frames, wanted by the ps client's reader thread
+ * (VAR_RES frames) and its senders (flat-combined VAR_REQ frames,
+ * ps_client.c flush()); `rch` carries only one-sided reads, so their
+ * completions wake nobody else (on one channel, the reader thread, asleep
+ * on the armed completion channel, woke for every READ completion and
+ * fought the reading thread for the lock: about twice the round trip in
+ * the rig).  The ps serves `rch` as a connection that never sends a frame.
+ *   P1  Every use of `ch` holds chan_lock, of `rch` read_lock.  Nobody
+ *       sleeps holding one except for a bounded wait inside the channel (a
+ *       send's credits, a READ chain's completion, the rest of a started
+ *       frame).
+ *   P2  The reader looks for a frame under chan_lock without waiting, arms
+ *       the channel, lets go and sleeps in poll() on the completion and
+ *       rdma_cm fds and wake_fd.  A sender that holds the lock may reap a
+ *       completion the reader was waiting for (the channel polls its CQ
+ *       while it waits for credits); if a frame is then buffered it writes
+ *       wake_fd before letting go (kick()), so the reader never sleeps on
+ *       one.
+ *   P3  Shutdown sets `stop`, writes wake_fd and disconnects both channels
+ *       under their locks; the reader then returns -EPIPE and ps_client.c
+ *       joins it before coord_psr_destroy().
+ * The payload coord_psr_next() returns stays valid until the reader's next
+ * call: only a read moves the channel past a frame (other lock holders
+ * post sends and READs, which leave the received frames alone).
+ *
+ * One-sided reads follow runtime/store/varstore.c SNAP2: one RDMA READ of the
+ * variable's whole block [done | data | begun] when it is at most
+ * COORD_PSR_WHOLE_SLACK bytes more than the range, else a chain of three (done, the range, begun)
+ * in one round trip; into a registered bounce buffer, retried while a
+ * writer overlaps.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "transport/rdma/ps_rdma.h"
+#include "transport/rdma/rdma_chan.h"
+#include "transport/wire/sock.h"
+
+#define PSR_SEND_MS 10000    /* a send's wait for credits */
+#define PSR_PARTIAL_MS 10000 /* the rest of a started frame */
+#define PSR_READ_MS 5000     /* a READ chain's completion */
+#define PSR_IDLE_MS 1000     /* the reader looks at `stop` at least this often */
+/* The bounce buffer: a whole block, or done / the data / begun of a chain. */
+#define PSR_BUF_LEN (COORD_VAR_DATA_OFF + COORD_PSR_READ_MAX + 64)
+
+struct coord_psr {
+	pthread_mutex_t chan_lock; /* P1: ch */
+	struct coord_rdma_chan *ch;
+	pthread_mutex_t read_lock; /* P1: rch, buf */
+	struct coord_rdma_chan *rch;
+	int wake_fd;	   /* P2 */
+	_Atomic bool stop; /* P3 */
+	uint8_t *buf;	   /* the bounce buffer of one-sided reads (under read_lock) */
+	struct coord_rdma_mr *mr;
+};
+
+/* P2: a frame is buffered that the reader may not have been woken for. */
+static void kick(struct coord_psr *r)
+{
+	uint64_t one = 1;
+
+	if (coord_rdma_chan_readable(r->ch))
+		(void)!write(r->wake_fd, &one, sizeof(one));
+}
+
+int coord_psr_connect(const char *addr, const struct coord_key *key, uint8_t role, unsigned task,
+		      uint32_t max_frame, int timeout_ms, struct coord_psr **out,
+		      struct coord_error *err)
+{
+	struct coord_rdma_opts o = { .max_frame = max_frame };
+	struct coord_psr *r = calloc(1, sizeof(*r));
+	struct coord_frame_io io;
+	int rc;
+
+	*out = NULL;
+	if (!r)
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pthread_mutex_init(&r->chan_lock, NULL);
+	pthread_mutex_init(&r->read_lock, NULL);
+	r->buf = aligned_alloc(CACHELINE, PSR_BUF_LEN);
+	if (r->wake_fd < 0 || !r->buf) {
+		rc = coord_seterr(err, COORD_ENOMEM, "no memory for a ps connection");
+		goto fail;
+	}
+	for (int i = 0; i < 2; i++) { /* ch, then rch (P1) */
+		struct coord_rdma_chan **pc = i ? &r->rch : &r->ch;
+
+		rc = coord_rdma_connect(addr, &o, timeout_ms, pc, err);
+		if (rc < 0)
+			goto fail;
+		coord_rdma_chan_io(&io, *pc);
+		rc = coord_handshake_client_io(&io, key, role, COORD_ROLE_PS, task, timeout_ms,
+					       addr, err);
+		if (rc < 0)
+			goto fail;
+	}
+	rc = coord_rdma_reg(r->rch, r->buf, PSR_BUF_LEN, false, &r->mr);
+	if (rc < 0) {
+		coord_seterr(err, rc, "%s: cannot register a read buffer: %s", addr, strerror(-rc));
+		goto fail;
+	}
+	*out = r;
+	return 0;
+fail:
+	coord_psr_destroy(r);
+	return rc;
+}
+
+int coord_psr_send(struct coord_psr *r, const void *buf, size_t len)
+{
+	int rc;
+
+	pthread_mutex_lock(&r->chan_lock);
+	rc = coord_rdma_chan_send(r->ch, buf, len, PSR_SEND_MS);
+	kick(r);
+	pthread_mutex_unlock(&r->chan_lock);
+	return rc;
+}
+
+int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload)
+{
+	int cq_fd, cm_fd;
+
+	coord_rdma_chan_fds(r->ch, &cq_fd, &cm_fd);
+	for (;;) {
+		struct pollfd p[3] = { { .fd = cq_fd, .events = POLLIN },
+				       { .fd = cm_fd, .events = POLLIN },
+				       { .fd = r->wake_fd, .events = POLLIN } };
+		int rc, armed;
+
+		/* P3, relaxed: a poll flag; the eventfd write after it wakes us. */
+		if (atomic_load_explicit(&r->stop, memory_order_relaxed))
+			return -EPIPE;
+		pthread_mutex_lock(&r->chan_lock);
+		rc = coord_rdma_chan_read(r->ch, 0, PSR_PARTIAL_MS, h, payload);
+		if (rc != -ETIMEDOUT || coord_rdma_chan_partial(r->ch)) {
+			pthread_mutex_unlock(&r->chan_lock);
+			return rc == -ETIMEDOUT ? -EPROTO : rc; /* a frame stalled half-way */
+		}
+		armed = coord_rdma_chan_arm(r->ch);
+		pthread_mutex_unlock(&r->chan_lock);
+		if (armed < 0)
+			return -EPIPE;
+		if (armed == 1)
+			continue; /* work arrived before the arming */
+		if (poll(p, 3, PSR_IDLE_MS) > 0 && p[2].revents) {
+			uint64_t v;
+
+			(void)!read(r->wake_fd, &v, sizeof(v));
+		}
+		pthread_mutex_lock(&r->chan_lock);
+		(void)coord_rdma_chan_progress(r->ch); /* acks the events; a close shows on read */
+		pthread_mutex_unlock(&r->chan_lock);
+	}
+}
+
+static uint64_t ld64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return le64toh(v);
+}
+
+int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off, uint64_t n,
+		       void *dst, unsigned *tries)
+{
+	size_t bytes = n * sizeof(float), tail = (bytes + 7) & ~(size_t)7;
+	bool whole = m->block_len <= PSR_BUF_LEN && m->block_len <= bytes + COORD_PSR_WHOLE_SLACK;
+	/* S2: done first, the data, begun last; one READ of the whole block
+	 * (its bytes in address order) or a chain of three (in order). */
+	struct coord_rdma_rseg seg[3] = {
+		{ .loff = 0, .raddr = m->block_addr, .rkey = m->rkey, .len = 8 },
+		{ .loff = COORD_VAR_DATA_OFF,
+		  .raddr = m->block_addr + COORD_VAR_DATA_OFF + off * sizeof(float),
+		  .rkey = m->rkey,
+		  .len = bytes },
+		{ .loff = COORD_VAR_DATA_OFF + tail,
+		  .raddr = m->block_addr + m->block_len - 8,
+		  .rkey = m->rkey,
+		  .len = 8 },
+	};
+	const uint8_t *data = r->buf + COORD_VAR_DATA_OFF,
+		      *begun = r->buf + COORD_VAR_DATA_OFF + tail;
+	unsigned t = 0;
+	int rc = -EAGAIN;
+
+	*tries = 0;
+	if (off > m->nelem || n > m->nelem - off || m->block_len < COORD_VAR_DATA_OFF + 8 ||
+	    m->block_len - COORD_VAR_DATA_OFF - 8 < m->nelem * sizeof(float))
+		return -EINVAL;
+	if (bytes > COORD_PSR_READ_MAX)
+		return -E2BIG;
+	if (n == 0)
+		return 0;
+	if (whole) {
+		seg[0].len = m->block_len;
+		data = r->buf + COORD_VAR_DATA_OFF + off * sizeof(float);
+		begun = r->buf + m->block_len - 8;
+	}
+	pthread_mutex_lock(&r->read_lock);
+	while (t < COORD_PSR_TRIES) {
+		t++;
+		rc = coord_rdma_readv(r->rch, r->mr, seg, whole ? 1 : 3, PSR_READ_MS);
+		if (rc < 0)
+			break;
+		if (ld64(r->buf) == ld64(begun)) {
+			memcpy(dst, data, bytes);
+			break; /* S2: no write overlapped the data */
+		}
+		rc = -EAGAIN;
+	}
+	pthread_mutex_unlock(&r->read_lock);
+	*tries = t;
+	return rc;
+}
+
+void coord_psr_shutdown(struct coord_psr *r)
+{
+	uint64_t one = 1;
+
+	/* P3, relaxed: the eventfd write below wakes the reader to see it. */
+	atomic_store_explicit(&r->stop, true, memory_order_relaxed);
+	(void)!write(r->wake_fd, &one, sizeof(one));
+	pthread_mutex_lock(&r->chan_lock);
+	coord_rdma_chan_shutdown(r->ch);
+	pthread_mutex_unlock(&r->chan_lock);
+	pthread_mutex_lock(&r->read_lock);
+	coord_rdma_chan_shutdown(r->rch);
+	pthread_mutex_unlock(&r->read_lock);
+}
+
+void coord_psr_destroy(struct coord_psr *r)
+{
+	if (!r)
+		return;
+	coord_rdma_dereg(r->mr);
+	coord_rdma_chan_destroy(r->rch);
+	coord_rdma_chan_destroy(r->ch);
+	if (r->wake_fd >= 0)
+		close(r->wake_fd);
+	pthread_mutex_destroy(&r->chan_lock);
+	pthread_mutex_destroy(&r->read_lock);
+	free(r->buf);
+	free(r);
+}

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * transport/rdma/ps_rdma.h - the rdma side of the ps client (ps_client.c): one
+ * frame channel to a ps task served over rdma (coord-ps --transport rdma),
+ * shared by the client's sender and its reader thread, and one-sided
+ * variable reads (RDMA READ, no ps CPU; runtime/store/varstore.c SNAP1-SNAP3).
+ *
+ * Threading (ps_rdma.c P1-P3): two channels to the ps task, each used by
+ * one thread at a time (rdma_chan.h): frames (the reader thread takes its
+ * lock only to look for a frame, never to sleep; senders for their send)
+ * and one-sided reads (their own channel and lock, so their completions
+ * wake no other thread).  The reader sleeps on the frame channel's fds and
+ * an eventfd that a sender writes when a frame arrived while it held it.
+ *
+ * rdma_off.c has the stubs of a build without verbs (connect: -ENODEV).
+ */
+#ifndef COORD_TRANSPORT_PS_RDMA_H
+#define COORD_TRANSPORT_PS_RDMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <coord/error.h>
+
+#include "runtime/ps/ps.h"
+#include "transport/wire/auth.h"
+#include "transport/wire/wire.h"
+
+struct coord_psr;
+
+/* Reads of more bytes than this go two-sided (the bounce buffer's size). */
+#define COORD_PSR_READ_MAX (64u << 10)
+/* A read takes the variable's whole block (runtime/store/varstore.h) in one RDMA
+ * READ when the block is at most this many bytes more than the range (and
+ * fits the bounce buffer); else the range, between its counts, in three. */
+#define COORD_PSR_WHOLE_SLACK 4096u
+/* Snapshots tried before a read goes two-sided (S2: a writer kept overlapping). */
+#define COORD_PSR_TRIES 8
+
+/**
+ * coord_psr_connect() - a channel to ps task @task at @addr, handshake done.
+ * @key/@role: as coord_handshake_client(); @max_frame: the largest frame.
+ * @out: owned by the caller until coord_psr_destroy().
+ * Return: 0 or -errno with @err (-ENODEV: no rdma in this build or host).
+ */
+COORD_HIDDEN int coord_psr_connect(const char *addr, const struct coord_key *key, uint8_t role,
+				   unsigned task, uint32_t max_frame, int timeout_ms,
+				   struct coord_psr **out, struct coord_error *err);
+/* coord_psr_send() - send whole frames (bounded wait for credits); 0 or -errno. */
+COORD_HIDDEN int coord_psr_send(struct coord_psr *r, const void *buf, size_t len);
+/*
+ * coord_psr_next() - the reader thread's next frame (valid until its next
+ * call); sleeps while there is none.  Return: 0; -EPIPE closed, shut down
+ * or broken; another -errno.
+ */
+COORD_HIDDEN int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h,
+				const uint8_t **payload);
+/*
+ * coord_psr_read_var() - read floats [@off, @off + @n) of the variable
+ * @m maps into @dst with RDMA READs: a snapshot between two writes (S2), up
+ * to COORD_PSR_TRIES attempts.  Return: 0; -EAGAIN no valid snapshot (a
+ * writer kept overlapping, or the variable was deleted): read it two-sided;
+ * -E2BIG over COORD_PSR_READ_MAX; -EINVAL outside the variable; -EPIPE /
+ * -EIO the channel failed.  *@tries: the attempts made.
+ */
+COORD_HIDDEN int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off,
+				    uint64_t n, void *dst, unsigned *tries);
+/* coord_psr_shutdown() - disconnect and wake the reader (any thread). */
+COORD_HIDDEN void coord_psr_shutdown(struct coord_psr *r);
+/* coord_psr_destroy() - free (the reader has returned; NULL is fine). */
+COORD_HIDDEN void coord_psr_destroy(struct coord_psr *r);
+
+#endif /* COORD_TRANSPORT_PS_RDMA_H */

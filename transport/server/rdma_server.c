@@ -1,0 +1,450 @@
+// SPDX-License-Identifier: MIT
+/*
+ * transport/server/rdma_server.c - coord_worker_serve() / coord_ps_serve() over
+ * rdma (opts.transport "rdma"): the protocol engine of tcp_server.c
+ * (srv_proto.h) driven by frame channels over RC queue pairs
+ * (rdma_chan.h) instead of sockets.
+ *
+ * Threading: the caller's thread is the acceptor: it polls the listener's
+ * rdma_cm fd and the stop fd, accepts (rdma_cm, bounded by handshake_ms)
+ * and starts one thread per channel.  A channel belongs to one thread (its
+ * contract), so that thread does everything on it: the handshake
+ * (coord_handshake_server_io(), with deadlines), then frames in order, each
+ * served by the engine, whose results go out through
+ * coord_rdma_chan_send().  No locks and no allocation on that path (the
+ * engine's buffers grow to the largest result, then stay).  Connections
+ * over rdma are few (one per worker of each coordinator), so a thread each
+ * costs little and a long closure holds only its own connection.
+ *
+ *   Q1  A connection's thread is its only user until it publishes `done`
+ *       (release); the acceptor joins it after acquiring `done` (or at
+ *       stop), and only then destroys the channel and frees the state.
+ *   Q2  Every wait is bounded: the accept and the handshake by
+ *       handshake_ms, a started frame by partial_ms (the channel's read:
+ *       a frame that stalls is refused with an ERROR frame), a send by
+ *       partial_ms (a peer that returns no credits or posts no receives),
+ *       and the idle read by IDLE_TICK_MS, after which the thread looks at
+ *       `stopping`.
+ *   Q3  Keepalive (tcp_server.c's P5): while the connection's thread
+ *       serves a frame (a long closure, a ps round trip) it cannot answer
+ *       the coordinator's PINGs, so the acceptor, between polls, sends an
+ *       unsolicited PONG when the thread has been busy for half the
+ *       coordinator's heartbeat interval (the token of its first PING) and
+ *       nothing was sent meanwhile.  The channel is still used by one
+ *       thread at a time (rdma_chan.h): every use of it, by the serving
+ *       thread (read, send) or the acceptor (the PONG), holds chan_lock;
+ *       the serving thread does not hold it while the engine runs a
+ *       closure, and the acceptor only tries it (a holder is alive).
+ *   Q4  One-sided reads (ps): a MAP op registers a variable's block (its
+ *       data between its write counts, varstore.h) for remote reads once (map_lock; the registration
+ *       serves every connection, one protection domain per device) and
+ *       answers with their addresses and rkeys; readers then use RDMA READ
+ *       without this process (runtime/store/varstore.c SNAP1-SNAP3).  A DELETE
+ *       deregisters first; everything is deregistered when serving stops,
+ *       before the caller destroys the store.
+ *
+ * Hostile input: the channel checks every header (coord_wire_parse_hdr())
+ * before it buffers anything, the engine decodes every frame with the
+ * checked decoder; a peer that fails either, that is not a coord channel
+ * (bad private data: rejected at accept), that fails the handshake or that
+ * stalls gets an ERROR frame when the channel can still carry one, is
+ * disconnected and logged.  Nothing it does reaches another connection.
+ *
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/ps/ps.h"
+#include "runtime/store/varstore.h"
+#include "transport/rdma/rdma_chan.h"
+#include "transport/wire/sock.h"
+#include "transport/server/srv_proto.h"
+
+#define IDLE_TICK_MS 200 /* an idle connection's thread looks at `stopping` this often */
+#define ACCEPT_TICK_MS 50
+
+struct rsrv;
+
+struct rconn {
+	struct rsrv *s;
+	pthread_t thread;
+	struct coord_rdma_chan *ch;
+	struct coord_srv_conn p;
+	_Atomic int done;	   /* Q1 */
+	pthread_mutex_t chan_lock; /* Q3: every use of @ch */
+	/* Q3: since when the thread serves a frame (0: it does not), and
+	 * when a frame was last sent; hints for the acceptor's keepalive. */
+	_Atomic uint64_t busy_since, last_sent_ns;
+	struct rconn *next;
+};
+
+/* A variable registered for remote reads (ps, MAP ops; Q4). */
+struct rmap {
+	uint32_t id;
+	struct coord_rdma_mr *mr; /* the variable's block (varstore.h) */
+	struct coord_ps_map m;
+};
+
+struct rsrv {
+	struct coord_srv *base;
+	_Atomic int stopping;
+	struct rconn *conns; /* acceptor only */
+	/* Q4: registrations, shared by every connection (one protection
+	 * domain per device in this process); off the fast path. */
+	pthread_mutex_t map_lock;
+	struct rmap *maps;
+	unsigned nmaps, capmaps;
+};
+
+/* The engine's send interface (struct coord_srv_io): bounded by partial_ms
+ * (Q2), under chan_lock (Q3). */
+static int rdma_io_send(void *ctx, const void *b, size_t len)
+{
+	struct rconn *k = ctx;
+	int r;
+
+	pthread_mutex_lock(&k->chan_lock);
+	r = coord_rdma_chan_send(k->ch, b, len, k->s->base->o->partial_ms);
+	/* Relaxed (Q3): a hint for the keepalive. */
+	atomic_store_explicit(&k->last_sent_ns, coord_now_ns(), memory_order_relaxed);
+	pthread_mutex_unlock(&k->chan_lock);
+	return r;
+}
+
+/* Refuse: log, and say why on the channel if it can still carry a frame. */
+static void refuse(struct rconn *k, int r, const char *why)
+{
+	struct coord_frame_io io;
+
+	coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
+	if (r == -EPIPE || r == -ETIMEDOUT || r == -EIO)
+		return; /* closed, or no credits: an ERROR frame would not get through */
+	pthread_mutex_lock(&k->chan_lock);
+	coord_rdma_chan_io(&io, k->ch);
+	coord_send_error_io(&io, r, why);
+	pthread_mutex_unlock(&k->chan_lock);
+}
+
+static void serve_frames(struct rconn *k)
+{
+	const struct coord_server_opts *o = k->s->base->o;
+	struct coord_wire_hdr h;
+	const uint8_t *payload;
+	char why[96];
+	int r;
+
+	for (;;) {
+		bool partial;
+
+		pthread_mutex_lock(&k->chan_lock);
+		r = coord_rdma_chan_read(k->ch, IDLE_TICK_MS, o->partial_ms, &h, &payload);
+		partial = coord_rdma_chan_partial(k->ch);
+		pthread_mutex_unlock(&k->chan_lock);
+		if (r == -ETIMEDOUT && !partial) {
+			/* Relaxed: a poll flag, read once per idle tick (Q2). */
+			if (atomic_load_explicit(&k->s->stopping, memory_order_relaxed))
+				return;
+			continue;
+		}
+		if (r == -EPIPE) {
+			coord_log(COORD_LOG_INFO, "%s: closed by the coordinator", k->p.peer);
+			return;
+		}
+		if (r < 0) {
+			snprintf(why, sizeof(why), "%s",
+				 r == -ETIMEDOUT  ? "stalled in the middle of a frame"
+				 : r == -EMSGSIZE ? "frame larger than the limit"
+				 : r == -EPROTO	  ? "malformed frame header"
+						  : strerror(-r));
+			/* A timed-out partial frame leaves the channel able to send. */
+			refuse(k, r == -ETIMEDOUT ? -EPROTO : r, why);
+			return;
+		}
+		/* Relaxed (Q3): a hint for the keepalive. */
+		atomic_store_explicit(&k->busy_since, coord_now_ns(), memory_order_relaxed);
+		r = coord_srv_conn_frame(&k->p, &h, payload);
+		/* Relaxed (Q3): as above; a stale read costs one PONG. */
+		atomic_store_explicit(&k->busy_since, 0, memory_order_relaxed);
+		if (r == 1)
+			return;
+		if (r < 0) {
+			snprintf(why, sizeof(why), "%s (%s frame)",
+				 r == -EPROTO ? "malformed or unexpected frame" : strerror(-r),
+				 coord_wire_type_name(h.type));
+			refuse(k, r, why);
+			return;
+		}
+	}
+}
+
+static void *conn_main(void *arg)
+{
+	struct rconn *k = arg;
+	struct coord_srv *s = k->s->base;
+	const struct coord_server_opts *o = s->o;
+	struct coord_frame_io io;
+	struct coord_error err;
+	uint32_t task = 0;
+	int r;
+
+	pthread_mutex_lock(&k->chan_lock); /* Q3 (the handshake uses the channel) */
+	coord_rdma_chan_io(&io, k->ch);
+	r = coord_handshake_server_io(&io, &s->key, s->role, &task, o->handshake_ms, k->p.peer,
+				      &err);
+	if (r == 0 && s->role == COORD_ROLE_PS && o->task >= 0 && task != (uint32_t)o->task)
+		r = coord_seterr(&err, -EPROTO, "%s asked for ps task %u, this is ps task %d",
+				 k->p.peer, task, o->task);
+	if (r < 0) {
+		coord_log(COORD_LOG_WARN, "refused %s", err.msg);
+		if (r != -EPIPE && r != -EACCES) /* -EACCES already said so */
+			coord_send_error_io(&io, r, err.msg);
+		pthread_mutex_unlock(&k->chan_lock);
+	} else {
+		pthread_mutex_unlock(&k->chan_lock);
+		coord_srv_conn_start(&k->p, task);
+		coord_log(COORD_LOG_INFO, "%s connected to %s %u over rdma", k->p.peer,
+			  s->role == COORD_ROLE_PS ? "ps task" : "worker", task);
+		serve_frames(k);
+	}
+	coord_srv_conn_drop_ps(&k->p);
+	/* Q1 (release): pairs with the acquire in reap(): everything this
+	 * thread did to @k happens-before the acceptor frees it. */
+	atomic_store_explicit(&k->done, 1, memory_order_release);
+	return NULL;
+}
+
+static void conn_free(struct rconn *k)
+{
+	coord_rdma_chan_destroy(k->ch);
+	coord_srv_conn_fini(&k->p);
+	pthread_mutex_destroy(&k->chan_lock);
+	free(k);
+}
+
+/*
+ * Q3: an unsolicited PONG for a connection whose thread has served one
+ * frame for half the coordinator's heartbeat interval with nothing sent
+ * meanwhile.  Acceptor thread; never waits: a PONG fits in one SEND, which
+ * credits allow now or not at all (then the connection is busy sending:
+ * alive, or its sends will time out).
+ */
+static void keepalive(struct rconn *k, uint64_t now)
+{
+	/* Relaxed (Q3): hints, here and below. */
+	uint64_t busy = atomic_load_explicit(&k->busy_since, memory_order_relaxed);
+	/* Relaxed (Q3): as above. */
+	uint64_t half = (uint64_t)atomic_load_explicit(&k->p.hb_ms, memory_order_relaxed) *
+			500000ull;
+	uint8_t b[COORD_WIRE_HDR + 8];
+	struct coord_wire_writer w;
+	size_t sent = 0;
+
+	if (!busy || !half || now - busy < half ||
+	    /* Relaxed (Q3): as above. */
+	    now - atomic_load_explicit(&k->last_sent_ns, memory_order_relaxed) < half)
+		return;
+	if (pthread_mutex_trylock(&k->chan_lock) != 0)
+		return; /* the thread uses the channel: alive */
+	coord_wire_writer_init(&w, b, sizeof(b));
+	coord_wire_put_ping(&w, COORD_WIRE_PONG, half / 500000ull);
+	if (coord_rdma_chan_send_some(k->ch, b, w.len, &sent) == 0 && sent == w.len)
+		/* Relaxed (Q3): as above. */
+		atomic_store_explicit(&k->last_sent_ns, now, memory_order_relaxed);
+	pthread_mutex_unlock(&k->chan_lock);
+}
+
+/* Join and free finished connections; with @all, every one (stopping). */
+static void reap(struct rsrv *rs, bool all)
+{
+	struct rconn **pp = &rs->conns, *k;
+
+	while ((k = *pp)) {
+		/* Q1 (acquire): pairs with the release in conn_main(). */
+		if (all || atomic_load_explicit(&k->done, memory_order_acquire)) {
+			pthread_join(k->thread, NULL);
+			*pp = k->next;
+			conn_free(k);
+		} else {
+			pp = &k->next;
+		}
+	}
+}
+
+/* Q4: the MAP op (struct coord_srv map_var). */
+static int map_var(struct coord_srv_conn *p, uint32_t id, struct coord_ps_map *out,
+		   struct coord_error *err)
+{
+	struct rconn *k = (struct rconn *)((char *)p - offsetof(struct rconn, p));
+	struct rsrv *rs = k->s;
+	struct coord_var_map vm;
+	struct rmap *m = NULL;
+	int r;
+
+	pthread_mutex_lock(&rs->map_lock);
+	for (unsigned i = 0; i < rs->nmaps && !m; i++)
+		if (rs->maps[i].id == id)
+			m = &rs->maps[i];
+	if (m) {
+		*out = m->m;
+		pthread_mutex_unlock(&rs->map_lock);
+		return 0;
+	}
+	r = coord_vs_map(rs->base->vs, id, &vm, err);
+	if (r < 0)
+		goto out;
+	if (rs->nmaps == rs->capmaps) {
+		unsigned cap = rs->capmaps ? 2 * rs->capmaps : 16;
+		struct rmap *b = realloc(rs->maps, cap * sizeof(*b));
+
+		if (!b) {
+			r = coord_seterr(err, COORD_ENOMEM, "map: no memory");
+			goto out;
+		}
+		rs->maps = b;
+		rs->capmaps = cap;
+	}
+	m = &rs->maps[rs->nmaps];
+	memset(m, 0, sizeof(*m));
+	m->id = id;
+	r = coord_rdma_reg(k->ch, vm.block, vm.block_len, true, &m->mr);
+	if (r < 0) {
+		r = coord_seterr(err, r, "map: cannot register the variable: %s", strerror(-r));
+		goto out;
+	}
+	coord_rdma_mr_export(m->mr, &m->m.block_addr, &m->m.rkey);
+	m->m.block_len = vm.block_len;
+	m->m.nelem = vm.nelem;
+	rs->nmaps++;
+	*out = m->m;
+out:
+	pthread_mutex_unlock(&rs->map_lock);
+	return r;
+}
+
+/* Q4: @id is about to be deleted: no remote read may reach its memory. */
+static void unmap_var(struct coord_srv *s, uint32_t id)
+{
+	struct rsrv *rs = s->map_ctx;
+
+	pthread_mutex_lock(&rs->map_lock);
+	for (unsigned i = 0; i < rs->nmaps; i++)
+		if (rs->maps[i].id == id) {
+			coord_rdma_dereg(rs->maps[i].mr);
+			rs->maps[i] = rs->maps[--rs->nmaps];
+			break;
+		}
+	pthread_mutex_unlock(&rs->map_lock);
+}
+
+static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
+{
+	const struct coord_server_opts *o = rs->base->o;
+	struct coord_srv_io io = { .send = rdma_io_send };
+	struct coord_error err;
+	struct coord_rdma_chan *ch;
+	struct rconn *k;
+	int r;
+
+	memset(&err, 0, sizeof(err));
+	r = coord_rdma_accept(l, o->handshake_ms, &ch, &err);
+	if (r < 0) {
+		if (r != -ETIMEDOUT || err.msg[0])
+			coord_log(COORD_LOG_WARN, "rdma: refused a connection: %s",
+				  err.msg[0] ? err.msg : strerror(-r));
+		return;
+	}
+	k = calloc(1, sizeof(*k));
+	io.ctx = k;
+	if (!k || coord_srv_conn_init(&k->p, rs->base, &io) < 0) {
+		coord_log(COORD_LOG_ERROR, "out of memory for a connection");
+		if (k)
+			coord_srv_conn_fini(&k->p);
+		free(k);
+		coord_rdma_chan_destroy(ch);
+		return;
+	}
+	pthread_mutex_init(&k->chan_lock, NULL);
+	k->s = rs;
+	k->ch = ch;
+	snprintf(k->p.peer, sizeof(k->p.peer), "%s", coord_rdma_chan_peer(ch));
+	if (pthread_create(&k->thread, NULL, conn_main, k) != 0) {
+		coord_log(COORD_LOG_ERROR, "cannot start a thread for %s", k->p.peer);
+		conn_free(k);
+		return;
+	}
+	k->next = rs->conns;
+	rs->conns = k;
+}
+
+int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
+{
+	const struct coord_server_opts *o = s->o;
+	struct coord_rdma_opts ro = { .max_frame = o->max_frame };
+	struct rsrv rs = { .base = s };
+	struct coord_rdma_listener *l;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	unsigned port;
+	int r;
+
+	/* rdma_cm has no loopback: the cluster-key policy (B5) is ours. */
+	r = coord_sock_addr(o->listen, &ss, &sl, err);
+	if (r < 0)
+		return r;
+	r = coord_auth_check_bind(&s->key, (struct sockaddr *)&ss, sl, err);
+	if (r < 0)
+		return r;
+	r = coord_rdma_listen(o->listen, &ro, &l, &port, err);
+	if (r < 0)
+		return r;
+	pthread_mutex_init(&rs.map_lock, NULL);
+	if (s->role == COORD_ROLE_PS && s->vs) { /* Q4 */
+		s->map_var = map_var;
+		s->unmap_var = unmap_var;
+		s->map_ctx = &rs;
+	}
+	if (s->role == COORD_ROLE_PS)
+		coord_log(COORD_LOG_INFO, "serving ps task %d over rdma on port %u (%s)", o->task,
+			  port, s->key.set ? "cluster key required" : "no cluster key");
+	else
+		coord_log(COORD_LOG_INFO, "serving %u functions over rdma on port %u (%s)",
+			  o->registry->n, port,
+			  s->key.set ? "cluster key required" : "no cluster key");
+	if (o->on_listen)
+		o->on_listen(port, o->arg);
+	for (;;) {
+		struct pollfd p[2] = { { .fd = coord_rdma_listener_fd(l), .events = POLLIN },
+				       { .fd = o->stop_fd, .events = POLLIN } };
+
+		if (poll(p, o->stop_fd >= 0 ? 2 : 1, ACCEPT_TICK_MS) > 0) {
+			if (o->stop_fd >= 0 && (p[1].revents & (POLLIN | POLLHUP)))
+				break;
+			if (p[0].revents & POLLIN)
+				accept_one(&rs, l);
+		}
+		reap(&rs, false);
+		for (struct rconn *k = rs.conns; k; k = k->next) {
+			/* Q1 (acquire): a finished connection is left to reap(). */
+			if (!atomic_load_explicit(&k->done, memory_order_acquire))
+				keepalive(k, coord_now_ns());
+		}
+	}
+	/* Relaxed: each connection's thread polls it once per idle tick (Q2). */
+	atomic_store_explicit(&rs.stopping, 1, memory_order_relaxed);
+	reap(&rs, true);
+	s->map_var = NULL;
+	s->unmap_var = NULL;
+	for (unsigned i = 0; i < rs.nmaps; i++) { /* Q4: before the store goes */
+		coord_rdma_dereg(rs.maps[i].mr);
+	}
+	free(rs.maps);
+	pthread_mutex_destroy(&rs.map_lock);
+	coord_rdma_listener_destroy(l);
+	return 0;
+}

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * transport/server/srv_proto.h - the protocol engine of coord_worker_serve() and
+ * coord_ps_serve(), whatever carries the frames: one established
+ * connection's state (function map, ps client, per-worker resources, the
+ * RES / VAR_RES frame being built) and what it does with each frame it is
+ * given.  Frames go out through a small send interface, so the tcp server
+ * (an epoll pool over sockets, tcp_server.c) and the rdma server (a thread
+ * per channel, rdma_server.c) drive the same code.  The engine lives in
+ * srv_proto.c.
+ *
+ * Concurrency: a connection is driven by one thread at a time (the
+ * transport's P1); coord_srv_conn_frame() may call @io.send from that
+ * thread.  The shared part (struct coord_srv) is guarded by its lock, taken
+ * only on PS_TABLE frames and connection set-up / tear-down.
+ */
+#ifndef COORD_TRANSPORT_SRV_PROTO_H
+#define COORD_TRANSPORT_SRV_PROTO_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <coord/worker.h>
+
+#include "runtime/core/exec.h"
+#include "runtime/ps/ps.h"
+#include "transport/wire/auth.h"
+#include "transport/wire/wire.h"
+
+struct coord_srv_ps;
+
+/**
+ * struct coord_srv - what every connection of one server shares.
+ * @o:    the options (borrowed for the server's life).
+ * @role: COORD_ROLE_WORKER or COORD_ROLE_PS.
+ * @vs:   ps: the variables.
+ * @key:  the cluster key (or none).
+ * @lock: guards @pss (and the transport's own connection list).
+ * @pss:  clients of ps tasks, shared by connections naming the same tasks.
+ * @map_var: ps over rdma: register variable @id for remote reads and fill
+ *        @out (a MAP op, ps.h); NULL elsewhere (MAP then fails).  Called by
+ *        the thread that drives @k.
+ * @unmap_var: ps over rdma: variable @id is about to be deleted: deregister
+ *        it first, so no remote read reaches its freed memory.  NULL elsewhere.
+ */
+struct coord_srv_conn;
+struct coord_srv {
+	const struct coord_server_opts *o;
+	uint8_t role;
+	struct coord_varstore *vs;
+	struct coord_key key;
+	pthread_mutex_t lock;
+	struct coord_srv_ps *pss;
+	int (*map_var)(struct coord_srv_conn *k, uint32_t id, struct coord_ps_map *out,
+		       struct coord_error *err);
+	void (*unmap_var)(struct coord_srv *s, uint32_t id);
+	void *map_ctx; /* the transport's, for map_var */
+};
+
+/**
+ * struct coord_srv_io - how the engine sends.
+ * @send: write @len bytes of whole frames on the connection, in order;
+ *        0 or -errno (the connection then closes).  Called by the thread
+ *        that drives the connection.
+ * @ctx:  passed to @send.
+ */
+struct coord_srv_io {
+	int (*send)(void *ctx, const void *buf, size_t len);
+	void *ctx;
+};
+
+/* One connection's protocol state (transports embed it). */
+struct coord_srv_conn {
+	struct coord_srv *s;
+	struct coord_srv_io io;
+	/* the coordinator's heartbeat interval (its PING token), ms; 0 none.
+	 * Written by the driving thread, read by a keepalive as a hint. */
+	_Atomic uint32_t hb_ms;
+	char peer[80];
+	struct coord_exec_env env;
+	uint32_t *fnmap; /* coordinator's function id -> our registry index */
+	char **fnmiss;	 /* by id: the name of one not registered here, or NULL */
+	uint32_t nfn;
+	struct coord_srv_ps *ps;	 /* worker: the ps tasks (env.ps) */
+	struct coord_ps_scratch scratch; /* ps: aligned copies of request data */
+	/* the RES frame being built */
+	uint8_t *out;
+	size_t outcap;
+	struct coord_wire_writer w;
+	/* the current closure's result */
+	uint8_t *res;
+	size_t rescap, reslen;
+};
+
+/**
+ * coord_srv_init() - load the key, set up the shared part.
+ * @s: filled in; @o: the options (borrowed); @role/@vs: as in struct coord_srv.
+ * Return: 0 or -errno with @err.
+ */
+COORD_HIDDEN int coord_srv_init(struct coord_srv *s, const struct coord_server_opts *o,
+				uint8_t role, struct coord_varstore *vs, struct coord_error *err);
+/* coord_srv_fini() - every connection is gone: free the shared part. */
+COORD_HIDDEN void coord_srv_fini(struct coord_srv *s);
+
+/**
+ * coord_srv_conn_init() - a new connection's state, before its handshake.
+ * @k: zeroed by the caller, then filled in; @s: its server; @io: its send
+ *     interface (copied).
+ * Return: 0; -ENOMEM.
+ */
+COORD_HIDDEN int coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
+				     const struct coord_srv_io *io);
+/* coord_srv_conn_start() - the handshake named @task: serve frames from now. */
+COORD_HIDDEN void coord_srv_conn_start(struct coord_srv_conn *k, uint32_t task);
+/**
+ * coord_srv_conn_frame() - serve one frame of an established connection.
+ * @k: the connection; @h/@payload: the frame (borrowed for the call).
+ * Return: 0 go on; 1 the coordinator closed (logged); < 0 close with that
+ * reason (-EPROTO: malformed or unexpected frame).
+ */
+COORD_HIDDEN int coord_srv_conn_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
+				      const uint8_t *payload);
+/* coord_srv_conn_drop_ps() - let go of the ps client (takes s->lock: call
+ * it without holding it). */
+COORD_HIDDEN void coord_srv_conn_drop_ps(struct coord_srv_conn *k);
+/* coord_srv_conn_fini() - free the connection's state (after drop_ps). */
+COORD_HIDDEN void coord_srv_conn_fini(struct coord_srv_conn *k);
+
+/**
+ * coord_rdma_serve() - the rdma server (rdma_server.c; rdma_off.c without
+ * verbs at build time says why it cannot).
+ * @s: the shared part, initialised; the caller finalises it.
+ * Return: 0 after a stop; -errno with @err if it cannot listen.
+ */
+COORD_HIDDEN int coord_rdma_serve(struct coord_srv *s, struct coord_error *err);
+
+#endif /* COORD_TRANSPORT_SRV_PROTO_H */

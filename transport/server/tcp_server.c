@@ -1,0 +1,713 @@
+// SPDX-License-Identifier: MIT
+/*
+ * transport/server/tcp_server.c - coord_worker_serve() and coord_ps_serve(): the
+ * server side of the tcp transport, used by coord-worker, coord-ps and by
+ * users' own binaries.
+ *
+ * A ps server holds one variable store (runtime/varstore.h) and answers
+ * VAR_REQ frames from coordinators and workers with one VAR_RES frame each
+ * (runtime/ps.h has the operations).  A worker server learns where the ps
+ * tasks are from its coordinator's PS_TABLE frame; the connections of one
+ * process that name the same ps tasks share one client of them
+ * (transport/ps_client.c), so their requests share frames.
+ *
+ * Threading: a small pool of threads per process serves every connection
+ * through one epoll set, instead of a thread per connection.  A connection
+ * is still one worker of one coordinator: it runs that worker's closures in
+ * order (as an in-process worker does) and keeps that worker's per-worker
+ * resources, so a process that accepts many connections serves many
+ * workers.  Results go back in RES frames: one per REQ frame, flushed early
+ * when a closure has run long enough that waiting for the rest of the batch
+ * would hold its result back.
+ *
+ * Why (measured, bench_tcp scale row: 256 connections over 4 processes, one
+ * closure in flight on each, 2 vCPUs): with a thread per connection every
+ * closure woke its own sleeping thread, and the wake-up (an IPI on a VM) was
+ * charged to the sender; CPU per closure was about 17 us in the coordinator
+ * and 25-30 us in the workers.  With the pool, a burst of frames to one
+ * process wakes at most its pool's threads and the rest queue on the epoll
+ * ready list: 9-10 us and 12-15 us.  Rates rose from ~30 K/s to ~40 K/s on a
+ * shared, loaded machine.  One frame per closure is still the floor there.
+ *
+ *   P1  A connection is held by at most one thread: its handshake thread
+ *       (blocking, with deadlines, as before: every hostile-handshake case
+ *       keeps its behaviour), which serves the frames that came with the
+ *       handshake and then adds it to the epoll set EPOLLONESHOT; after
+ *       that, the pool thread whose epoll_wait returned it.  That thread
+ *       reads without blocking (coord_frame_try_read()), serves at most 64
+ *       whole frames in order and re-arms it with EPOLL_CTL_MOD as its last
+ *       touch.  Frames of one connection are therefore served in order by
+ *       one thread at a time.  The kernel orders the hand-over; `held`
+ *       (exchanged with acquire on taking, stored with release right after
+ *       the re-arm) states that edge for TSan, which does not model epoll;
+ *       a new holder that comes in between waits those few instructions.
+ *   P2  pool.target threads (one per CPU, at most 4) wait in epoll_wait,
+ *       one event each, so a ready connection never waits behind another's
+ *       frames on a busy thread while a thread is waiting.  A thread that
+ *       holds one connection for longer than STUCK_NS (a long closure, a ps
+ *       round trip, a send to a peer that does not read) while no thread is
+ *       left in epoll_wait gets relief from the watchdog (the acceptor
+ *       thread, ticking every 1 ms while a pool thread is busy): it unparks
+ *       a spare or starts a new thread.  So a closure waits behind a long
+ *       one of another connection at most about STUCK_NS + 1 ms.  Threads
+ *       beyond the target park when they are done.
+ *   P3  A finished connection is freed by the acceptor only after its
+ *       handshake thread was joined and its holder published `done`.
+ *   P5  Keepalive: a connection held longer than half the coordinator's
+ *       heartbeat interval (a long closure, a slow ps round trip) cannot
+ *       answer the coordinator's PINGs, so the watchdog sends it an
+ *       unsolicited PONG every half interval while it is held and nothing
+ *       else was sent; every send on a connection takes its send_lock, so
+ *       frames never interleave.  The interval is the token of the PING
+ *       the coordinator sends at connect (tcp.c conn_dial()).
+ *   P4  A started frame must be whole within partial_ms: the holder records
+ *       the deadline, the watchdog shuts the read side when it passes, and
+ *       the holder, reading EOF with `stalled` set, sends the ERROR frame
+ *       and closes.
+ *
+ * Hostile input: every frame goes through the checked decoder (wire.c); a
+ * frame that fails it, an unknown frame type, a function table that does
+ * not parse, or a peer that stalls mid-frame closes that connection with an
+ * ERROR frame and a logged reason.  Nothing a peer sends can stop the
+ * server or another connection.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <coord/var.h>
+
+#include "runtime/ps/ps.h"
+#include "runtime/util/abi.h"
+#include "transport/wire/sock.h"
+#include "transport/server/srv_proto.h"
+
+#define STUCK_NS 1000000ull /* a pool thread held one connection this long: add one */
+#define WATCH_IDLE_MS 20    /* the watchdog's tick while every pool thread is idle */
+#define MAX_POOL_THREADS 4096u
+
+struct srv;
+
+struct conn {
+	struct srv *s;
+	int fd;
+	pthread_t thread;    /* the handshake */
+	bool joined;	     /* acceptor only */
+	bool polled;	     /* registered with the pool's epoll (serving thread only) */
+	_Atomic int held;    /* a thread serves it now (P1) */
+	_Atomic int hs_done; /* the handshake thread has finished (P3) */
+	_Atomic int done;    /* finished: the acceptor may free it (P3) */
+	/* CLOCK_MONOTONIC ns by which a started frame must be whole, 0 = none;
+	 * the watchdog closes the connection after it (P4) */
+	_Atomic uint64_t partial_deadline;
+	_Atomic int stalled; /* the watchdog shut the read side (P4) */
+	/* Keepalive (P5): since when a thread holds us, and when we last
+	 * sent (the coordinator's heartbeat interval is p.hb_ms). */
+	_Atomic uint64_t held_since, last_sent_ns;
+	pthread_mutex_t send_lock; /* the holder's and the watchdog's sends */
+	struct coord_frame_reader rd;
+	struct coord_srv_conn p; /* the protocol (srv_proto.h) */
+	struct conn *next;
+};
+
+/* A thread of the serving pool. */
+struct pool_thread {
+	struct srv *s;
+	pthread_t thread;
+	/* CLOCK_MONOTONIC ns since which it serves one connection, 0 = idle
+	 * (the watchdog reads it, P2) */
+	_Atomic uint64_t busy_since;
+};
+
+struct srv {
+	struct coord_srv base; /* base.lock guards conns too */
+	_Atomic int stopping;
+	struct conn *conns;
+	/* the serving pool (P1, P2) */
+	int epfd, stop_efd;
+	unsigned target;	      /* threads that wait in epoll_wait at once */
+	_Atomic int waiting;	      /* threads in (or entering) epoll_wait */
+	struct pool_thread **threads; /* acceptor only */
+	unsigned nthreads, capthreads;
+	pthread_mutex_t park_lock; /* parked spare threads (off the fast path) */
+	pthread_cond_t park_cv;
+	unsigned parked, tokens;
+};
+
+void coord_server_opts_defaults(struct coord_server_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->listen = "127.0.0.1:0";
+	o->max_frame = COORD_WIRE_MAX_FRAME_DEFAULT;
+	o->handshake_ms = 5000;
+	o->partial_ms = 10000;
+	o->stop_fd = -1;
+	o->task = -1;
+	o->transport = "tcp";
+}
+
+/* Every send on a serving connection (P5: never interleaved). */
+static int conn_send(struct conn *k, const void *b, size_t len)
+{
+	int r;
+
+	pthread_mutex_lock(&k->send_lock);
+	r = coord_sock_send_all(k->fd, b, len);
+	/* Relaxed (P5): a hint for the watchdog. */
+	atomic_store_explicit(&k->last_sent_ns, coord_now_ns(), memory_order_relaxed);
+	pthread_mutex_unlock(&k->send_lock);
+	return r;
+}
+
+/* The engine's send interface over a socket (struct coord_srv_io). */
+static int tcp_io_send(void *ctx, const void *b, size_t len)
+{
+	return conn_send(ctx, b, len);
+}
+
+static void conn_error(struct conn *k, int code, const char *why)
+{
+	pthread_mutex_lock(&k->send_lock);
+	coord_send_error(k->fd, code, why);
+	pthread_mutex_unlock(&k->send_lock);
+}
+
+/* The connection is over: nothing touches it after this but the acceptor. */
+static void conn_finish(struct conn *k)
+{
+	if (k->polled)
+		epoll_ctl(k->s->epfd, EPOLL_CTL_DEL, k->fd, NULL);
+	/* Here, not in conn_free(): reap() holds s->lock, ps_release takes it. */
+	coord_srv_conn_drop_ps(&k->p);
+	shutdown(k->fd, SHUT_RDWR);
+	/* P3 (release): pairs with the acquire in reap(): the acceptor frees
+	 * the connection only after everything above. */
+	atomic_store_explicit(&k->done, 1, memory_order_release);
+}
+
+/*
+ * Serve what @k has to read without blocking: every whole frame (at most a
+ * bounded number, so one busy connection does not hold a thread while
+ * others wait), then re-arm it in the pool's epoll (P1).  Called by the
+ * one thread that holds @k (its handshake thread first, then the pool
+ * thread whose epoll_wait returned it).
+ */
+static void conn_serve(struct conn *k)
+{
+	const struct coord_server_opts *o = k->s->base.o;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = k };
+	struct coord_wire_hdr h;
+	const uint8_t *payload;
+	unsigned frames = 0;
+	bool add;
+	int r = 0;
+
+	/* P1 (acquire): pairs with the release below in the previous holder's
+	 * conn_serve(), which it makes right after its re-arm: everything it
+	 * did to @k (the re-arm too) happens-before ours.  The event can come
+	 * a few instructions before that store: wait for it, as for a ring
+	 * slot claimed and not yet published. */
+	for (unsigned i = 1; atomic_exchange_explicit(&k->held, 1, memory_order_acquire); i++)
+		coord_spin_pause(i);
+	/* Relaxed (P5): a hint for the watchdog. */
+	atomic_store_explicit(&k->held_since, coord_now_ns(), memory_order_relaxed);
+
+	for (; frames < 64; frames++) {
+		r = coord_frame_try_read(&k->rd, &h, &payload);
+		if (r < 0)
+			break;
+		r = coord_srv_conn_frame(&k->p, &h, payload);
+		if (r == 1)
+			goto out;
+		if (r < 0) {
+			const char *why = r == -EPROTO ? "malformed or unexpected frame"
+						       : strerror(-r);
+
+			coord_log(COORD_LOG_WARN, "%s: closing: %s (%s frame)", k->p.peer, why,
+				  coord_wire_type_name(h.type));
+			conn_error(k, r, why);
+			goto out;
+		}
+		if (k->rd.off == k->rd.len) {
+			/* All read was served: re-arm rather than recv() again
+			 * for an EAGAIN; the level-triggered re-arm reports
+			 * whatever came meanwhile.  One syscall less per frame. */
+			frames++;
+			r = -EAGAIN;
+			break;
+		}
+	}
+	/* P4 (relaxed): the watchdog only asks; stalled is re-read here, by
+	 * the thread that holds the connection. */
+	if (r == -EPIPE && atomic_load_explicit(&k->stalled, memory_order_relaxed))
+		r = -ETIMEDOUT; /* the watchdog shut our read side (P4) */
+	if (r == -EPIPE) {
+		coord_log(COORD_LOG_INFO, "%s: closed by the coordinator", k->p.peer);
+		goto out;
+	}
+	if (r < 0 && r != -EAGAIN) {
+		const char *why = r == -ETIMEDOUT  ? "stalled in the middle of a frame"
+				  : r == -EMSGSIZE ? "frame larger than the limit"
+				  : r == -EPROTO   ? "malformed frame header"
+						   : strerror(-r);
+
+		coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
+		conn_error(k, r, why);
+		goto out;
+	}
+	if (k->rd.len > k->rd.off) {
+		/* A frame started: it has partial_ms from its first bytes (a
+		 * frame completed here means the buffered rest is a new one).
+		 * Relaxed (P4): ours; the watchdog reads it as a hint. */
+		if (frames || !atomic_load_explicit(&k->partial_deadline, memory_order_relaxed))
+			/* Relaxed (P4): as above. */
+			atomic_store_explicit(&k->partial_deadline,
+					      coord_now_ns() + (uint64_t)o->partial_ms * 1000000ull,
+					      memory_order_relaxed);
+	} else {
+		/* Relaxed (P4): as above. */
+		atomic_store_explicit(&k->partial_deadline, 0, memory_order_relaxed);
+	}
+	/* Relaxed: a poll flag; stop also wakes every pool thread. */
+	if (atomic_load_explicit(&k->s->stopping, memory_order_relaxed))
+		goto out;
+	add = !k->polled;
+	k->polled = true;
+	/* Relaxed (P5): not held from here; a stale read costs one PONG. */
+	atomic_store_explicit(&k->held_since, 0, memory_order_relaxed);
+	if (epoll_ctl(k->s->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, k->fd, &ev) == 0) {
+		/* P1 (release): pairs with the acquire above in the next
+		 * holder; the last touch of @k. */
+		atomic_store_explicit(&k->held, 0, memory_order_release);
+		return;
+	}
+	k->polled = !add;
+	coord_log(COORD_LOG_ERROR, "%s: epoll_ctl: %s", k->p.peer, strerror(errno));
+out:
+	conn_finish(k);
+}
+
+/* The handshake, blocking with deadlines; then the pool serves the connection. */
+static void *hs_main(void *arg)
+{
+	struct conn *k = arg;
+	const struct coord_server_opts *o = k->s->base.o;
+	struct coord_error err;
+	uint32_t task = 0;
+	int r;
+
+	r = coord_handshake_server(&k->rd, &k->s->base.key, k->s->base.role, &task, o->handshake_ms,
+				   k->p.peer, &err);
+	if (r == 0 && k->s->base.role == COORD_ROLE_PS && o->task >= 0 && task != (uint32_t)o->task)
+		r = coord_seterr(&err, -EPROTO, "%s asked for ps task %u, this is ps task %d",
+				 k->p.peer, task, o->task);
+	if (r < 0) {
+		coord_log(COORD_LOG_WARN, "refused %s", err.msg);
+		if (r != -EPIPE && r != -EACCES) /* -EACCES already said so */
+			coord_send_error(k->fd, r, err.msg);
+		conn_finish(k);
+	} else {
+		coord_srv_conn_start(&k->p, task);
+		coord_log(COORD_LOG_INFO, "%s connected to %s %u", k->p.peer,
+			  k->s->base.role == COORD_ROLE_PS ? "ps task" : "worker", task);
+		/* Frames that came with the handshake are served here; the
+		 * EPOLL_CTL_ADD at its end hands the connection to the pool. */
+		conn_serve(k);
+	}
+	/* P3 (release): pairs with the acquire in reap(), which joins us. */
+	atomic_store_explicit(&k->hs_done, 1, memory_order_release);
+	return NULL;
+}
+
+/* ---- the serving pool ------------------------------------------------------------ */
+
+static int pool_spawn(struct srv *s);
+
+/* A spare thread waits here until the watchdog needs it (P2). */
+static bool park(struct srv *s)
+{
+	bool go;
+
+	pthread_mutex_lock(&s->park_lock);
+	s->parked++;
+	/* Relaxed: stop also broadcasts park_cv under park_lock. */
+	while (!s->tokens && !atomic_load_explicit(&s->stopping, memory_order_relaxed))
+		pthread_cond_wait(&s->park_cv, &s->park_lock);
+	s->parked--;
+	go = s->tokens > 0;
+	if (go)
+		s->tokens--;
+	pthread_mutex_unlock(&s->park_lock);
+	return go;
+}
+
+static void *pool_main(void *arg)
+{
+	struct pool_thread *t = arg;
+	struct srv *s = t->s;
+
+	for (;;) {
+		struct epoll_event ev;
+		int n;
+
+		/* Relaxed (P2): a count the watchdog and the park test read as
+		 * hints; epoll does the handing over. */
+		atomic_fetch_add_explicit(&s->waiting, 1, memory_order_relaxed);
+		n = epoll_wait(s->epfd, &ev, 1, -1);
+		/* Relaxed (P2): as above. */
+		atomic_fetch_sub_explicit(&s->waiting, 1, memory_order_relaxed);
+		if (n <= 0)
+			continue; /* EINTR */
+		if (!ev.data.ptr)
+			break; /* the stop eventfd: level-triggered, every thread sees it */
+		/* Relaxed (P2): read by the watchdog as a hint. */
+		atomic_store_explicit(&t->busy_since, coord_now_ns(), memory_order_relaxed);
+		conn_serve(ev.data.ptr);
+		/* Relaxed (P2): as above. */
+		atomic_store_explicit(&t->busy_since, 0, memory_order_relaxed);
+		/* More threads than the target waiting (a spare called in for a
+		 * long closure, now back): park instead of crowding epoll.
+		 * Relaxed (P2): a hint; parking one too many only delays. */
+		if (atomic_load_explicit(&s->waiting, memory_order_relaxed) >= (int)s->target &&
+		    !park(s))
+			break;
+	}
+	return NULL;
+}
+
+/* Add a thread to the pool: unpark a spare, else start one.  Acceptor only. */
+static int pool_spawn(struct srv *s)
+{
+	struct pool_thread *t;
+
+	pthread_mutex_lock(&s->park_lock);
+	if (s->parked > s->tokens) {
+		s->tokens++;
+		pthread_cond_signal(&s->park_cv);
+		pthread_mutex_unlock(&s->park_lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&s->park_lock);
+	if (s->nthreads == s->capthreads) {
+		unsigned cap = s->capthreads ? 2 * s->capthreads : 8;
+		struct pool_thread **a = realloc(s->threads, cap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		s->threads = a;
+		s->capthreads = cap;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->s = s;
+	if (pthread_create(&t->thread, NULL, pool_main, t) != 0) {
+		free(t);
+		return -EAGAIN;
+	}
+	s->threads[s->nthreads++] = t;
+	return 0;
+}
+
+/*
+ * The watchdog, run by the acceptor between polls (P2, P4): if a pool
+ * thread has held one connection longer than STUCK_NS (a long closure, a
+ * send to a peer that does not read, a ps round trip) and no thread is
+ * left waiting in epoll_wait, add one, so that another connection's
+ * closures never wait behind it; and close connections whose started
+ * frame is overdue.  Return: whether some thread is busy (poll sooner).
+ */
+/* P5: an unsolicited PONG for a connection held (busy) past half the
+ * coordinator's heartbeat interval with nothing sent meanwhile. */
+static void keepalive(struct conn *k, uint64_t now)
+{
+	/* Relaxed (P5): hints, here and below. */
+	uint64_t held = atomic_load_explicit(&k->held_since, memory_order_relaxed);
+	/* Relaxed (P5): as above. */
+	uint64_t half = (uint64_t)atomic_load_explicit(&k->p.hb_ms, memory_order_relaxed) *
+			500000ull;
+	uint8_t b[COORD_WIRE_HDR + 8];
+	struct coord_wire_writer w;
+	ssize_t n;
+
+	if (!held || !half || now - held < half ||
+	    /* Relaxed (P5): as above. */
+	    now - atomic_load_explicit(&k->last_sent_ns, memory_order_relaxed) < half)
+		return;
+	if (pthread_mutex_trylock(&k->send_lock) != 0)
+		return; /* the holder is sending: alive */
+	coord_wire_writer_init(&w, b, sizeof(b));
+	coord_wire_put_ping(&w, COORD_WIRE_PONG, half / 500000ull);
+	n = send(k->fd, b, w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (n > 0 && (size_t)n < w.len) /* rare: finish the frame */
+		(void)coord_sock_send_all(k->fd, b + n, w.len - (size_t)n);
+	if (n > 0)
+		/* Relaxed (P5): as above. */
+		atomic_store_explicit(&k->last_sent_ns, now, memory_order_relaxed);
+	pthread_mutex_unlock(&k->send_lock);
+}
+
+static bool watch(struct srv *s)
+{
+	uint64_t now = coord_now_ns();
+	bool busy = false, stuck = false;
+
+	for (unsigned i = 0; i < s->nthreads; i++) {
+		/* Relaxed (P2): a hint; a stale value costs one tick. */
+		uint64_t b = atomic_load_explicit(&s->threads[i]->busy_since, memory_order_relaxed);
+
+		busy |= b != 0;
+		stuck |= b != 0 && now - b > STUCK_NS;
+	}
+	/* Relaxed (P2): as above. */
+	if (stuck && atomic_load_explicit(&s->waiting, memory_order_relaxed) <= 0 &&
+	    s->nthreads < MAX_POOL_THREADS && pool_spawn(s) < 0)
+		coord_log(COORD_LOG_ERROR, "cannot add a serving thread");
+	pthread_mutex_lock(&s->base.lock);
+	for (struct conn *k = s->conns; k; k = k->next) {
+		/* Relaxed (P4): a hint; the holder re-checks stalled. */
+		uint64_t d = atomic_load_explicit(&k->partial_deadline, memory_order_relaxed);
+
+		keepalive(k, now);
+		if (!d || now < d)
+			continue;
+		/* Relaxed (P4): read back by the thread that sees the EOF. */
+		if (!atomic_exchange_explicit(&k->stalled, 1, memory_order_relaxed))
+			shutdown(k->fd, SHUT_RD); /* its holder reads EOF: closes (P4) */
+	}
+	pthread_mutex_unlock(&s->base.lock);
+	return busy;
+}
+
+static void conn_free(struct conn *k)
+{
+	close(k->fd);
+	pthread_mutex_destroy(&k->send_lock);
+	coord_frame_reader_fini(&k->rd);
+	coord_srv_conn_fini(&k->p);
+	free(k);
+}
+
+/* Join finished handshakes, free finished connections; with @all, every
+ * connection (the pool has stopped). */
+static void reap(struct srv *s, bool all)
+{
+	struct conn **pp, *k, *dead = NULL;
+
+	pthread_mutex_lock(&s->base.lock);
+	for (pp = &s->conns; (k = *pp);) {
+		/* P3 (acquire): pairs with the release in hs_main(). */
+		if (!k->joined &&
+		    (all || atomic_load_explicit(&k->hs_done, memory_order_acquire))) {
+			if (all)
+				shutdown(k->fd, SHUT_RDWR);
+			pthread_join(k->thread, NULL);
+			k->joined = true;
+		}
+		/* P3 (acquire): pairs with the release in conn_finish(). */
+		if (k->joined && (all || atomic_load_explicit(&k->done, memory_order_acquire))) {
+			*pp = k->next;
+			k->next = dead;
+			dead = k;
+		} else {
+			pp = &k->next;
+		}
+	}
+	pthread_mutex_unlock(&s->base.lock);
+	while ((k = dead)) {
+		dead = k->next;
+		/* Off the lock: ps_release() takes it.  Relaxed: the pool has
+		 * stopped (@all), or done was acquired above. */
+		if (!atomic_load_explicit(&k->done, memory_order_relaxed))
+			coord_srv_conn_drop_ps(&k->p);
+		conn_free(k);
+	}
+}
+
+static void accept_one(struct srv *s, int lfd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	struct coord_srv_io io = { .send = tcp_io_send };
+	struct conn *k;
+	int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC), one = 1;
+
+	if (fd < 0)
+		return;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	k = calloc(1, sizeof(*k));
+	if (!k || coord_frame_reader_init(&k->rd, fd, s->base.o->max_frame) < 0) {
+		coord_log(COORD_LOG_ERROR, "out of memory for a connection");
+		free(k);
+		close(fd);
+		return;
+	}
+	k->s = s;
+	k->fd = fd;
+	pthread_mutex_init(&k->send_lock, NULL);
+	io.ctx = k;
+	coord_sock_name((struct sockaddr *)&ss, len, k->p.peer, sizeof(k->p.peer));
+	if (coord_srv_conn_init(&k->p, &s->base, &io) < 0 ||
+	    pthread_create(&k->thread, NULL, hs_main, k) != 0) {
+		coord_log(COORD_LOG_ERROR, "cannot start a thread for %s", k->p.peer);
+		conn_free(k);
+		return;
+	}
+	pthread_mutex_lock(&s->base.lock);
+	k->next = s->conns;
+	s->conns = k;
+	pthread_mutex_unlock(&s->base.lock);
+}
+
+/* Threads that wait for connections at once: one per CPU, at most 4. */
+static unsigned pool_target(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
+}
+
+static int serve(const struct coord_server_opts *o, uint8_t role, struct coord_varstore *vs,
+		 struct coord_error *err)
+{
+	struct srv s = { .epfd = -1, .stop_efd = -1 };
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	bool busy = false;
+	unsigned port;
+	int lfd, r;
+
+	r = coord_srv_init(&s.base, o, role, vs, err);
+	if (r < 0)
+		return r;
+	if (o->transport && strcmp(o->transport, "tcp") != 0) {
+		/* The same engine over rdma channels (rdma_server.c). */
+		if (strcmp(o->transport, "rdma") == 0)
+			r = coord_rdma_serve(&s.base, err);
+		else
+			r = coord_seterr(err, COORD_EINVAL,
+					 "unknown server transport \"%s\" (tcp or rdma)",
+					 o->transport);
+		coord_srv_fini(&s.base);
+		return r;
+	}
+	r = coord_sock_listen(o->listen, &s.base.key, &lfd, &port, err);
+	if (r < 0) {
+		coord_srv_fini(&s.base);
+		return r;
+	}
+	pthread_mutex_init(&s.park_lock, NULL);
+	pthread_cond_init(&s.park_cv, NULL);
+	s.target = pool_target();
+	s.epfd = epoll_create1(EPOLL_CLOEXEC);
+	s.stop_efd = eventfd(0, EFD_CLOEXEC);
+	if (s.epfd < 0 || s.stop_efd < 0 || epoll_ctl(s.epfd, EPOLL_CTL_ADD, s.stop_efd, &ev) < 0) {
+		r = coord_seterr(err, -errno, "cannot set up the serving pool: %s",
+				 strerror(errno));
+		goto out;
+	}
+	for (unsigned i = 0; i < s.target; i++)
+		if (pool_spawn(&s) < 0) {
+			r = coord_seterr(err, COORD_ENOMEM, "cannot start the serving pool");
+			goto out;
+		}
+	if (role == COORD_ROLE_PS)
+		coord_log(COORD_LOG_INFO, "serving ps task %d on port %u (%s)", o->task, port,
+			  s.base.key.set ? "cluster key required"
+					 : "no cluster key: loopback only");
+	else
+		coord_log(COORD_LOG_INFO, "serving %u functions on port %u (%s)", o->registry->n,
+			  port,
+			  s.base.key.set ? "cluster key required"
+					 : "no cluster key: loopback only");
+	if (o->on_listen)
+		o->on_listen(port, o->arg);
+	for (;;) {
+		struct pollfd p[2] = { { .fd = lfd, .events = POLLIN },
+				       { .fd = o->stop_fd, .events = POLLIN } };
+
+		/* The watchdog's tick: fine while a pool thread is busy (a
+		 * stuck one is relieved within about STUCK_NS + 1 ms), coarse
+		 * when all are idle (partial frames: partial_ms). */
+		if (poll(p, o->stop_fd >= 0 ? 2 : 1, busy ? 1 : WATCH_IDLE_MS) > 0) {
+			if (o->stop_fd >= 0 && (p[1].revents & (POLLIN | POLLHUP)))
+				break;
+			if (p[0].revents & POLLIN)
+				accept_one(&s, lfd);
+		}
+		busy = watch(&s);
+		reap(&s, false);
+	}
+	r = 0;
+out:
+	/* Relaxed: pool threads see the stop eventfd; parked ones the broadcast. */
+	atomic_store_explicit(&s.stopping, 1, memory_order_relaxed);
+	if (s.stop_efd >= 0) {
+		uint64_t one = 1;
+
+		(void)!write(s.stop_efd, &one, sizeof(one));
+	}
+	pthread_mutex_lock(&s.park_lock);
+	pthread_cond_broadcast(&s.park_cv);
+	pthread_mutex_unlock(&s.park_lock);
+	for (unsigned i = 0; i < s.nthreads; i++) {
+		pthread_join(s.threads[i]->thread, NULL);
+		free(s.threads[i]);
+	}
+	free(s.threads);
+	close(lfd);
+	reap(&s, true);
+	if (s.epfd >= 0)
+		close(s.epfd);
+	if (s.stop_efd >= 0)
+		close(s.stop_efd);
+	pthread_cond_destroy(&s.park_cv);
+	pthread_mutex_destroy(&s.park_lock);
+	coord_srv_fini(&s.base);
+	return r;
+}
+
+int coord_worker_serve(const struct coord_server_opts *o, struct coord_error *err)
+{
+	struct coord_server_opts so; /* @o as this library's struct (runtime/abi.h) */
+
+	if (o && coord_server_opts_in(&so, o, err) < 0)
+		return COORD_EINVAL;
+	o = o ? &so : NULL;
+	if (!o || !o->registry || !o->listen || o->max_frame < 4096 ||
+	    o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
+		return coord_seterr(err, COORD_EINVAL,
+				    "coord_worker_serve: a registry, a listen "
+				    "address and a max_frame of 4 KiB..1 GiB are required");
+	return serve(o, COORD_ROLE_WORKER, NULL, err);
+}
+
+int coord_ps_serve(const struct coord_server_opts *o, struct coord_error *err)
+{
+	struct coord_server_opts so; /* @o as this library's struct (runtime/abi.h) */
+	struct coord_varstore *vs;
+	int r;
+
+	if (o && coord_server_opts_in(&so, o, err) < 0)
+		return COORD_EINVAL;
+	o = o ? &so : NULL;
+	if (!o || !o->listen || o->max_frame < 4096 || o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
+		return coord_seterr(err, COORD_EINVAL,
+				    "coord_ps_serve: a listen address and a max_frame of "
+				    "4 KiB..1 GiB are required");
+	r = coord_varstore_create(NULL, &vs, err);
+	if (r < 0)
+		return r;
+	r = serve(o, COORD_ROLE_PS, vs, err);
+	coord_varstore_destroy(vs);
+	return r;
+}

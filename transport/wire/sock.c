@@ -1,0 +1,548 @@
+// SPDX-License-Identifier: MIT
+/*
+ * transport/wire/sock.c - blocking socket helpers and the handshake (sock.h).
+ *
+ * Frame reading: coord_frame_read() recv()s first (MSG_DONTWAIT) and poll()s
+ * only when nothing is there, so a frame that is already waiting costs one
+ * system call, not poll + recv.  coord_frame_try_read() is the same without
+ * any wait, for the servers' event-driven pool (tcp_server.c).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "transport/wire/sock.h"
+
+int coord_sock_addr(const char *hostport, struct sockaddr_storage *ss, socklen_t *len,
+		    struct coord_error *err)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *ai = NULL;
+	char host[256];
+	const char *colon, *h = hostport;
+	size_t hl;
+	int r;
+
+	if (!hostport || !*hostport)
+		return coord_seterr(err, COORD_EINVAL, "empty address");
+	colon = strrchr(hostport, ':');
+	if (!colon || !colon[1])
+		return coord_seterr(err, COORD_EINVAL, "address '%s' has no port", hostport);
+	hl = (size_t)(colon - hostport);
+	if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') { /* [v6]:port */
+		h++;
+		hl -= 2;
+	}
+	if (hl == 0 || hl >= sizeof(host))
+		return coord_seterr(err, COORD_EINVAL, "address '%s' has no host", hostport);
+	memcpy(host, h, hl);
+	host[hl] = 0;
+	r = getaddrinfo(host, colon + 1, &hints, &ai);
+	if (r != 0 || !ai)
+		return coord_seterr(err, COORD_EINVAL, "cannot resolve '%s': %s", hostport,
+				    gai_strerror(r));
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	*len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+const char *coord_sock_name(const struct sockaddr *sa, socklen_t len, char *buf, size_t cap)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		port = ntohs(in->sin_port);
+		snprintf(buf, cap, "%s:%u", host, port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		port = ntohs(in6->sin6_port);
+		snprintf(buf, cap, "[%s]:%u", host, port);
+	} else {
+		snprintf(buf, cap, "(family %d)", sa->sa_family);
+	}
+	return buf;
+}
+
+int coord_sock_listen(const char *hostport, const struct coord_key *key, int *fd, unsigned *port,
+		      struct coord_error *err)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int one = 1, s, r;
+
+	r = coord_sock_addr(hostport, &ss, &len, err);
+	if (r < 0)
+		return r;
+	r = coord_auth_check_bind(key, (struct sockaddr *)&ss, len, err);
+	if (r < 0)
+		return r;
+	s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return coord_seterr(err, -errno, "socket: %s", strerror(errno));
+	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(s, (struct sockaddr *)&ss, len) < 0 || listen(s, 256) < 0) {
+		r = -errno;
+		close(s);
+		return coord_seterr(err, r, "cannot listen on %s: %s", hostport, strerror(-r));
+	}
+	len = sizeof(ss);
+	getsockname(s, (struct sockaddr *)&ss, &len);
+	*port = ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+					: ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	*fd = s;
+	return 0;
+}
+
+int coord_sock_connect(const char *hostport, int timeout_ms, int *fd, struct coord_error *err)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	struct pollfd p;
+	int s, r, one = 1, soerr = 0;
+	socklen_t sl = sizeof(soerr);
+
+	r = coord_sock_addr(hostport, &ss, &len, err);
+	if (r < 0)
+		return r;
+	s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (s < 0)
+		return coord_seterr(err, -errno, "socket: %s", strerror(errno));
+	if (connect(s, (struct sockaddr *)&ss, len) < 0 && errno != EINPROGRESS) {
+		r = -errno;
+		goto fail;
+	}
+	p.fd = s;
+	p.events = POLLOUT;
+	do
+		r = poll(&p, 1, timeout_ms);
+	while (r < 0 && errno == EINTR);
+	if (r == 0) {
+		r = -ETIMEDOUT;
+		goto fail;
+	}
+	getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+	if (soerr) {
+		r = -soerr;
+		goto fail;
+	}
+	fcntl(s, F_SETFL, fcntl(s, F_GETFL) & ~O_NONBLOCK);
+	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	*fd = s;
+	return 0;
+fail:
+	close(s);
+	return coord_seterr(err, r, "cannot connect to %s: %s", hostport, strerror(-r));
+}
+
+int coord_sock_send_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int coord_frame_reader_init(struct coord_frame_reader *rd, int fd, uint32_t max_frame)
+{
+	memset(rd, 0, sizeof(*rd));
+	rd->fd = fd;
+	rd->max_frame = max_frame;
+	rd->cap = 64 * 1024;
+	rd->buf = malloc(rd->cap);
+	return rd->buf ? 0 : -ENOMEM;
+}
+
+void coord_frame_reader_fini(struct coord_frame_reader *rd)
+{
+	free(rd->buf);
+	rd->buf = NULL;
+}
+
+/* Make room for a frame of @need bytes starting at off. */
+static int reserve(struct coord_frame_reader *rd, size_t need)
+{
+	if (rd->off > 0 && rd->off + need > rd->cap) {
+		memmove(rd->buf, rd->buf + rd->off, rd->len - rd->off);
+		rd->len -= rd->off;
+		rd->off = 0;
+	}
+	if (need > rd->cap) {
+		uint8_t *b = realloc(rd->buf, need);
+
+		if (!b)
+			return -ENOMEM;
+		rd->buf = b;
+		rd->cap = need;
+	}
+	return 0;
+}
+
+/*
+ * The next whole frame already in @rd's buffer: 0 (@h, @payload set);
+ * -EAGAIN with *@need the bytes a whole header or frame takes; or the
+ * header's error.
+ */
+static int take_frame(struct coord_frame_reader *rd, struct coord_wire_hdr *h,
+		      const uint8_t **payload, size_t *need)
+{
+	size_t avail = rd->len - rd->off;
+	int r = coord_wire_parse_hdr(rd->buf + rd->off, avail, rd->max_frame, h);
+
+	*need = COORD_WIRE_HDR;
+	if (r < 0)
+		return r;
+	*need = COORD_WIRE_HDR + (size_t)h->len;
+	if (avail < *need)
+		return -EAGAIN;
+	*payload = rd->buf + rd->off + COORD_WIRE_HDR;
+	rd->off += *need;
+	return 0;
+}
+
+int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
+		     struct coord_wire_hdr *h, const uint8_t **payload)
+{
+	uint64_t deadline = 0;
+
+	if (rd->off == rd->len)
+		rd->off = rd->len = 0;
+	for (;;) {
+		size_t avail = rd->len - rd->off, need = COORD_WIRE_HDR;
+		struct pollfd p = { .fd = rd->fd, .events = POLLIN };
+		int r, wait;
+		ssize_t n;
+
+		r = take_frame(rd, h, payload, &need);
+		if (r != -EAGAIN)
+			return r;
+		r = reserve(rd, need);
+		if (r < 0)
+			return r;
+		if (avail > 0 && deadline == 0)
+			deadline = coord_now_ns() + (uint64_t)partial_ms * 1000000ull;
+		if (avail == 0) {
+			wait = idle_ms;
+		} else {
+			uint64_t now = coord_now_ns();
+
+			wait = now >= deadline ? 0 : (int)((deadline - now) / 1000000ull) + 1;
+		}
+		/* recv first, poll only when nothing is there: a busy peer's
+		 * next frame is usually waiting already, and one syscall (not
+		 * poll + recv, with poll's wake-up) reads it. */
+		n = recv(rd->fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
+		if (n > 0) {
+			rd->len += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -EPIPE;
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		do
+			r = poll(&p, 1, wait);
+		while (r < 0 && errno == EINTR);
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ETIMEDOUT;
+	}
+}
+
+int coord_frame_try_read(struct coord_frame_reader *rd, struct coord_wire_hdr *h,
+			 const uint8_t **payload)
+{
+	if (rd->off == rd->len)
+		rd->off = rd->len = 0;
+	for (;;) {
+		size_t need;
+		ssize_t n;
+		int r = take_frame(rd, h, payload, &need);
+
+		if (r != -EAGAIN)
+			return r;
+		r = reserve(rd, need);
+		if (r < 0)
+			return r;
+		n = recv(rd->fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
+		if (n > 0) {
+			rd->len += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -EPIPE;
+		if (errno == EINTR)
+			continue;
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	}
+}
+
+/* A whole frame of @len bytes to the socket of the reader @ctx. */
+static int sock_io_write(void *ctx, const void *buf, size_t len)
+{
+	return coord_sock_send_all(((struct coord_frame_reader *)ctx)->fd, buf, len);
+}
+
+static int sock_io_read(void *ctx, int idle_ms, int partial_ms, struct coord_wire_hdr *h,
+			const uint8_t **payload)
+{
+	return coord_frame_read(ctx, idle_ms, partial_ms, h, payload);
+}
+
+void coord_frame_io_sock(struct coord_frame_io *io, struct coord_frame_reader *rd)
+{
+	io->ctx = rd;
+	io->read = sock_io_read;
+	io->write = sock_io_write;
+}
+
+void coord_send_error_io(const struct coord_frame_io *io, int code, const char *msg)
+{
+	uint8_t b[COORD_WIRE_HDR + 6 + 256];
+	struct coord_wire_writer w;
+	char m[256];
+
+	snprintf(m, sizeof(m), "%s", msg);
+	coord_wire_writer_init(&w, b, sizeof(b));
+	if (coord_wire_put_error(&w, code, m) == 0)
+		(void)io->write(io->ctx, b, w.len);
+}
+
+void coord_send_error(int fd, int code, const char *msg)
+{
+	struct coord_frame_reader rd = { .fd = fd };
+	struct coord_frame_io io;
+
+	coord_frame_io_sock(&io, &rd);
+	coord_send_error_io(&io, code, msg);
+}
+
+static int send_frame_hello(const struct coord_frame_io *io, uint16_t type,
+			    const struct coord_wire_hello *hello)
+{
+	uint8_t b[COORD_WIRE_HDR + 96];
+	struct coord_wire_writer w;
+
+	coord_wire_writer_init(&w, b, sizeof(b));
+	if (coord_wire_put_hello(&w, type, hello) < 0)
+		return -EINVAL;
+	return io->write(io->ctx, b, w.len);
+}
+
+static int send_frame_auth(const struct coord_frame_io *io, const uint8_t mac[COORD_WIRE_MAC])
+{
+	uint8_t b[COORD_WIRE_HDR + COORD_WIRE_MAC];
+	struct coord_wire_writer w;
+
+	coord_wire_writer_init(&w, b, sizeof(b));
+	if (coord_wire_put_auth(&w, mac) < 0)
+		return -EINVAL;
+	return io->write(io->ctx, b, w.len);
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	uint8_t acc = 0;
+
+	for (size_t i = 0; i < n; i++)
+		acc |= p[i];
+	return acc == 0;
+}
+
+/* Our proof for @label over (a, b), or zeros without a key. */
+static void proof(const struct coord_key *key, uint8_t label, const uint8_t *a, const uint8_t *b,
+		  uint8_t mac[COORD_WIRE_MAC])
+{
+	if (key && key->set)
+		coord_auth_mac(key, label, a, b, mac);
+	else
+		memset(mac, 0, COORD_WIRE_MAC);
+}
+
+/* Check the peer's proof: with a key, a valid MAC; without, zeros. */
+static bool proof_ok(const struct coord_key *key, uint8_t label, const uint8_t *a, const uint8_t *b,
+		     const uint8_t mac[COORD_WIRE_MAC])
+{
+	if (key && key->set)
+		return coord_auth_verify(key, label, a, b, mac);
+	return all_zero(mac, COORD_WIRE_MAC);
+}
+
+/* Read one frame of @type within @timeout_ms, or fail with a reason. */
+static int read_expect(const struct coord_frame_io *io, uint16_t type, int timeout_ms,
+		       struct coord_wire_hdr *h, const uint8_t **payload, const char *peer,
+		       struct coord_error *err)
+{
+	int r = io->read(io->ctx, timeout_ms, timeout_ms, h, payload);
+
+	if (r == -ETIMEDOUT)
+		return coord_seterr(err, r, "%s: no %s within %d ms", peer,
+				    coord_wire_type_name(type), timeout_ms);
+	if (r < 0)
+		return coord_seterr(err, r, "%s: handshake failed: %s", peer, strerror(-r));
+	if (h->type == COORD_WIRE_ERROR) {
+		int32_t code;
+		const char *msg = "";
+		uint16_t len = 0;
+
+		coord_wire_get_error(h, *payload, &code, &msg, &len);
+		return coord_seterr(err, -ECONNREFUSED, "%s refused: %.*s", peer, (int)len, msg);
+	}
+	if (h->type != type)
+		return coord_seterr(err, -EPROTO, "%s: expected %s, got %s", peer,
+				    coord_wire_type_name(type), coord_wire_type_name(h->type));
+	return 0;
+}
+
+static const char *role_name(uint8_t role)
+{
+	return role == COORD_ROLE_COORDINATOR ? "coordinator"
+	       : role == COORD_ROLE_WORKER    ? "worker"
+	       : role == COORD_ROLE_PS	      ? "ps"
+					      : "peer of unknown role";
+}
+
+int coord_handshake_client_io(const struct coord_frame_io *io, const struct coord_key *key,
+			      uint8_t role, uint8_t server_role, uint32_t task, int timeout_ms,
+			      const char *peer, struct coord_error *err)
+{
+	struct coord_wire_hello hello = { .magic = COORD_WIRE_MAGIC,
+					  .vmin = COORD_WIRE_VERSION,
+					  .vmax = COORD_WIRE_VERSION,
+					  .role = role,
+					  .task = task },
+				ack;
+	struct coord_wire_hdr h;
+	const uint8_t *payload;
+	uint8_t mac[COORD_WIRE_MAC];
+	int r;
+
+	coord_auth_nonce(hello.nonce);
+	r = send_frame_hello(io, COORD_WIRE_HELLO, &hello);
+	if (r < 0)
+		return coord_seterr(err, r, "%s: cannot send HELLO: %s", peer, strerror(-r));
+	r = read_expect(io, COORD_WIRE_HELLO_ACK, timeout_ms, &h, &payload, peer, err);
+	if (r < 0)
+		return r;
+	r = coord_wire_get_hello(&h, payload, &ack);
+	if (r < 0)
+		return coord_seterr(err, r, "%s: not a coord server (bad HELLO_ACK)", peer);
+	if (ack.status != COORD_WIRE_OK)
+		return coord_seterr(err, -EPROTONOSUPPORT, "%s refused the connection: %s", peer,
+				    ack.status == COORD_WIRE_BAD_VERSION ? "unsupported version"
+									 : "wrong role");
+	if (!proof_ok(key, COORD_AUTH_SERVER, hello.nonce, ack.nonce, ack.mac)) {
+		memset(mac, 0, sizeof(mac)); /* never prove ourselves to an unproven peer */
+		(void)send_frame_auth(io, mac);
+		return coord_seterr(err, -EACCES, "%s: authentication failed: the server %s", peer,
+				    key && key->set ? "does not hold our cluster key"
+						    : "requires a cluster key and we have none");
+	}
+	proof(key, COORD_AUTH_CLIENT, ack.nonce, hello.nonce, mac);
+	r = send_frame_auth(io, mac);
+	if (r == 0 && (ack.role != server_role || ack.task != task))
+		return coord_seterr(err, -EPROTO,
+				    "%s is a %s serving task %u, not the %s of task %u we expected",
+				    peer, role_name(ack.role), ack.task, role_name(server_role),
+				    task);
+	if (r < 0)
+		return coord_seterr(err, r, "%s: cannot send AUTH: %s", peer, strerror(-r));
+	return 0;
+}
+
+int coord_handshake_server_io(const struct coord_frame_io *io, const struct coord_key *key,
+			      uint8_t my_role, uint32_t *task, int timeout_ms, const char *peer,
+			      struct coord_error *err)
+{
+	struct coord_wire_hello hello,
+		ack = { .magic = COORD_WIRE_MAGIC, .vmin = COORD_WIRE_VERSION, .role = my_role };
+	struct coord_wire_hdr h;
+	const uint8_t *payload;
+	uint8_t mac[COORD_WIRE_MAC];
+	int r;
+
+	r = read_expect(io, COORD_WIRE_HELLO, timeout_ms, &h, &payload, peer, err);
+	if (r < 0)
+		return r;
+	r = coord_wire_get_hello(&h, payload, &hello);
+	if (r < 0)
+		return coord_seterr(err, r, "%s: not a coord peer (bad HELLO)", peer);
+	ack.task = hello.task;
+	if (hello.vmin > COORD_WIRE_VERSION || hello.vmax < COORD_WIRE_VERSION ||
+	    !(hello.role == COORD_ROLE_COORDINATOR ||
+	      (my_role == COORD_ROLE_PS && hello.role == COORD_ROLE_WORKER))) {
+		bool ver = hello.vmin > COORD_WIRE_VERSION || hello.vmax < COORD_WIRE_VERSION;
+
+		ack.status = ver ? COORD_WIRE_BAD_VERSION : COORD_WIRE_BAD_ROLE;
+		(void)send_frame_hello(io, COORD_WIRE_HELLO_ACK, &ack);
+		if (ver)
+			return coord_seterr(err, -EPROTONOSUPPORT,
+					    "%s: wire versions %u..%u, we speak %u", peer,
+					    hello.vmin, hello.vmax, COORD_WIRE_VERSION);
+		return coord_seterr(err, -EPROTO, "%s: role %u may not connect here", peer,
+				    hello.role);
+	}
+	coord_auth_nonce(ack.nonce);
+	proof(key, COORD_AUTH_SERVER, hello.nonce, ack.nonce, ack.mac);
+	r = send_frame_hello(io, COORD_WIRE_HELLO_ACK, &ack);
+	if (r < 0)
+		return coord_seterr(err, r, "%s: cannot send HELLO_ACK: %s", peer, strerror(-r));
+	r = read_expect(io, COORD_WIRE_AUTH, timeout_ms, &h, &payload, peer, err);
+	if (r < 0)
+		return r;
+	if (coord_wire_get_auth(&h, payload, mac) < 0)
+		return coord_seterr(err, -EPROTO, "%s: bad AUTH frame", peer);
+	if (!proof_ok(key, COORD_AUTH_CLIENT, ack.nonce, hello.nonce, mac)) {
+		coord_send_error_io(io, -EACCES, "authentication failed");
+		return coord_seterr(err, -EACCES, "%s: authentication failed: %s", peer,
+				    key && key->set ? "it does not hold the cluster key"
+						    : "it sent a proof but this server has no key");
+	}
+	*task = hello.task;
+	return 0;
+}
+
+int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key *key, uint8_t role,
+			   uint8_t server_role, uint32_t task, int timeout_ms, const char *peer,
+			   struct coord_error *err)
+{
+	struct coord_frame_io io;
+
+	coord_frame_io_sock(&io, rd);
+	return coord_handshake_client_io(&io, key, role, server_role, task, timeout_ms, peer, err);
+}
+
+int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key *key,
+			   uint8_t my_role, uint32_t *task, int timeout_ms, const char *peer,
+			   struct coord_error *err)
+{
+	struct coord_frame_io io;
+
+	coord_frame_io_sock(&io, rd);
+	return coord_handshake_server_io(&io, key, my_role, task, timeout_ms, peer, err);
+}

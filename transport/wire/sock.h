@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * transport/wire/sock.h - blocking socket helpers shared by the servers and the
+ * tcp transport's connection set-up: addresses, listen/connect, a frame
+ * reader with deadlines, and the connection handshake.
+ *
+ * Handshake (frames of wire.h), client C, server S, cluster key K:
+ *   C -> S  HELLO     { versions, role, task, Nc }
+ *   S -> C  HELLO_ACK { version, status, role, task, Ns, MAC_K('S', Nc, Ns) }
+ *   C -> S  AUTH      { MAC_K('C', Ns, Nc) }   (zeros if S's proof was wrong)
+ * With no key on a side its MACs are zeros and it accepts only zeros: a
+ * keyed and an unkeyed peer never talk.  Every step has a deadline; a
+ * refusal is logged with the peer's address and the reason.
+ */
+#ifndef COORD_TRANSPORT_SOCK_H
+#define COORD_TRANSPORT_SOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <coord/error.h>
+
+#include "transport/wire/auth.h"
+#include "transport/wire/wire.h"
+
+/* coord_sock_addr() - parse "host:port" (IPv4, [IPv6] or a name). */
+COORD_HIDDEN int coord_sock_addr(const char *hostport, struct sockaddr_storage *ss, socklen_t *len,
+				 struct coord_error *err);
+/* coord_sock_name() - "host:port" of @sa into @buf for logs. */
+COORD_HIDDEN const char *coord_sock_name(const struct sockaddr *sa, socklen_t len, char *buf,
+					 size_t cap);
+/* coord_sock_listen() - bind and listen on @hostport; *@port gets the bound
+ * port.  Refuses a non-loopback address without a key (B5). */
+COORD_HIDDEN int coord_sock_listen(const char *hostport, const struct coord_key *key, int *fd,
+				   unsigned *port, struct coord_error *err);
+/* coord_sock_connect() - connect to @hostport within @timeout_ms; TCP_NODELAY. */
+COORD_HIDDEN int coord_sock_connect(const char *hostport, int timeout_ms, int *fd,
+				    struct coord_error *err);
+/* coord_sock_send_all() - write all of @buf; 0 or -errno. */
+COORD_HIDDEN int coord_sock_send_all(int fd, const void *buf, size_t len);
+
+/* Reads frames from a blocking socket into a buffer that grows to fit. */
+struct coord_frame_reader {
+	int fd;
+	uint32_t max_frame;
+	uint8_t *buf;
+	size_t cap, len, off; /* bytes [off, len) are unread */
+};
+
+COORD_HIDDEN int coord_frame_reader_init(struct coord_frame_reader *rd, int fd, uint32_t max_frame);
+COORD_HIDDEN void coord_frame_reader_fini(struct coord_frame_reader *rd);
+/*
+ * coord_frame_read() - the next whole frame.  @idle_ms bounds the wait for
+ * its first byte (-1 forever); @partial_ms bounds the wait for the rest
+ * once it started (a peer that sends half a frame and stops).  @payload
+ * points into the reader's buffer until the next call.
+ * Return: 0; -ETIMEDOUT; -EPIPE peer closed; -EPROTO / -EMSGSIZE bad header;
+ * another -errno from the socket.
+ */
+COORD_HIDDEN int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
+				  struct coord_wire_hdr *h, const uint8_t **payload);
+
+/**
+ * struct coord_frame_io - what the handshake needs of a connection, so that
+ * the same code runs over a socket (coord_frame_io_sock()) and over an RDMA
+ * channel (transport/rdma/rdma_chan.h).
+ * @ctx:   the connection, passed to both callbacks.
+ * @read:  the next whole frame, with coord_frame_read()'s contract.
+ * @write: send @len bytes of whole frames; 0 or -errno.
+ */
+struct coord_frame_io {
+	void *ctx;
+	int (*read)(void *ctx, int idle_ms, int partial_ms, struct coord_wire_hdr *h,
+		    const uint8_t **payload);
+	int (*write)(void *ctx, const void *buf, size_t len);
+};
+
+/**
+ * coord_frame_io_sock() - a frame I/O over @rd's blocking socket.
+ * @io: filled in; it borrows @rd, which must outlive its use.
+ * @rd: an initialised frame reader.
+ */
+COORD_HIDDEN void coord_frame_io_sock(struct coord_frame_io *io, struct coord_frame_reader *rd);
+
+/**
+ * coord_handshake_client_io() - coord_handshake_client() over any frame I/O.
+ * @io: the connection (borrowed for the call).
+ * The other parameters and the return value: coord_handshake_client().
+ */
+COORD_HIDDEN int coord_handshake_client_io(const struct coord_frame_io *io,
+					   const struct coord_key *key, uint8_t role,
+					   uint8_t server_role, uint32_t task, int timeout_ms,
+					   const char *peer, struct coord_error *err);
+/**
+ * coord_handshake_server_io() - coord_handshake_server() over any frame I/O.
+ * @io: the connection (borrowed for the call).
+ * The other parameters and the return value: coord_handshake_server().
+ */
+COORD_HIDDEN int coord_handshake_server_io(const struct coord_frame_io *io,
+					   const struct coord_key *key, uint8_t my_role,
+					   uint32_t *task, int timeout_ms, const char *peer,
+					   struct coord_error *err);
+/**
+ * coord_send_error_io() - best effort: an ERROR frame saying why we close.
+ * @io: the connection; @code/@msg: the frame's contents (@msg cut at 255 bytes).
+ */
+COORD_HIDDEN void coord_send_error_io(const struct coord_frame_io *io, int code, const char *msg);
+
+/*
+ * coord_frame_try_read() - the next whole frame if it can be had without
+ * blocking: parses what is buffered, then recv()s (MSG_DONTWAIT) until a
+ * frame is whole or the socket is empty.
+ * Return: 0; -EAGAIN (no whole frame yet; bytes of a partial one may be
+ * buffered: rd->len > rd->off); -EPIPE peer closed; -EPROTO / -EMSGSIZE bad
+ * header; another -errno.
+ */
+COORD_HIDDEN int coord_frame_try_read(struct coord_frame_reader *rd, struct coord_wire_hdr *h,
+				      const uint8_t **payload);
+
+/*
+ * coord_handshake_client() - connect as @role (a coordinator, or a worker
+ * reaching a ps) to the server of @task, which must answer as @server_role.
+ */
+COORD_HIDDEN int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key *key,
+					uint8_t role, uint8_t server_role, uint32_t task,
+					int timeout_ms, const char *peer, struct coord_error *err);
+/*
+ * coord_handshake_server() - accept a peer; *@task gets the task it named.
+ * A worker server accepts coordinators; a ps server accepts coordinators and
+ * workers.
+ */
+COORD_HIDDEN int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key *key,
+					uint8_t my_role, uint32_t *task, int timeout_ms,
+					const char *peer, struct coord_error *err);
+
+/* coord_send_error() - best effort: tell the peer why we close. */
+COORD_HIDDEN void coord_send_error(int fd, int code, const char *msg);
+
+#endif /* COORD_TRANSPORT_SOCK_H */
