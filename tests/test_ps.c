@@ -67,15 +67,15 @@ static int ps_start(unsigned i, const char *key)
 	const char *bin = getenv("COORD_PS_BIN");
 	char task[16];
 	const char *log = getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error";
-	char *argv[] = { (char *)bin, "--listen",  "127.0.0.1:0", "--task", task,
-			 "--log",     (char *)log, NULL,	  NULL,	    NULL };
+	char *argv[] = { (char *)bin, "--listen",    "127.0.0.1:0", "--task", task, "--log",
+			 (char *)log, "--ckpt-root", "/tmp",	    NULL,     NULL, NULL };
 
 	if (!bin)
 		return -1;
 	snprintf(task, sizeof(task), "%u", i);
 	if (key) {
-		argv[7] = "--key";
-		argv[8] = (char *)key;
+		argv[9] = "--key";
+		argv[10] = (char *)key;
 	}
 	ps_pid[i] = t_spawn(argv, "coord-ps", &ps_port[i]);
 	return ps_pid[i] < 0 ? -1 : 0;

@@ -824,10 +824,16 @@ static void test_varstore_checkpoint_corrupt_refused(void **state)
 	expect_refused(vs, dir, -EBADMSG, "magic");
 	/* wrong version, even with a matching checksum */
 	memcpy(b, good, len);
-	put32(b + 8, 2);
+	put32(b + 8, 3);
 	fix_crc(b, len);
 	write_file(dir, "ckpt-7.coord", b, len);
-	expect_refused(vs, dir, -EBADMSG, "version 2");
+	expect_refused(vs, dir, -EBADMSG, "version 3");
+	/* a layout that cannot be: task 1 of 1 */
+	memcpy(b, good, len);
+	put32(b + 40, 1);
+	fix_crc(b, len);
+	write_file(dir, "ckpt-7.coord", b, len);
+	expect_refused(vs, dir, -EBADMSG, "task 1 of 1");
 	/* structural lies behind a valid checksum */
 	memcpy(b, good, len);
 	put32(b + 24, 0x7fffffff); /* variable count */
@@ -835,12 +841,12 @@ static void test_varstore_checkpoint_corrupt_refused(void **state)
 	write_file(dir, "ckpt-7.coord", b, len);
 	expect_refused(vs, dir, -EBADMSG, "cannot fit");
 	memcpy(b, good, len);
-	put32(b + 40, 200); /* first name length */
+	put32(b + 48, 200); /* first name length */
 	fix_crc(b, len);
 	write_file(dir, "ckpt-7.coord", b, len);
 	expect_refused(vs, dir, -EBADMSG, "name length");
 	memcpy(b, good, len);
-	b[44] = ' '; /* first name's first byte */
+	b[52] = ' '; /* first name's first byte */
 	fix_crc(b, len);
 	write_file(dir, "ckpt-7.coord", b, len);
 	expect_refused(vs, dir, -EBADMSG, "not one of");
@@ -856,8 +862,8 @@ static void test_varstore_checkpoint_corrupt_refused(void **state)
 	expect_refused(vs, dir, -EBADMSG, "unaccounted");
 	/* global_step is first: name length 11, then ndim; say 4 dims */
 	memcpy(b, good, len);
-	assert_memory_equal(b + 44, "global_step", 11);
-	put32(b + 55, 4);
+	assert_memory_equal(b + 52, "global_step", 11);
+	put32(b + 63, 4);
 	fix_crc(b, len);
 	write_file(dir, "ckpt-7.coord", b, len);
 	expect_refused(vs, dir, -EBADMSG, "ckpt-7.coord");

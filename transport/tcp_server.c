@@ -671,6 +671,8 @@ void coord_srv_conn_drop_ps(struct coord_srv_conn *k)
 
 void coord_srv_conn_fini(struct coord_srv_conn *k)
 {
+	if (k->s && k->s->vs) /* a restore it prepared dies with it (ps.h) */
+		coord_varstore_abort(k->s->vs, &k->scratch);
 	coord_exec_env_fini(&k->env);
 	free(k->scratch.buf);
 	free(k->fnmap);
@@ -1194,7 +1196,9 @@ int coord_ps_serve(const struct coord_server_opts *o, struct coord_error *err)
 	r = coord_varstore_create(NULL, &vs, err);
 	if (r < 0)
 		return r;
-	r = serve(o, COORD_ROLE_PS, vs, err);
+	r = coord_varstore_set_ckpt_root(vs, o->ckpt_root ? o->ckpt_root : ".", o->task, err);
+	if (r == 0)
+		r = serve(o, COORD_ROLE_PS, vs, err);
 	coord_varstore_destroy(vs);
 	return r;
 }

@@ -189,6 +189,8 @@ COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
  *              rdma_cm on @listen, which must be an address of an RDMA
  *              device; fails with the reason in a build without verbs or on
  *              a host without an RDMA device).
+ * @ckpt_root:  coord_ps_serve() only: the directory checkpoints must lie
+ *              under (coord/var.h); NULL (default): the working directory.
  */
 struct coord_server_opts {
 	const struct coord_registry *registry;
@@ -202,6 +204,7 @@ struct coord_server_opts {
 	void *arg;
 	int task;
 	const char *transport;
+	const char *ckpt_root;
 };
 
 /** coord_server_opts_init() - defaults as documented above (coord/var.h has coord_ps_serve()). */
