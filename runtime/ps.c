@@ -603,6 +603,7 @@ static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_
 	unsigned n = ps ? ps->nps : 0;
 	uint64_t step = 0, latest = 0, dig = 0, dig0 = 0;
 	uint32_t nonce, staged = 0, total = 0, oldn = 0;
+	char why[COORD_PS_PREP_MAX - COORD_PS_PREP_FIXED + 1];
 	struct coord_error e2;
 	int r;
 
@@ -652,6 +653,16 @@ static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_
 				 "checkpoint %s step %llu: the %u ps tasks staged %u variables of "
 				 "the checkpoint's %u (or not each once): refused",
 				 dir, (unsigned long long)step, n, staged, total);
+	if (r == 0) { /* task 0's reason for a fallback (res is reused below) */
+		size_t wl = ops[0].dst_len - COORD_PS_PREP_FIXED;
+
+		memcpy(why, res[0] + COORD_PS_PREP_FIXED, wl);
+		why[wl] = 0;
+	}
+	if (r == 0 && err) { /* an earlier step's failure, or nothing */
+		err->code = 0;
+		err->msg[0] = 0;
+	}
 	if (r < 0) {
 		/* Best effort: a task that cannot be told drops its stage when
 		 * its connection goes, or at the next PREPARE. */
@@ -674,11 +685,6 @@ static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_
 	if (stepp)
 		*stepp = step;
 	if (step != latest) {
-		char why[COORD_PS_PREP_MAX - COORD_PS_PREP_FIXED + 1];
-		size_t wl = ops[0].dst_len - COORD_PS_PREP_FIXED;
-
-		memcpy(why, res[0] + COORD_PS_PREP_FIXED, wl);
-		why[wl] = 0;
 		coord_log(COORD_LOG_WARN,
 			  "checkpoint %s: fell back to step %llu, the newest intact one (%s)", dir,
 			  (unsigned long long)step, why);
