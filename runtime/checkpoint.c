@@ -38,14 +38,32 @@
  * next save into that directory removes (one store per directory: no
  * other writer's temp file can be there), as coord-ps does at start.
  *
- * Verification (restore): the file is read whole into memory and checked
+ * Verification (restore): a file is read whole into memory and checked
  * before the store is touched: size against opts.max_ckpt_bytes, magic,
  * version, flags, step, the header's size against the real size (so a
  * truncated file is reported as truncated), the CRC, then every length
- * against the bytes that remain, names, shapes, duplicates, and each name
- * against the store (same shape or absent).  New variables are allocated
- * and filled unpublished; only when nothing can fail any more are they
- * published and the existing ones overwritten.
+ * against the bytes that remain, names, shapes, duplicates.  Its variables
+ * are then built as new unpublished variables (a stage), checked against
+ * the store (same shape or absent), and committed under the name lock:
+ * live ones overwritten, the others published, with nothing left to fail.
+ *
+ * Restore across layouts (coord_varstore_prepare/commit/abort, the ps ops
+ * PREPARE/COMMIT/ABORT): the coordinator's ps tasks share DIR (as TF
+ * assumes for checkpoints).  Each task reads every file of the step, from
+ * DIR/ps-<t> for every task t of the layout that wrote it (the header's
+ * count; for version 1 the ps-<t> that hold the step, which must be
+ * 0..n-1), checks that they agree (version, step, task, count) and that no
+ * name is in two files, and stages the variables whose name places on it
+ * now.  The stage is invisible until its owner commits it; one per store
+ * (a new PREPARE drops the old: memory is one checkpoint's share plus one
+ * file); its owner's connection closing drops it; while it is held a create
+ * cannot give one of its names another shape (so a commit cannot fail).
+ *
+ * Reach: a coord-ps has a checkpoint root (coord_varstore_set_ckpt_root()):
+ * DIR is opened beneath it with openat2(RESOLVE_BENEATH |
+ * RESOLVE_NO_MAGICLINKS) and every file below DIR is opened with *at()
+ * calls by single names, without following symbolic links.  In-process ps
+ * stores have no root: DIR is the caller's path.
  */
 #include <dirent.h>
 #include <fcntl.h>

@@ -15,7 +15,9 @@
  * live variable to DIR/ckpt-<step>.coord and point DIR/latest at it, each
  * through a temp file, fsync and rename; a load verifies the whole file
  * (lengths, CRC-32C) before the store is changed.  The format is described
- * at the top of runtime/checkpoint.c.
+ * at the top of runtime/checkpoint.c.  A ps task's checkpoints live in
+ * DIR/ps-<task>; a restore across layouts is prepared (staged, invisible),
+ * then committed or aborted (coord_varstore_prepare() and after).
  *
  * Synchronization table ("X": may run concurrently on one store, "-": the
  * caller must keep them apart):
