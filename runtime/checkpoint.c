@@ -1373,6 +1373,7 @@ int coord_varstore_set_ckpt_root(struct coord_varstore *vs, const char *root, in
 		return coord_seterr(err, -ENOMEM, "checkpoint root: out of memory");
 	}
 	vs->ckpt_root_fd = fd;
+	coord_log(COORD_LOG_INFO, "checkpoints only beneath '%s'", real);
 	if (task >= 0) {
 		snprintf(psname, sizeof(psname), "ps-%d", task);
 		sweep(fd, psname, 0, &budget);

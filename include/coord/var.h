@@ -249,8 +249,8 @@ COORD_API COORD_NODISCARD int coord_ctx_var_scatter_add(struct coord_ctx *ctx, c
  * task's index (its checkpoint directory is DIR/ps-<task>): a peer that
  * names another task at connect is refused.  Checkpoints are read and
  * written only beneath @o->ckpt_root (NULL: the working directory), opened
- * once at start; there, temp files of interrupted saves in ps-<task>
- * directories are removed (a bounded walk).  A DIR that escapes the root
+ * once at start; when @o->ckpt_root is given, temp files of interrupted
+ * saves in ps-<task> directories under it are removed (a bounded walk).  A DIR that escapes the root
  * (.., a symbolic link, an absolute path elsewhere) is refused and logged.  Other options, threading and
  * hostile-input handling as coord_worker_serve().  The store lives as long
  * as the server.
