@@ -31,6 +31,7 @@
 
 #include <coord/var.h>
 
+#include "runtime/ps.h"
 #include "runtime/varstore.h"
 #include "transport/wire.h"
 #include "helpers.h"
@@ -1183,6 +1184,63 @@ static void test_ckpt_root_escape(void **state)
 	(void)!system(p);
 }
 
+/*
+ * A prepared restore belongs to the connection that prepared it: held, it
+ * keeps a create from giving a staged name another shape; when that
+ * connection closes, coord-ps drops it.
+ */
+static void test_stage_dies_with_connection(void **state)
+{
+	uint8_t res[COORD_PS_PREP_MAX];
+	uint64_t d2[2] = { 9, 9 };
+	char addr[32];
+	const char *addrs[1] = { addr };
+	struct coord_ps *ps = NULL;
+	struct coord_ps_op op;
+	struct coord_error err;
+	struct coord *c;
+	coord_var_t h;
+	int r = -1;
+
+	(void)state;
+	lay_save(2);
+	c = lay_make(1);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", lay_port[0]);
+	assert_int_equal(coord_psc_create(addrs, 1, COORD_ROLE_COORDINATOR, NULL,
+					  COORD_WIRE_MAX_FRAME_DEFAULT, 5000, 30000, &ps, &err),
+			 0);
+	memset(&op, 0, sizeof(op));
+	op.op = COORD_PS_PREPARE;
+	op.name = lay_dir;
+	op.name_len = (uint16_t)strlen(lay_dir);
+	op.off = COORD_CKPT_STEP_LATEST;
+	op.n = 1;
+	op.id = 5;
+	op.dst = res;
+	op.cap = sizeof(res);
+	if (coord_ps_run(ps, &op, 1, &err) != 0)
+		fail_msg("prepare: %s", err.msg);
+	assert_true(op.dst_len >= COORD_PS_PREP_FIXED);
+	assert_int_equal(res[16], LAY_VARS); /* nstaged, little-endian */
+	assert_int_equal(coord_var_create(c, "lay/v7", 2, d2, NULL, &h, &err), -EEXIST);
+	assert_non_null(strstr(err.msg, "restore being prepared"));
+	coord_ps_destroy(ps); /* closes its connection */
+	/* Bounded: the server drops the stage as it reaps the connection. */
+	for (int i = 0; i < 400 && r != 0; i++) {
+		r = coord_var_create(c, "lay/v7", 2, d2, NULL, &h, &err);
+		if (r != 0)
+			t_sleep_ns(25000000);
+	}
+	assert_int_equal(r, 0);
+	for (unsigned i = 0; i < LAY_VARS; i++) { /* nothing was committed */
+		char name[32];
+
+		snprintf(name, sizeof(name), "lay/v%u", i);
+		assert_int_equal(coord_var_lookup(c, name, &h, NULL, NULL), i == 7 ? 0 : -ENOENT);
+	}
+	lay_destroy(c);
+}
+
 /* coord-ps --ckpt-root removes its own task's temp files at start. */
 static void test_ckpt_root_start_sweep(void **state)
 {
@@ -1268,6 +1326,7 @@ int main(void)
 		cmocka_unit_test(test_ps_failure_restart_exit_code),
 		LAY_TEST(test_ckpt_root_escape),
 		LAY_TEST(test_ckpt_root_start_sweep),
+		LAY_TEST(test_stage_dies_with_connection),
 	};
 	int failed;
 
