@@ -1078,6 +1078,53 @@ static void test_varstore_prepare_commit(void **state)
 	free(dir);
 }
 
+/* Files of one step that disagree, or overlap, are refused by PREPARE. */
+static void test_varstore_prepare_inconsistent(void **state)
+{
+	struct coord_varstore *a = new_store(0), *b = new_store(0), *t = new_store(0);
+	struct coord_ckpt_prep q = { .step = COORD_CKPT_STEP_LATEST, .task = 0, .nps = 1 };
+	struct coord_ckpt_prep_res res;
+	struct coord_error e = { 0 };
+	float x = 1;
+	char *dir = mk_dir(), cmd[128];
+	int owner;
+
+	(void)state;
+	q.dir = dir;
+	q.owner = &owner;
+	mk(a, "a", 0, NULL, &x);
+	mk(b, "b", 0, NULL, &x);
+	/* task 0 says 2 tasks, task 1 says 3 */
+	assert_int_equal(coord_varstore_save_task(a, dir, 0, 2, 4, &e), 0);
+	assert_int_equal(coord_varstore_save_task(b, dir, 1, 3, 4, &e), 0);
+	assert_int_equal(coord_varstore_prepare(t, &q, &res, &e), -EBADMSG);
+	if (!strstr(e.msg, "disagree"))
+		fail_msg("unexpected: %s", e.msg);
+	/* both hold "a": in two files */
+	mk(b, "a", 0, NULL, &x);
+	assert_int_equal(coord_varstore_save_task(b, dir, 1, 2, 4, &e), 0);
+	assert_int_equal(coord_varstore_prepare(t, &q, &res, &e), -EBADMSG);
+	if (!strstr(e.msg, "'a' is in two"))
+		fail_msg("unexpected: %s", e.msg);
+	/* a task's directory missing altogether: incomplete */
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/ps-1'", dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(coord_varstore_prepare(t, &q, &res, &e), -EBADMSG);
+	if (!strstr(e.msg, "incomplete"))
+		fail_msg("unexpected: %s", e.msg);
+	/* no checkpoint at all */
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/ps-0'", dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(coord_varstore_prepare(t, &q, &res, &e), -ENOENT);
+	assert_int_equal(coord_varstore_count(t), 0);
+	coord_varstore_destroy(a);
+	coord_varstore_destroy(b);
+	coord_varstore_destroy(t);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	(void)!system(cmd);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1093,6 +1140,7 @@ int main(void)
 		cmocka_unit_test(test_varstore_checkpoint_after_crash),
 		cmocka_unit_test(test_varstore_checkpoint_corrupt_refused),
 		cmocka_unit_test(test_varstore_prepare_commit),
+		cmocka_unit_test(test_varstore_prepare_inconsistent),
 		cmocka_unit_test(test_varstore_shard_functions),
 		cmocka_unit_test(test_varstore_crc32c),
 	};
