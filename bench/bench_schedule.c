@@ -2,12 +2,13 @@
 /*
  * bench/bench_schedule.c - the cost of one coord_schedule() call, made from
  * one thread while 2 in-process workers drain the queue, beside the seed
- * design's schedule() (bench/seedq.h: a malloc'd closure with a mutex+cv
- * future, put on the mutex+cv queue, 2 worker threads) in the same run.
+ * design's schedule() (bench/seedq.h: a closure made before the timed
+ * region, put on the mutex+cv queue, 2 worker threads, an atomic+futex
+ * RemoteValue) in the same run.
  *
  * Configurations:
  *   out=NULL  no RemoteValue is kept (coord_schedule(..., NULL, ...));
- *             the seed design's closure is freed by its worker.
+ *             the seed design's closures are freed after the join.
  *   keep_rv   a RemoteValue per call, dropped (coord_rv_put()) after each
  *             timed batch; the drop is outside the per-call samples but
  *             inside calls/s.
@@ -154,13 +155,15 @@ static void coord_repeat(struct coord *c, uint32_t fn, uint64_t n, bool keep, st
 
 static void seed_repeat(uint64_t n, bool keep, struct result *res, bool warm)
 {
-	struct seed_closure *cls[BATCH];
 	struct seed_worker w[NWORKERS];
+	struct seed_closure *cl = seed_closures_alloc(n, seed_fn, 0);
 	struct seedq q;
 	uint64_t t0, t1, tb;
 	const char *impl = keep ? "seed keep_rv" : "seed out=NULL";
 
-	if (seedq_init(&q, SEEDQ_DEFAULT_CAP) || seed_workers_start(w, NWORKERS, &q)) {
+	/* The closures are made before the timed region (seedq.h): a keep_rv
+	 * closure stays the caller's, its RemoteValue read after the join. */
+	if (!cl || seedq_init(&q, SEEDQ_DEFAULT_CAP) || seed_workers_start(w, NWORKERS, &q)) {
 		bench_check(false, "seed: setup failed");
 		return;
 	}
@@ -171,26 +174,23 @@ static void seed_repeat(uint64_t n, bool keep, struct result *res, bool warm)
 
 		tb = bench_now_ns();
 		for (unsigned k = 0; k < b; k++)
-			cls[k] = seed_schedule(&q, seed_fn, (int64_t)(i + k), keep);
+			seed_schedule(&q, &cl[i + k]);
 		if (!warm && b == BATCH)
 			bench_samples_add(&res->call_ns, (double)(bench_now_ns() - tb) / BATCH);
-		if (keep && i + BATCH < n)
-			for (unsigned k = 0; k < b; k++)
-				seed_closure_put(cls[k]);
 		if (keep && i + BATCH >= n)
 			for (unsigned k = 0; k < b; k++) {
-				int64_t got = seed_future_wait(&cls[k]->fut);
+				int64_t got = seed_future_wait(&cl[i + k].fut);
 
 				bench_check(got == ((int64_t)(i + k) ^ 0x5a5a),
 					    "%s: closure %" PRIu64 " returned %" PRId64, impl,
 					    i + k, got);
-				seed_closure_put(cls[k]);
 			}
 	}
 	t1 = bench_now_ns();
 	seedq_wait(&q);
 	seed_workers_stop(w, NWORKERS, &q);
 	seedq_fini(&q);
+	seed_closures_free(cl);
 	check_counts(impl, n);
 	if (!warm)
 		bench_samples_add(&res->rate, (double)n / ((double)(t1 - t0) / 1e9));

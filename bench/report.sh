@@ -3,12 +3,21 @@
 # bench/report.sh - run every benchmark (bench/run.sh) and write a report:
 #
 #   OUT/run.txt        the benchmarks' own output (tables, SUMMARY lines)
-#   OUT/results.json   every table row: table, unit, impl, median, p99, min, max,
-#                      repeats, ratio to the table's baseline
-#   OUT/ring.png       ring Mops/s per implementation (median, min-max bars)
-#   OUT/roundtrip.png  one-at-a-time round trip per transport against its
-#                      baseline (median and p99)
-#   OUT/inflight.png   tcp closures/s against closures in flight
+#   OUT/results.json   {"schema", "meta", "rows"}: the run's metadata (commit,
+#                      machine, load average at the start and the end, dates)
+#                      and every table row: table, unit, impl, median, p99,
+#                      p99.9, stdev, min, max, n, ratio to the table's
+#                      baseline, the bench and the load when it was written
+#                      (bench/report.py, python3's json module)
+#   OUT/ring.png       ring Mops/s per implementation: bar = median over the
+#                      repeats, whiskers = min - max over the repeats
+#   OUT/roundtrip.png  one-at-a-time round trip per transport and baseline:
+#                      bar = p50 of every round trip, whiskers = min - p99
+#   OUT/inflight.png   tcp closures/s against closures in flight, coord and
+#                      the raw echo, every point of the sweep: point =
+#                      median over the rounds, whiskers = min - max
+#   OUT/argsize.png    the same against argument bytes
+#   OUT/conns.png      the same against connections
 #   OUT/fault.dat      bench_fault's series: closures/s and workers up per
 #                      20 ms through a worker kill ($BENCH_FAULT_SERIES)
 #   OUT/fault.png      that series, the kill, restart and re-admission marked
@@ -17,7 +26,8 @@
 #
 # gnuplot comes from Debian (gnuplot-nox), installed here when missing.
 # Figures are medians over repeats on whatever machine runs this: compare
-# the ratios within one report, not absolutes across machines.
+# the ratios within one report, not absolutes across machines, and look at
+# the load averages in results.json's meta and in every row.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-bench-report}
@@ -26,51 +36,37 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 if ! command -v gnuplot >/dev/null; then
-	if [ "$(id -u)" = 0 ]; then
-		apt-get install -y --no-install-recommends gnuplot-nox >/dev/null
-	else
-		sudo apt-get install -y --no-install-recommends gnuplot-nox >/dev/null
-	fi
+	. "$src/.ci/deps.sh"
+	coord_install_deps gnuplot-nox
 fi
 
-rm -f "$out/rows.jsonl"
+rm -f "$out/rows.jsonl" "$out"/sweep_*.dat "$out"/sweep_*.series
 status=0
 rm -f "$out/fault.dat"
+export REPORT_LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+export REPORT_DATE_START="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+export REPORT_ARGS="$*"
 BENCH_JSON="$out/rows.jsonl" BENCH_FAULT_SERIES="$out/fault.dat" \
 	bash "$src/bench/run.sh" "$@" | tee "$out/run.txt" || status=$?
-{
-	echo "["
-	sed '$!s/$/,/' "$out/rows.jsonl"
-	echo "]"
-} >"$out/results.json"
+python3 "$src/bench/report.py" "$out" "$src"
 
-# field NAME LINE: a value of one row (rows are flat, one per line).
-field() { sed -n "s/.*\"$1\": \\(\"\\([^\"\\\\]\\|\\\\.\\)*\"\\|[-0-9.e+]*\\).*/\\1/p" <<<"$2" | tr -d '"'; }
-
-# Data files: "label" median min max p99, one row per line.
-: >"$out/ring.dat"
-: >"$out/roundtrip.dat"
-: >"$out/inflight.dat"
-while IFS= read -r row; do
-	table=$(field table "$row")
-	impl=$(field impl "$row")
-	vals="$(field median "$row") $(field min "$row") $(field max "$row") $(field p99 "$row")"
-	case $table in
-	bench_ring:*)
-		conf=${table#bench_ring: }
-		conf=${conf%%,*}
-		echo "\"$conf $impl\" $vals" >>"$out/ring.dat"
-		;;
-	*"round trip"*)
-		echo "\"$impl\" $vals" >>"$out/roundtrip.dat"
-		;;
-	"bench_tcp throughput"*)
-		if [[ $impl =~ ([0-9]+)\ workers?,\ ([0-9]+)\ in\ flight ]]; then
-			echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]} $vals" >>"$out/inflight.dat"
-		fi
-		;;
-	esac
-done <"$out/rows.jsonl"
+# sweep_plot NAME XLABEL OUTPUT TITLE: gnuplot commands for one sweep's
+# series (sweep_NAME.dat / .series from report.py), or nothing.
+sweep_plot() {
+	local dat="sweep_$1.dat" names="sweep_$1.series" i=0 sep="plot" name
+	[ -s "$out/$dat" ] || return 0
+	echo "set output \"$3\""
+	echo "set title \"$4\""
+	echo "set xlabel \"$2\""
+	while IFS= read -r name; do
+		printf '%s "%s" index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 ps 0.6 title "%s"' \
+			"$sep" "$dat" "$i" "${name//\"/}"
+		sep=", \\
+    "
+		i=$((i + 1))
+	done <"$out/$names"
+	echo
+}
 
 cd "$out"
 gnuplot <<'GP'
@@ -83,28 +79,38 @@ set key off
 set xtics rotate by -35 left
 
 set output "ring.png"
-set title "MPMC ring: Mops/s per implementation (median, min-max)"
+set title "MPMC ring: Mops/s per implementation (bar = median over the repeats, whiskers = min - max)"
 set ylabel "Mops/s"
 plot "ring.dat" using 2:3:4:xtic(1) lc rgb "#3a6ea5"
 
 set output "roundtrip.png"
-set title "one closure at a time: round trip per transport and baseline (median, min-max)"
+set title "one closure at a time: round trip per transport and baseline (bar = p50 of every round trip, whiskers = min - p99)"
 set ylabel "microseconds (log)"
 set logscale y
 plot "roundtrip.dat" using 2:3:4:xtic(1) lc rgb "#c0504d"
 unset logscale y
 
-set output "inflight.png"
-set style data linespoints
-set xtics norotate
-set title "tcp loopback: empty closures/s against closures in flight (median)"
-set xlabel "closures in flight"
-set ylabel "closures/s (log)"
-set logscale xy
-set key top left
-plot "inflight.dat" using ($1 == 1 ? $2 : 1/0):3 title "1 worker" lw 2, \
-     "inflight.dat" using ($1 == 2 ? $2 : 1/0):3 title "2 workers" lw 2
 GP
+	# inflight.png: the sweep if it ran, else the default run's three points
+	{
+		echo 'set terminal pngcairo size 1100,620 font ",10" noenhanced'
+		echo 'set grid xtics ytics'
+		echo 'set key top left'
+		echo 'set logscale xy'
+		echo 'set ylabel "closures/s (log)"'
+		what="point = median over the alternating rounds, whiskers = min - max"
+		if [ -s "$out/sweep_inflight.dat" ]; then
+			sweep_plot inflight "closures in flight (log)" inflight.png \
+				"tcp loopback, 1 connection: closures/s against closures in flight, coord and the raw echo ($what)"
+		else
+			sweep_plot throughput "closures in flight (log)" inflight.png \
+				"tcp loopback: closures/s against closures in flight ($what)"
+		fi
+		sweep_plot arg_bytes "argument bytes per closure (log)" argsize.png \
+			"tcp loopback, 1 connection: closures/s against argument size, coord and the raw echo ($what)"
+		sweep_plot conns "connections (log; over min(C, 4) processes, max(256, C) in flight)" conns.png \
+			"tcp loopback: closures/s against connections, coord and the raw echo ($what)"
+	} | gnuplot
 
 # fault.png: the kill, restart and re-admission times are in fault.dat's
 # "# kill_ms=... restart_ms=... readmit_ms=..." line (readmit -1: never).
@@ -137,5 +143,6 @@ plot "fault.dat" using 1:2 with linespoints lw 2 pt 7 ps 0.5 lc rgb "#3a6ea5" ti
 GP
 	echo "report: $out/fault.png"
 fi
-echo "report: $out/results.json, $out/ring.png, $out/roundtrip.png, $out/inflight.png"
+echo "report: $out/results.json, $out/ring.png, $out/roundtrip.png, $out/inflight.png" \
+	"$( [ -s "$out/sweep_arg_bytes.dat" ] && echo "$out/argsize.png $out/conns.png")"
 exit $status

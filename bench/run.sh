@@ -29,17 +29,25 @@ echo "# coord $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CP
 # then change a lot.  The load average above tells such runs apart.
 status=0
 # bench_tcp (issue 3) starts its own coord-worker processes on ephemeral
-# loopback ports and a forked ping-pong baseline; about a minute.
+# loopback ports and forked raw echo servers (the ping-pong is their
+# one-at-a-time case); about a minute and a half.
 # bench_fault (issue 4) starts 4 coord-workers and kills, stops and restarts
 # them (a series goes to $BENCH_FAULT_SERIES if set); about 45 s.
-for b in ring schedule e2e dataflow hints tcp fault; do
+# bench_tcp --sweep: coord against the raw echo at every point of the
+# in-flight, argument-size and connection sweeps; about a minute and a half.
+for b in ring schedule e2e dataflow hints tcp tcp_sweep fault; do
 	echo "## bench_$b $*"
 	start=$(date +%s)
-	if ! "$build/bench/bench_$b" "$@"; then
+	case $b in
+	tcp_sweep) cmd="$build/bench/bench_tcp --sweep" ;;
+	*) cmd="$build/bench/bench_$b" ;;
+	esac
+	# shellcheck disable=SC2086 # $cmd is a path and fixed options
+	if ! $cmd "$@"; then
 		echo "## bench_$b FAILED"
 		status=1
 	fi
-	echo "## bench_$b took $(( $(date +%s) - start )) s"
+	echo "## bench_$b took $(( $(date +%s) - start )) s, loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo
 done
 exit $status

@@ -1,8 +1,14 @@
 // SPDX-License-Identifier: MIT
 /*
- * bench/seedq.c - the seed design (see seedq.h).
+ * bench/seedq.c - the seed design (see seedq.h for what is faithful and
+ * what was made lighter).
  */
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "seedq.h"
 
@@ -14,6 +20,7 @@ int seedq_init(struct seedq *q, size_t cap)
 	q->cap = cap;
 	q->head = q->count = 0;
 	q->inflight = 0;
+	q->error = 0;
 	q->closed = false;
 	pthread_mutex_init(&q->put_wait_lock, NULL);
 	pthread_mutex_init(&q->lock, NULL);
@@ -36,6 +43,15 @@ void seedq_fini(struct seedq *q)
 	q->buf = NULL;
 }
 
+/* _raise_if_error(), queue lock held: the benches never fail a closure. */
+static void raise_if_error(struct seedq *q)
+{
+	if (q->error) {
+		fprintf(stderr, "seedq: error %d raised\n", q->error);
+		abort();
+	}
+}
+
 void seedq_put(struct seedq *q, void *v)
 {
 	pthread_mutex_lock(&q->put_wait_lock);
@@ -44,6 +60,7 @@ void seedq_put(struct seedq *q, void *v)
 		pthread_cond_wait(&q->free_slot, &q->lock);
 	q->buf[(q->head + q->count) % q->cap] = v;
 	q->count++;
+	raise_if_error(q);
 	pthread_cond_signal(&q->queued);
 	pthread_mutex_unlock(&q->lock);
 	pthread_mutex_unlock(&q->put_wait_lock);
@@ -61,6 +78,7 @@ void seedq_put_many(struct seedq *q, void *const *v, size_t n)
 		q->buf[(q->head + q->count) % q->cap] = v[i];
 		q->count++;
 	}
+	raise_if_error(q);
 	pthread_cond_broadcast(&q->queued);
 	pthread_mutex_unlock(&q->lock);
 	pthread_mutex_unlock(&q->put_wait_lock);
@@ -89,6 +107,10 @@ void *seedq_get(struct seedq *q)
 void seedq_mark_finished(struct seedq *q)
 {
 	pthread_mutex_lock(&q->lock);
+	if (q->inflight < 1) {
+		fprintf(stderr, "seedq: there is no inflight closure to mark_finished\n");
+		abort();
+	}
 	q->inflight--;
 	if (q->inflight == 0)
 		pthread_cond_broadcast(&q->no_inflight);
@@ -101,8 +123,9 @@ void seedq_wait(struct seedq *q)
 {
 	pthread_mutex_lock(&q->put_wait_lock);
 	pthread_mutex_lock(&q->lock);
-	while (q->count != 0 || q->inflight > 0)
+	while (!q->error && (q->count != 0 || q->inflight > 0))
 		pthread_cond_wait(&q->stop_waiting, &q->lock);
+	raise_if_error(q);
 	pthread_mutex_unlock(&q->lock);
 	pthread_mutex_unlock(&q->put_wait_lock);
 }
@@ -115,86 +138,89 @@ void seedq_close(struct seedq *q)
 	pthread_mutex_unlock(&q->lock);
 }
 
-void seed_future_init(struct seed_future *f)
+/* ---- RemoteValue ---------------------------------------------------------------------- */
+
+enum {
+	SEED_FUT_UNSET = 0,   /* not ready, nobody sleeps */
+	SEED_FUT_WAITING = 1, /* not ready, a fetcher may sleep on the futex */
+	SEED_FUT_SET = 2,     /* ready: val is published */
+};
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val)
 {
-	pthread_mutex_init(&f->m, NULL);
-	pthread_cond_init(&f->cv, NULL);
-	f->set = false;
-	f->val = 0;
+	return syscall(SYS_futex, (uint32_t *)addr, op, val, NULL, NULL, 0);
 }
 
-void seed_future_fini(struct seed_future *f)
+void seed_future_init(struct seed_future *f)
 {
-	pthread_cond_destroy(&f->cv);
-	pthread_mutex_destroy(&f->m);
+	/* Relaxed: the closure is published to the worker by the queue lock. */
+	atomic_store_explicit(&f->state, SEED_FUT_UNSET, memory_order_relaxed);
+	f->val = 0;
 }
 
 void seed_future_set(struct seed_future *f, int64_t val)
 {
-	pthread_mutex_lock(&f->m);
+	uint32_t old;
+
 	f->val = val;
-	f->set = true;
-	pthread_cond_broadcast(&f->cv);
-	pthread_mutex_unlock(&f->m);
+	/* Release: publishes val to the acquire loads in seed_future_wait();
+	 * an RMW so that it sees a fetcher's WAITING and wakes it. */
+	old = atomic_exchange_explicit(&f->state, SEED_FUT_SET, memory_order_release);
+	if (old == SEED_FUT_WAITING)
+		futex(&f->state, FUTEX_WAKE_PRIVATE, INT_MAX);
 }
 
 int64_t seed_future_wait(struct seed_future *f)
 {
-	int64_t v;
+	/* Acquire: pairs with the release exchange in seed_future_set(). */
+	uint32_t s = atomic_load_explicit(&f->state, memory_order_acquire);
 
-	pthread_mutex_lock(&f->m);
-	while (!f->set)
-		pthread_cond_wait(&f->cv, &f->m);
-	v = f->val;
-	pthread_mutex_unlock(&f->m);
-	return v;
+	while (s != SEED_FUT_SET) {
+		if (s == SEED_FUT_UNSET &&
+		    /* Acquire on failure: s may now be SET, then val is read. */
+		    !atomic_compare_exchange_strong_explicit(&f->state, &s, SEED_FUT_WAITING,
+							     memory_order_acquire,
+							     memory_order_acquire))
+			continue;
+		/* Sleeps only while the word is still WAITING: no lost wake-up. */
+		futex(&f->state, FUTEX_WAIT_PRIVATE, SEED_FUT_WAITING);
+		/* Acquire: as above. */
+		s = atomic_load_explicit(&f->state, memory_order_acquire);
+	}
+	return f->val;
 }
 
-struct seed_closure *seed_schedule(struct seedq *q, void (*fn)(int, int64_t, int64_t *),
-				   int64_t arg, bool keep)
+/* ---- closures and workers ------------------------------------------------------------- */
+
+struct seed_closure *seed_closures_alloc(size_t n, void (*fn)(int, int64_t, int64_t *),
+					 int64_t arg0)
 {
-	struct seed_closure *cl = malloc(sizeof(*cl));
+	struct seed_closure *cl = malloc((n ? n : 1) * sizeof(*cl));
 
 	if (!cl)
-		abort();
-	cl->fn = fn;
-	cl->arg = arg;
-	seed_future_init(&cl->fut);
-	/* Relaxed: published to the worker by the queue lock. */
-	atomic_store_explicit(&cl->refs, keep ? 2 : 1, memory_order_relaxed);
-	seedq_put(q, cl);
-	return keep ? cl : NULL;
-}
-
-void seed_closure_put(struct seed_closure *cl)
-{
-	/* acq_rel: the last dropper sees the other's use of the closure. */
-	if (atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1) {
-		seed_future_fini(&cl->fut);
-		free(cl);
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		cl[i].fn = fn;
+		cl[i].arg = arg0 + (int64_t)i;
+		seed_future_init(&cl[i].fut);
 	}
+	return cl;
 }
 
-void seed_schedule_many(struct seedq *q, void (*fn)(int, int64_t, int64_t *), int64_t arg0,
-			size_t n)
+void seed_closures_free(struct seed_closure *cl)
+{
+	free(cl);
+}
+
+void seed_schedule_many(struct seedq *q, struct seed_closure *cl, size_t n)
 {
 	void *v[64];
 
 	for (size_t i = 0; i < n;) {
 		size_t k = n - i < 64 ? n - i : 64;
 
-		for (size_t j = 0; j < k; j++) {
-			struct seed_closure *cl = malloc(sizeof(*cl));
-
-			if (!cl)
-				abort();
-			cl->fn = fn;
-			cl->arg = arg0 + (int64_t)(i + j);
-			seed_future_init(&cl->fut);
-			/* Relaxed: published to the worker by the queue lock. */
-			atomic_store_explicit(&cl->refs, 1, memory_order_relaxed);
-			v[j] = cl;
-		}
+		for (size_t j = 0; j < k; j++)
+			v[j] = &cl[i + j];
 		seedq_put_many(q, v, k);
 		i += k;
 	}
@@ -208,10 +234,10 @@ static void *seed_worker_main(void *arg)
 	while ((cl = seedq_get(w->q)) != NULL) {
 		int64_t res = 0;
 
-		cl->fn(w->index, cl->arg, &res);
-		seed_future_set(&cl->fut, res);
+		cl->fn(w->index, cl->arg, &res);  /* closure.execute_on(self) */
+		seed_future_set(&cl->fut, res);	  /* ... _set_value(output_value) */
+		(void)seed_future_wait(&cl->fut); /* output_remote_value.fetch() */
 		seedq_mark_finished(w->q);
-		seed_closure_put(cl);
 	}
 	return NULL;
 }

@@ -2,6 +2,7 @@
 /*
  * bench/stats.c - see stats.h.
  */
+#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "stats.h"
 
@@ -93,11 +95,44 @@ void bench_summarize(const struct bench_samples *s, bool higher_better, struct b
 	out->median = bench_percentile(v, s->n, 50.0);
 	/* The slow tail: low rates, high latencies (stats.h). */
 	out->p99 = bench_percentile(v, s->n, higher_better ? 1.0 : 99.0);
+	out->p999 = bench_percentile(v, s->n, higher_better ? 0.1 : 99.9);
 	free(v);
+	if (s->n > 1) {
+		double mean = 0, ss = 0;
+
+		for (size_t i = 0; i < s->n; i++)
+			mean += s->v[i];
+		mean /= (double)s->n;
+		for (size_t i = 0; i < s->n; i++)
+			ss += (s->v[i] - mean) * (s->v[i] - mean);
+		out->stdev = sqrt(ss / (double)(s->n - 1));
+	}
 }
 
 /* The table being printed, for the JSON rows (BENCH_JSON). */
 static char cur_title[512], cur_unit[128];
+static const char *bench_name = "bench";
+static char pt_series[128]; /* bench_point(): "" when none */
+static double pt_x;
+
+void bench_point(const char *series, double x)
+{
+	snprintf(pt_series, sizeof(pt_series), "%s", series);
+	pt_x = x;
+}
+
+double bench_loadavg(void)
+{
+	FILE *f = fopen("/proc/loadavg", "r");
+	double l = -1;
+
+	if (f) {
+		if (fscanf(f, "%lf", &l) != 1)
+			l = -1;
+		fclose(f);
+	}
+	return l;
+}
 
 /* Write @str as a JSON string (quotes, backslashes, control bytes escaped). */
 static void json_str(FILE *f, const char *str)
@@ -121,19 +156,29 @@ static void json_row(const char *name, const struct bench_stats *st, double rati
 	const char *path = getenv("BENCH_JSON");
 	FILE *f;
 
-	if (!path || !*path || !(f = fopen(path, "a")))
+	if (!path || !*path || !(f = fopen(path, "a"))) {
+		pt_series[0] = 0;
 		return;
-	fputs("{\"table\": ", f);
+	}
+	fprintf(f, "{\"schema\": %d, \"bench\": ", BENCH_JSON_SCHEMA);
+	json_str(f, bench_name);
+	fprintf(f, ", \"loadavg\": %.2f, \"table\": ", bench_loadavg());
 	json_str(f, cur_title);
 	fputs(", \"unit\": ", f);
 	json_str(f, cur_unit);
 	fputs(", \"impl\": ", f);
 	json_str(f, name);
+	if (pt_series[0]) {
+		fputs(", \"series\": ", f);
+		json_str(f, pt_series);
+		fprintf(f, ", \"x\": %.6g", pt_x);
+	}
 	fprintf(f,
-		", \"median\": %.6g, \"p99\": %.6g, \"min\": %.6g, \"max\": %.6g, \"n\": %zu, "
-		"\"ratio\": %.4g}\n",
-		st->median, st->p99, st->min, st->max, st->n, ratio);
+		", \"median\": %.6g, \"p99\": %.6g, \"p999\": %.6g, \"stdev\": %.6g, "
+		"\"min\": %.6g, \"max\": %.6g, \"n\": %zu, \"ratio\": %.4g}\n",
+		st->median, st->p99, st->p999, st->stdev, st->min, st->max, st->n, ratio);
 	fclose(f);
+	pt_series[0] = 0;
 }
 
 void bench_header(const char *title, const char *unit)
@@ -141,8 +186,8 @@ void bench_header(const char *title, const char *unit)
 	snprintf(cur_title, sizeof(cur_title), "%s", title);
 	snprintf(cur_unit, sizeof(cur_unit), "%s", unit);
 	printf("# %s\n", title);
-	printf("# %-34s %12s %12s %25s %8s  (%s)\n", "impl", "median", "p99", "min - max", "x base",
-	       unit);
+	printf("# %-34s %10s %10s %10s %9s %23s %7s  (%s)\n", "impl", "p50", "p99", "p99.9",
+	       "stdev", "min - max", "x base", unit);
 }
 
 double bench_speedup(const struct bench_stats *st, const struct bench_stats *base,
@@ -159,43 +204,159 @@ void bench_row(const char *name, const struct bench_stats *st, const struct benc
 	char range[64];
 
 	snprintf(range, sizeof(range), "%.3g - %.3g", st->min, st->max);
-	printf("  %-34s %12.4g %12.4g %25s %8.2f\n", name, st->median, st->p99, range,
-	       bench_speedup(st, base, higher_better));
+	printf("  %-34s %10.4g %10.4g %10.4g %9.3g %23s %7.2f\n", name, st->median, st->p99,
+	       st->p999, st->stdev, range, bench_speedup(st, base, higher_better));
 	json_row(name, st, bench_speedup(st, base, higher_better));
 }
 
-static void usage(const char *prog)
+static void usage(const char *prog, const struct bench_opt *opt, size_t nopt)
 {
 	fprintf(stderr,
-		"usage: %s [--quick] [--repeats=N]\n"
+		"usage: %s [--quick] [--repeats=N]%s\n"
 		"  --quick      tiny sizes (the bench-smoke suite)\n"
 		"  --repeats=N  timed repeats per implementation (default 5)\n",
-		prog);
+		prog, nopt ? " [options]" : "");
+	for (size_t i = 0; i < nopt; i++)
+		fprintf(stderr, "  --%s%s  %s\n", opt[i].name, opt[i].flag ? "" : "=N",
+			opt[i].help);
 }
 
-void bench_parse_args(int argc, char **argv, struct bench_args *a)
+/* A size: digits, then an optional k/K or m/M (powers of 1024). */
+static bool parse_size(const char *s, unsigned long *out)
 {
+	char *end;
+	unsigned long v;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	v = strtoul(s, &end, 10);
+	if (*end == 'k' || *end == 'K') {
+		v *= 1024;
+		end++;
+	} else if (*end == 'm' || *end == 'M') {
+		v *= 1024 * 1024;
+		end++;
+	}
+	*out = v;
+	return *end == 0;
+}
+
+static void print_meta(void)
+{
+	char commit[64] = "?", model[128] = "?", line[256], date[32];
+	const char *env = getenv("BENCH_COMMIT");
+	time_t now = time(NULL);
+	FILE *f;
+
+	if (env && *env) {
+		snprintf(commit, sizeof(commit), "%s", env);
+	} else if ((f = popen("git rev-parse --short HEAD 2>/dev/null", "r"))) {
+		if (fgets(commit, sizeof(commit), f))
+			commit[strcspn(commit, "\n")] = 0;
+		if (pclose(f) != 0 || !commit[0])
+			snprintf(commit, sizeof(commit), "?");
+	}
+	if ((f = fopen("/proc/cpuinfo", "r"))) {
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+				snprintf(model, sizeof(model), "%s", strchr(line, ':') + 2);
+				model[strcspn(model, "\n")] = 0;
+				break;
+			}
+		fclose(f);
+	}
+	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+	line[0] = 0;
+	if ((f = fopen("/proc/loadavg", "r"))) {
+		if (!fgets(line, sizeof(line), f))
+			line[0] = 0;
+		fclose(f);
+	}
+	/* the first three fields */
+	for (int i = 0, sp = 0; line[i]; i++)
+		if (line[i] == ' ' && ++sp == 3) {
+			line[i] = 0;
+			break;
+		}
+	printf("# run: schema=%d bench=%s commit=%s nproc=%ld model=\"%s\" loadavg=\"%s\" "
+	       "date=%s\n",
+	       BENCH_JSON_SCHEMA, bench_name, commit, sysconf(_SC_NPROCESSORS_ONLN), model, line,
+	       date);
+	fflush(stdout);
+}
+
+void bench_parse_args_ex(int argc, char **argv, struct bench_args *a, const struct bench_opt *opt,
+			 size_t nopt)
+{
+	const char *slash = strrchr(argv[0], '/');
+
+	bench_name = slash ? slash + 1 : argv[0];
 	a->quick = false;
 	a->repeats = 0;
 	for (int i = 1; i < argc; i++) {
+		size_t k;
+
 		if (!strcmp(argv[i], "--quick")) {
 			a->quick = true;
+			continue;
 		} else if (!strncmp(argv[i], "--repeats=", 10)) {
 			char *end;
 			unsigned long r = strtoul(argv[i] + 10, &end, 10);
 
 			if (*end || r == 0 || r > 1000) {
-				usage(argv[0]);
+				usage(argv[0], opt, nopt);
 				exit(2);
 			}
 			a->repeats = (unsigned)r;
-		} else {
-			usage(argv[0]);
-			exit(strcmp(argv[i], "--help") ? 2 : 0);
+			continue;
 		}
+		for (k = 0; k < nopt; k++) {
+			size_t l = strlen(opt[k].name);
+			unsigned long v;
+
+			if (strncmp(argv[i], "--", 2) || strncmp(argv[i] + 2, opt[k].name, l))
+				continue;
+			if (opt[k].flag && argv[i][2 + l] == 0) {
+				*opt[k].val = 1;
+				break;
+			}
+			if (!opt[k].flag && argv[i][2 + l] == '=' &&
+			    parse_size(argv[i] + 3 + l, &v) && v >= opt[k].min && v <= opt[k].max) {
+				*opt[k].val = v;
+				break;
+			}
+			fprintf(stderr, "%s: bad option %s (--%s: %lu ... %lu)\n", argv[0], argv[i],
+				opt[k].name, opt[k].min, opt[k].max);
+			exit(2);
+		}
+		if (k < nopt)
+			continue;
+		usage(argv[0], opt, nopt);
+		exit(strcmp(argv[i], "--help") ? 2 : 0);
 	}
 	if (a->repeats == 0)
 		a->repeats = a->quick ? 3 : 5;
+	print_meta();
+}
+
+void bench_parse_args(int argc, char **argv, struct bench_args *a)
+{
+	bench_parse_args_ex(argc, argv, a, NULL, 0);
+}
+
+void bench_ratio_row(const char *name, const struct bench_samples *r, struct bench_stats *out)
+{
+	char unit[sizeof(cur_unit)];
+
+	bench_summarize(r, true, out);
+	if (r->n == 0) /* the workload did not run (a knob left it out) */
+		return;
+	printf("# ratio %s: median %.2fx (min %.2fx - max %.2fx over %zu alternating rounds)\n",
+	       name, out->median, out->min, out->max, out->n);
+	memcpy(unit, cur_unit, sizeof(unit));
+	snprintf(cur_unit, sizeof(cur_unit), "ratio");
+	json_row(name, out, out->median);
+	memcpy(cur_unit, unit, sizeof(unit));
 }
 
 bool bench_check(bool ok, const char *fmt, ...)

@@ -3,19 +3,22 @@
  * bench/stats.h - timing, percentiles, the table every bench prints, and the
  * command line every bench takes.
  *
- * Output shape (mercury Testing/perf/na/na_perf.c, urcu test_urcu_wfcq.c):
+ * Output shape (mercury Testing/perf/na/na_perf.c, urcu test_urcu_wfcq.c,
+ * and perftest's p50 / p99 / p99.9 / stdev columns):
  *
  *   # <title>
- *   # impl            median      p99     min - max        x base
- *   coord ring ...     12.3      10.1    9.8 - 13.0        3.41
+ *   # impl         p50     p99   p99.9   stdev     min - max   x base
+ *   coord ring ... 12.3    10.1   9.9     0.8     9.8 - 13.0     3.41
  *   SUMMARY <bench> <key=value ...>
  *
  * Every number in a row is computed from samples (one per repeat for rates,
- * one per timed batch or call for latencies).  For a rate (higher is better)
- * "p99" is the slow tail: the rate that 99% of the samples beat, i.e. the 1st
- * percentile of the rate (= the 99th percentile of the time per operation).
- * For a latency it is the ordinary 99th percentile.  "x base" is always the
- * speed-up over the baseline row: > 1 means faster than the baseline.
+ * one per timed batch or call for latencies).  p50 is the median.  For a
+ * rate (higher is better) "p99" and "p99.9" are the slow tail: the rate that
+ * 99% (99.9%) of the samples beat, i.e. the 1st (0.1th) percentile of the
+ * rate (= the 99th percentile of the time per operation).  For a latency
+ * they are the ordinary 99th and 99.9th percentiles.  stdev is the sample
+ * standard deviation.  "x base" is always the speed-up over the baseline
+ * row (of the medians): > 1 means faster than the baseline.
  */
 #ifndef COORD_BENCH_STATS_H
 #define COORD_BENCH_STATS_H
@@ -58,7 +61,7 @@ void bench_samples_reset(struct bench_samples *s);
 void bench_samples_free(struct bench_samples *s);
 
 struct bench_stats {
-	double median, p99, min, max;
+	double median, p99, p999, stdev, min, max;
 	size_t n;
 };
 
@@ -66,8 +69,9 @@ struct bench_stats {
 double bench_percentile(const double *sorted, size_t n, double p);
 
 /*
- * bench_summarize() - median, p99 (see the file comment: the slow tail, so
- * the 1st percentile when @higher_better), min and max of @s.
+ * bench_summarize() - median, p99 and p99.9 (see the file comment: the slow
+ * tail, so the 1st and 0.1th percentiles when @higher_better), stdev, min
+ * and max of @s.
  */
 void bench_summarize(const struct bench_samples *s, bool higher_better, struct bench_stats *out);
 
@@ -81,6 +85,12 @@ void bench_header(const char *title, const char *unit);
 void bench_row(const char *name, const struct bench_stats *st, const struct bench_stats *base,
 	       bool higher_better);
 
+/*
+ * bench_point() - the next bench_row()'s JSON row (only that one) also
+ * carries "series": @series and "x": @x, a point of a sweep for the plots.
+ */
+void bench_point(const char *series, double x);
+
 /* bench_speedup() - the "x base" value of bench_row(). */
 double bench_speedup(const struct bench_stats *st, const struct bench_stats *base,
 		     bool higher_better);
@@ -91,8 +101,46 @@ struct bench_args {
 	unsigned repeats; /* --repeats=N (default 5, --quick 3) */
 };
 
+/*
+ * An option of one bench beyond the shared ones: "--@name=VALUE", parsed
+ * into *@val (a size: digits with an optional k/K or m/M suffix, powers of
+ * 1024), checked against [@min, @max]; or, with @flag, "--@name" alone sets
+ * *@val to 1.  @help is one line for the usage text.
+ */
+struct bench_opt {
+	const char *name, *help;
+	unsigned long min, max;
+	unsigned long *val;
+	bool flag;
+};
+
 /* bench_parse_args() - parse argv; prints usage and exits 2 on a bad one. */
 void bench_parse_args(int argc, char **argv, struct bench_args *a);
+/* bench_parse_args_ex() - the same with @nopt extra options @opt. */
+void bench_parse_args_ex(int argc, char **argv, struct bench_args *a, const struct bench_opt *opt,
+			 size_t nopt);
+
+/*
+ * bench_ratio_row() - one row of per-round ratios (@r: one sample per
+ * alternating round, a / b of that round) summarized into @out: median and
+ * min - max.  Printed "# ratio <name>: median Mx (min ax - max bx over n
+ * alternating rounds)"; also a JSON row (unit "ratio", the current table).
+ * Nothing is printed for no samples.
+ */
+void bench_ratio_row(const char *name, const struct bench_samples *r, struct bench_stats *out);
+
+/*
+ * Run metadata.  bench_parse_args() prints it as the bench's first line:
+ *   # run: schema=2 commit=<git rev-parse --short HEAD, $BENCH_COMMIT or ?>
+ *     nproc=N model="<cpu model name>" loadavg=<1 5 15 min> date=<UTC ISO>
+ * and every JSON row ($BENCH_JSON) carries "schema", "bench" (argv[0]'s
+ * base name) and the load average of the moment the row was written.
+ * BENCH_JSON_SCHEMA changes whenever a row's members change meaning.
+ */
+#define BENCH_JSON_SCHEMA 2
+
+/* bench_loadavg() - /proc/loadavg's 1-minute figure (-1 if unreadable). */
+double bench_loadavg(void);
 
 /*
  * bench_check() - a conservation check: on false, print "FAIL: ..." to

@@ -153,6 +153,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/abi.h"
 #include "runtime/internal.h"
 #include "runtime/ps.h"
 
@@ -167,7 +168,7 @@ enum { ERR_EMPTY, ERR_WRITING, ERR_SET, ERR_TAKEN };
 
 /* ---- options --------------------------------------------------------------- */
 
-void coord_opts_init(struct coord_opts *o)
+void coord_opts_defaults(struct coord_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->transport = "inproc";
@@ -335,7 +336,8 @@ static bool queue_empty(struct coord *c)
  * spinning. */
 static bool work_for(struct coord_dispatcher *d)
 {
-	return !coord_main_queue_empty(d->c) || (hq_queued(d->c) > 0 && coord_hq_work(d));
+	return !coord_main_queue_empty(d->c) || (hq_queued(d->c) > 0 && coord_hq_work(d)) ||
+	       coord_dispatch_pw_pending(d); /* S9: resources to release (pw.c) */
 }
 
 /* Closures waiting, a snapshot for batch sizing. */
@@ -2024,7 +2026,8 @@ int coord_per_worker_create(struct coord *c, const char *creator, const void *ar
 				    creator ? creator : "(null)");
 	if (len > UINT32_MAX || (len && !args))
 		return coord_seterr(err, COORD_EINVAL, "bad creator arguments");
-	pw = calloc(1, sizeof(*pw) + c->nworkers * sizeof(*pw->made) + len);
+	pw = calloc(1, sizeof(*pw) + c->nworkers * sizeof(*pw->made) +
+			       c->ndisp * sizeof(*pw->node) + len);
 	if (!pw)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a per-worker resource");
 	pw->c = c;
@@ -2034,7 +2037,10 @@ int coord_per_worker_create(struct coord *c, const char *creator, const void *ar
 	pw->uid = atomic_fetch_add_explicit(&c->pw_next_uid, 1, memory_order_relaxed) + 1;
 	pw->creator = id;
 	pw->len = (uint32_t)len;
-	pw->args = pw->made + c->nworkers;
+	pw->node = (struct coord_pw_node *)(pw->made + c->nworkers); /* runtime/pw.c */
+	pw->args = pw->node + c->ndisp;
+	/* Relaxed: a count for coord_destroy() (runtime/pw.c P4). */
+	atomic_fetch_add_explicit(&c->pw_live, 1, memory_order_relaxed);
 	if (len)
 		memcpy(pw->args, args, len);
 	/* Relaxed: private until returned. */
@@ -2045,7 +2051,10 @@ int coord_per_worker_create(struct coord *c, const char *creator, const void *ar
 
 enum coord_rv_state coord_per_worker_state(const struct coord_pw *pw, unsigned worker)
 {
-	if (!pw || worker >= pw->nworkers)
+	/* Relaxed: as in coord_pw_retire(); after coord_destroy() no worker
+	 * is left to hold it (runtime/pw.c P4). */
+	if (!pw || worker >= pw->nworkers ||
+	    atomic_load_explicit(&pw->c->dead, memory_order_relaxed))
 		return COORD_RV_NOT_READY;
 	/* Made since the worker's last loss: READY; else (never made there,
 	 * or lost since) ABORTED, made again before its next use (S7, S9). */
@@ -2058,7 +2067,7 @@ void coord_per_worker_put(struct coord_pw *pw)
 {
 	/* acq_rel: the last dropper sees every other user's accesses. */
 	if (pw && atomic_fetch_sub_explicit(&pw->refs, 1, memory_order_acq_rel) == 1)
-		free(pw);
+		coord_pw_retire(pw); /* S9: destroyed on the workers (runtime/pw.c) */
 }
 
 /* ---- the dispatch interface ----------------------------------------------------- */
@@ -2226,6 +2235,11 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 			fin_settle(d); /* C9: before waiting for work */
 			stream = idle_wait(d, gap);
 			continue;
+		}
+		if (coord_dispatch_pw_pending(d)) {
+			/* S9: the caller releases them first (runtime/pw.c). */
+			fin_settle(d); /* C9 */
+			return 0;
 		}
 		if (d->defer_fin && stream)
 			gather(c);
@@ -2562,10 +2576,14 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 		 struct coord_error *err)
 {
 	const struct coord_tp_ops *tp;
+	struct coord_opts o; /* @opts as this library's struct (runtime/abi.h) */
 	struct coord *c;
 	unsigned nw;
 	int r;
 
+	if (opts && coord_opts_in(&o, opts, err) < 0)
+		return COORD_EINVAL;
+	opts = opts ? &o : NULL;
 	if (!opts || !opts->registry || !out)
 		return coord_seterr(err, COORD_EINVAL,
 				    "coord_create: opts with a registry and "
@@ -2736,8 +2754,11 @@ static uint64_t count_held(struct coord *c)
 
 void coord_closure_release_dead(struct coord_closure *cl)
 {
-	struct coord *c = cl->c;
+	coord_dead_put(cl->c);
+}
 
+void coord_dead_put(struct coord *c)
+{
 	/* acq_rel: the last put sees every other put's use of the memory. */
 	if (atomic_fetch_sub_explicit(&c->held_after_destroy, 1, memory_order_acq_rel) == 1)
 		coord_free_memory(c);
@@ -2745,7 +2766,7 @@ void coord_closure_release_dead(struct coord_closure *cl)
 
 void coord_destroy(struct coord *c)
 {
-	uint64_t held;
+	uint64_t held, pw_held;
 
 	if (!c)
 		return;
@@ -2756,11 +2777,13 @@ void coord_destroy(struct coord *c)
 	coord_smp_mb(); /* stopping before the wake of stagger sleepers */
 	coord_futex_wake_all(&c->stopping);
 	coord_recovery_stop(c); /* no reconnect races the transport's stop */
+	coord_pw_close(c);	/* no per-worker release wakes it either (pw.c P4) */
 	c->tp->stop(c);
 	coord_ps_destroy(c->ps); /* no function runs any more */
 	c->ps = NULL;
 	cancel_older(c, gen_bump(c)); /* anything left (none expected) */
 	urcu_bp_barrier();	      /* every deferred closure release has run */
+	pw_held = coord_pw_fini(c);   /* per-worker handles the user holds (pw.c P4) */
 	coord_hq_destroy(c);
 	coord_ring_fini(&c->ring);
 	pthread_mutex_destroy(&c->ov_lock);
@@ -2778,14 +2801,14 @@ void coord_destroy(struct coord *c)
 	 * cancelled) and stay readable: the pools live on until the last of
 	 * them is put (coord_closure_release_dead()).
 	 */
-	held = count_held(c);
+	held = count_held(c) + pw_held;
 	if (held == 0) {
 		coord_free_memory(c);
 		return;
 	}
 	coord_log(COORD_LOG_INFO,
-		  "coord_destroy: %llu RemoteValues still held; their memory "
-		  "is freed by the last coord_rv_put()",
+		  "coord_destroy: %llu RemoteValues or per-worker handles still held; "
+		  "their memory is freed by the last put",
 		  (unsigned long long)held);
 	/* Relaxed: published to later puts by whatever hands them the handles
 	 * (the caller's own synchronization after destroy returns). */

@@ -100,6 +100,20 @@ int coord_exec_slow(struct coord_exec_env *env, const struct coord_exec_call *ca
 	return coord_exec_run(env->reg->fns[call->fn].fn, call, ctx, cause);
 }
 
+void coord_exec_res_release(struct coord_exec_env *env, uint64_t uid)
+{
+	for (uint32_t i = 0; i < env->nres; i++) {
+		struct coord_res_slot *s = &env->res[i];
+
+		if (s->uid != uid)
+			continue;
+		if (s->code == 0 && env->reg->fns[s->creator].destroy)
+			env->reg->fns[s->creator].destroy(s->res);
+		*s = env->res[--env->nres]; /* order does not matter */
+		return;
+	}
+}
+
 void coord_exec_env_fini(struct coord_exec_env *env)
 {
 	for (uint32_t i = 0; i < env->nres; i++) {

@@ -174,6 +174,12 @@ struct coord_registry {
 	uint32_t n, cap;
 };
 
+/* One dispatcher's link of a released per-worker resource (runtime/pw.c). */
+struct coord_pw_node {
+	struct coord_pw_node *next;
+	struct coord_pw *pw;
+};
+
 /* A per-worker resource handle (S9).  Immutable after creation but refs. */
 struct coord_pw {
 	struct coord *c;
@@ -187,6 +193,11 @@ struct coord_pw {
 	 * again (coord_per_worker_state()).  Written by dispatchers. */
 	unsigned nworkers;
 	_Atomic uint64_t *made;
+	/* Release (runtime/pw.c P1-P4): when @refs reaches 0, node[i] goes on
+	 * dispatcher i's pw_dead list; @pending counts the dispatchers that
+	 * have not taken theirs yet, and the last one frees @pw. */
+	struct coord_pw_node *node;
+	_Atomic uint32_t pending;
 };
 
 /* Worker states: enum coord_worker_state in coord.h; transitions are in
@@ -236,6 +247,12 @@ struct coord_dispatcher {
 	struct coord *c __cacheline_aligned;
 	unsigned index;
 	void *tp; /* the transport's per-dispatcher state */
+	/* S9 (runtime/pw.c): per-worker resources whose last handle was put,
+	 * for this dispatcher's workers to destroy: pushed by any thread,
+	 * taken (exchanged) by this dispatcher's thread into @pw_taken, which
+	 * is that thread's alone. */
+	_Atomic(struct coord_pw_node *) pw_dead;
+	struct coord_pw_node *pw_taken;
 	/* B4 (runtime/sched.c H2), this dispatcher's thread only: the hint
 	 * version it last found nothing at, when to look again regardless,
 	 * workers of ours that had closures waiting but no room. */
@@ -332,6 +349,11 @@ struct coord {
 	const struct coord_registry *reg;
 	struct coord_opts opts;
 	_Atomic uint64_t pw_next_uid;
+	/* S9 (runtime/pw.c): per-worker handles not yet freed; threads in a
+	 * release's wake, and whether such wakes are over (coord_destroy()). */
+	_Atomic uint64_t pw_live;
+	_Atomic uint32_t pw_wakers;
+	_Atomic bool pw_closed;
 
 	unsigned nworkers;
 	struct coord_worker *workers;
@@ -372,7 +394,8 @@ static inline struct coord_closure *rv_cl(const struct coord_rv *rv)
  * closures into @out.  Spins for opts.spin_ns, then sleeps.  Closures of an
  * old generation are cancelled here and not returned.  Each returned closure
  * counts in @d->inflight until it is finished, cancelled or put back.
- * Return: how many; 0 only when the coordinator is stopping.
+ * Return: how many; 0 only when the coordinator is stopping or @d has
+ * per-worker resources to release (coord_dispatch_pw_pending()).
  * Concurrency: the thread of @d only.
  */
 COORD_HIDDEN unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **out,
@@ -469,6 +492,38 @@ COORD_HIDDEN void coord_dispatch_put_back(struct coord_dispatcher *d, struct coo
  * that sleep in the kernel bound their sleep by it.
  */
 COORD_HIDDEN uint64_t coord_dispatch_due(struct coord_dispatcher *d);
+
+/* --- releasing per-worker resources (runtime/pw.c, S9) --------------------- */
+
+/* coord_pw_retire() - the last reference to @pw was dropped: have every
+ * worker destroy its component, then free @pw.  Any thread. */
+COORD_HIDDEN void coord_pw_retire(struct coord_pw *pw);
+/*
+ * coord_dispatch_pw_pending() - has @d resources to release (uids to take
+ * with coord_dispatch_pw_take())?  A look for @d's thread at the start of a
+ * round and before it runs or sends a batch it took (P3 in pw.c).
+ */
+static inline bool coord_dispatch_pw_pending(struct coord_dispatcher *d)
+{
+	/* Relaxed: a look; the exchange in coord_dispatch_pw_take() orders
+	 * (P3: a node pushed before a closure @d popped is seen here). */
+	return unlikely(d->pw_taken != NULL ||
+			atomic_load_explicit(&d->pw_dead, memory_order_relaxed) != NULL);
+}
+/* coord_dispatch_pw_take() - up to @max uids of resources @d's workers must
+ * destroy now (and no closure of theirs runs before); 0: none.  @d's thread. */
+COORD_HIDDEN unsigned coord_dispatch_pw_take(struct coord_dispatcher *d, uint64_t *uids,
+					     unsigned max);
+/* coord_pw_close() - coord_destroy(), before the transport stops: no
+ * release wakes the transport from now on. */
+COORD_HIDDEN void coord_pw_close(struct coord *c);
+/* coord_pw_fini() - coord_destroy(), once no dispatcher runs and no
+ * closure is left to release: free the released handles still queued;
+ * returns how many handles are still held by the user. */
+COORD_HIDDEN uint64_t coord_pw_fini(struct coord *c);
+/* coord_dead_put() - one of the things that kept a destroyed coordinator's
+ * memory alive (a RemoteValue or a per-worker handle) is gone. */
+COORD_HIDDEN void coord_dead_put(struct coord *c);
 
 /* --- the hint queue (runtime/sched.c, B4) ---------------------------------- */
 
@@ -651,6 +706,9 @@ static inline int coord_exec(struct coord_exec_env *env, const struct coord_exec
 	return coord_exec_run(reg->fns[call->fn].fn, call, ctx, cause);
 }
 
+/* coord_exec_res_release() - S9: destroy @env's component of resource @uid
+ * (its destroy callback), if it has one. */
+COORD_HIDDEN void coord_exec_res_release(struct coord_exec_env *env, uint64_t uid);
 COORD_HIDDEN void coord_exec_env_fini(struct coord_exec_env *env);
 
 /* --- transports ------------------------------------------------------------ */

@@ -21,6 +21,7 @@
 
 #include <coord/spec.h>
 
+#include "runtime/abi.h"
 #include "runtime/spec_pvt.h"
 
 #define HL_GROUPS 8
@@ -371,10 +372,29 @@ static int env_uint(const char *name, unsigned long max, bool required, unsigned
 	return 0;
 }
 
-void coord_slurm_opts_init(struct coord_slurm_opts *opts)
+static void slurm_opts_defaults(struct coord_slurm_opts *opts)
 {
 	memset(opts, 0, sizeof(*opts));
 	opts->port_base = 8888;
+}
+
+/* A struct that can grow (runtime/abi.h); its size first published (0.1.0). */
+#define SLURM_OPTS_SIZE_0                                                                          \
+	(offsetof(struct coord_slurm_opts, njobs) + sizeof(((struct coord_slurm_opts *)0)->njobs))
+
+void coord_slurm_opts_init_size(struct coord_slurm_opts *opts, size_t size)
+{
+	struct coord_slurm_opts d;
+
+	slurm_opts_defaults(&d);
+	coord_struct_init(opts, size, &d, sizeof(d));
+}
+
+int coord_slurm_opts_in(struct coord_slurm_opts *out, const struct coord_slurm_opts *in,
+			struct coord_error *err)
+{
+	slurm_opts_defaults(out);
+	return coord_struct_in(out, sizeof(*out), in, SLURM_OPTS_SIZE_0, "coord_slurm_opts", err);
 }
 
 static int cmp_sjob(const void *a, const void *b)
@@ -440,10 +460,12 @@ int coord_spec_resolve_slurm(const struct coord_slurm_opts *opts, struct coord_s
 
 	if (!out)
 		return coord_seterr(err, COORD_EINVAL, "slurm: no out pointer");
-	if (!opts) {
-		coord_slurm_opts_init(&defaults);
-		opts = &defaults;
-	}
+	/* NULL: the defaults; else @opts as this library's struct (runtime/abi.h) */
+	if (!opts)
+		slurm_opts_defaults(&defaults);
+	else if (coord_slurm_opts_in(&defaults, opts, err) < 0)
+		return COORD_EINVAL;
+	opts = &defaults;
 	nodelist = getenv("SLURM_JOB_NODELIST");
 	if (!nodelist)
 		nodelist = getenv("SLURM_NODELIST");

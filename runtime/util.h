@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include <coord/error.h>
+#include <coord/log.h>
 
 #define COORD_HIDDEN __attribute__((visibility("hidden")))
 #define CACHELINE 64
@@ -26,8 +27,7 @@
 COORD_HIDDEN int coord_seterr(struct coord_error *err, int code, const char *fmt, ...)
 	COORD_PRINTF(3, 4);
 
-/* Log levels for coord_log(); COORD_LOG (default "warn") selects on stderr. */
-enum { COORD_LOG_ERROR, COORD_LOG_WARN, COORD_LOG_INFO, COORD_LOG_DEBUG };
+/* Log at @level (enum coord_log_level, coord/log.h); runtime/log.c. */
 COORD_HIDDEN void coord_log(int level, const char *fmt, ...) COORD_PRINTF(2, 3);
 
 /* coord_die() - a broken internal invariant: print where and why, abort. */

@@ -15,6 +15,13 @@
  *   pw_next   per-worker arg 0 is a counter resource: result = worker index
  *             (int32) and the counter's next value (int64)
  *   counter   resource creator: an int64 counter starting at args (int64 or 0)
+ *   tracked   resource creator, args an int64 token: counts itself in
+ *             tr_creates[w] and its destroy callback in tr_destroys[w] when
+ *             the token is tr_token
+ *   tr_live   result = tr_creates[w] - tr_destroys[w] (int64) on its worker w:
+ *             how many tracked resources are alive there
+ *   closure_id result = { coord_ctx_closure() (uint64), attempt (uint32),
+ *             worker (int32) }
  * Every function counts t_entered/t_exited (not the var_* ones):
  *   sleep_attempt  uint32 us: stores its pid in running_pid, counts itself in
  *                  running[worker] while it sleeps; result
@@ -141,6 +148,11 @@ void t_reset_counters(void)
 	atomic_store(&t_sh->last_attempt, 0);
 	for (int i = 0; i < 64; i++)
 		atomic_store(&t_sh->running[i], 0);
+	atomic_store(&t_sh->tr_token, 0);
+	for (int i = 0; i < 64; i++) {
+		atomic_store(&t_sh->tr_creates[i], 0);
+		atomic_store(&t_sh->tr_destroys[i], 0);
+	}
 }
 
 #define ENTER() atomic_fetch_add(&t_entered, 1)
@@ -387,6 +399,61 @@ static int r_counter(struct coord_ctx *ctx, const void *args, size_t len, void *
 	return 0;
 }
 
+/* A "tracked" resource: its token and worker. */
+struct t_tracked {
+	int64_t token;
+	int worker;
+};
+
+static int r_tracked(struct coord_ctx *ctx, const void *args, size_t len, void **res)
+{
+	struct t_tracked *k = calloc(1, sizeof(*k));
+	int w = coord_ctx_worker(ctx);
+
+	if (!k)
+		return COORD_ENOMEM;
+	if (len == sizeof(k->token))
+		memcpy(&k->token, args, sizeof(k->token));
+	k->worker = w;
+	if (w >= 0 && w < 64 && k->token && k->token == atomic_load(&t_sh->tr_token))
+		atomic_fetch_add(&t_sh->tr_creates[w], 1);
+	*res = k;
+	return 0;
+}
+
+static void r_tracked_destroy(void *res)
+{
+	struct t_tracked *k = res;
+
+	if (k->worker >= 0 && k->worker < 64 && k->token &&
+	    k->token == atomic_load(&t_sh->tr_token))
+		atomic_fetch_add(&t_sh->tr_destroys[k->worker], 1);
+	free(k);
+}
+
+static int f_tr_live(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	int w = coord_ctx_worker(ctx);
+	int64_t live = 0;
+
+	ENTER();
+	if (w >= 0 && w < 64)
+		live = atomic_load(&t_sh->tr_creates[w]) - atomic_load(&t_sh->tr_destroys[w]);
+	EXIT(coord_ctx_set_result(ctx, &live, sizeof(live)));
+}
+
+static int f_closure_id(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct {
+		uint64_t id;
+		uint32_t attempt;
+		int32_t worker;
+	} out = { coord_ctx_closure(ctx), coord_ctx_attempt(ctx), coord_ctx_worker(ctx) };
+
+	ENTER();
+	EXIT(coord_ctx_set_result(ctx, &out, sizeof(out)));
+}
+
 /* ---- variables (coord/var.h) -------------------------------------------------------- */
 
 /* args: struct t_var_args; every element of [off, off + n) += val (n <= 64). */
@@ -576,6 +643,9 @@ int t_register(struct coord_registry *r)
 	    coord_registry_add(r, "pw_next", f_pw_next) ||
 	    coord_registry_add(r, "sum_inputs", f_sum_inputs) ||
 	    coord_registry_add(r, "concat_inputs", f_concat_inputs) ||
+	    coord_registry_add(r, "tr_live", f_tr_live) ||
+	    coord_registry_add(r, "closure_id", f_closure_id) ||
+	    coord_registry_add_resource(r, "tracked", r_tracked, r_tracked_destroy) ||
 	    coord_registry_add_resource(r, "counter", r_counter, free))
 		return -1;
 	return 0;

@@ -44,6 +44,10 @@ uint32_t t_fn(struct coord *c, const char *name);
  * test reads them and opens gates whatever the transport:
  *   t_entered / t_exited   - every function, on entry and exit
  *   t_creates[w]           - resource creations on worker w
+ *   tr_creates[w] / tr_destroys[w] - creations and destroy callbacks of
+ *                            "tracked" resources made with args tr_token
+ *                            (other tokens, e.g. an earlier test's, are
+ *                            not counted: their destroys may come late)
  */
 #define T_ORDER_MAX 400000
 struct t_shared {
@@ -56,6 +60,8 @@ struct t_shared {
 	_Atomic int running_pid;  /* set by sleep_attempt when it starts */
 	_Atomic int last_attempt; /* set by var_add */
 	_Atomic int running[64];  /* sleep_attempt calls running on worker w */
+	_Atomic int64_t tr_token;
+	_Atomic long tr_creates[64], tr_destroys[64];
 	int64_t order[T_ORDER_MAX];
 };
 extern struct t_shared *t_sh;

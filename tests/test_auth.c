@@ -390,6 +390,11 @@ static void test_auth_key_bad_hex(void **state)
 	load_fails(NULL, COORD_EINVAL, "character 33 is not a hex digit");
 	setenv(COORD_KEY_ENV, "00112233445566778899aabbccddeeff0", 1);
 	load_fails(NULL, COORD_EINVAL, "odd number");
+	/* A bad character after an odd number of digits is named as such. */
+	setenv(COORD_KEY_ENV, "00112233445566778899aabbccddeeff0z", 1);
+	load_fails(NULL, COORD_EINVAL, "character 34 is not a hex digit");
+	setenv(COORD_KEY_ENV, "00112233445566778899aabbccddee", 1);
+	load_fails(NULL, COORD_EINVAL, "key is 15 bytes");
 	/* A trailing newline is allowed in files, not in the variable. */
 	setenv(COORD_KEY_ENV, "00112233445566778899aabbccddeeff\n", 1);
 	load_fails(NULL, COORD_EINVAL, "not a hex digit");

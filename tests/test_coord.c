@@ -272,6 +272,68 @@ static void *open_gate_later(void *arg)
 	return NULL;
 }
 
+/* Schedule @fn (no arguments) strictly on worker @w; its handle. */
+static struct coord_rv *sched_on(struct coord *c, uint32_t fn, const void *args, size_t len,
+				 unsigned w)
+{
+	struct coord_call call = { .fn = fn,
+				   .args = args,
+				   .len = len,
+				   .affinity = COORD_ON_WORKER(w),
+				   .affinity_mode = COORD_AFFINITY_STRICT };
+	struct coord_rv *rv = NULL;
+
+	assert_int_equal(coord_schedule_call(c, &call, &rv, NULL), 0);
+	return rv;
+}
+
+/*
+ * S3 with the default window (issue 20, item 1): worker 1 runs a long
+ * closure, a second one bound to worker 1 waits behind it, a closure on
+ * worker 0 fails, join() is called: the second one has not started, so it
+ * is CANCELLED, not run after the error was taken; the running one keeps
+ * its outcome.
+ */
+static void test_s3_not_started_behind_long_is_cancelled(void **state)
+{
+	struct coord_registry *reg = t_registry();
+	uint32_t gated, fail, sl, us = 1000;
+	struct coord_rv *g, *behind, *f1;
+	struct opener o = { 200000000 };
+	struct coord_opts dflt, opts;
+	struct coord *c;
+	pthread_t t;
+
+	t_reset_counters();
+	t_opts(&opts, reg);
+	coord_opts_init(&dflt);
+	/* the defaults, not the tests' small window and two loops */
+	opts.window = dflt.window;
+	opts.tcp_loops = dflt.tcp_loops;
+	assert_int_equal(t_create(&opts, 2, &c, NULL), 0);
+	gated = t_fn(c, "gated");
+	fail = t_fn(c, "fail");
+	sl = t_fn(c, "sleep_us");
+	g = sched_on(c, gated, NULL, 0, 1);
+	wait_entered(1);
+	behind = sched_on(c, sl, &us, sizeof(us), 1);
+	f1 = sched_on(c, fail, NULL, 0, 0);
+	assert_int_equal(coord_rv_fetch(f1, NULL, NULL, NULL), -EIO);
+	pthread_create(&t, NULL, open_gate_later, &o);
+	assert_int_equal(coord_join(c, NULL), -EIO);
+	assert_int_equal(atomic_load(&t_entered), atomic_load(&t_exited));
+	pthread_join(t, NULL);
+	assert_int_equal(coord_rv_state(g), COORD_RV_READY);
+	assert_int_equal(coord_rv_state(behind), COORD_RV_CANCELLED);
+	assert_int_equal(atomic_load(&t_entered), 2); /* gated and fail; not the sleep */
+	coord_rv_put(g);
+	coord_rv_put(behind);
+	coord_rv_put(f1);
+	assert_int_equal(coord_join(c, NULL), 0);
+	coord_destroy(c);
+	coord_registry_destroy(reg);
+}
+
 /*
  * S3: a closure still running when the error arrives keeps its own outcome,
  * and join waits for it; only the first error is returned.
@@ -979,6 +1041,191 @@ static void test_s9_creation_failure_is_input_error(void **state)
 	assert_int_equal(coord_per_worker_create(f->c, "echo", NULL, 0, &pw, &err), COORD_ENOFN);
 }
 
+/* ---- S9: release on the last put ------------------------------------------------- */
+
+/* A fresh token for "tracked" resources (helpers.h): only this test's count. */
+static int64_t tr_begin(void)
+{
+	int64_t tok = (int64_t)(t_now_ns() | 1);
+
+	atomic_store(&t_sh->tr_token, tok);
+	return tok;
+}
+
+/* Closures @fn with per-worker argument @pw, @n of them on worker @w (handles
+ * in @rv, or none). */
+static void sched_pw_on(struct coord *c, const char *fn, struct coord_pw *pw, unsigned w,
+			unsigned n, struct coord_rv **rv)
+{
+	struct coord_call call = {
+		.fn = t_fn(c, fn), .pw = &pw, .npw = 1, .affinity = COORD_ON_WORKER(w)
+	};
+
+	for (unsigned i = 0; i < n; i++)
+		assert_int_equal(coord_schedule_call(c, &call, rv ? &rv[i] : NULL, NULL), 0);
+}
+
+/* Tracked resources alive on worker @w, as a closure bound to it sees them:
+ * after every release put before this call (runtime/pw.c P3). */
+static int64_t tr_live_on(struct coord *c, unsigned w)
+{
+	struct coord_call call = { .fn = t_fn(c, "tr_live"), .affinity = COORD_ON_WORKER(w) };
+	struct coord_rv *rv;
+	int64_t live;
+
+	assert_int_equal(coord_schedule_call(c, &call, &rv, NULL), 0);
+	live = fetch_i64(rv);
+	coord_rv_put(rv);
+	return live;
+}
+
+/* S9: the last put destroys the resource on every worker that made it (its
+ * destroy callback runs there once), while the coordinator lives. */
+static void test_s9_last_put_destroys_on_every_worker(void **state)
+{
+	struct t_fx *f = *state;
+	int64_t tok = tr_begin();
+	struct coord_rv *rv[2][20];
+	struct coord_pw *pw;
+
+	assert_int_equal(coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &pw, NULL), 0);
+	for (unsigned w = 0; w < 2; w++)
+		sched_pw_on(f->c, "echo", pw, w, 20, rv[w]);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	for (unsigned w = 0; w < 2; w++)
+		for (int i = 0; i < 20; i++) {
+			assert_int_equal(coord_rv_fetch(rv[w][i], NULL, NULL, NULL), 0);
+			coord_rv_put(rv[w][i]);
+		}
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 1);
+		assert_int_equal(tr_live_on(f->c, w), 1); /* the handle keeps it */
+	}
+	coord_per_worker_put(pw);
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(tr_live_on(f->c, w), 0);
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 1);
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 1);
+	}
+}
+
+/* S9: a put while closures use the resource (one running on each worker,
+ * more queued behind it) destroys nothing until the last of them is
+ * final; then each worker destroys it once. */
+static void test_s9_put_while_closures_use_it(void **state)
+{
+	struct t_fx *f = *state;
+	int64_t tok = tr_begin();
+	struct coord_rv *g[2], *rv[2][10];
+	struct coord_pw *pw;
+
+	assert_int_equal(coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &pw, NULL), 0);
+	for (unsigned w = 0; w < 2; w++)
+		sched_pw_on(f->c, "gated", pw, w, 1, &g[w]);
+	wait_entered(2);
+	for (unsigned w = 0; w < 2; w++) {
+		sched_pw_on(f->c, "echo", pw, w, 10, rv[w]);
+		sched_pw_on(f->c, "echo", pw, w, 10, NULL);
+	}
+	coord_per_worker_put(pw); /* the closures hold it now */
+	t_sleep_ns(20000000);
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 1);
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 0);
+	}
+	atomic_store(&t_gate, 1);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	for (unsigned w = 0; w < 2; w++) {
+		for (int i = 0; i < 10; i++) {
+			assert_int_equal(coord_rv_fetch(rv[w][i], NULL, NULL, NULL), 0);
+			coord_rv_put(rv[w][i]);
+		}
+		/* still held: the gated closure's RemoteValue */
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 0);
+	}
+	for (unsigned w = 0; w < 2; w++) {
+		int32_t where = fetch_i32(g[w]);
+
+		assert_int_equal(where, (int32_t)w);
+		coord_rv_put(g[w]); /* the last one releases it */
+	}
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(tr_live_on(f->c, w), 0);
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 1);
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 1);
+	}
+}
+
+/* S9: a new dataset per epoch, as a trainer makes one: after each epoch's
+ * put no worker holds any of them, so nothing grows over 50 epochs. */
+static void test_s9_dataset_per_epoch_does_not_grow(void **state)
+{
+	struct t_fx *f = *state;
+	int64_t tok = tr_begin();
+	long made = 0;
+
+	for (int e = 0; e < 50; e++) {
+		struct coord_call call = { .fn = t_fn(f->c, "echo"), .npw = 1 };
+		struct coord_pw *pw;
+
+		assert_int_equal(
+			coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &pw, NULL), 0);
+		call.pw = &pw;
+		for (int i = 0; i < 16; i++) /* no handles: the runtime's closures */
+			assert_int_equal(coord_schedule_call(f->c, &call, NULL, NULL), 0);
+		assert_int_equal(coord_join(f->c, NULL), 0);
+		coord_per_worker_put(pw);
+		for (unsigned w = 0; w < 2; w++)
+			assert_int_equal(tr_live_on(f->c, w), 0);
+	}
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]),
+				 atomic_load(&t_sh->tr_creates[w]));
+		made += atomic_load(&t_sh->tr_creates[w]);
+	}
+	assert_true(made >= 50); /* every epoch made one at least */
+}
+
+/* S9 with coord_destroy(): a handle released before it is destroyed once
+ * on each worker; one still held at destroy is destroyed there by the
+ * worker's teardown, once (no second destroy from the release), and may be
+ * put after destroy; its state then reads NOT_READY. */
+static void test_s9_destroy_after_put_and_put_after_destroy(void **state)
+{
+	struct t_fx *f;
+	struct coord_pw *a, *b;
+	uint64_t until;
+	int64_t tok;
+
+	(void)state;
+	setup_n((void **)&f, 2, COORD_RING_DEFAULT);
+	tok = tr_begin();
+	assert_int_equal(coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &a, NULL), 0);
+	assert_int_equal(coord_per_worker_create(f->c, "tracked", &tok, sizeof(tok), &b, NULL), 0);
+	for (unsigned w = 0; w < 2; w++) {
+		sched_pw_on(f->c, "echo", a, w, 5, NULL);
+		sched_pw_on(f->c, "echo", b, w, 5, NULL);
+	}
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_per_worker_put(a);
+	for (unsigned w = 0; w < 2; w++)
+		assert_int_equal(tr_live_on(f->c, w), 1); /* a is gone, b is not */
+	teardown((void **)&f);				  /* b still held */
+	assert_int_equal(coord_per_worker_state(b, 0), COORD_RV_NOT_READY);
+	coord_per_worker_put(b); /* after destroy: freed, nothing else */
+	/* Over the network the workers drop b when their connection ends,
+	 * after destroy returned: wait for that (bounded). */
+	until = t_now_ns() + 10000000000ull;
+	for (unsigned w = 0; w < 2; w++)
+		while (atomic_load(&t_sh->tr_destroys[w]) < 2 && t_now_ns() < until)
+			t_sleep_ns(1000000);
+	t_sleep_ns(20000000); /* a second destroy would come by now */
+	for (unsigned w = 0; w < 2; w++) {
+		assert_int_equal(atomic_load(&t_sh->tr_creates[w]), 2);
+		assert_int_equal(atomic_load(&t_sh->tr_destroys[w]), 2);
+	}
+}
+
 /* ---- S13 ------------------------------------------------------------------------ */
 
 /* S13: worker i waits min(delay * i, max); no max means no cap; env vars. */
@@ -1047,6 +1294,65 @@ static void test_s13_stagger_observed(void **state)
 	coord_registry_destroy(reg);
 }
 
+/*
+ * S13 with long closures (issue 20, item 2): a worker whose delay has passed
+ * takes work at once; nothing sits sent ahead to worker 0 that the others
+ * could run.  Three workers started 0 / 150 / 300 ms apart, 30 closures of
+ * 40 ms: worker 0 alone runs about 4 before worker 1 starts, then they
+ * share; each worker runs several, and join comes well before the 1.2 s
+ * that worker 0 alone would take.
+ */
+static void test_s13_stagger_spreads(void **state)
+{
+	struct coord_registry *reg = t_registry();
+	struct coord_rv *rv[30];
+	struct coord_opts o;
+	struct coord *c;
+	uint32_t sleep_us, us = 40000;
+	unsigned ran[3] = { 0 };
+	uint64_t t0;
+
+	t_reset_counters();
+	t_opts(&o, reg);
+	o.start_delay_ms = 150;
+	o.start_delay_max_ms = 300;
+	{
+		struct coord_opts dflt;
+
+		coord_opts_init(&dflt);
+		/* the defaults (room to send all 30 ahead), not the tests'
+		 * small window and two loops */
+		o.window = dflt.window;
+		o.tcp_loops = dflt.tcp_loops;
+	}
+	assert_int_equal(t_create(&o, 3, &c, NULL), 0);
+	sleep_us = t_fn(c, "sleep_us");
+	t0 = t_now_ns();
+	for (int i = 0; i < 30; i++)
+		assert_int_equal(coord_schedule(c, sleep_us, &us, sizeof(us), &rv[i], NULL), 0);
+	assert_int_equal(coord_join(c, NULL), 0);
+	printf("# stagger: join after %llu ms\n",
+	       (unsigned long long)((t_now_ns() - t0) / 1000000));
+	for (int i = 0; i < 30; i++) {
+		const void *v;
+		size_t len;
+		int32_t w;
+
+		assert_int_equal(coord_rv_fetch(rv[i], &v, &len, NULL), 0);
+		assert_int_equal(len, sizeof(w));
+		memcpy(&w, v, sizeof(w));
+		assert_true(w >= 0 && w < 3);
+		ran[w]++;
+		coord_rv_put(rv[i]);
+	}
+	printf("# stagger: %u / %u / %u closures\n", ran[0], ran[1], ran[2]);
+	/* Fair shares from their starts are about 13 / 10 / 7. */
+	for (int w = 0; w < 3; w++)
+		assert_true(ran[w] >= 3);
+	coord_destroy(c);
+	coord_registry_destroy(reg);
+}
+
 /* ---- S14 / S15 / B8 / misc --------------------------------------------------------- */
 
 /*
@@ -1104,6 +1410,75 @@ static void test_s15_unknown_function_refused(void **state)
 	assert_int_equal(atomic_load(&t_entered), 0);
 }
 
+/* B8: coord_ctx_closure() in the function is coord_rv_id() of its RemoteValue,
+ * whatever path the closure took: plain, with a per-worker argument, bound
+ * to a worker (hints), with arguments too large to travel inline, in a
+ * batch; and the ids of the values held at once are distinct. */
+static void test_b8_closure_id_is_rv_id(void **state)
+{
+	struct t_fx *f = *state;
+	enum { N = 2000 };
+	struct coord_rv **rv = calloc(N, sizeof(*rv));
+	uint64_t *ids = calloc(N, sizeof(*ids));
+	uint32_t fn = t_fn(f->c, "closure_id");
+	char big[200] = { 0 };
+	struct coord_pw *pw;
+
+	assert_non_null(rv);
+	assert_non_null(ids);
+	assert_int_equal(coord_per_worker_create(f->c, "counter", NULL, 0, &pw, NULL), 0);
+	for (int i = 0; i < N;) {
+		struct coord_call call = { .fn = fn };
+
+		switch (i % 5) {
+		case 1:
+			call.pw = &pw;
+			call.npw = 1;
+			break;
+		case 2:
+			call.affinity = COORD_ON_WORKER((unsigned)i % 2);
+			break;
+		case 3:
+			call.args = big;
+			call.len = sizeof(big);
+			break;
+		case 4: { /* a batch of 8 (or what is left) */
+			struct coord_call calls[8];
+			int m = N - i < 8 ? N - i : 8;
+
+			for (int k = 0; k < m; k++)
+				calls[k] = call;
+			assert_int_equal(
+				coord_schedule_many(f->c, calls, (size_t)m, &rv[i], NULL, NULL), 0);
+			i += m;
+			continue;
+		}
+		}
+		assert_int_equal(coord_schedule_call(f->c, &call, &rv[i], NULL), 0);
+		i++;
+	}
+	for (int i = 0; i < N; i++) {
+		struct {
+			uint64_t id;
+			uint32_t attempt;
+			int32_t worker;
+		} out;
+
+		fetch_exact(rv[i], &out, sizeof(out));
+		assert_int_equal(out.id, coord_rv_id(rv[i]));
+		assert_int_equal(out.attempt, 1);
+		ids[i] = out.id;
+	}
+	for (int i = 0; i < N; i++) /* distinct while held (sorted check) */
+		for (int j = i + 1; j < N && j < i + 64; j++)
+			assert_int_not_equal(ids[i], ids[j]);
+	for (int i = 0; i < N; i++)
+		coord_rv_put(rv[i]);
+	coord_per_worker_put(pw);
+	free(rv);
+	free(ids);
+}
+
 /* B8: the function sees its attempt number (1 on the first run). */
 static void test_b8_attempt_visible(void **state)
 {
@@ -1151,6 +1526,40 @@ static void test_s2_b8_put_back_runs_again(void **state)
 	assert_int_equal(coord_rv_fetch(rv, &v, NULL, NULL), 0);
 	memcpy(&a, v, sizeof(a));
 	assert_int_equal(a, 2);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	coord_rv_put(rv);
+	coord_rv_put(g[0]);
+	coord_rv_put(g[1]);
+}
+
+/* B8: a closure put back (its worker lost) runs again with attempt 2 and
+ * the same id: coord_ctx_closure() is still coord_rv_id(). */
+static void test_b8_closure_id_after_put_back(void **state)
+{
+	struct t_fx *f = *state;
+	struct coord_dispatcher d = { .c = f->c };
+	struct coord_closure *taken[4];
+	struct coord_rv *g[2], *rv;
+	struct {
+		uint64_t id;
+		uint32_t attempt;
+		int32_t worker;
+	} out;
+	unsigned n = 0;
+
+	for (int i = 0; i < 2; i++) /* both workers busy: the closure waits for us */
+		assert_int_equal(coord_schedule(f->c, t_fn(f->c, "gated"), NULL, 0, &g[i], NULL),
+				 0);
+	wait_entered(2);
+	assert_int_equal(coord_schedule(f->c, t_fn(f->c, "closure_id"), NULL, 0, &rv, NULL), 0);
+	for (int i = 0; i < 1000 && n == 0; i++)
+		n = coord_dispatch_try_take(&d, taken, 4);
+	assert_int_equal(n, 1);
+	coord_dispatch_put_back(&d, taken, n);
+	atomic_store(&t_gate, 1);
+	fetch_exact(rv, &out, sizeof(out));
+	assert_int_equal(out.attempt, 2);
+	assert_int_equal(out.id, coord_rv_id(rv));
 	assert_int_equal(coord_join(f->c, NULL), 0);
 	coord_rv_put(rv);
 	coord_rv_put(g[0]);
@@ -1782,6 +2191,7 @@ int main(void)
 	T(test_s1_schedule_returns_at_once), cmocka_unit_test(test_s1_backpressure_tiny_ring),     \
 		T(test_s2_runs_on_any_worker),                                                     \
 		T(test_s3_schedule_returns_error_nothing_executing),                               \
+		cmocka_unit_test(test_s3_not_started_behind_long_is_cancelled),                    \
 		T(test_s3_running_closure_keeps_outcome), T(test_s3_only_first_error_returned),    \
 		T(test_s3_generation_taken_when_queued),                                           \
 		T(test_s3_new_round_error_kept_while_cancelling),                                  \
@@ -1792,7 +2202,11 @@ int main(void)
 		T(test_b3_schedule_many), cmocka_unit_test(test_b3_schedule_many_order),           \
 		T(test_concurrent_round_trips), T1(test_results_all_sizes),                        \
 		T(test_s8_s9_per_worker_lazy), T(test_s9_creation_failure_is_input_error),         \
-		cmocka_unit_test(test_s13_stagger_observed), cmocka_unit_test(test_s14_unbounded), \
+		T(test_s9_last_put_destroys_on_every_worker),                                      \
+		T(test_s9_put_while_closures_use_it), T(test_s9_dataset_per_epoch_does_not_grow),  \
+		cmocka_unit_test(test_s9_destroy_after_put_and_put_after_destroy),                 \
+		T(test_b8_closure_id_is_rv_id), cmocka_unit_test(test_s13_stagger_observed),       \
+		cmocka_unit_test(test_s13_stagger_spreads), cmocka_unit_test(test_s14_unbounded),  \
 		T(test_s15_unknown_function_refused), T(test_b8_attempt_visible),                  \
 		T(test_b7_metrics), cmocka_unit_test(test_w1_short_waits_spin),                    \
 		cmocka_unit_test(test_w1_long_waits_sleep),                                        \
@@ -1804,6 +2218,7 @@ int main(void)
 		CONTRACT_TESTS,
 		/* in-process only: they reach into the runtime or its options */
 		T(test_s2_b8_put_back_runs_again),
+		T(test_b8_closure_id_after_put_back),
 		cmocka_unit_test(test_s13_stagger_formula_and_env),
 		cmocka_unit_test(test_w1_budget_rule),
 		cmocka_unit_test(test_registry_and_options_errors),

@@ -253,7 +253,7 @@ static void test_wire_req_inputs_checked(void **state)
 	assert_int_equal(b[req_at + 22], COORD_WIRE_REQ_INPUTS);
 	/* an unknown flag bit */
 	memcpy(b2, b, n);
-	b2[req_at + 22] |= 0x2;
+	b2[req_at + 22] |= 0x4;
 	assert_int_equal(decode_all(b2, n, 1 << 20), -EPROTO);
 	/* INPUTS set, count 0 (not canonical) */
 	memcpy(b2, b, n);
@@ -284,6 +284,112 @@ static void test_wire_req_inputs_checked(void **state)
 		assert_int_equal(w.len, n);
 		assert_memory_equal(b2, b, n);
 	}
+}
+
+/* B8: a request may carry the closure's own id (ID flag) besides the id
+ * its result echoes; it round-trips, with pw refs and inputs after it, and
+ * the flag without an id (0) or without its 8 bytes is refused. */
+static void test_wire_req_rv_id(void **state)
+{
+	uint8_t b[256], b2[256];
+	struct coord_wire_writer w;
+	struct coord_wire_req q = { .closure_id = 0x100000000ull,
+				    .rv_id = 0x10000000full,
+				    .fn = 2 };
+	static const uint8_t in[] = { 1, 0, 0, 0, 'z' };
+	struct coord_wire_hdr h;
+	struct coord_wire_iter it;
+	struct coord_wire_req d;
+	size_t n, at = COORD_WIRE_HDR + COORD_WIRE_REQ_FIXED;
+
+	q.npw = 1;
+	q.pw[0] = (struct coord_wire_pw){ .uid = 77, .creator = 1, .len = 2, .args = "pw" };
+	q.nin = 1;
+	q.in = in;
+	q.in_len = sizeof(in);
+	q.len = 3;
+	q.args = "abc";
+	coord_wire_writer_init(&w, b, sizeof(b));
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_REQ), 0);
+	assert_int_equal(coord_wire_put_req(&w, &q), 0);
+	coord_wire_end(&w);
+	n = w.len;
+	assert_int_equal(n, COORD_WIRE_HDR + coord_wire_req_size(&q));
+	assert_int_equal(b[COORD_WIRE_HDR + 22], COORD_WIRE_REQ_INPUTS | COORD_WIRE_REQ_ID);
+	assert_int_equal(coord_wire_parse_hdr(b, n, 1 << 20, &h), 0);
+	coord_wire_iter_init(&it, &h, b + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_req(&it, &d), 1);
+	assert_int_equal(d.closure_id, q.closure_id);
+	assert_int_equal(d.rv_id, q.rv_id);
+	assert_int_equal(d.npw, 1);
+	assert_int_equal(d.pw[0].uid, 77);
+	assert_memory_equal(d.args, "abc", 3);
+	assert_int_equal(d.nin, 1);
+	assert_int_equal(coord_wire_next_req(&it, &d), 0);
+	/* without the flag: no id (0), as before */
+	q.rv_id = 0;
+	coord_wire_writer_init(&w, b2, sizeof(b2));
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_REQ), 0);
+	assert_int_equal(coord_wire_put_req(&w, &q), 0);
+	coord_wire_end(&w);
+	assert_int_equal(w.len, n - 8);
+	assert_int_equal(coord_wire_parse_hdr(b2, w.len, 1 << 20, &h), 0);
+	coord_wire_iter_init(&it, &h, b2 + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_req(&it, &d), 1);
+	assert_int_equal(d.rv_id, 0);
+	/* the flag with an id of 0: not canonical */
+	memcpy(b2, b, n);
+	memset(b2 + at, 0, 8);
+	assert_int_equal(decode_all(b2, n, 1 << 20), -EPROTO);
+	/* the flag cleared: the id's bytes are read as the rest, refused */
+	memcpy(b2, b, n);
+	b2[COORD_WIRE_HDR + 22] = COORD_WIRE_REQ_INPUTS;
+	assert_int_equal(decode_all(b2, n, 1 << 20), -EPROTO);
+	/* every truncation of the frame: more needed, or refused */
+	for (size_t k = 0; k < n; k++) {
+		int r = decode_all(b, k, 1 << 20);
+
+		assert_true(r == -EAGAIN || r == -EPROTO);
+	}
+}
+
+/* S9: PW_FREE carries uids, many per frame; a frame whose payload is not
+ * exactly its records is refused. */
+static void test_wire_pw_free(void **state)
+{
+	uint8_t b[128];
+	struct coord_wire_writer w;
+	struct coord_wire_hdr h;
+	struct coord_wire_iter it;
+	uint64_t uid;
+	int i = 0, r;
+
+	coord_wire_writer_init(&w, b, sizeof(b));
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_PW_FREE), 0);
+	for (uint64_t u = 1; u <= 5; u++)
+		assert_int_equal(coord_wire_put_uid(&w, u << 40 | u), 0);
+	coord_wire_end(&w);
+	assert_int_equal(w.len, COORD_WIRE_HDR + 40);
+	assert_string_equal(coord_wire_type_name(COORD_WIRE_PW_FREE), "PW_FREE");
+	assert_int_equal(coord_wire_parse_hdr(b, w.len, 1 << 20, &h), 0);
+	assert_int_equal(h.type, COORD_WIRE_PW_FREE);
+	assert_int_equal(h.count, 5);
+	coord_wire_iter_init(&it, &h, b + COORD_WIRE_HDR);
+	while ((r = coord_wire_next_uid(&it, &uid)) == 1) {
+		i++;
+		assert_int_equal(uid, (uint64_t)i << 40 | (uint64_t)i);
+	}
+	assert_int_equal(r, 0);
+	assert_int_equal(i, 5);
+	/* a count the payload does not hold, or bytes left over: refused */
+	b[8] = 6;
+	assert_int_equal(coord_wire_parse_hdr(b, w.len, 1 << 20, &h), -EPROTO);
+	b[8] = 4;
+	assert_int_equal(coord_wire_parse_hdr(b, w.len, 1 << 20, &h), 0);
+	coord_wire_iter_init(&it, &h, b + COORD_WIRE_HDR);
+	while ((r = coord_wire_next_uid(&it, &uid)) == 1)
+		;
+	assert_int_equal(r, -EPROTO);
 }
 
 /* Every prefix of a valid frame is "need more" or refused, never decoded. */
@@ -514,6 +620,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_wire_req_round_trip),
 		cmocka_unit_test(test_wire_req_inputs_checked),
+		cmocka_unit_test(test_wire_req_rv_id),
+		cmocka_unit_test(test_wire_pw_free),
 		cmocka_unit_test(test_wire_res_fn_ping_error_round_trip),
 		cmocka_unit_test(test_wire_hello_round_trip_and_magic),
 		cmocka_unit_test(test_wire_every_truncation),

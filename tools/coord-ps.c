@@ -39,6 +39,11 @@ static void usage(FILE *f)
 		   "  --ckpt-root DIR  read and write checkpoints only beneath DIR (default:\n"
 		   "                  the working directory); a checkpoint dir that escapes\n"
 		   "                  it is refused and logged\n"
+		   "  --version       print the version and exit\n"
+		   "  --help          print this help and exit\n"
+		   "\n"
+		   "Exit status: 0 after a clean stop, 1 on an error, 2 on bad or no\n"
+		   "arguments.\n"
 		   "\n"
 		   "Prints `coord-ps listening on port P` once ready; SIGTERM or SIGINT\n"
 		   "stops it cleanly (variables not saved are lost).\n");
@@ -54,25 +59,28 @@ int main(int argc, char **argv)
 	int c, r;
 
 	cli_init(&cl, "coord-ps", "ps");
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		if (c == 'h') {
-			usage(stdout);
-			return 0;
-		}
+	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		if (c == 'R') {
 			cl.o.ckpt_root = optarg;
 			continue;
 		}
-		r = cli_opt(&cl, c, optarg);
+		r = cli_opt(&cl, c, optarg, usage);
+		if (r == CLI_DONE)
+			return 0;
 		if (r <= 0) {
-			if (r == 0)
-				usage(stderr);
+			usage(stderr);
 			return 2;
 		}
 	}
-	if (cli_ready(&cl) < 0) {
+	r = cli_args_done(&cl, argc, argv, usage);
+	if (r)
+		return r;
+	r = cli_ready(&cl);
+	if (r < 0) {
 		cli_fini(&cl);
-		return 1;
+		if (r == -2)
+			usage(stderr);
+		return r == -2 ? 2 : 1;
 	}
 	r = coord_ps_serve(&cl.o, &err);
 	if (r < 0)

@@ -20,6 +20,7 @@ static void usage(FILE *f)
 		"Serve the functions that LIB.so registers (its exported\n"
 		"`int coord_register_fns(struct coord_registry *)`) to coord coordinators.\n"
 		"\n"
+		"  --fns LIB.so    the shared object whose functions to serve (required)\n"
 		"  --spec SPEC     the cluster: a JSON file or text, `tf_config` or `slurm`\n"
 		"  --task N        listen on the address of task N of the \"worker\" job\n"
 		"                  (default: the task tf_config or slurm names)\n"
@@ -33,6 +34,11 @@ static void usage(FILE *f)
 		"  --transport T   tcp (default) or rdma: an RC queue pair per\n"
 		"                  coordinator (ADDR: an address of an RDMA device;\n"
 		"                  needs a cluster key unless loopback)\n"
+		"  --version       print the version and exit\n"
+		"  --help          print this help and exit\n"
+		"\n"
+		"Exit status: 0 after a clean stop, 1 on an error, 2 on bad or no\n"
+		"arguments.\n"
 		"\n"
 		"Prints `coord-worker listening on port P` once ready; SIGTERM or SIGINT\n"
 		"stops it cleanly.\n");
@@ -52,29 +58,33 @@ int main(int argc, char **argv)
 	int c, r;
 
 	cli_init(&cl, "coord-worker", "worker");
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		if (c == 'h') {
-			usage(stdout);
-			return 0;
-		}
+	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		if (c == 'f') {
 			fns = optarg;
 			continue;
 		}
-		r = cli_opt(&cl, c, optarg);
+		r = cli_opt(&cl, c, optarg, usage);
+		if (r == CLI_DONE)
+			return 0;
 		if (r <= 0) {
-			if (r == 0)
-				usage(stderr);
+			usage(stderr);
 			return 2;
 		}
 	}
+	r = cli_args_done(&cl, argc, argv, usage);
+	if (r)
+		return r;
 	if (!fns) {
+		fprintf(stderr, "coord-worker: --fns LIB.so is needed\n");
 		usage(stderr);
 		return 2;
 	}
-	if (cli_ready(&cl) < 0) {
+	r = cli_ready(&cl);
+	if (r < 0) {
 		cli_fini(&cl);
-		return 1;
+		if (r == -2)
+			usage(stderr);
+		return r == -2 ? 2 : 1;
 	}
 	dl = dlopen(fns, RTLD_NOW | RTLD_LOCAL);
 	if (!dl) {

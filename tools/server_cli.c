@@ -47,11 +47,19 @@ static int number(struct cli *cl, const char *opt, const char *arg, long max, lo
 	return 1;
 }
 
-int cli_opt(struct cli *cl, int c, const char *arg)
+int cli_opt(struct cli *cl, int c, const char *arg, void (*usage)(FILE *))
 {
+	/* enum coord_log_level's order */
+	static const char *const levels[] = { "error", "warn", "info", "debug" };
 	long v;
 
 	switch (c) {
+	case 'h':
+		usage(stdout);
+		return CLI_DONE;
+	case 'V':
+		printf("%s %s\n", cl->name, coord_version());
+		return CLI_DONE;
 	case 's':
 		cl->spec_arg = arg;
 		return 1;
@@ -74,8 +82,11 @@ int cli_opt(struct cli *cl, int c, const char *arg)
 		cl->o.partial_ms = (int)v;
 		return 1;
 	case 'v':
-		setenv("COORD_LOG", arg, 1);
-		return 1;
+		for (int i = 0; i < (int)(sizeof(levels) / sizeof(levels[0])); i++)
+			if (!strcmp(arg, levels[i]))
+				return coord_set_log_level(i) < 0 ? -1 : 1;
+		fprintf(stderr, "%s: --log wants error, warn, info or debug\n", cl->name);
+		return -1;
 	case 'T':
 		if (strcmp(arg, "tcp") != 0 && strcmp(arg, "rdma") != 0) {
 			fprintf(stderr, "%s: --transport wants tcp or rdma\n", cl->name);
@@ -88,15 +99,26 @@ int cli_opt(struct cli *cl, int c, const char *arg)
 	}
 }
 
+int cli_args_done(struct cli *cl, int argc, char **argv, void (*usage)(FILE *))
+{
+	if (optind < argc)
+		fprintf(stderr, "%s: unexpected argument '%s'\n", cl->name, argv[optind]);
+	if (argc <= 1 || optind < argc) {
+		usage(stderr);
+		return 2;
+	}
+	return 0;
+}
+
 int cli_ready(struct cli *cl)
 {
 	struct coord_error err;
 	int r;
 
 	if (!cl->listen && !cl->spec_arg) {
-		fprintf(stderr, "%s: give --spec SPEC [--task N], or --listen HOST:PORT (--help)\n",
+		fprintf(stderr, "%s: give --spec SPEC [--task N], or --listen HOST:PORT\n",
 			cl->name);
-		return -1;
+		return -2;
 	}
 	if (!cl->listen) {
 		struct coord_task_id self;

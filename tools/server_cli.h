@@ -2,7 +2,7 @@
 /*
  * tools/server_cli.h - what coord-worker and coord-ps share: the common
  * options (--spec --task --listen --key --max-frame --partial-ms --log
- * --transport),
+ * --transport --version --help),
  * the listen address from a spec, the "listening on port P" line, and a
  * clean stop on SIGTERM / SIGINT.
  */
@@ -10,6 +10,7 @@
 #define COORD_TOOLS_SERVER_CLI_H
 
 #include <getopt.h>
+#include <stdio.h>
 
 #include <coord/coord.h>
 
@@ -22,6 +23,7 @@
 		{ "partial-ms", required_argument, NULL, 'p' },                                    \
 		{ "log", required_argument, NULL, 'v' },                                           \
 		{ "transport", required_argument, NULL, 'T' },                                     \
+		{ "version", no_argument, NULL, 'V' },                                             \
 	{                                                                                          \
 		"help", no_argument, NULL, 'h'                                                     \
 	}
@@ -37,10 +39,20 @@ struct cli {
 
 /* Defaults; then cli_opt() for each option getopt_long() returns. */
 void cli_init(struct cli *cl, const char *name, const char *job);
-/* 1 handled, 0 not a common option, -1 bad value (message printed). */
-int cli_opt(struct cli *cl, int c, const char *arg);
+/*
+ * 1 handled, 0 not a common option, -1 bad value (message printed),
+ * CLI_DONE after printing --help (@usage to stdout) or --version: exit 0.
+ */
+#define CLI_DONE 2
+int cli_opt(struct cli *cl, int c, const char *arg, void (*usage)(FILE *));
+/*
+ * After getopt_long(): an empty command line or a stray argument prints
+ * @usage to stderr and returns 2 (the exit status); else 0.
+ */
+int cli_args_done(struct cli *cl, int argc, char **argv, void (*usage)(FILE *));
 /* Resolve --spec/--task to the listen address, install the stop handler,
- * and fill cl->o (listen, stop_fd, on_listen, task).  0 or -1 (printed). */
+ * and fill cl->o (listen, stop_fd, on_listen, task).  0, -1 (printed), or
+ * -2: neither --spec nor --listen given (usage error, exit 2). */
 int cli_ready(struct cli *cl);
 void cli_fini(struct cli *cl);
 

@@ -59,45 +59,48 @@ static void sodium_once_init(void)
 		coord_die("sodium_init failed (no kernel randomness?)", EIO);
 }
 
-static int hex_digit(uint8_t c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /*
- * Decode @n hex digits of @s into @key.  @what names the source for the
- * messages.  Return: 0, or COORD_EINVAL with a message (key left unset).
+ * Decode @n hex digits of @s into @key with sodium_hex2bin().  @what names
+ * the source for the messages.  Return: 0, or COORD_EINVAL with a message
+ * (key left unset), COORD_ENOMEM.
  */
 static int key_from_hex(const uint8_t *s, size_t n, const char *what, struct coord_key *key,
 			struct coord_error *err)
 {
-	for (size_t i = 0; i < n; i++)
-		if (hex_digit(s[i]) < 0)
-			return coord_seterr(
-				err, COORD_EINVAL,
-				"%s: character %zu is not a hex digit; write the key as "
-				"hex (e.g. `openssl rand -hex 32`)",
-				what, i + 1);
-	if (n % 2)
-		return coord_seterr(err, COORD_EINVAL, "%s: odd number of hex digits (%zu)", what,
-				    n);
-	if (n / 2 < COORD_KEY_MIN || n / 2 > COORD_KEY_MAX)
-		return coord_seterr(err, COORD_EINVAL,
-				    "%s: key is %zu bytes; it must be %d..%d bytes (%d..%d hex "
-				    "digits)",
-				    what, n / 2, COORD_KEY_MIN, COORD_KEY_MAX, 2 * COORD_KEY_MIN,
-				    2 * COORD_KEY_MAX);
-	for (size_t i = 0; i < n / 2; i++)
-		key->bytes[i] = (uint8_t)(hex_digit(s[2 * i]) << 4 | hex_digit(s[2 * i + 1]));
-	key->len = n / 2;
-	key->set = true;
-	return 0;
+	/* Room for every digit pair: the whole string is checked before its length. */
+	uint8_t *bin = malloc(n / 2 + 1);
+	const char *end;
+	size_t len, stop;
+	int r, ret = 0;
+
+	if (!bin)
+		return coord_seterr(err, COORD_ENOMEM, "%s: out of memory", what);
+	r = sodium_hex2bin(bin, n / 2 + 1, (const char *)s, n, NULL, &len, &end);
+	/* It stops at the first non-digit; with an odd digit count before that
+	 * stop it fails and backs @end up by one digit. */
+	stop = (size_t)(end - (const char *)s) + (r < 0);
+	if (stop < n)
+		ret = coord_seterr(err, COORD_EINVAL,
+				   "%s: character %zu is not a hex digit; write the key as "
+				   "hex (e.g. `openssl rand -hex 32`)",
+				   what, stop + 1);
+	else if (r < 0)
+		ret = coord_seterr(err, COORD_EINVAL, "%s: odd number of hex digits (%zu)", what,
+				   n);
+	else if (len < COORD_KEY_MIN || len > COORD_KEY_MAX)
+		ret = coord_seterr(err, COORD_EINVAL,
+				   "%s: key is %zu bytes; it must be %d..%d bytes (%d..%d hex "
+				   "digits)",
+				   what, len, COORD_KEY_MIN, COORD_KEY_MAX, 2 * COORD_KEY_MIN,
+				   2 * COORD_KEY_MAX);
+	if (ret == 0) {
+		memcpy(key->bytes, bin, len);
+		key->len = len;
+		key->set = true;
+	}
+	sodium_memzero(bin, n / 2 + 1);
+	free(bin);
+	return ret;
 }
 
 static bool is_text_byte(uint8_t c)

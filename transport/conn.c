@@ -50,7 +50,8 @@ int coord_conn_init(struct coord_conn *k, struct coord_worker *w, unsigned windo
 	k->seq = calloc(window, sizeof(*k->seq));
 	k->sent_ns = calloc(window, sizeof(*k->sent_ns));
 	k->freel = calloc(window, sizeof(*k->freel));
-	if (!k->obuf || !k->slots || !k->seq || !k->sent_ns || !k->freel)
+	k->run = calloc(window, sizeof(*k->run));
+	if (!k->obuf || !k->slots || !k->seq || !k->sent_ns || !k->freel || !k->run)
 		return -ENOMEM;
 	for (unsigned s = 0; s < window; s++)
 		k->freel[s] = window - 1 - s;
@@ -69,11 +70,33 @@ void coord_conn_fini(struct coord_conn *k)
 	free(k->seq);
 	free(k->sent_ns);
 	free(k->freel);
+	free(k->run);
+	k->run = NULL;
 	k->obuf = NULL;
 	k->slots = NULL;
 	k->seq = NULL;
 	k->sent_ns = NULL;
 	k->freel = NULL;
+}
+
+/* Room for @need more bytes and a frame header in @k's output: grow it
+ * (slow path); 0 or -ENOMEM. */
+static int out_room(struct coord_conn *k, size_t need)
+{
+	size_t cap;
+	uint8_t *b;
+
+	if (k->ow.cap - k->ow.len >= need + COORD_WIRE_HDR)
+		return 0;
+	cap = (k->ow.len + need + COORD_WIRE_HDR) * 2;
+	b = realloc(k->obuf, cap);
+	if (!b)
+		return -ENOMEM;
+	k->obuf = b;
+	k->ocap = cap;
+	k->ow.buf = b;
+	k->ow.cap = cap;
+	return 0;
 }
 
 int coord_conn_put_req(struct coord_conn *k, struct coord_closure *cl, uint64_t now,
@@ -89,6 +112,7 @@ int coord_conn_put_req(struct coord_conn *k, struct coord_closure *cl, uint64_t 
 	size_t need;
 
 	q.closure_id = (uint64_t)(k->seq[slot] + 1) << 32 | slot;
+	q.rv_id = cl->id; /* B8: what the function sees is coord_rv_id() */
 	for (unsigned i = 0; i < cl->npw; i++) {
 		q.pw[i].uid = cl->pw[i]->uid;
 		q.pw[i].creator = cl->pw[i]->creator;
@@ -105,18 +129,9 @@ int coord_conn_put_req(struct coord_conn *k, struct coord_closure *cl, uint64_t 
 	/* Close the open frame if this request would push it past the limit. */
 	if (k->ow.frame != SIZE_MAX && k->ow.len - k->ow.frame + need > max_frame)
 		coord_wire_end(&k->ow);
-	if (k->ow.cap - k->ow.len < need + COORD_WIRE_HDR) { /* grow obuf (slow path) */
-		size_t cap = (k->ow.len + need + COORD_WIRE_HDR) * 2;
-		uint8_t *b = realloc(k->obuf, cap);
-
-		if (!b) {
-			k->freel[k->nfree++] = slot;
-			return -ENOMEM;
-		}
-		k->obuf = b;
-		k->ocap = cap;
-		k->ow.buf = b;
-		k->ow.cap = cap;
+	if (unlikely(out_room(k, need) < 0)) {
+		k->freel[k->nfree++] = slot;
+		return -ENOMEM;
 	}
 	begin = k->ow.frame == SIZE_MAX;
 	if (begin)
@@ -128,6 +143,46 @@ int coord_conn_put_req(struct coord_conn *k, struct coord_closure *cl, uint64_t 
 	k->sent_ns[slot] = now;
 	*slotp = slot;
 	return begin;
+}
+
+/* One PW_FREE frame of @n uids in @k's output, after what is there. */
+static int put_pw_free(struct coord_conn *k, const uint64_t *uids, unsigned n)
+{
+	if (k->ow.frame != SIZE_MAX)
+		coord_wire_end(&k->ow); /* the open REQ frame goes first */
+	if (out_room(k, (size_t)n * 8) < 0)
+		return -ENOMEM;
+	coord_wire_begin(&k->ow, COORD_WIRE_PW_FREE);
+	for (unsigned i = 0; i < n; i++)
+		coord_wire_put_uid(&k->ow, uids[i]);
+	coord_wire_end(&k->ow);
+	return 0;
+}
+
+void coord_conn_pw_release(struct coord_dispatcher *d, struct coord_conn *(*conn)(void *, unsigned),
+			   void *ctx, unsigned nconns, void (*flush)(struct coord_conn *))
+{
+	uint64_t uids[COORD_CONN_PW_BATCH];
+	unsigned n;
+
+	while ((n = coord_dispatch_pw_take(d, uids, COORD_CONN_PW_BATCH)) > 0)
+		for (unsigned i = 0; i < nconns; i++) {
+			struct coord_conn *k = conn(ctx, i);
+
+			/* Down: nothing to free there (runtime/pw.c P2).  Out of
+			 * memory: the worker keeps them until its connection
+			 * ends, which frees them (logged). */
+			if (!k->up)
+				continue;
+			if (put_pw_free(k, uids, n) < 0) {
+				coord_log(COORD_LOG_WARN,
+					  "worker %d: no memory to release %u per-worker "
+					  "resources; they stay until it disconnects",
+					  k->w->index, n);
+				continue;
+			}
+			flush(k);
+		}
 }
 
 unsigned coord_conn_put_back_all(struct coord_conn *k, struct coord_dispatcher *d)

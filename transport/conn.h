@@ -14,7 +14,9 @@
  * Slots.  A connection has @window slots; a request carries (seq << 32 |
  * slot) as its closure id, seq counting the slot's uses, so a result names
  * a slot in use, with the same seq and the closure's attempt, or the worker
- * is misbehaving and its connection is failed.
+ * is misbehaving and its connection is failed.  The closure's own id
+ * (coord_rv_id(), which its function sees as coord_ctx_closure(), B8)
+ * travels beside it in the record's ID field (wire.h).
  *
  * Synchronization: none.  A connection belongs to its loop (whoever holds
  * the loop, rdma.c D1); nothing here is shared between threads.
@@ -45,6 +47,10 @@
 	unsigned nfree, window;                                                                    \
 	/* liveness: anything received resets last_rx_ns; ping_ns: a PING is out */                \
 	uint64_t last_rx_ns, ping_ns;                                                              \
+	/* placement (place.h): each slot's expected run time, their sum, and */                   \
+	/* when it last went from idle to busy */                                                  \
+	uint32_t *run;                                                                             \
+	uint64_t backlog_ns, busy_ns;                                                              \
 	char peer[80]; /* its address, for messages */
 
 struct coord_conn {
@@ -79,6 +85,19 @@ COORD_HIDDEN void coord_conn_fini(struct coord_conn *k);
  */
 COORD_HIDDEN int coord_conn_put_req(struct coord_conn *k, struct coord_closure *cl, uint64_t now,
 				    uint32_t max_frame, uint32_t *slot);
+
+/*
+ * coord_conn_pw_release() - S9 (runtime/pw.c P2, P3): take the per-worker
+ * resources released to dispatcher @d and write one PW_FREE frame naming
+ * them into the output of each live connection @conn(@ctx, i), i <
+ * @nconns, after what it holds (so after every REQ placed before), then
+ * @flush(k) to send it.  Call when coord_dispatch_pw_pending(@d), at the
+ * start of a round and before placing a batch taken from the queue.
+ */
+#define COORD_CONN_PW_BATCH 64
+COORD_HIDDEN void coord_conn_pw_release(struct coord_dispatcher *d,
+					struct coord_conn *(*conn)(void *, unsigned), void *ctx,
+					unsigned nconns, void (*flush)(struct coord_conn *));
 
 /* Empty every slot of @k and put its closure back on the queue (S2, once
  * each: rdma.c L2); how many. */

@@ -9,7 +9,9 @@
  * arguments, no frames, no system call unless a thread sleeps.  A small call
  * without a handle arrives inline in its ring entry (coordinator.c Q2) and
  * runs in one of the dispatcher's own closures (d->local), so the worker
- * touches no pool closure for it.
+ * touches no pool closure for it.  The worker thread also destroys its
+ * components of per-worker resources whose last handle was put (S9,
+ * runtime/pw.c), before it runs the next batch it took.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,6 +28,18 @@ struct inproc_worker {
 static void *closure_result_buf(void *sink, size_t len)
 {
 	return coord_closure_result_buf(sink, len);
+}
+
+/* S9 (runtime/pw.c P2, P3): destroy this worker's components of the
+ * resources released to @d. */
+static void pw_release(struct coord_dispatcher *d, struct coord_exec_env *env)
+{
+	uint64_t uids[16];
+	unsigned n;
+
+	while ((n = coord_dispatch_pw_take(d, uids, 16)) > 0)
+		for (unsigned i = 0; i < n; i++)
+			coord_exec_res_release(env, uids[i]);
 }
 
 /* Sleep until @w's staggered start (S13), or until the coordinator stops. */
@@ -58,8 +72,15 @@ static void *inproc_main(void *arg)
 	if (d->ents)
 		d->exec_env = &iw->env;
 	stagger_wait(w);
-	while ((n = coord_dispatch_take(d, batch, c->opts.batch)) > 0) {
+	/* The take returns 0 when stopping, or with resources to release. */
+	while ((n = coord_dispatch_take(d, batch, c->opts.batch)) > 0 ||
+	       coord_dispatch_pw_pending(d)) {
 		unsigned nd = 0;
+
+		if (coord_dispatch_pw_pending(d))
+			pw_release(d, &iw->env); /* S9: before the batch runs (P3) */
+		if (n == 0)
+			continue;
 
 		for (unsigned i = 0; i < n; i++) {
 			struct coord_closure *cl = batch[i];

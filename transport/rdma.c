@@ -110,6 +110,7 @@
 #include "runtime/internal.h"
 #include "runtime/ps.h"
 #include "transport/conn.h"
+#include "transport/place.h"
 #include "transport/rdma_chan.h"
 
 #define DRIVE_MAX_NS 2000000ull /* a waiter's spin, at most, while results are due (D2) */
@@ -136,12 +137,13 @@ struct rdma_loop {
 	int tfd;    /* D6: a timerfd in epfd, for what a schedule() sent */
 	bool tpend; /* D6: tfd is set (the tok holder's, D1) */
 	struct rdma_conn **conns;
-	unsigned nconns, rr;
-	_Atomic bool armed;   /* asleep in epoll; the next schedule writes efd */
-	_Atomic uint32_t tok; /* D1: TOK_HELD by whoever runs rounds; TOK_WANT */
-	uint64_t inflight;    /* taken by this loop and not yet finished */
-	uint64_t finished;    /* closures finished, ever (a driver's progress) */
-	uint64_t rt_ns;	      /* moving average: a closure's send to its result */
+	unsigned nconns;
+	struct coord_place place; /* over this loop's connections (place.h) */
+	_Atomic bool armed;	  /* asleep in epoll; the next schedule writes efd */
+	_Atomic uint32_t tok;	  /* D1: TOK_HELD by whoever runs rounds; TOK_WANT */
+	uint64_t inflight;	  /* taken by this loop and not yet finished */
+	uint64_t finished;	  /* closures finished, ever (a driver's progress) */
+	uint64_t rt_ns;		  /* moving average: a closure's send to its result */
 	struct coord_closure **batch, **done;
 	unsigned ndone, done_cap;
 	/* Re-admission of reconnected workers (the recovery thread pushes,
@@ -169,18 +171,6 @@ struct rdma_tp {
 	bool no_timer;		  /* $COORD_RDMA_D6=0: D5 leaves the CQs armed (D3) */
 };
 
-/* Keep rdma_tp.idle in step with @k's in-flight count (loop thread only). */
-static void conn_idle_update(struct rdma_conn *k)
-{
-	bool idle = k->up && k->nfree == k->window;
-
-	if (idle != k->idle) {
-		k->idle = idle;
-		/* Relaxed: a placement hint for the other loops. */
-		atomic_fetch_add_explicit(&k->loop->t->idle, idle ? 1 : -1, memory_order_relaxed);
-	}
-}
-
 /* ---- failure ---------------------------------------------------------------------- */
 
 static void conn_fail(struct rdma_conn *k, const char *why)
@@ -192,7 +182,7 @@ static void conn_fail(struct rdma_conn *k, const char *why)
 	if (!k->up)
 		return;
 	k->up = false;
-	conn_idle_update(k);
+	coord_place_down(&l->place, &k->conn);
 	/* L2: every closure in flight here goes back once (S2, attempt + 1). */
 	total = coord_conn_put_back_all(&k->conn, l->d);
 	l->inflight -= total;
@@ -261,7 +251,7 @@ static int on_res_frame(struct rdma_conn *k, const struct coord_wire_hdr *h, con
 			/* Relaxed: a hint for waiters' spin (D2). */
 			atomic_store_explicit(&l->t->rt_hint, l->rt_ns, memory_order_relaxed);
 		}
-		conn_idle_update(k);
+		coord_place_result(&l->place, &k->conn, cl->fn, slot, coord_wire_run_ns(&r));
 		if (!coord_conn_res_finish(&k->conn, l->d, cl, &r)) {
 			l->inflight--; /* put back (S11) */
 			continue;
@@ -361,52 +351,8 @@ static bool enqueue_req(struct rdma_conn *k, struct coord_closure *cl, uint64_t 
 
 	if (coord_conn_put_req(&k->conn, cl, now, k->loop->t->c->opts.max_frame, &slot) < 0)
 		return false;
-	conn_idle_update(k);
+	coord_place_sent(&k->loop->place, &k->conn, cl, slot, now);
 	return true;
-}
-
-/* The live connection with the most free slots (ties: round robin) that may start now. */
-static struct rdma_conn *pick(struct rdma_loop *l, uint64_t now)
-{
-	struct rdma_conn *best = NULL;
-	unsigned besti = 0;
-
-	for (unsigned i = 0; i < l->nconns; i++) {
-		unsigned j = (l->rr + i) % l->nconns;
-		struct rdma_conn *k = l->conns[j];
-
-		if (k->up && k->nfree && k->w->start_at_ns <= now &&
-		    (!best || k->nfree > best->nfree)) {
-			best = k;
-			besti = j;
-		}
-	}
-	if (best)
-		l->rr = (besti + 1) % l->nconns;
-	return best;
-}
-
-/* Free slots on live connections that may start now (S13: staggered starts). */
-static unsigned credit(struct rdma_loop *l, uint64_t now, uint64_t *next_start, bool *has_idle)
-{
-	unsigned n = 0;
-
-	*next_start = 0;
-	*has_idle = false;
-	for (unsigned i = 0; i < l->nconns; i++) {
-		struct rdma_conn *k = l->conns[i];
-
-		if (!k->up)
-			continue;
-		if (k->w->start_at_ns > now) {
-			if (!*next_start || k->w->start_at_ns < *next_start)
-				*next_start = k->w->start_at_ns;
-			continue;
-		}
-		n += k->nfree;
-		*has_idle |= k->nfree == k->window;
-	}
-	return n;
 }
 
 /* Send @cl on the channel its take aimed it at (B4), or where pick() says. */
@@ -420,8 +366,9 @@ static void place(struct rdma_loop *l, struct coord_closure *cl, uint64_t now)
 		l->inflight--;
 		return;
 	}
-	k = coord_closure_target(cl) < 0 ? pick(l, now)
-					 : &l->t->conns[coord_closure_target(cl)]; /* B4 */
+	k = coord_closure_target(cl) < 0
+		    ? (struct rdma_conn *)coord_place_pick(&l->place, now) /* place.h PL1 */
+		    : &l->t->conns[coord_closure_target(cl)];		   /* B4 */
 	if (!k || !k->up || !k->nfree) {
 		coord_dispatch_put_back(l->d, &cl, 1);
 		l->inflight--;
@@ -436,11 +383,31 @@ static void place(struct rdma_loop *l, struct coord_closure *cl, uint64_t now)
 	}
 }
 
+/* ---- per-worker resources released (S9, runtime/pw.c) ---------------------------- */
+
+static struct coord_conn *conn_at(void *l, unsigned i)
+{
+	return &((struct rdma_loop *)l)->conns[i]->conn;
+}
+
+static void pw_flush(struct coord_conn *k)
+{
+	flush_out((struct rdma_conn *)k); /* the connection is our first member */
+}
+
+/* PW_FREE frames to our workers for the resources released to us. */
+static void pw_release(struct rdma_loop *l)
+{
+	if (coord_dispatch_pw_pending(l->d))
+		coord_conn_pw_release(l->d, conn_at, l, l->nconns, pw_flush);
+}
+
 static void dispatch(struct rdma_loop *l, unsigned n)
 {
 	uint64_t now = coord_now_ns();
 	unsigned m = 0;
 
+	pw_release(l); /* S9: before these REQs (runtime/pw.c P3) */
 	l->inflight += n;
 	/* B4: targeted closures first, as in transport/tcp.c dispatch(). */
 	for (unsigned i = 0; i < n; i++)
@@ -532,7 +499,7 @@ static void admit(struct rdma_loop *l)
 		k->last_rx_ns = coord_now_ns();
 		k->ping_ns = 0;
 		k->up = true;
-		conn_idle_update(k);
+		coord_place_up(&l->place, &k->conn);
 		/* Relaxed: a count of live connections (logs). */
 		atomic_fetch_add_explicit(&l->t->up, 1, memory_order_relaxed);
 		coord_log(COORD_LOG_INFO, "worker %d (%s) connected again over rdma", k->w->index,
@@ -582,14 +549,13 @@ static bool loop_round(struct rdma_loop *l, struct round *ro, bool thread)
 
 	ro->took = 0;
 	admit(l);
+	pw_release(l);
 	ro->now = coord_now_ns();
 	ro->due = check_conns(l, ro->now);
-	cr = credit(l, ro->now, &ro->next_start, &has_idle);
-	/* A worker being recovered: its admission is ours to do (admit()),
-	 * so do not sleep on the queue's futex meanwhile (B4: closures
-	 * bound to it wait for that; tcp.c does the same). */
-	for (unsigned i = 0; i < l->nconns; i++)
-		has_down |= !l->conns[i]->up;
+	/* has_down: a worker being recovered: its admission is ours to do
+	 * (admit()), so do not sleep on the queue's futex meanwhile (B4:
+	 * closures bound to it wait for that; tcp.c does the same). */
+	cr = coord_place_credit(&l->place, ro->now, &ro->next_start, &has_idle, &has_down);
 	/* Relaxed: a placement hint (rdma_tp.idle), read once per round. */
 	idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
 	ro->may_take = cr > 0 && (has_idle || coord_queue_size(c) > (uint64_t)idle);
@@ -1041,6 +1007,7 @@ static void rdma_free(struct rdma_tp *t)
 		free(l->conns);
 		free(l->batch);
 		free(l->done);
+		coord_place_fini(&l->place);
 	}
 	for (unsigned i = 0; t->conns && i < c->nworkers; i++) {
 		struct rdma_conn *k = &t->conns[i];
@@ -1183,6 +1150,7 @@ static int rdma_start(struct coord *c, struct coord_error *err)
 		l->done_cap = c->opts.batch;
 		l->done = calloc(l->done_cap, sizeof(*l->done));
 		if (l->efd < 0 || l->epfd < 0 || l->tfd < 0 || !l->conns || !l->batch || !l->done ||
+		    coord_place_init(&l->place, nconn, c->reg->n, &t->idle) < 0 ||
 		    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->efd, &ev) < 0 ||
 		    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->tfd, &tev) < 0) {
 			r = coord_seterr(err, COORD_ENOMEM, "no memory for an event loop");
@@ -1194,6 +1162,7 @@ static int rdma_start(struct coord *c, struct coord_error *err)
 		struct rdma_conn *k = &t->conns[i];
 
 		k->loop = l;
+		l->place.conns[l->nconns] = &k->conn;
 		l->conns[l->nconns++] = k;
 		r = conn_open(t, k, &c->workers[i], err);
 		if (r < 0)
@@ -1204,6 +1173,8 @@ static int rdma_start(struct coord *c, struct coord_error *err)
 			goto fail;
 		}
 	}
+	for (unsigned i = 0; i < t->nloops; i++)
+		coord_place_start(&t->loops[i].place);
 	/* Relaxed: written before the loops start (pthread_create orders it). */
 	atomic_store_explicit(&t->up, c->nworkers, memory_order_relaxed);
 	for (unsigned i = 0; i < t->nloops; i++) {
@@ -1227,9 +1198,11 @@ static int rdma_room(struct coord_dispatcher *d, unsigned w)
 	struct rdma_tp *t = d->c->tp_state;
 	struct rdma_conn *k = &t->conns[w];
 
-	if (k->loop->d != d || !k->up || k->w->start_at_ns > coord_now_ns())
+	uint64_t now = coord_now_ns();
+
+	if (k->loop->d != d || !k->up || k->w->start_at_ns > now)
 		return -1;
-	return (int)k->nfree;
+	return coord_place_room(&k->loop->place, &k->conn, now); /* place.h PL1 */
 }
 
 const struct coord_tp_ops coord_tp_rdma = {

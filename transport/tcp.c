@@ -176,14 +176,14 @@
 #include "runtime/internal.h"
 #include "runtime/ps.h"
 #include "transport/conn.h"
+#include "transport/place.h"
 #include "transport/sock.h"
 
 enum { OP_RECV = 0, OP_SEND = 1, OP_EFD = 2, OP_MASK = 3 };
 
-/* Placement (see "Placement" above). */
-#define PACK_WAIT_NS 50000u    /* W: expected run time a closure may wait behind */
-#define PACK_STALL_NS 1000000u /* no result for this long: stop packing onto it */
-#define RUN_UNKNOWN UINT32_MAX
+/* W: expected run time a closure may wait behind (place.c PACK_WAIT_NS):
+ * how long a loop leaves the queue alone for a corked connection. */
+#define CORK_WAIT_NS 50000u
 #define CORK_FRAMES 2u /* REQ frames a connection may have unanswered */
 
 struct tcp_loop;
@@ -200,10 +200,7 @@ struct tcp_conn {
 	uint8_t *sbuf;
 	size_t scap, slen, ssent;
 	bool sending;
-	/* placement: each slot's expected run time, charged to backlog_ns */
-	uint32_t *run;
-	uint64_t backlog_ns, busy_ns; /* busy_ns: when it last went from idle to busy */
-	struct tcp_conn *admit_next;  /* on its loop's admission list */
+	struct tcp_conn *admit_next; /* on its loop's admission list */
 	int admit_fd;
 	struct tcp_conn *dirty_next; /* on its loop's list of outputs to send */
 	bool dirty;
@@ -236,18 +233,8 @@ struct tcp_loop {
 	uint64_t next_check_ns; /* heartbeats and closure deadlines */
 	/* when a round last took in its completions (coord_conn_check()) */
 	uint64_t read_ns;
-	/* Placement: per function, its expected run time on a worker (ns;
-	 * RUN_UNKNOWN until a result reported one), and the connection
-	 * closures are being packed onto. */
-	uint32_t *run_ns;
-	uint32_t nfn;
-	struct tcp_conn *pack;
-	/* Kept as counts rather than found by scanning every connection
-	 * each round: free slots on live connections, idle and down
-	 * connections, the last staggered start (S13; credit() scans until
-	 * then), and the connections given closures this round. */
-	uint64_t free_up, start_end;
-	unsigned nidle, ndown;
+	struct coord_place place; /* over this loop's connections (place.h) */
+	/* the connections given closures this round */
 	struct tcp_conn *dirty;
 };
 
@@ -260,19 +247,6 @@ struct tcp {
 	_Atomic unsigned up;
 	_Atomic int idle; /* connections up with nothing in flight, all loops */
 };
-
-/* Keep tcp.idle in step with @k's in-flight count (loop thread only). */
-static void conn_idle_update(struct tcp_conn *k)
-{
-	bool idle = k->up && k->nfree == k->window;
-
-	if (idle != k->idle) {
-		k->idle = idle;
-		k->loop->nidle += idle ? 1 : -1;
-		/* Relaxed: a placement hint for the other loops. */
-		atomic_fetch_add_explicit(&k->loop->t->idle, idle ? 1 : -1, memory_order_relaxed);
-	}
-}
 
 static inline uint64_t ud(void *p, unsigned op)
 {
@@ -348,6 +322,28 @@ static void kick_send(struct tcp_conn *k)
 	arm_send(k);
 }
 
+/* ---- per-worker resources released (S9, runtime/pw.c) ------------------------------ */
+
+static struct coord_conn *conn_at(void *l, unsigned i)
+{
+	return &((struct tcp_loop *)l)->conns[i]->conn;
+}
+
+static void pw_flush(struct coord_conn *k)
+{
+	kick_send((struct tcp_conn *)k); /* the connection is our first member */
+}
+
+/* PW_FREE frames to our workers for the resources released to us, sent
+ * now (the loop may block on the queue's futex next). */
+static void pw_release(struct tcp_loop *l)
+{
+	if (!coord_dispatch_pw_pending(l->d))
+		return;
+	coord_conn_pw_release(l->d, conn_at, l, l->nconns, pw_flush);
+	io_uring_submit(&l->ring);
+}
+
 /* ---- failure ------------------------------------------------------------------------ */
 
 static void conn_fail(struct tcp_conn *k, const char *why)
@@ -359,11 +355,8 @@ static void conn_fail(struct tcp_conn *k, const char *why)
 	if (!k->up)
 		return;
 	k->up = false;
-	l->free_up -= k->nfree;
-	l->ndown++;
-	conn_idle_update(k);
+	coord_place_down(&l->place, &k->conn);
 	total = coord_conn_put_back_all(&k->conn, l->d);
-	k->backlog_ns = 0;
 	l->inflight -= total;
 	shutdown(k->fd, SHUT_RDWR); /* pending recv/send complete now */
 	/* Relaxed: a count of live connections (logs). */
@@ -379,25 +372,6 @@ static void conn_fail(struct tcp_conn *k, const char *why)
 }
 
 /* ---- results ------------------------------------------------------------------------ */
-
-/*
- * A function's expected run time from one reported sample @ns: up at once to
- * a longer sample, down by half the difference per shorter one, so a
- * function that turned long stops being packed at its first long result,
- * and a single slow run (a worker thread preempted mid-call, frequent when
- * 2 CPUs serve hundreds of connections) is forgotten within a few results.
- * Measured: decaying by an eighth instead left the scale row in its
- * one-closure-per-frame mode for whole repeats more often.
- */
-static void run_note(uint32_t *est, uint32_t ns)
-{
-	if (ns == RUN_UNKNOWN)
-		return; /* not reported (an error, or an older worker) */
-	if (*est == RUN_UNKNOWN || ns >= *est)
-		*est = ns;
-	else
-		*est -= (*est - ns) / 2;
-}
 
 /* Retire the completed closures in one go (counts, references, wakes). */
 static void finish_done(struct tcp_loop *l)
@@ -428,11 +402,7 @@ static int on_res_frame(struct tcp_conn *k, const struct coord_wire_hdr *h, cons
 
 		if (!cl)
 			return rc;
-		l->free_up++;
-		k->backlog_ns -= k->run[slot];
-		conn_idle_update(k);
-		if (cl->fn < l->nfn)
-			run_note(&l->run_ns[cl->fn], coord_wire_run_ns(&r));
+		coord_place_result(&l->place, &k->conn, cl->fn, slot, coord_wire_run_ns(&r));
 		if (!coord_conn_res_finish(&k->conn, l->d, cl, &r)) {
 			l->inflight--; /* put back (S11) */
 			continue;
@@ -551,43 +521,20 @@ static void on_send(struct tcp_conn *k, int res)
 static bool enqueue_req(struct tcp_conn *k, struct coord_closure *cl, uint64_t now)
 {
 	struct tcp_loop *l = k->loop;
-	uint32_t slot, run;
+	uint32_t slot;
 	int r = coord_conn_put_req(&k->conn, cl, now, l->t->c->opts.max_frame, &slot);
 
 	if (r < 0)
 		return false;
 	k->ow_reqs += (unsigned)r; /* a new REQ frame (corking) */
 	k->ow_cl++;
-	l->free_up--;
 	if (!k->dirty) { /* sent at the end of the round */
 		k->dirty = true;
 		k->dirty_next = l->dirty;
 		l->dirty = k;
 	}
-	/* Placement: what this closure adds to the work queued on @k; one of
-	 * unknown or long run time fills the budget, so nothing is packed
-	 * behind it. */
-	run = cl->fn < l->nfn ? l->run_ns[cl->fn] : RUN_UNKNOWN;
-	k->run[slot] = run < PACK_WAIT_NS ? run : PACK_WAIT_NS;
-	if (k->nfree == k->window - 1)
-		k->busy_ns = now;
-	k->backlog_ns += k->run[slot];
-	conn_idle_update(k);
+	coord_place_sent(&l->place, &k->conn, cl, slot, now);
 	return true;
-}
-
-/*
- * May a closure be packed onto busy connection @k, behind what it runs?
- * Only while all of that is known to be short (its expected run times sum
- * to less than PACK_WAIT_NS) and results are coming (one of those closures
- * may have turned long: then stop).
- */
-static bool packable(const struct tcp_conn *k, uint64_t now)
-{
-	uint64_t seen = k->last_rx_ns > k->busy_ns ? k->last_rx_ns : k->busy_ns;
-
-	return k->up && k->nfree && k->nfree < k->window && k->backlog_ns < PACK_WAIT_NS &&
-	       now - seen < PACK_STALL_NS;
 }
 
 /*
@@ -600,91 +547,13 @@ static bool packable(const struct tcp_conn *k, uint64_t now)
  */
 static uint64_t cork_wait(const struct tcp_loop *l, uint64_t now)
 {
-	const struct tcp_conn *k = l->pack;
+	const struct tcp_conn *k = (const struct tcp_conn *)l->place.pack;
 
-	if (!k || k->reqs_out < CORK_FRAMES || k->ping_waiting || !packable(k, now) ||
-	    now - k->last_rx_ns > 2 * (uint64_t)PACK_WAIT_NS)
+	if (!k || k->reqs_out < CORK_FRAMES || k->ping_waiting ||
+	    !coord_place_packable(&l->place, &k->conn, now) ||
+	    now - k->last_rx_ns > 2 * (uint64_t)CORK_WAIT_NS)
 		return 0;
-	return now + PACK_WAIT_NS;
-}
-
-/* Is @k up, started and with nothing in flight? */
-static bool idle_conn(const struct tcp_conn *k, uint64_t now)
-{
-	return k->up && k->nfree == k->window && k->w->start_at_ns <= now;
-}
-
-/*
- * Where the next closure goes (see "Placement" in the file header): the
- * connection being packed while it is packable, else the fullest packable
- * one, else the live connection with the fewest closures in flight (ties:
- * round robin) whose start time has come.  Least-loaded, not plain round
- * robin, so a closure does not wait behind a long one (or one whose length
- * is unknown) while another worker is idle (S2: any available worker).
- */
-static struct tcp_conn *pick(struct tcp_loop *l, uint64_t now)
-{
-	struct tcp_conn *best = NULL, *pack = NULL;
-	unsigned besti = 0;
-
-	/* The connection being packed, also once it is idle again (an idle
-	 * one is as good as any other: least loaded), so that one
-	 * connection carries the stream and its worker serves it as one. */
-	if (l->pack && (packable(l->pack, now) || idle_conn(l->pack, now)))
-		return l->pack;
-	for (unsigned i = 0; i < l->nconns; i++) {
-		unsigned j = (l->rr + i) % l->nconns;
-		struct tcp_conn *k = l->conns[j];
-
-		if (!k->up || !k->nfree || k->w->start_at_ns > now)
-			continue;
-		if (packable(k, now) && (!pack || k->nfree < pack->nfree))
-			pack = k;
-		if (!best || k->nfree > best->nfree) {
-			best = k;
-			besti = j;
-		}
-	}
-	if (pack)
-		best = pack;
-	else if (best)
-		l->rr = (besti + 1) % l->nconns;
-	l->pack = best;
-	return best;
-}
-
-/* Free slots on live connections that may start now; *@next_start gets the
- * earliest staggered start still to come (S13), or 0; *@has_down: some
- * connection is down (its worker may be re-admitted, admit()). */
-static unsigned credit(struct tcp_loop *l, uint64_t now, uint64_t *next_start, bool *has_idle,
-		       bool *has_down)
-{
-	unsigned n = 0;
-
-	*next_start = 0;
-	if (now >= l->start_end) { /* every worker started: the counts */
-		*has_idle = l->nidle > 0;
-		*has_down = l->ndown > 0;
-		return l->free_up < UINT_MAX ? (unsigned)l->free_up : UINT_MAX;
-	}
-	*has_idle = false;
-	*has_down = false;
-	for (unsigned i = 0; i < l->nconns; i++) {
-		struct tcp_conn *k = l->conns[i];
-
-		if (!k->up) {
-			*has_down = true;
-			continue;
-		}
-		if (k->w->start_at_ns > now) {
-			if (!*next_start || k->w->start_at_ns < *next_start)
-				*next_start = k->w->start_at_ns;
-			continue;
-		}
-		n += k->nfree;
-		*has_idle |= k->nfree == k->window;
-	}
-	return n;
+	return now + CORK_WAIT_NS;
 }
 
 /* Send @cl on the connection its take aimed it at (B4), or where pick() says. */
@@ -698,8 +567,9 @@ static void place(struct tcp_loop *l, struct coord_closure *cl, uint64_t now)
 		l->inflight--;
 		return;
 	}
-	k = coord_closure_target(cl) < 0 ? pick(l, now)
-					 : &l->t->conns[coord_closure_target(cl)]; /* B4 */
+	k = coord_closure_target(cl) < 0
+		    ? (struct tcp_conn *)coord_place_pick(&l->place, now) /* place.h PL1 */
+		    : &l->t->conns[coord_closure_target(cl)];		  /* B4 */
 	if (!k || !k->up || !k->nfree) { /* lost meanwhile: back on the queue */
 		coord_dispatch_put_back(l->d, &cl, 1);
 		l->inflight--;
@@ -719,6 +589,7 @@ static void dispatch(struct tcp_loop *l, unsigned n)
 	uint64_t now = coord_now_ns();
 	unsigned m = 0;
 
+	pw_release(l); /* S9: before these REQs (runtime/pw.c P3) */
 	l->inflight += n;
 	/* B4: first the closures a take aimed at a worker: it counted on
 	 * their slots (runtime/sched.c), which pick() must not give to the
@@ -744,6 +615,7 @@ static uint64_t loop_tick(struct tcp_loop *l)
 	uint64_t now;
 
 	admit(l);
+	pw_release(l);
 	now = coord_now_ns();
 	check_conns(l, now);
 	return now;
@@ -765,18 +637,15 @@ static void *loop_main(void *arg)
 
 		k->last_rx_ns = l->read_ns;
 		arm_recv(k);
-		l->free_up += k->nfree;
-		l->nidle += k->idle;
-		if (k->w->start_at_ns > l->start_end)
-			l->start_end = k->w->start_at_ns;
 	}
+	coord_place_start(&l->place);
 	io_uring_submit(&l->ring);
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		uint64_t now = loop_tick(l), next_start, due = l->next_check_ns;
 		bool has_idle, has_down;
-		unsigned cr = credit(l, now, &next_start, &has_idle, &has_down), head, seen = 0,
-			 n = 0;
+		unsigned cr = coord_place_credit(&l->place, now, &next_start, &has_idle, &has_down),
+			 head, seen = 0, n = 0;
 		/* Relaxed: a placement hint (tcp.idle), read once per round. */
 		int idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed);
 		/* Placement across loops: a loop whose workers are all busy
@@ -815,9 +684,7 @@ static void *loop_main(void *arg)
 			for (unsigned got = n; got == max && cr > got;) {
 				cr -= got;
 				max = cr < max_batch ? cr : max_batch;
-				/* Relaxed: a placement hint (tcp.idle), as above. */
-				idle = atomic_load_explicit(&l->t->idle, memory_order_relaxed) -
-				       (int)l->nidle;
+				idle = coord_place_idle_elsewhere(&l->place);
 				if (coord_queue_size(c) <= (uint64_t)(idle > 0 ? idle : 0))
 					break;
 				got = coord_dispatch_try_take(l->d, l->batch, max);
@@ -999,9 +866,7 @@ static int conn_open(struct tcp *t, struct tcp_conn *k, struct coord_worker *w,
 	k->rcap = k->scap = 64 * 1024;
 	k->rbuf = malloc(k->rcap);
 	k->sbuf = malloc(k->scap);
-	k->run = calloc(c->opts.window, sizeof(*k->run));
-	if (coord_conn_init(&k->conn, w, c->opts.window, 64 * 1024) || !k->rbuf || !k->sbuf ||
-	    !k->run)
+	if (coord_conn_init(&k->conn, w, c->opts.window, 64 * 1024) || !k->rbuf || !k->sbuf)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a connection");
 	/* Relaxed: before the loops start (pthread_create orders it). */
 	atomic_fetch_add_explicit(&t->idle, 1, memory_order_relaxed);
@@ -1067,9 +932,7 @@ static void admit(struct tcp_loop *l)
 		k->last_rx_ns = now;
 		k->ping_ns = 0;
 		k->up = true;
-		l->free_up += k->nfree;
-		l->ndown--;
-		conn_idle_update(k);
+		coord_place_up(&l->place, &k->conn);
 		arm_recv(k);
 		/* Relaxed: a count of live connections (logs). */
 		atomic_fetch_add_explicit(&l->t->up, 1, memory_order_relaxed);
@@ -1144,7 +1007,6 @@ static void conn_close(struct tcp_conn *k)
 		close(k->fd);
 	free(k->rbuf);
 	free(k->sbuf);
-	free(k->run);
 	coord_conn_fini(&k->conn);
 }
 
@@ -1165,7 +1027,7 @@ static void tcp_free(struct tcp *t)
 		free(l->conns);
 		free(l->batch);
 		free(l->done);
-		free(l->run_ns);
+		coord_place_fini(&l->place);
 	}
 	for (unsigned i = 0; t->conns && i < c->nworkers; i++)
 		conn_close(&t->conns[i]);
@@ -1272,11 +1134,8 @@ static int tcp_start(struct coord *c, struct coord_error *err)
 		l->batch = calloc(c->opts.batch, sizeof(*l->batch));
 		l->done_cap = c->opts.batch;
 		l->done = calloc(l->done_cap, sizeof(*l->done));
-		l->nfn = c->reg->n;
-		l->run_ns = malloc((l->nfn ? l->nfn : 1) * sizeof(*l->run_ns));
-		for (unsigned f = 0; l->run_ns && f < l->nfn; f++)
-			l->run_ns[f] = RUN_UNKNOWN;
-		if (l->efd < 0 || !l->conns || !l->batch || !l->done || !l->run_ns) {
+		if (l->efd < 0 || !l->conns || !l->batch || !l->done ||
+		    coord_place_init(&l->place, nconn, c->reg->n, &t->idle) < 0) {
 			r = coord_seterr(err, COORD_ENOMEM, "no memory for an event loop");
 			goto fail;
 		}
@@ -1301,6 +1160,7 @@ static int tcp_start(struct coord *c, struct coord_error *err)
 		struct tcp_conn *k = &t->conns[i];
 
 		k->loop = l;
+		l->place.conns[l->nconns] = &k->conn;
 		l->conns[l->nconns++] = k;
 		r = conn_open(t, k, &c->workers[i], err);
 		if (r < 0)
@@ -1329,9 +1189,11 @@ static int tcp_room(struct coord_dispatcher *d, unsigned w)
 	struct tcp *t = d->c->tp_state;
 	struct tcp_conn *k = &t->conns[w];
 
-	if (k->loop->d != d || !k->up || k->w->start_at_ns > coord_now_ns())
+	uint64_t now = coord_now_ns();
+
+	if (k->loop->d != d || !k->up || k->w->start_at_ns > now)
 		return -1;
-	return (int)k->nfree;
+	return coord_place_room(&k->loop->place, &k->conn, now); /* place.h PL1 */
 }
 
 const struct coord_tp_ops coord_tp_tcp = {

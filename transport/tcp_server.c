@@ -87,6 +87,7 @@
 
 #include <coord/var.h>
 
+#include "runtime/abi.h"
 #include "runtime/internal.h"
 #include "runtime/ps.h"
 #include "transport/sock.h"
@@ -155,7 +156,7 @@ struct srv {
 	unsigned parked, tokens;
 };
 
-void coord_server_opts_init(struct coord_server_opts *o)
+void coord_server_opts_defaults(struct coord_server_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->listen = "127.0.0.1:0";
@@ -508,7 +509,9 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 
 	coord_wire_iter_init(&it, h, payload);
 	while ((r = coord_wire_next_req(&it, &q)) == 1) {
-		struct coord_exec_call call = { .id = q.closure_id,
+		/* B8: the closure's own id when the coordinator sent it
+		 * (closure_id is then its handle for the result). */
+		struct coord_exec_call call = { .id = q.rv_id ? q.rv_id : q.closure_id,
 						.fn = map_fn(k, q.fn),
 						.attempt = q.attempt,
 						.args = q.args,
@@ -561,6 +564,23 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 	return flush(k);
 }
 
+/* S9: the coordinator put the last handle of these resources: destroy
+ * this worker's components (runtime/pw.c P2; an unknown uid was never
+ * made here).  Frames are served in order, so every REQ sent before this
+ * frame has run and none sent after it has. */
+static int on_pw_free(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
+		      const uint8_t *payload)
+{
+	struct coord_wire_iter it;
+	uint64_t uid;
+	int r;
+
+	coord_wire_iter_init(&it, h, payload);
+	while ((r = coord_wire_next_uid(&it, &uid)) == 1)
+		coord_exec_res_release(&k->env, uid);
+	return r;
+}
+
 /*
  * One frame of an established connection.  Return: 0 go on; 1 the
  * coordinator closed (logged); < 0 close with that reason.
@@ -581,6 +601,8 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		return on_ps_table(k, h, payload);
 	case COORD_WIRE_REQ:
 		return on_req(k, h, payload);
+	case COORD_WIRE_PW_FREE:
+		return on_pw_free(k, h, payload);
 	case COORD_WIRE_VAR_REQ:
 		return k->s->role == COORD_ROLE_PS ? on_var_req(k, h, payload) : -EPROTO;
 	case COORD_WIRE_PING: {
@@ -1176,6 +1198,11 @@ out:
 
 int coord_worker_serve(const struct coord_server_opts *o, struct coord_error *err)
 {
+	struct coord_server_opts so; /* @o as this library's struct (runtime/abi.h) */
+
+	if (o && coord_server_opts_in(&so, o, err) < 0)
+		return COORD_EINVAL;
+	o = o ? &so : NULL;
 	if (!o || !o->registry || !o->listen || o->max_frame < 4096 ||
 	    o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
 		return coord_seterr(err, COORD_EINVAL,
@@ -1186,9 +1213,13 @@ int coord_worker_serve(const struct coord_server_opts *o, struct coord_error *er
 
 int coord_ps_serve(const struct coord_server_opts *o, struct coord_error *err)
 {
+	struct coord_server_opts so; /* @o as this library's struct (runtime/abi.h) */
 	struct coord_varstore *vs;
 	int r;
 
+	if (o && coord_server_opts_in(&so, o, err) < 0)
+		return COORD_EINVAL;
+	o = o ? &so : NULL;
 	if (!o || !o->listen || o->max_frame < 4096 || o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
 		return coord_seterr(err, COORD_EINVAL,
 				    "coord_ps_serve: a listen address and a max_frame of "

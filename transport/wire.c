@@ -92,6 +92,8 @@ static size_t min_record(uint16_t type)
 		return 8;
 	case COORD_WIRE_ERROR:
 		return ERROR_FIXED;
+	case COORD_WIRE_PW_FREE:
+		return 8;
 	default:
 		return 0;
 	}
@@ -101,7 +103,7 @@ static bool single_record(uint16_t type)
 {
 	return type != COORD_WIRE_FN_TABLE && type != COORD_WIRE_REQ && type != COORD_WIRE_RES &&
 	       type != COORD_WIRE_PS_TABLE && type != COORD_WIRE_VAR_REQ &&
-	       type != COORD_WIRE_VAR_RES;
+	       type != COORD_WIRE_VAR_RES && type != COORD_WIRE_PW_FREE;
 }
 
 int coord_wire_parse_hdr(const void *buf, size_t avail, uint32_t max_frame,
@@ -161,8 +163,17 @@ int coord_wire_next_req(struct coord_wire_iter *it, struct coord_wire_req *r)
 	r->len = get32(p + 16);
 	r->npw = get16(p + 20);
 	flags = get16(p + 22);
-	if ((flags & ~COORD_WIRE_REQ_INPUTS) || r->npw > COORD_MAX_PW || get32(p + 24) != 0)
+	if ((flags & ~(COORD_WIRE_REQ_INPUTS | COORD_WIRE_REQ_ID)) || r->npw > COORD_MAX_PW ||
+	    get32(p + 24) != 0)
 		return -EPROTO;
+	r->rv_id = 0;
+	if (flags & COORD_WIRE_REQ_ID) {
+		const uint8_t *q = take(it, 8);
+
+		/* Canonical: the flag only with an id. */
+		if (!q || (r->rv_id = get64(q)) == 0)
+			return -EPROTO;
+	}
 	for (unsigned i = 0; i < r->npw; i++) {
 		const uint8_t *q = take(it, COORD_WIRE_PW_FIXED);
 
@@ -328,6 +339,20 @@ int coord_wire_next_vres(struct coord_wire_iter *it, struct coord_wire_vres *r)
 	return 1;
 }
 
+int coord_wire_next_uid(struct coord_wire_iter *it, uint64_t *uid)
+{
+	const uint8_t *p;
+
+	if (it->left == 0)
+		return iter_end(it);
+	p = take(it, 8);
+	if (!p)
+		return -EPROTO;
+	*uid = get64(p);
+	it->left--;
+	return 1;
+}
+
 int coord_wire_get_hello(const struct coord_wire_hdr *h, const void *payload,
 			 struct coord_wire_hello *out)
 {
@@ -435,7 +460,7 @@ static inline uint8_t *reserve(struct coord_wire_writer *w, size_t n)
 
 size_t coord_wire_req_size(const struct coord_wire_req *r)
 {
-	size_t n = COORD_WIRE_REQ_FIXED + r->len;
+	size_t n = COORD_WIRE_REQ_FIXED + r->len + (r->rv_id ? 8 : 0);
 
 	for (unsigned i = 0; i < r->npw; i++)
 		n += COORD_WIRE_PW_FIXED + r->pw[i].len;
@@ -474,9 +499,13 @@ int coord_wire_put_req(struct coord_wire_writer *w, const struct coord_wire_req 
 	put32(p + 12, r->fn);
 	put32(p + 16, r->len);
 	put16(p + 20, r->npw);
-	put16(p + 22, r->nin ? COORD_WIRE_REQ_INPUTS : 0);
+	put16(p + 22, (r->nin ? COORD_WIRE_REQ_INPUTS : 0) | (r->rv_id ? COORD_WIRE_REQ_ID : 0));
 	put32(p + 24, 0);
 	p += COORD_WIRE_REQ_FIXED;
+	if (r->rv_id) {
+		put64(p, r->rv_id);
+		p += 8;
+	}
 	for (unsigned i = 0; i < r->npw; i++) {
 		put64(p, r->pw[i].uid);
 		put32(p + 8, r->pw[i].creator);
@@ -597,6 +626,17 @@ int coord_wire_put_vres(struct coord_wire_writer *w, const struct coord_wire_vre
 	return 0;
 }
 
+int coord_wire_put_uid(struct coord_wire_writer *w, uint64_t uid)
+{
+	uint8_t *p = reserve(w, 8);
+
+	if (!p)
+		return -ENOSPC;
+	put64(p, uid);
+	w->count++;
+	return 0;
+}
+
 /* Begin a frame of @type holding one record of @n bytes; NULL if no room
  * (the writer is left as it was). */
 static uint8_t *single(struct coord_wire_writer *w, uint16_t type, size_t n)
@@ -681,9 +721,10 @@ int coord_wire_put_error(struct coord_wire_writer *w, int32_t code, const char *
 
 const char *coord_wire_type_name(uint16_t type)
 {
-	static const char *const names[] = { "?",	 "HELLO",   "HELLO_ACK", "AUTH", "FN_TABLE",
-					     "REQ",	 "RES",	    "PING",	 "PONG", "ERROR",
-					     "PS_TABLE", "VAR_REQ", "VAR_RES" };
+	static const char *const names[] = { "?",	 "HELLO",  "HELLO_ACK", "AUTH",
+					     "FN_TABLE", "REQ",	   "RES",	"PING",
+					     "PONG",	 "ERROR",  "PS_TABLE",	"VAR_REQ",
+					     "VAR_RES",	 "PW_FREE" };
 
 	return type <= COORD_WIRE_TYPE_MAX ? names[type] : "?";
 }

@@ -32,15 +32,26 @@
  *   VAR_RES    ps -> worker or coordinator: count x var result
  *   ERROR      either way         i32 code, u16 len, msg[len]  then the sender
  *                                 closes (count 1)
+ *   PW_FREE    coordinator -> worker: count x { u64 uid }: per-worker
+ *              resources whose last handle was put (S9); the worker destroys
+ *              its component of each, after every REQ before this frame and
+ *              before every REQ after it.  A uid it never made is ignored.
  *
  *   request = u64 closure_id, u32 attempt, u32 fn, u32 args_len, u16 npw,
  *             u16 flags, u32 reserved(0),
+ *             [flags & ID: u64 rv_id],
  *             npw x { u64 uid, u32 creator, u32 len, bytes[len] },
  *             bytes[args_len],
  *             [flags & INPUTS: u32 nin (>= 1), nin x { u32 len, bytes[len] }]
  *             flags: COORD_WIRE_REQ_INPUTS (0x1) "inputs follow": the values
- *             of the closure's RemoteValue inputs (B1), in order; any other
- *             bit is refused, and INPUTS with nin == 0 too (canonical form).
+ *             of the closure's RemoteValue inputs (B1), in order;
+ *             COORD_WIRE_REQ_ID (0x2) "the closure's own id follows": the
+ *             id of its RemoteValue (coord_rv_id()), which the function
+ *             sees as coord_ctx_closure() (B8).  closure_id is the sender's
+ *             handle for the result (the coordinator's slot, conn.h), which
+ *             the result echoes; without ID it is also the closure's id.
+ *             Any other bit is refused, and INPUTS with nin == 0 and ID
+ *             with rv_id == 0 too (canonical form).
  *   result  = u64 closure_id, u32 attempt, i32 code, i32 cause, u32 len,
  *             bytes[len]          (the value when code == 0, else the message)
  *             cause: the error's typed cause when code != 0; when code == 0,
@@ -79,6 +90,7 @@
 #define COORD_WIRE_MAX_FRAME_LIMIT (1u << 30)
 #define COORD_WIRE_REQ_FIXED 28	   /* request bytes before pw refs and args */
 #define COORD_WIRE_REQ_INPUTS 0x1u /* request flag: inputs follow (B1) */
+#define COORD_WIRE_REQ_ID 0x2u	   /* request flag: the closure's id follows (B8) */
 #define COORD_WIRE_PW_FIXED 16
 #define COORD_WIRE_RES_FIXED 24
 #define COORD_WIRE_VREQ_FIXED 36
@@ -98,7 +110,8 @@ enum coord_wire_type {
 	COORD_WIRE_PS_TABLE = 10,
 	COORD_WIRE_VAR_REQ = 11,
 	COORD_WIRE_VAR_RES = 12,
-	COORD_WIRE_TYPE_MAX = 12,
+	COORD_WIRE_PW_FREE = 13,
+	COORD_WIRE_TYPE_MAX = 13,
 };
 
 enum coord_wire_role {
@@ -130,6 +143,9 @@ struct coord_wire_pw {
 
 struct coord_wire_req {
 	uint64_t closure_id;
+	/* The closure's own id (B8), if it is not closure_id; 0: none (the
+	 * ID flag is written and read from this). */
+	uint64_t rv_id;
 	uint32_t attempt;
 	uint32_t fn;
 	uint32_t len;
@@ -240,6 +256,8 @@ COORD_HIDDEN int coord_wire_next_addr(struct coord_wire_iter *it, uint32_t *task
 				      uint16_t *len);
 COORD_HIDDEN int coord_wire_next_vreq(struct coord_wire_iter *it, struct coord_wire_vreq *r);
 COORD_HIDDEN int coord_wire_next_vres(struct coord_wire_iter *it, struct coord_wire_vres *r);
+/* A PW_FREE record: one resource's uid. */
+COORD_HIDDEN int coord_wire_next_uid(struct coord_wire_iter *it, uint64_t *uid);
 
 /* Single-record frames. -EPROTO on a bad size; -EPROTONOSUPPORT bad magic. */
 COORD_HIDDEN int coord_wire_get_hello(const struct coord_wire_hdr *h, const void *payload,
@@ -286,6 +304,7 @@ COORD_HIDDEN int coord_wire_put_addr(struct coord_wire_writer *w, uint32_t task,
 COORD_HIDDEN size_t coord_wire_vreq_size(const struct coord_wire_vreq *r);
 COORD_HIDDEN int coord_wire_put_vreq(struct coord_wire_writer *w, const struct coord_wire_vreq *r);
 COORD_HIDDEN int coord_wire_put_vres(struct coord_wire_writer *w, const struct coord_wire_vres *r);
+COORD_HIDDEN int coord_wire_put_uid(struct coord_wire_writer *w, uint64_t uid);
 /* Whole single-record frames (begin + record + end). */
 COORD_HIDDEN int coord_wire_put_hello(struct coord_wire_writer *w, uint16_t type,
 				      const struct coord_wire_hello *h);

@@ -17,7 +17,9 @@
 #include <stdint.h>
 
 #include <coord/error.h>
+#include <coord/log.h>
 #include <coord/spec.h>
+#include <coord/version.h>
 #include <coord/worker.h>
 
 #ifdef __cplusplus
@@ -33,6 +35,14 @@ struct coord_pw;
 
 /**
  * struct coord_opts - coordinator options; fill with coord_opts_init().
+ * @size:            sizeof(struct coord_opts) as the program was compiled;
+ *                   set by coord_opts_init(), never by hand.  The struct
+ *                   grows only at its end: a program built against an older,
+ *                   smaller struct runs with a newer library (the options it
+ *                   lacks take their defaults), and one built against a
+ *                   newer struct runs with an older library as long as the
+ *                   options that library lacks are left at their defaults
+ *                   (else coord_create() fails with COORD_EINVAL).
  * @registry:        functions and resource creators; borrowed, must outlive
  *                   the coordinator.  Required.
  * @transport:       "inproc" (default) or "tcp" (workers are coord-worker
@@ -104,6 +114,7 @@ struct coord_pw;
  * @flags:           reserved, 0.
  */
 struct coord_opts {
+	size_t size;
 	const struct coord_registry *registry;
 	const char *transport;
 	unsigned inproc_workers;
@@ -131,8 +142,29 @@ struct coord_opts {
 	uint64_t flags;
 };
 
-/** coord_opts_init() - fill @o with the defaults above. */
-COORD_API void coord_opts_init(struct coord_opts *o);
+/**
+ * coord_opts_init_size() - fill the first @size bytes at @o with the
+ * defaults of struct coord_opts and @o->size with @size; what
+ * coord_opts_init() calls.
+ * @o:    the caller's options.
+ * @size: sizeof(*@o) as the caller was compiled; at least sizeof(size_t).
+ *
+ * Concurrency: any thread.
+ */
+COORD_API void coord_opts_init_size(struct coord_opts *o, size_t size);
+
+/**
+ * coord_opts_init() - fill @o with the defaults of struct coord_opts, and
+ * its size.
+ * @o: the caller's options.
+ *
+ * An inline function, so that the size is the one the caller was compiled
+ * with (struct coord_opts.size).
+ */
+static inline void coord_opts_init(struct coord_opts *o)
+{
+	coord_opts_init_size(o, sizeof(*o));
+}
 
 /**
  * coord_create() - start a coordinator and its workers.
@@ -141,8 +173,9 @@ COORD_API void coord_opts_init(struct coord_opts *o);
  * @opts: copied before return.
  * @out:  on success the coordinator; free with coord_destroy().
  *
- * Return: 0; COORD_EINVAL (bad option, unknown transport, no worker);
- * COORD_ENOMEM; a thread-creation error.
+ * Return: 0; COORD_EINVAL (bad option, unknown transport, no worker,
+ * @opts not filled by coord_opts_init(), or an option this library does not
+ * know set to other than its default); COORD_ENOMEM; a thread-creation error.
  */
 COORD_API COORD_NODISCARD int coord_create(const struct coord_spec *spec,
 					   const struct coord_opts *opts, struct coord **out,
@@ -523,7 +556,18 @@ COORD_API COORD_NODISCARD int coord_per_worker_create(struct coord *c, const cha
  */
 COORD_API enum coord_rv_state coord_per_worker_state(const struct coord_pw *pw, unsigned worker);
 
-/** coord_per_worker_put() - release a per-worker handle; NULL is ignored. */
+/**
+ * coord_per_worker_put() - release a per-worker handle; NULL is ignored.
+ *
+ * A closure that names the resource holds its own reference until it is
+ * final and freed (its RemoteValue put), so a put while closures still use
+ * it is safe.  When the last reference goes, every worker that made the
+ * resource destroys its component (the creator's destroy callback runs
+ * there), while the coordinator lives (S9); a worker that is down freed
+ * it when its connection ended.  A worker destroys it before it runs any
+ * closure with per-worker arguments or a RemoteValue handle scheduled
+ * after that last put returned (or after a coord_join() that followed it).
+ */
 COORD_API void coord_per_worker_put(struct coord_pw *pw);
 
 #ifdef __cplusplus

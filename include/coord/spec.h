@@ -261,6 +261,9 @@ struct coord_slurm_job {
 
 /**
  * struct coord_slurm_opts - options of coord_spec_resolve_slurm().
+ * @size:           sizeof(struct coord_slurm_opts) as the program was
+ *                  compiled; set by coord_slurm_opts_init().  The struct grows
+ *                  only at its end, as struct coord_opts (coord/coord.h) does.
  * @flags:          0 (reserved for extension).
  * @port_base:      port of a node's first task; its k-th task gets
  *                  @port_base + k.  Default 8888, as TensorFlow.
@@ -276,6 +279,7 @@ struct coord_slurm_job {
  * Caller-allocated; start from coord_slurm_opts_init().
  */
 struct coord_slurm_opts {
+	size_t size;
 	uint32_t flags;
 	unsigned port_base;
 	unsigned tasks_per_node;
@@ -284,10 +288,24 @@ struct coord_slurm_opts {
 };
 
 /**
- * coord_slurm_opts_init() - fill caller-owned @opts with the defaults: port
- * base 8888, tasks per node from the environment, one job "worker".
+ * coord_slurm_opts_init_size() - fill the first @size bytes at @opts with
+ * the defaults and @opts->size with @size; what coord_slurm_opts_init()
+ * calls.
+ * @opts: the caller's options.
+ * @size: sizeof(*@opts) as the caller was compiled.
  */
-COORD_API void coord_slurm_opts_init(struct coord_slurm_opts *opts);
+COORD_API void coord_slurm_opts_init_size(struct coord_slurm_opts *opts, size_t size);
+
+/**
+ * coord_slurm_opts_init() - fill caller-owned @opts with the defaults: port
+ * base 8888, tasks per node from the environment, one job "worker"; and its
+ * size.
+ * @opts: the caller's options.
+ */
+static inline void coord_slurm_opts_init(struct coord_slurm_opts *opts)
+{
+	coord_slurm_opts_init_size(opts, sizeof(*opts));
+}
 
 /**
  * coord_spec_resolve_slurm() - the spec of the current Slurm allocation.

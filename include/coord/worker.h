@@ -171,6 +171,9 @@ COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
 /**
  * struct coord_server_opts - options of coord_worker_serve(); fill with
  * coord_server_opts_init().
+ * @size:       sizeof(struct coord_server_opts) as the program was compiled;
+ *              set by coord_server_opts_init().  The struct grows only at its
+ *              end, as struct coord_opts (coord/coord.h) does.
  * @registry:   the functions to serve (required); borrowed for the call.
  * @listen:     "host:port" to listen on; port 0 picks a free one.  Without a
  *              cluster key only loopback addresses are allowed (B5).
@@ -193,6 +196,7 @@ COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
  *              under (coord/var.h); NULL (default): the working directory.
  */
 struct coord_server_opts {
+	size_t size;
 	const struct coord_registry *registry;
 	const char *listen;
 	const char *key_file;
@@ -207,8 +211,23 @@ struct coord_server_opts {
 	const char *ckpt_root;
 };
 
-/** coord_server_opts_init() - defaults as documented above (coord/var.h has coord_ps_serve()). */
-COORD_API void coord_server_opts_init(struct coord_server_opts *o);
+/**
+ * coord_server_opts_init_size() - fill the first @size bytes at @o with the
+ * defaults and @o->size with @size; what coord_server_opts_init() calls.
+ * @o:    the caller's options.
+ * @size: sizeof(*@o) as the caller was compiled.
+ */
+COORD_API void coord_server_opts_init_size(struct coord_server_opts *o, size_t size);
+
+/**
+ * coord_server_opts_init() - defaults as documented above, and the size
+ * (coord/var.h has coord_ps_serve()).
+ * @o: the caller's options.
+ */
+static inline void coord_server_opts_init(struct coord_server_opts *o)
+{
+	coord_server_opts_init_size(o, sizeof(*o));
+}
 
 /**
  * coord_worker_serve() - serve the registry's functions to coordinators.
@@ -224,7 +243,8 @@ COORD_API void coord_server_opts_init(struct coord_server_opts *o);
  * Concurrency: blocks the calling thread until @o->stop_fd is readable; a
  * short-lived thread per handshake, then a small pool (one thread per CPU,
  * more while closures run long) serves every connection.  Return: 0 after a
- * stop; a negative code if it cannot listen.
+ * stop; COORD_EINVAL for bad options (as coord_create()); a negative code if
+ * it cannot listen.
  */
 COORD_API COORD_NODISCARD int coord_worker_serve(const struct coord_server_opts *o,
 						 struct coord_error *err);

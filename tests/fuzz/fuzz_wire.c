@@ -115,6 +115,15 @@ static void check_frame(const struct coord_wire_hdr *h, const uint8_t *frame)
 				abort();
 		break;
 	}
+	case COORD_WIRE_PW_FREE: {
+		uint64_t uid;
+
+		coord_wire_begin(&w, h->type);
+		while ((r = coord_wire_next_uid(&it, &uid)) == 1)
+			if (coord_wire_put_uid(&w, uid) < 0)
+				abort();
+		break;
+	}
 	case COORD_WIRE_HELLO:
 	case COORD_WIRE_HELLO_ACK: {
 		struct coord_wire_hello hello;

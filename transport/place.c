@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: MIT
+/*
+ * transport/place.c - the placement policy of the network transports' event
+ * loops (see place.h for the rules PL1-PL4).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include "transport/place.h"
+
+/* PL2: expected run time a closure may wait behind, at least (about one
+ * loopback round trip: what a frame of its own would cost it under load);
+ * more on a slower link (PL5). */
+#define PACK_WAIT_NS 50000u
+/* PL3: no result for this long, at least: stop packing onto a busy
+ * connection (PL5: more on a slower link). */
+#define PACK_STALL_NS 1000000u
+/* PL5: round-trip samples per window of the minimum. */
+#define RTT_WINDOW 64u
+
+/* PL2, PL5: the run time a closure may wait behind: one round trip of the
+ * link, and never less than PACK_WAIT_NS. */
+static inline uint64_t pack_wait(const struct coord_place *p)
+{
+	return p->rtt_ns > PACK_WAIT_NS ? p->rtt_ns : PACK_WAIT_NS;
+}
+
+/* PL3, PL5: silence after which a busy connection is no longer packed. */
+static inline uint64_t pack_stall(const struct coord_place *p)
+{
+	return 4 * p->rtt_ns > PACK_STALL_NS ? 4 * p->rtt_ns : PACK_STALL_NS;
+}
+
+int coord_place_init(struct coord_place *p, unsigned nconns, uint32_t nfn, _Atomic int *idle_all)
+{
+	p->conns = calloc(nconns ? nconns : 1, sizeof(*p->conns));
+	p->run_ns = malloc((nfn ? nfn : 1) * sizeof(*p->run_ns));
+	if (!p->conns || !p->run_ns)
+		return -ENOMEM;
+	p->nconns = nconns;
+	p->nfn = nfn;
+	for (uint32_t f = 0; f < nfn; f++)
+		p->run_ns[f] = COORD_RUN_UNKNOWN;
+	p->idle_all = idle_all;
+	p->rtt_win = UINT64_MAX;
+	return 0;
+}
+
+void coord_place_fini(struct coord_place *p)
+{
+	free(p->conns);
+	free(p->run_ns);
+	p->conns = NULL;
+	p->run_ns = NULL;
+}
+
+void coord_place_start(struct coord_place *p)
+{
+	for (unsigned i = 0; i < p->nconns; i++) {
+		struct coord_conn *k = p->conns[i];
+
+		if (k->up)
+			p->free_up += k->nfree;
+		else
+			p->ndown++;
+		p->nidle += k->idle;
+		if (k->w->start_at_ns > p->start_end)
+			p->start_end = k->w->start_at_ns;
+	}
+}
+
+void coord_place_idle_update(struct coord_place *p, struct coord_conn *k)
+{
+	bool idle = k->up && k->nfree == k->window;
+
+	if (idle != k->idle) {
+		k->idle = idle;
+		p->nidle += idle ? 1 : -1;
+		/* Relaxed: a placement hint for the other loops. */
+		atomic_fetch_add_explicit(p->idle_all, idle ? 1 : -1, memory_order_relaxed);
+	}
+}
+
+void coord_place_sent(struct coord_place *p, struct coord_conn *k, const struct coord_closure *cl,
+		      uint32_t slot, uint64_t now)
+{
+	/* PL2: what this closure adds to the work queued on @k; one of
+	 * unknown or long run time fills the budget, so nothing is packed
+	 * behind it. */
+	uint32_t run = cl->fn < p->nfn ? p->run_ns[cl->fn] : COORD_RUN_UNKNOWN;
+	uint64_t w = pack_wait(p);
+
+	k->run[slot] = run < w ? run : (uint32_t)(w < UINT32_MAX ? w : UINT32_MAX);
+	if (k->nfree == k->window - 1)
+		k->busy_ns = now;
+	k->backlog_ns += k->run[slot];
+	p->free_up--;
+	coord_place_idle_update(p, k);
+}
+
+/*
+ * PL2: a function's expected run time from one reported sample @ns: up at
+ * once to a longer sample, down by half the difference per shorter one, so
+ * a function that turned long stops being packed at its first long result,
+ * and a single slow run (a worker thread preempted mid-call, frequent when
+ * 2 CPUs serve hundreds of connections) is forgotten within a few results.
+ */
+static void run_note(uint32_t *est, uint32_t ns)
+{
+	if (ns == COORD_RUN_UNKNOWN)
+		return; /* not reported (an error, or an older worker) */
+	if (*est == COORD_RUN_UNKNOWN || ns >= *est)
+		*est = ns;
+	else
+		*est -= (*est - ns) / 2;
+}
+
+/*
+ * PL5: a round-trip sample from a result that arrived at @rx for a request
+ * sent at @sent, whose function reported @run_ns: what is left after the
+ * run is the link, the two sides' loops and the wait behind other closures;
+ * the minimum over a window of samples is the link and the loops.
+ */
+static void rtt_note(struct coord_place *p, uint64_t sent, uint64_t rx, uint32_t run_ns)
+{
+	uint64_t s;
+
+	if (rx <= sent)
+		return;
+	s = rx - sent;
+	if (run_ns != COORD_RUN_UNKNOWN)
+		s = s > run_ns ? s - run_ns : 0;
+	if (s < p->rtt_win)
+		p->rtt_win = s;
+	if (++p->rtt_n == RTT_WINDOW) {
+		p->rtt_ns = p->rtt_win;
+		p->rtt_win = UINT64_MAX;
+		p->rtt_n = 0;
+	}
+}
+
+void coord_place_result(struct coord_place *p, struct coord_conn *k, uint32_t fn, uint32_t slot,
+			uint32_t run_ns)
+{
+	rtt_note(p, k->sent_ns[slot], k->last_rx_ns, run_ns);
+	p->free_up++;
+	k->backlog_ns -= k->run[slot];
+	coord_place_idle_update(p, k);
+	if (fn < p->nfn)
+		run_note(&p->run_ns[fn], run_ns);
+}
+
+void coord_place_down(struct coord_place *p, struct coord_conn *k)
+{
+	p->free_up -= k->nfree;
+	p->ndown++;
+	k->backlog_ns = 0;
+	if (p->pack == k)
+		p->pack = NULL;
+	coord_place_idle_update(p, k); /* k->up is false: not idle */
+}
+
+void coord_place_up(struct coord_place *p, struct coord_conn *k)
+{
+	p->free_up += k->nfree;
+	p->ndown--;
+	coord_place_idle_update(p, k);
+}
+
+bool coord_place_packable(const struct coord_place *p, const struct coord_conn *k, uint64_t now)
+{
+	uint64_t seen = k->last_rx_ns > k->busy_ns ? k->last_rx_ns : k->busy_ns;
+
+	return k->up && k->nfree && k->nfree < k->window && k->backlog_ns < pack_wait(p) &&
+	       now - seen < pack_stall(p);
+}
+
+/* Is @k up, started and with nothing in flight? */
+static bool idle_conn(const struct coord_conn *k, uint64_t now)
+{
+	return k->up && k->nfree == k->window && k->w->start_at_ns <= now;
+}
+
+struct coord_conn *coord_place_pick(struct coord_place *p, uint64_t now)
+{
+	struct coord_conn *idle = NULL, *pack = NULL, *any = NULL;
+	unsigned idlei = 0, anyi = 0;
+
+	/* The connection being packed, also once it is idle again (an idle
+	 * one is as good as any other), so that one connection carries the
+	 * stream and its worker serves it as one. */
+	if (p->pack && (coord_place_packable(p, p->pack, now) || idle_conn(p->pack, now)))
+		return p->pack;
+	for (unsigned i = 0; i < p->nconns; i++) {
+		unsigned j = (p->rr + i) % p->nconns;
+		struct coord_conn *k = p->conns[j];
+
+		if (!k->up || !k->nfree || k->w->start_at_ns > now)
+			continue;
+		if (coord_place_packable(p, k, now) && (!pack || k->nfree < pack->nfree))
+			pack = k;
+		if (k->nfree == k->window && !idle) {
+			idle = k;
+			idlei = j;
+		}
+		if (!any || k->nfree > any->nfree) {
+			any = k;
+			anyi = j;
+		}
+	}
+	if (pack) {
+		p->pack = pack;
+		return pack;
+	}
+	if (!idle) { /* only within a batch that credit() overcounted */
+		idle = any;
+		idlei = anyi;
+	}
+	if (idle)
+		p->rr = (idlei + 1) % p->nconns;
+	p->pack = idle;
+	return idle;
+}
+
+unsigned coord_place_credit(struct coord_place *p, uint64_t now, uint64_t *next_start,
+			    bool *has_idle, bool *has_down)
+{
+	unsigned n = 0;
+
+	*next_start = 0;
+	if (now >= p->start_end) { /* every worker started: the counts (PL4) */
+		*has_idle = p->nidle > 0;
+		*has_down = p->ndown > 0;
+		n = p->nidle;
+		if (p->pack && !p->pack->idle && coord_place_packable(p, p->pack, now))
+			n += p->pack->nfree;
+		return n;
+	}
+	*has_idle = false;
+	*has_down = false;
+	for (unsigned i = 0; i < p->nconns; i++) {
+		struct coord_conn *k = p->conns[i];
+
+		if (!k->up) {
+			*has_down = true;
+			continue;
+		}
+		if (k->w->start_at_ns > now) {
+			if (!*next_start || k->w->start_at_ns < *next_start)
+				*next_start = k->w->start_at_ns;
+			continue;
+		}
+		if (k->nfree == k->window) {
+			n++;
+			*has_idle = true;
+		} else if (k == p->pack && coord_place_packable(p, k, now)) {
+			n += k->nfree;
+		}
+	}
+	return n;
+}
+
+int coord_place_room(const struct coord_place *p, const struct coord_conn *k, uint64_t now)
+{
+	if (k->nfree == k->window)
+		return 1;
+	return coord_place_packable(p, k, now) ? (int)k->nfree : 0;
+}
+
+int coord_place_idle_elsewhere(const struct coord_place *p)
+{
+	/* Relaxed: a hint (place.h). */
+	return atomic_load_explicit(p->idle_all, memory_order_relaxed) - (int)p->nidle;
+}
