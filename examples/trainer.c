@@ -16,7 +16,10 @@
  * it with assign_add.  The loop keeps a window of steps in flight, joins at
  * each epoch, checkpoints every --ckpt-every steps (after a join, so the
  * snapshot is exact) and evaluates on held-out data at the start and end.
- * A run given the same --ckpt-dir resumes from its last checkpoint.
+ * A run given the same --ckpt-dir resumes from its last checkpoint, whole
+ * (also onto another --ps: the variables are re-placed, and it says so), or
+ * stops with the reason and leaves that checkpoint as it is.  Local coord-ps
+ * tasks get the checkpoint dir as their --ckpt-root.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -59,6 +62,8 @@ struct proc {
 static struct proc procs[MAX_PROCS];
 static unsigned nprocs;
 static char worker_bin[PATH_MAX], ps_bin[PATH_MAX], fns_lib[PATH_MAX];
+/* --ckpt-dir, absolute: the local coord-ps tasks' checkpoint root too. */
+static char ckpt_abs[PATH_MAX];
 
 static double now_s(void)
 {
@@ -104,7 +109,10 @@ static int spawn(struct proc *p, unsigned port)
 		dup2(fds[1], 1);
 		close(fds[0]);
 		close(fds[1]);
-		if (p->is_ps)
+		if (p->is_ps && ckpt_abs[0])
+			execl(ps_bin, ps_bin, "--listen", listen, "--task", task, "--log", "error",
+			      "--ckpt-root", ckpt_abs, (char *)NULL);
+		else if (p->is_ps)
 			execl(ps_bin, ps_bin, "--listen", listen, "--task", task, "--log", "error",
 			      (char *)NULL);
 		else
@@ -518,6 +526,16 @@ int main(int argc, char **argv)
 	co.inproc_workers = o.workers;
 	co.inproc_ps = o.ps;
 	r = 0;
+	if (o.ckpt_dir) {
+		mkdir(o.ckpt_dir, 0755);
+		if (!realpath(o.ckpt_dir, ckpt_abs)) {
+			fprintf(stderr, "trainer: --ckpt-dir %s: %s\n", o.ckpt_dir,
+				strerror(errno));
+			r = -1;
+			goto out;
+		}
+		o.ckpt_dir = ckpt_abs;
+	}
 	if (o.local) {
 		json = start_local(o.local, o.ps);
 		r = json ? coord_spec_parse(json, &spec, &err) : -1;
@@ -536,14 +554,22 @@ int main(int argc, char **argv)
 		       coord_num_workers(c), coord_num_ps(c), o.transport, TM_D, TM_H, o.batch,
 		       o.lr);
 	if (o.ckpt_dir) {
-		mkdir(o.ckpt_dir, 0755);
+		/* Whole or not at all, onto however many ps tasks run now. */
 		r = coord_checkpoint_restore(c, o.ckpt_dir, &start, &err);
 		if (r == -ENOENT) {
 			r = 0;
 			start = 0;
-		} else if (r == 0 && !o.quiet) {
-			printf("resumed from the checkpoint of step %llu in %s\n",
-			       (unsigned long long)start, o.ckpt_dir);
+		} else if (r < 0) {
+			fprintf(stderr,
+				"trainer: cannot resume from %s: %s\n"
+				"trainer: nothing was restored and the checkpoint is left as it "
+				"is\n",
+				o.ckpt_dir, err.msg);
+			goto out;
+		} else if (!o.quiet) {
+			printf("resumed from the checkpoint of step %llu in %s%s%s\n",
+			       (unsigned long long)start, o.ckpt_dir, err.msg[0] ? ": " : "",
+			       err.msg);
 		}
 	}
 	if (r == 0)

@@ -312,6 +312,8 @@ static int group_setup(void **state)
 				 "127.0.0.1:0",
 				 "--log",
 				 "error",
+				 "--ckpt-root",
+				 "/tmp",
 				 NULL };
 
 		ps_pid = argv[0] ? t_spawn(argv, "coord-ps", &ps_port) : -1;

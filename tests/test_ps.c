@@ -31,6 +31,8 @@
 
 #include <coord/var.h>
 
+#include "runtime/ps/ps.h"
+#include "runtime/store/varstore.h"
 #include "transport/wire/wire.h"
 #include "helpers.h"
 
@@ -67,15 +69,15 @@ static int ps_start(unsigned i, const char *key)
 	const char *bin = getenv("COORD_PS_BIN");
 	char task[16];
 	const char *log = getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error";
-	char *argv[] = { (char *)bin, "--listen",  "127.0.0.1:0", "--task", task,
-			 "--log",     (char *)log, NULL,	  NULL,	    NULL };
+	char *argv[] = { (char *)bin, "--listen",    "127.0.0.1:0", "--task", task, "--log",
+			 (char *)log, "--ckpt-root", "/tmp",	    NULL,     NULL, NULL };
 
 	if (!bin)
 		return -1;
 	snprintf(task, sizeof(task), "%u", i);
 	if (key) {
-		argv[7] = "--key";
-		argv[8] = (char *)key;
+		argv[9] = "--key";
+		argv[10] = (char *)key;
 	}
 	ps_pid[i] = t_spawn(argv, "coord-ps", &ps_port[i]);
 	return ps_pid[i] < 0 ? -1 : 0;
@@ -421,6 +423,400 @@ static void test_checkpoint_corrupt_refused(void **state)
 	destroy(c);
 }
 
+/* ---- restores across a change of the ps count (issue 21) --------------------------- */
+
+/*
+ * A cluster of @nps ps tasks for the layout tests: inproc, @nps stores in
+ * the coordinator; tcp, @nps fresh coord-ps processes confined to lay_root
+ * (a restart is a real one: the stores start empty).
+ */
+#define LAY_MAX 3
+#define LAY_VARS 24
+static pid_t lay_pid[LAY_MAX];
+static unsigned lay_port[LAY_MAX];
+static char lay_root[64], lay_dir[96];
+
+static void lay_stop(void)
+{
+	for (unsigned i = 0; i < LAY_MAX; i++)
+		if (lay_pid[i] > 0) {
+			t_reap(lay_pid[i]);
+			lay_pid[i] = 0;
+		}
+}
+
+static pid_t lay_spawn(unsigned task, const char *root, unsigned *port)
+{
+	char t[16];
+	char *argv[] = {
+		getenv("COORD_PS_BIN"), "--listen",   "127.0.0.1:0", "--task", t, "--log", "error",
+		"--ckpt-root",		(char *)root, NULL
+	};
+
+	snprintf(t, sizeof(t), "%u", task);
+	return argv[0] ? t_spawn(argv, "coord-ps", port) : -1;
+}
+
+static struct coord *lay_make(unsigned nps)
+{
+	struct coord_opts o;
+	struct coord_spec *spec = NULL;
+	struct coord_error err;
+	struct coord *c = NULL;
+	char json[1024], *w;
+	size_t k;
+
+	t_opts(&o, reg);
+	if (strcmp(t_transport, "tcp") != 0) {
+		o.inproc_workers = 1;
+		o.inproc_ps = nps;
+		assert_int_equal(coord_create(NULL, &o, &c, &err), 0);
+		return c;
+	}
+	lay_stop();
+	for (unsigned i = 0; i < nps; i++) {
+		lay_pid[i] = lay_spawn(i, lay_root, &lay_port[i]);
+		assert_true(lay_pid[i] > 0);
+	}
+	w = t_spec_json(NW);
+	w[strlen(w) - 1] = 0; /* drop the closing brace */
+	k = (size_t)snprintf(json, sizeof(json), "%s, \"ps\": [", w);
+	for (unsigned i = 0; i < nps; i++)
+		k += (size_t)snprintf(json + k, sizeof(json) - k, "%s\"127.0.0.1:%u\"",
+				      i ? "," : "", lay_port[i]);
+	snprintf(json + k, sizeof(json) - k, "]}");
+	free(w);
+	assert_int_equal(coord_spec_parse(json, &spec, &err), 0);
+	if (coord_create(spec, &o, &c, &err) != 0)
+		fail_msg("create: %s", err.msg);
+	coord_spec_destroy(spec);
+	return c;
+}
+
+static void lay_destroy(struct coord *c)
+{
+	coord_destroy(c);
+	lay_stop();
+}
+
+static int lay_setup(void **state)
+{
+	(void)state;
+	snprintf(lay_root, sizeof(lay_root), "/tmp/coord-lay-XXXXXX");
+	if (!mkdtemp(lay_root))
+		return -1;
+	snprintf(lay_dir, sizeof(lay_dir), "%s/ck", lay_root);
+	return mkdir(lay_dir, 0755);
+}
+
+static int lay_teardown(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	lay_stop();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", lay_root);
+	(void)!system(cmd);
+	return 0;
+}
+
+/* Variable i of the layout tests: its name, shape, and values for @seed. */
+static void lay_var(unsigned i, char *name, unsigned *ndim, uint64_t *dims)
+{
+	snprintf(name, 32, "lay/v%u", i);
+	*ndim = i % 3;
+	dims[0] = 1 + i % 5;
+	dims[1] = 2 + i % 4;
+}
+
+static uint64_t lay_nelem(unsigned ndim, const uint64_t *dims)
+{
+	uint64_t n = 1;
+
+	for (unsigned d = 0; d < ndim; d++)
+		n *= dims[d];
+	return n;
+}
+
+static void lay_vals(unsigned i, unsigned seed, float *v, uint64_t n)
+{
+	uint32_t x = 2654435761u * (i + 1) + seed * 40503u;
+
+	for (uint64_t k = 0; k < n; k++) {
+		x = x * 1664525u + 1013904223u;
+		v[k] = (float)(int32_t)x / 3.0e5f; /* every bit pattern differs */
+	}
+}
+
+/* Create the LAY_VARS variables with values of @seed, or set them. */
+static void lay_fill(struct coord *c, unsigned seed)
+{
+	for (unsigned i = 0; i < LAY_VARS; i++) {
+		char name[32];
+		unsigned ndim;
+		uint64_t dims[2];
+		float v[32];
+		coord_var_t h;
+
+		lay_var(i, name, &ndim, dims);
+		lay_vals(i, seed, v, lay_nelem(ndim, dims));
+		assert_int_equal(coord_var_create(c, name, ndim, dims, NULL, &h, NULL), 0);
+		assert_int_equal(coord_var_assign(c, h, 0, lay_nelem(ndim, dims), v, NULL), 0);
+	}
+}
+
+/* Every variable holds exactly the values of @seed (absent if @seed < 0),
+ * on the task its name places on now. */
+static void lay_check(struct coord *c, int seed)
+{
+	unsigned nps = coord_num_ps(c);
+
+	for (unsigned i = 0; i < LAY_VARS; i++) {
+		char name[32];
+		unsigned ndim;
+		uint64_t dims[2], n;
+		float want[32], got[32];
+		struct coord_var_shape sh;
+		coord_var_t h;
+
+		lay_var(i, name, &ndim, dims);
+		n = lay_nelem(ndim, dims);
+		if (seed < 0) {
+			assert_int_equal(coord_var_lookup(c, name, &h, NULL, NULL), -ENOENT);
+			continue;
+		}
+		assert_int_equal(coord_var_lookup(c, name, &h, &sh, NULL), 0);
+		assert_int_equal(sh.ndim, ndim);
+		assert_int_equal(sh.nelem, n);
+		assert_int_equal((unsigned)(h >> 32),
+				 (unsigned)(coord_var_fnv1a64(name, strlen(name)) % nps));
+		lay_vals(i, (unsigned)seed, want, n);
+		assert_int_equal(coord_var_read(c, h, 0, n, got, NULL), 0);
+		assert_memory_equal(got, want, n * sizeof(float)); /* bit for bit */
+	}
+}
+
+/* Save steps 5 (seed 1) and 10 (seed 2) from @from ps tasks. */
+static void lay_save(unsigned from)
+{
+	struct coord *c = lay_make(from);
+	struct coord_error err;
+
+	lay_fill(c, 1);
+	assert_int_equal(coord_checkpoint_save(c, lay_dir, 5, &err), 0);
+	lay_fill(c, 2);
+	assert_int_equal(coord_checkpoint_save(c, lay_dir, 10, &err), 0);
+	lay_destroy(c);
+}
+
+static void relayout(unsigned from, unsigned to)
+{
+	struct coord_error err;
+	struct coord *c;
+	uint64_t step = 0;
+	char note[64];
+
+	lay_save(from);
+	c = lay_make(to);
+	lay_check(c, -1);
+	assert_int_equal(coord_checkpoint_restore(c, lay_dir, &step, &err), 0);
+	assert_int_equal(step, 10);
+	snprintf(note, sizeof(note), "saved by %u ps tasks, re-placed onto %u", from, to);
+	if (!strstr(err.msg, note))
+		fail_msg("no '%s' in: %s", note, err.msg);
+	lay_check(c, 2);
+	/* and it saves and restores in the new layout */
+	assert_int_equal(coord_checkpoint_save(c, lay_dir, 11, &err), 0);
+	lay_fill(c, 3);
+	assert_int_equal(coord_checkpoint_restore(c, lay_dir, &step, &err), 0);
+	assert_int_equal(step, 11);
+	assert_string_equal(err.msg, "");
+	lay_check(c, 2);
+	lay_destroy(c);
+}
+
+static void test_restore_2_to_1(void **state)
+{
+	(void)state;
+	relayout(2, 1);
+}
+
+static void test_restore_2_to_3(void **state)
+{
+	(void)state;
+	relayout(2, 3);
+}
+
+/* Flip a byte of @dir/ps-@t/ckpt-@step.coord, past the header. */
+static void lay_corrupt(unsigned t, uint64_t step)
+{
+	char p[160];
+	uint8_t b;
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/ps-%u/ckpt-%llu.coord", lay_dir, t, (unsigned long long)step);
+	fd = open(p, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, 60), 1);
+	b ^= 0x40;
+	assert_int_equal(pwrite(fd, &b, 1, 60), 1);
+	close(fd);
+}
+
+/* An impossible restore changes no variable on any task. */
+static void test_restore_refused_whole(void **state)
+{
+	uint64_t d1[1] = { 3 }, step = 77;
+	float x[3] = { 7, 8, 9 }, got[3];
+	struct coord_error err;
+	struct coord *c;
+	coord_var_t h;
+
+	(void)state;
+	lay_save(2);
+	/* a corrupt file of one task: nothing anywhere */
+	lay_corrupt(1, 10);
+	c = lay_make(3);
+	assert_int_equal(coord_var_create(c, "keep", 1, d1, x, &h, NULL), 0);
+	assert_int_equal(coord_checkpoint_restore(c, lay_dir, &step, &err), -EBADMSG);
+	if (!strstr(err.msg, "ps-1/ckpt-10.coord") || !strstr(err.msg, "checksum"))
+		fail_msg("unexpected: %s", err.msg);
+	assert_int_equal(step, 77);
+	lay_check(c, -1);
+	assert_int_equal(coord_var_read(c, h, 0, 3, got, NULL), 0);
+	assert_memory_equal(got, x, sizeof(x));
+	/* fallback: the newest intact step, and it says so */
+	assert_int_equal(coord_checkpoint_restore_ex(c, lay_dir, COORD_CKPT_FALLBACK, &step, &err),
+			 0);
+	assert_int_equal(step, 5);
+	assert_int_equal(err.code, 0);
+	if (!strstr(err.msg, "fell back to step 5") || !strstr(err.msg, "step 10"))
+		fail_msg("unexpected: %s", err.msg);
+	lay_check(c, 1);
+	lay_destroy(c);
+
+	/* a shape conflict on one task: nothing anywhere */
+	lay_corrupt(1, 10); /* flipped back */
+	c = lay_make(3);
+	{
+		uint64_t d2[2] = { 9, 9 };
+		float z[81] = { 0 };
+		coord_var_t h2;
+
+		assert_int_equal(coord_var_create(c, "lay/v7", 2, d2, z, &h2, NULL), 0);
+		assert_int_equal(coord_var_create(c, "keep", 1, d1, x, &h, NULL), 0);
+		assert_int_equal(coord_checkpoint_restore(c, lay_dir, &step, &err), -EEXIST);
+		if (!strstr(err.msg, "lay/v7"))
+			fail_msg("unexpected: %s", err.msg);
+		for (unsigned i = 0; i < LAY_VARS; i++) {
+			char name[32];
+			coord_var_t hv;
+
+			snprintf(name, sizeof(name), "lay/v%u", i);
+			assert_int_equal(coord_var_lookup(c, name, &hv, NULL, NULL),
+					 i == 7 ? 0 : -ENOENT);
+		}
+		assert_int_equal(coord_var_read(c, h2, 0, 81, z, NULL), 0);
+		for (unsigned k = 0; k < 81; k++)
+			assert_true(z[k] == 0.0f);
+		assert_int_equal(coord_var_read(c, h, 0, 3, got, NULL), 0);
+		assert_memory_equal(got, x, sizeof(x));
+	}
+	lay_destroy(c);
+	/* a task's file missing: the step is incomplete, refused */
+	{
+		char p[160];
+
+		snprintf(p, sizeof(p), "%s/ps-1/ckpt-10.coord", lay_dir);
+		assert_int_equal(unlink(p), 0);
+	}
+	c = lay_make(1);
+	assert_int_equal(coord_checkpoint_restore(c, lay_dir, &step, &err), -EBADMSG);
+	if (!strstr(err.msg, "incomplete"))
+		fail_msg("unexpected: %s", err.msg);
+	lay_check(c, -1);
+	lay_destroy(c);
+}
+
+/* Rewrite a version 2 file as version 1 (no layout in the header). */
+static void to_v1(const char *path)
+{
+	uint8_t *b, *o;
+	struct stat st;
+	uint32_t crc, one = 1;
+	uint64_t size;
+	int fd = open(path, O_RDWR);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	b = malloc((size_t)st.st_size);
+	o = malloc((size_t)st.st_size);
+	assert_int_equal(pread(fd, b, (size_t)st.st_size, 0), st.st_size);
+	memcpy(o, b, 40);
+	memcpy(o + 40, b + 48, (size_t)st.st_size - 48);
+	size = (uint64_t)st.st_size - 8;
+	memcpy(o + 8, &one, 4);
+	memcpy(o + 32, &size, 8);
+	crc = coord_crc32c(0, o, size - 4);
+	memcpy(o + size - 4, &crc, 4);
+	assert_int_equal(ftruncate(fd, (off_t)size), 0);
+	assert_int_equal(pwrite(fd, o, size, 0), (ssize_t)size);
+	close(fd);
+	free(b);
+	free(o);
+}
+
+static void test_restore_version1(void **state)
+{
+	struct coord_error err;
+	struct coord *c;
+	uint64_t step = 0;
+
+	(void)state;
+	lay_save(2);
+	for (unsigned t = 0; t < 2; t++) {
+		char p[160];
+
+		snprintf(p, sizeof(p), "%s/ps-%u/ckpt-10.coord", lay_dir, t);
+		to_v1(p);
+	}
+	c = lay_make(3);
+	assert_int_equal(coord_checkpoint_restore(c, lay_dir, &step, &err), 0);
+	assert_int_equal(step, 10);
+	if (!strstr(err.msg, "saved by 2 ps tasks"))
+		fail_msg("unexpected: %s", err.msg);
+	lay_check(c, 2);
+	lay_destroy(c);
+}
+
+/* Temp files of interrupted saves go at the next save into that directory. */
+static void test_save_removes_temp_files(void **state)
+{
+	const char *tmp[] = { ".ckpt-10.coord.tmp.999999.0", ".latest.tmp.12.3" };
+	char p[192];
+	struct coord_error err;
+	struct coord *c;
+	struct stat st;
+
+	(void)state;
+	lay_save(2);
+	for (unsigned i = 0; i < 2; i++) {
+		snprintf(p, sizeof(p), "%s/ps-%u/%s", lay_dir, i, tmp[i]);
+		close(open(p, O_CREAT | O_WRONLY, 0644));
+	}
+	snprintf(p, sizeof(p), "%s/ps-0/.ckpt-1.coord.tmp.x.1", lay_dir); /* not ours */
+	close(open(p, O_CREAT | O_WRONLY, 0644));
+	c = lay_make(2);
+	assert_int_equal(coord_checkpoint_save(c, lay_dir, 12, &err), 0);
+	for (unsigned i = 0; i < 2; i++) {
+		snprintf(p, sizeof(p), "%s/ps-%u/%s", lay_dir, i, tmp[i]);
+		assert_int_equal(stat(p, &st), -1);
+	}
+	snprintf(p, sizeof(p), "%s/ps-0/.ckpt-1.coord.tmp.x.1", lay_dir);
+	assert_int_equal(stat(p, &st), 0);
+	lay_destroy(c);
+}
+
 /* ---- tcp only ----------------------------------------------------------------------- */
 
 static int write_key(const char *path, const char *hex)
@@ -739,6 +1135,135 @@ static void test_ps_failure_restart_exit_code(void **state)
 	assert_int_equal(ps_start(0, NULL), 0);
 }
 
+/* coord-ps writes only beneath its --ckpt-root: escapes are refused. */
+static void test_ckpt_root_escape(void **state)
+{
+	char out[64], link[128], rel[128], up[192], deep[192], p[192];
+	const char *bad[6];
+	struct coord_error err;
+	struct coord *c;
+	uint64_t step;
+	DIR *d;
+	unsigned n = 0;
+
+	(void)state;
+	snprintf(out, sizeof(out), "/tmp/coord-out-XXXXXX");
+	assert_non_null(mkdtemp(out));
+	snprintf(link, sizeof(link), "%s/link", lay_root);
+	assert_int_equal(symlink(out, link), 0);
+	snprintf(rel, sizeof(rel), "../%s", strrchr(out, '/') + 1);
+	snprintf(up, sizeof(up), "%s/../%s", lay_root, strrchr(out, '/') + 1);
+	snprintf(deep, sizeof(deep), "%s/ck/../../%s", lay_root, strrchr(out, '/') + 1);
+	bad[0] = rel;  /* .. */
+	bad[1] = up;   /* absolute, through .. */
+	bad[2] = out;  /* absolute elsewhere */
+	bad[3] = link; /* a symlink out (absolute) */
+	bad[4] = "link";
+	bad[5] = deep;
+	c = lay_make(1);
+	lay_fill(c, 1);
+	for (unsigned i = 0; i < 6; i++) {
+		assert_int_equal(coord_checkpoint_save(c, bad[i], 1, &err), -EACCES);
+		if (!strstr(err.msg, "escapes"))
+			fail_msg("%s: %s", bad[i], err.msg);
+		assert_int_equal(coord_checkpoint_restore(c, bad[i], &step, &err), -EACCES);
+	}
+	d = opendir(out);
+	assert_non_null(d);
+	for (struct dirent *de; n < 100 && (de = readdir(d));)
+		n++;
+	closedir(d);
+	assert_int_equal(n, 2); /* . and .. : nothing was written outside */
+	/* inside the root: relative to it, or absolute beneath it */
+	assert_int_equal(coord_checkpoint_save(c, "ck", 1, &err), 0);
+	assert_int_equal(coord_checkpoint_save(c, lay_dir, 2, &err), 0);
+	assert_int_equal(coord_checkpoint_restore(c, "ck", &step, &err), 0);
+	assert_int_equal(step, 2);
+	lay_destroy(c);
+	snprintf(p, sizeof(p), "rm -rf '%s'", out);
+	(void)!system(p);
+}
+
+/*
+ * A prepared restore belongs to the connection that prepared it: held, it
+ * keeps a create from giving a staged name another shape; when that
+ * connection closes, coord-ps drops it.
+ */
+static void test_stage_dies_with_connection(void **state)
+{
+	uint8_t res[COORD_PS_PREP_MAX];
+	uint64_t d2[2] = { 9, 9 };
+	char addr[32];
+	const char *addrs[1] = { addr };
+	struct coord_ps *ps = NULL;
+	struct coord_ps_op op;
+	struct coord_error err;
+	struct coord *c;
+	coord_var_t h;
+	int r = -1;
+
+	(void)state;
+	lay_save(2);
+	c = lay_make(1);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", lay_port[0]);
+	assert_int_equal(coord_psc_create(addrs, 1, COORD_ROLE_COORDINATOR, NULL,
+					  COORD_WIRE_MAX_FRAME_DEFAULT, 5000, 30000, &ps, &err),
+			 0);
+	memset(&op, 0, sizeof(op));
+	op.op = COORD_PS_PREPARE;
+	op.name = lay_dir;
+	op.name_len = (uint16_t)strlen(lay_dir);
+	op.off = COORD_CKPT_STEP_LATEST;
+	op.n = 1;
+	op.id = 5;
+	op.dst = res;
+	op.cap = sizeof(res);
+	if (coord_ps_run(ps, &op, 1, &err) != 0)
+		fail_msg("prepare: %s", err.msg);
+	assert_true(op.dst_len >= COORD_PS_PREP_FIXED);
+	assert_int_equal(res[16], LAY_VARS); /* nstaged, little-endian */
+	assert_int_equal(coord_var_create(c, "lay/v7", 2, d2, NULL, &h, &err), -EEXIST);
+	assert_non_null(strstr(err.msg, "restore being prepared"));
+	coord_ps_destroy(ps); /* closes its connection */
+	/* Bounded: the server drops the stage as it reaps the connection. */
+	for (int i = 0; i < 400 && r != 0; i++) {
+		r = coord_var_create(c, "lay/v7", 2, d2, NULL, &h, &err);
+		if (r != 0)
+			t_sleep_ns(25000000);
+	}
+	assert_int_equal(r, 0);
+	for (unsigned i = 0; i < LAY_VARS; i++) { /* nothing was committed */
+		char name[32];
+
+		snprintf(name, sizeof(name), "lay/v%u", i);
+		assert_int_equal(coord_var_lookup(c, name, &h, NULL, NULL), i == 7 ? 0 : -ENOENT);
+	}
+	lay_destroy(c);
+}
+
+/* coord-ps --ckpt-root removes its own task's temp files at start. */
+static void test_ckpt_root_start_sweep(void **state)
+{
+	char a[256], b[160], dir[128];
+	struct stat st;
+	unsigned port;
+	pid_t pid;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/x/y/ps-0", lay_root);
+	snprintf(a, sizeof(a), "mkdir -p '%s' '%s/ps-1'", dir, lay_root);
+	assert_int_equal(system(a), 0);
+	snprintf(a, sizeof(a), "%s/.ckpt-3.coord.tmp.4242.7", dir);
+	snprintf(b, sizeof(b), "%s/ps-1/.latest.tmp.4242.8", lay_root);
+	close(open(a, O_CREAT | O_WRONLY, 0644));
+	close(open(b, O_CREAT | O_WRONLY, 0644));
+	pid = lay_spawn(0, lay_root, &port); /* ready once it printed its port */
+	assert_true(pid > 0);
+	assert_int_equal(stat(a, &st), -1);
+	assert_int_equal(stat(b, &st), 0); /* task 1's: not ours */
+	t_reap(pid);
+}
+
 static int tcp_setup(void **state)
 {
 	(void)state;
@@ -787,7 +1312,10 @@ int main(void)
 	cmocka_unit_test(test_assign_add_exact), cmocka_unit_test(test_scatter_add),               \
 		cmocka_unit_test(test_lookup_batch_read), cmocka_unit_test(test_errors),           \
 		cmocka_unit_test(test_checkpoint_round_trip),                                      \
-		cmocka_unit_test(test_checkpoint_corrupt_refused)
+		cmocka_unit_test(test_checkpoint_corrupt_refused), LAY_TEST(test_restore_2_to_1),  \
+		LAY_TEST(test_restore_2_to_3), LAY_TEST(test_restore_refused_whole),               \
+		LAY_TEST(test_restore_version1), LAY_TEST(test_save_removes_temp_files)
+#define LAY_TEST(f) cmocka_unit_test_setup_teardown(f, lay_setup, lay_teardown)
 	const struct CMUnitTest inproc_tests[] = { VAR_TESTS };
 	const struct CMUnitTest tcp_tests[] = {
 		VAR_TESTS,
@@ -796,6 +1324,9 @@ int main(void)
 		cmocka_unit_test(test_ps_dies),
 		cmocka_unit_test(test_ps_failure_threshold),
 		cmocka_unit_test(test_ps_failure_restart_exit_code),
+		LAY_TEST(test_ckpt_root_escape),
+		LAY_TEST(test_ckpt_root_start_sweep),
+		LAY_TEST(test_stage_dies_with_connection),
 	};
 	int failed;
 

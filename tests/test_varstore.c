@@ -824,10 +824,16 @@ static void test_varstore_checkpoint_corrupt_refused(void **state)
 	expect_refused(vs, dir, -EBADMSG, "magic");
 	/* wrong version, even with a matching checksum */
 	memcpy(b, good, len);
-	put32(b + 8, 2);
+	put32(b + 8, 3);
 	fix_crc(b, len);
 	write_file(dir, "ckpt-7.coord", b, len);
-	expect_refused(vs, dir, -EBADMSG, "version 2");
+	expect_refused(vs, dir, -EBADMSG, "version 3");
+	/* a layout that cannot be: task 1 of 1 */
+	memcpy(b, good, len);
+	put32(b + 40, 1);
+	fix_crc(b, len);
+	write_file(dir, "ckpt-7.coord", b, len);
+	expect_refused(vs, dir, -EBADMSG, "task 1 of 1");
 	/* structural lies behind a valid checksum */
 	memcpy(b, good, len);
 	put32(b + 24, 0x7fffffff); /* variable count */
@@ -835,12 +841,12 @@ static void test_varstore_checkpoint_corrupt_refused(void **state)
 	write_file(dir, "ckpt-7.coord", b, len);
 	expect_refused(vs, dir, -EBADMSG, "cannot fit");
 	memcpy(b, good, len);
-	put32(b + 40, 200); /* first name length */
+	put32(b + 48, 200); /* first name length */
 	fix_crc(b, len);
 	write_file(dir, "ckpt-7.coord", b, len);
 	expect_refused(vs, dir, -EBADMSG, "name length");
 	memcpy(b, good, len);
-	b[44] = ' '; /* first name's first byte */
+	b[52] = ' '; /* first name's first byte */
 	fix_crc(b, len);
 	write_file(dir, "ckpt-7.coord", b, len);
 	expect_refused(vs, dir, -EBADMSG, "not one of");
@@ -856,8 +862,8 @@ static void test_varstore_checkpoint_corrupt_refused(void **state)
 	expect_refused(vs, dir, -EBADMSG, "unaccounted");
 	/* global_step is first: name length 11, then ndim; say 4 dims */
 	memcpy(b, good, len);
-	assert_memory_equal(b + 44, "global_step", 11);
-	put32(b + 55, 4);
+	assert_memory_equal(b + 52, "global_step", 11);
+	put32(b + 63, 4);
 	fix_crc(b, len);
 	write_file(dir, "ckpt-7.coord", b, len);
 	expect_refused(vs, dir, -EBADMSG, "ckpt-7.coord");
@@ -992,6 +998,133 @@ static void test_varstore_crc32c(void **state)
 	assert_true(coord_crc32c_sw(0, big, sizeof(big)) == whole);
 }
 
+/*
+ * A prepared restore (the ps side of coord_checkpoint_restore()): it stays
+ * invisible until its session commits it; another session cannot commit
+ * it; a new PREPARE or the owner's abort drops it; while it is held, a
+ * create cannot give one of its names another shape.
+ */
+static void test_varstore_prepare_commit(void **state)
+{
+	struct coord_varstore *a = new_store(0), *b = new_store(0);
+	struct coord_ckpt_prep q = { .step = COORD_CKPT_STEP_LATEST, .task = 0, .nps = 1 };
+	struct coord_ckpt_prep_res res;
+	struct coord_error e = { 0 };
+	uint64_t d1[1] = { 4 }, d2[1] = { 5 };
+	float x[4] = { 1.5f, -2, 3, 4 }, got[4];
+	char *dir = mk_dir(), cmd[128];
+	int owner1, owner2;
+	uint32_t id, n = 0;
+
+	(void)state;
+	mk(a, "w", 1, d1, x);
+	mk(a, "s", 0, NULL, x);
+	assert_int_equal(coord_varstore_save_task(a, dir, 0, 1, 3, &e), 0);
+	q.dir = dir;
+	q.owner = &owner1;
+	q.nonce = 11;
+	assert_int_equal(coord_varstore_prepare(b, &q, &res, &e), 0);
+	assert_int_equal(res.step, 3);
+	assert_int_equal(res.nstaged, 2);
+	assert_int_equal(res.ntotal, 2);
+	assert_int_equal(res.old_nps, 1);
+	assert_int_equal(res.version, 2);
+	assert_true(res.dig_staged == res.dig_total);
+	assert_int_equal(coord_varstore_count(b), 0); /* invisible */
+	/* a create may not change a staged name's shape; the same shape is fine */
+	assert_int_equal(coord_varstore_var_create(b, "w", 1, d2, NULL, &id, &e), -EEXIST);
+	assert_non_null(strstr(e.msg, "restore being prepared"));
+	mk(b, "w", 1, d1, NULL);
+	/* another session can neither commit nor abort it */
+	assert_int_equal(coord_varstore_commit(b, &owner2, 11, &n, &e), -ESTALE);
+	coord_varstore_abort(b, &owner2);
+	assert_int_equal(coord_varstore_commit(b, &owner1, 12, &n, &e), -ESTALE);
+	/* its owner commits: the created "w" is overwritten, "s" published */
+	assert_int_equal(coord_varstore_commit(b, &owner1, 11, &n, &e), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(coord_varstore_count(b), 2);
+	assert_int_equal(coord_varstore_lookup(b, "w", &id, &e), 0);
+	assert_int_equal(coord_vs_read(b, id, 0, 4, got, &e), 0);
+	assert_memory_equal(got, x, sizeof(x));
+	assert_int_equal(coord_varstore_commit(b, &owner1, 11, &n, &e), -ESTALE); /* once */
+	/* a new PREPARE drops the old stage; an abort drops its own */
+	assert_int_equal(coord_varstore_prepare(b, &q, &res, &e), 0);
+	q.owner = &owner2;
+	q.nonce = 13;
+	assert_int_equal(coord_varstore_prepare(b, &q, &res, &e), 0);
+	assert_int_equal(coord_varstore_commit(b, &owner1, 11, &n, &e), -ESTALE);
+	coord_varstore_abort(b, &owner2);
+	assert_int_equal(coord_varstore_commit(b, &owner2, 13, &n, &e), -ESTALE);
+	/* a task of 2 stages only what places on it; the digests add up */
+	{
+		struct coord_ckpt_prep_res r0, r1;
+
+		q.nps = 2;
+		assert_int_equal(coord_varstore_prepare(b, &q, &r0, &e), 0);
+		q.task = 1;
+		assert_int_equal(coord_varstore_prepare(b, &q, &r1, &e), 0);
+		assert_int_equal(r0.nstaged + r1.nstaged, 2);
+		assert_true(r0.dig_staged + r1.dig_staged == r0.dig_total);
+		coord_varstore_abort(b, &owner2);
+	}
+	/* a stage left behind is freed with its store (ASan: no leak) */
+	q.task = 0;
+	q.nps = 1;
+	assert_int_equal(coord_varstore_prepare(a, &q, &res, &e), 0);
+	coord_varstore_destroy(a);
+	coord_varstore_destroy(b);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	(void)!system(cmd);
+	free(dir);
+}
+
+/* Files of one step that disagree, or overlap, are refused by PREPARE. */
+static void test_varstore_prepare_inconsistent(void **state)
+{
+	struct coord_varstore *a = new_store(0), *b = new_store(0), *t = new_store(0);
+	struct coord_ckpt_prep q = { .step = COORD_CKPT_STEP_LATEST, .task = 0, .nps = 1 };
+	struct coord_ckpt_prep_res res;
+	struct coord_error e = { 0 };
+	float x = 1;
+	char *dir = mk_dir(), cmd[128];
+	int owner;
+
+	(void)state;
+	q.dir = dir;
+	q.owner = &owner;
+	mk(a, "a", 0, NULL, &x);
+	mk(b, "b", 0, NULL, &x);
+	/* task 0 says 2 tasks, task 1 says 3 */
+	assert_int_equal(coord_varstore_save_task(a, dir, 0, 2, 4, &e), 0);
+	assert_int_equal(coord_varstore_save_task(b, dir, 1, 3, 4, &e), 0);
+	assert_int_equal(coord_varstore_prepare(t, &q, &res, &e), -EBADMSG);
+	if (!strstr(e.msg, "disagree"))
+		fail_msg("unexpected: %s", e.msg);
+	/* both hold "a": in two files */
+	mk(b, "a", 0, NULL, &x);
+	assert_int_equal(coord_varstore_save_task(b, dir, 1, 2, 4, &e), 0);
+	assert_int_equal(coord_varstore_prepare(t, &q, &res, &e), -EBADMSG);
+	if (!strstr(e.msg, "'a' is in two"))
+		fail_msg("unexpected: %s", e.msg);
+	/* a task's directory missing altogether: incomplete */
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/ps-1'", dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(coord_varstore_prepare(t, &q, &res, &e), -EBADMSG);
+	if (!strstr(e.msg, "incomplete"))
+		fail_msg("unexpected: %s", e.msg);
+	/* no checkpoint at all */
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/ps-0'", dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(coord_varstore_prepare(t, &q, &res, &e), -ENOENT);
+	assert_int_equal(coord_varstore_count(t), 0);
+	coord_varstore_destroy(a);
+	coord_varstore_destroy(b);
+	coord_varstore_destroy(t);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	(void)!system(cmd);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1006,6 +1139,8 @@ int main(void)
 		cmocka_unit_test(test_varstore_checkpoint_latest_and_keep),
 		cmocka_unit_test(test_varstore_checkpoint_after_crash),
 		cmocka_unit_test(test_varstore_checkpoint_corrupt_refused),
+		cmocka_unit_test(test_varstore_prepare_commit),
+		cmocka_unit_test(test_varstore_prepare_inconsistent),
 		cmocka_unit_test(test_varstore_shard_functions),
 		cmocka_unit_test(test_varstore_crc32c),
 	};

@@ -23,4 +23,35 @@ grep -q "resumed from the checkpoint of step 300" "$dir/tcp2.log" || { cat "$dir
 grep -q "(.* s, 150 steps)" "$dir/tcp2.log" || { cat "$dir/tcp2.log"; exit 1; }
 a=$(acc "$dir/tcp2.log")
 [ -n "$a" ] && [ "$a" -ge 75 ] || { cat "$dir/tcp2.log"; echo "tcp: accuracy '$a'"; exit 1; }
-echo "trainer: ok (inproc and tcp, checkpoint and resume)"
+
+# Resume onto another number of ps tasks: restored whole (the held-out
+# figures before training are those after the run that saved), and said so.
+before() { sed -n 's/^before: *\(held-out loss [0-9.]*, accuracy [0-9.]*%\).*/\1/p' "$1"; }
+after() { sed -n 's/^after: *\(held-out loss [0-9.]*, accuracy [0-9.]*%\).*/\1/p' "$1"; }
+prev=$dir/tcp2.log
+epochs=3
+for ps in 1 3; do
+	epochs=$((epochs + 1))
+	timeout 120 "$trainer" --transport tcp --local 2 --ps $ps --epochs $epochs --steps 150 \
+		--ckpt-dir "$dir/ckpt" >"$dir/ps$ps.log" 2>&1 || { cat "$dir/ps$ps.log"; exit 1; }
+	grep -q "resumed from the checkpoint of step $(((epochs - 1) * 150)) .*re-placed onto $ps" \
+		"$dir/ps$ps.log" || { cat "$dir/ps$ps.log"; echo "ps $ps: no re-placed resume"; exit 1; }
+	[ "$(before "$dir/ps$ps.log")" = "$(after "$prev")" ] || {
+		cat "$prev" "$dir/ps$ps.log"; echo "ps $ps: not the saved model"; exit 1; }
+	prev=$dir/ps$ps.log
+done
+
+# A resume that cannot be done whole (one task's newest file corrupt: the
+# largest) fails with the reason, and leaves every checkpoint file as it was.
+f=$(ls -S "$dir"/ckpt/ps-*/ckpt-750.coord | head -n 1)
+[ "$(stat -c %s "$f")" -gt 100 ] || { ls -lR "$dir/ckpt"; echo "no data in $f"; exit 1; }
+printf 'X' | dd of="$f" bs=1 seek=60 conv=notrunc status=none
+sum0=$(cd "$dir/ckpt" && find . -type f -exec md5sum {} + | sort)
+if timeout 120 "$trainer" --transport tcp --local 2 --ps 2 --epochs 6 --steps 150 \
+	--ckpt-dir "$dir/ckpt" >"$dir/bad.log" 2>&1; then
+	cat "$dir/bad.log"; echo "a corrupt checkpoint was resumed"; exit 1
+fi
+grep -q "cannot resume from .*checksum mismatch" "$dir/bad.log" || { cat "$dir/bad.log"; exit 1; }
+[ "$(cd "$dir/ckpt" && find . -type f -exec md5sum {} + | sort)" = "$sum0" ] ||
+	{ echo "the refused resume changed the checkpoint"; exit 1; }
+echo "trainer: ok (inproc and tcp, checkpoint and resume, resume onto 1 and 3 ps tasks)"

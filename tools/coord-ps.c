@@ -13,7 +13,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: coord-ps (--spec SPEC [--task N] | --listen HOST:PORT [--task N])\n"
 		   "                [--key FILE] [--max-frame BYTES] [--partial-ms MS]\n"
-		   "                [--log LEVEL] [--transport tcp|rdma]\n"
+		   "                [--log LEVEL] [--transport tcp|rdma] [--ckpt-root DIR]\n"
 		   "\n"
 		   "Serve one parameter-server task: named float32 variables that the\n"
 		   "coordinator creates (coord_var_create()) and worker functions read and\n"
@@ -36,6 +36,9 @@ static void usage(FILE *f)
 		   "  --log LEVEL     error, warn (default), info or debug\n"
 		   "  --transport T   tcp (default) or rdma (ADDR: an address of an\n"
 		   "                  RDMA device)\n"
+		   "  --ckpt-root DIR  read and write checkpoints only beneath DIR (default:\n"
+		   "                  the working directory); a checkpoint dir that escapes\n"
+		   "                  it is refused and logged\n"
 		   "  --version       print the version and exit\n"
 		   "  --help          print this help and exit\n"
 		   "\n"
@@ -48,13 +51,19 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = { CLI_COMMON_OPTS, { NULL, 0, NULL, 0 } };
+	static const struct option lo[] = { { "ckpt-root", required_argument, NULL, 'R' },
+					    CLI_COMMON_OPTS,
+					    { NULL, 0, NULL, 0 } };
 	struct coord_error err;
 	struct cli cl;
 	int c, r;
 
 	cli_init(&cl, "coord-ps", "ps");
 	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
+		if (c == 'R') {
+			cl.o.ckpt_root = optarg;
+			continue;
+		}
 		r = cli_opt(&cl, c, optarg, usage);
 		if (r == CLI_DONE)
 			return 0;

@@ -139,23 +139,71 @@ COORD_API COORD_NODISCARD int coord_var_assign(struct coord *c, coord_var_t var,
 /**
  * coord_checkpoint_save() - every ps task saves its variables under
  * @dir/ps-<task>/ as checkpoint @step (crash-safe; older ones beyond 5 are
- * deleted).  @dir must exist and be reachable by the ps processes at the
- * same path (a shared or local file system).
- * Return: 0; an error naming the ps task and file that failed.
+ * deleted; temp files of interrupted saves there are removed), recording
+ * the layout (its task and the ps task count).  @dir must exist and be
+ * reachable by every ps process at the same path: one file system shared
+ * by all ps tasks (as TensorFlow assumes), or a local one on a single host.
+ * A coord-ps writes only under its checkpoint root (--ckpt-root, default
+ * its working directory): @dir relative to it, or absolute beneath it.
+ * Return: 0; an error naming the ps task and file that failed; -EACCES
+ * @dir escapes a ps task's root.
  */
 COORD_API COORD_NODISCARD int coord_checkpoint_save(struct coord *c, const char *dir, uint64_t step,
 						    struct coord_error *err);
 
 /**
- * coord_checkpoint_restore() - every ps task loads its newest checkpoint
- * from @dir/ps-<task>/; the whole file is verified (lengths, CRC-32C) before
- * anything changes.
+ * coord_checkpoint_restore() - restore the newest checkpoint in @dir, whole
+ * or not at all, onto however many ps tasks now run.
  * @step: optional; the step restored.
- * Return: 0; -ENOENT no checkpoint; -EBADMSG a corrupt one (named in @err);
- * COORD_EINVAL the ps tasks restored different steps.
+ *
+ * The step is the one @dir/ps-0/latest names.  Every ps task reads every
+ * file of that step (@dir/ps-<t>/ for each task t that saved it: the ps
+ * tasks must share @dir), verifies it (lengths, CRC-32C, format version,
+ * the step and the layout each file records), keeps the variables whose
+ * name now places on it (coord_var_shard() with the current ps count) and
+ * stages them unpublished after checking them against its store (absent,
+ * or the same shape).  Only when every task staged and together they hold
+ * every variable of the checkpoint exactly once is the restore committed
+ * on all of them; otherwise it is aborted on all and no variable anywhere
+ * changed.  Variables not in the checkpoint are left as they are.  Call it
+ * before workers update variables (an update racing the commit may land
+ * before or after the restored value).  Files of version 1 (no recorded
+ * layout) are read too: their task count is the number of ps-<t> holding
+ * the step.
+ * Return: 0; -ENOENT no checkpoint, or a task's file of the step is missing
+ * (a save that did not finish everywhere); -EBADMSG a corrupt or
+ * inconsistent file (named in @err); -EEXIST a variable exists with another
+ * shape; -EACCES @dir escapes a ps task's root; COORD_EINVAL the tasks read
+ * different steps (the directory changed, or is not shared); a ps failure.
+ * The one error that leaves a model partly restored is a ps task lost
+ * between the two phases: @err says so, and restoring again repairs it.
+ * On success @err->msg is empty or a note, as coord_checkpoint_restore_ex().
  */
 COORD_API COORD_NODISCARD int coord_checkpoint_restore(struct coord *c, const char *dir,
 						       uint64_t *step, struct coord_error *err);
+
+/* coord_checkpoint_restore_ex() flags. */
+#define COORD_CKPT_FALLBACK 1u
+
+/**
+ * coord_checkpoint_restore_ex() - coord_checkpoint_restore() with @flags.
+ * @flags: 0, or COORD_CKPT_FALLBACK: when the newest checkpoint cannot be
+ *         restored whole because a file of it is missing or corrupt (or
+ *         latest is unreadable), restore the newest older step that can be,
+ *         whole.  A shape conflict or a ps failure does not fall back.
+ * @step:  optional; the step restored.
+ *
+ * It says which step it used: in *@step, and when it fell back, in a
+ * warning log line and in @err->msg ("fell back to step S, the newest
+ * intact checkpoint in DIR (step L: why)") while returning 0 with
+ * @err->code 0.  On success @err->msg is otherwise empty, or, when the
+ * checkpoint was saved by another number of ps tasks, says so ("restored
+ * step S whole: V variables saved by 2 ps tasks, re-placed onto 3").
+ * Return: as coord_checkpoint_restore(); COORD_EINVAL unknown flags.
+ */
+COORD_API COORD_NODISCARD int coord_checkpoint_restore_ex(struct coord *c, const char *dir,
+							  unsigned flags, uint64_t *step,
+							  struct coord_error *err);
 
 /* --- from worker functions ------------------------------------------------- */
 
@@ -199,7 +247,11 @@ COORD_API COORD_NODISCARD int coord_ctx_var_scatter_add(struct coord_ctx *ctx, c
  * coord_ps_serve() - serve a variable store (one ps task) to coordinators
  * and workers.  @o->registry is not used (may be NULL); @o->task is this ps
  * task's index (its checkpoint directory is DIR/ps-<task>): a peer that
- * names another task at connect is refused.  Other options, threading and
+ * names another task at connect is refused.  Checkpoints are read and
+ * written only beneath @o->ckpt_root (NULL: the working directory), opened
+ * once at start; when @o->ckpt_root is given, temp files of interrupted
+ * saves in ps-<task> directories under it are removed (a bounded walk).  A DIR that escapes the root
+ * (.., a symbolic link, an absolute path elsewhere) is refused and logged.  Other options, threading and
  * hostile-input handling as coord_worker_serve().  The store lives as long
  * as the server.
  */

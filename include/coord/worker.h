@@ -192,6 +192,8 @@ COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
  *              rdma_cm on @listen, which must be an address of an RDMA
  *              device; fails with the reason in a build without verbs or on
  *              a host without an RDMA device).
+ * @ckpt_root:  coord_ps_serve() only: the directory checkpoints must lie
+ *              under (coord/var.h); NULL (default): the working directory.
  */
 struct coord_server_opts {
 	size_t size;
@@ -206,6 +208,7 @@ struct coord_server_opts {
 	void *arg;
 	int task;
 	const char *transport;
+	const char *ckpt_root;
 };
 
 /**

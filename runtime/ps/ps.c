@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <coord/var.h>
 
@@ -180,23 +182,56 @@ static int op_scatter(struct coord_varstore *vs, const struct coord_ps_op *op,
 	return coord_vs_scatter_add(vs, op->id, idx, op->n, rows, err);
 }
 
-static int ps_dir(const struct coord_ps_op *op, unsigned task, bool make, char *path, size_t cap,
-		  struct coord_error *err)
+/* The checkpoint directory an op names, NUL-terminated into @path. */
+static int ps_dir(const struct coord_ps_op *op, char *path, size_t cap, struct coord_error *err)
 {
-	if (op->name_len == 0 || op->name_len > COORD_PS_DIR_MAX ||
+	if (op->name_len == 0 || op->name_len > COORD_PS_DIR_MAX || op->name_len >= cap ||
 	    memchr(op->name, 0, op->name_len))
 		return coord_seterr(err, COORD_EINVAL, "checkpoint: bad directory name");
-	snprintf(path, cap, "%.*s/ps-%u", (int)op->name_len, op->name, task);
-	if (make && mkdir(path, 0755) < 0 && errno != EEXIST)
-		return coord_seterr(err, -errno, "checkpoint: mkdir %s: %s", path, strerror(errno));
+	memcpy(path, op->name, op->name_len);
+	path[op->name_len] = 0;
 	return 0;
+}
+
+/* PREPARE (ps.h): stage our part of a checkpoint; reply what was staged. */
+static int op_prepare(struct coord_varstore *vs, unsigned task, const struct coord_ps_op *op,
+		      const void *owner, coord_ps_emit_t emit, void *arg, struct coord_error *err)
+{
+	char path[COORD_PS_DIR_MAX + 1];
+	struct coord_ckpt_prep q = { .dir = path,
+				     .step = op->off,
+				     .flags = (unsigned)(op->n >> 32),
+				     .task = task,
+				     .nps = (unsigned)(uint32_t)op->n,
+				     .owner = owner,
+				     .nonce = op->id };
+	struct coord_ckpt_prep_res res;
+	uint8_t b[COORD_PS_PREP_MAX];
+	size_t wl;
+	int r = ps_dir(op, path, sizeof(path), err);
+
+	if (r == 0)
+		r = coord_varstore_prepare(vs, &q, &res, err);
+	if (r < 0)
+		return r;
+	st64(b, res.step);
+	st64(b + 8, res.latest);
+	st32(b + 16, res.nstaged);
+	st32(b + 20, res.ntotal);
+	st32(b + 24, res.old_nps);
+	st32(b + 28, res.version);
+	st64(b + 32, res.dig_staged);
+	st64(b + 40, res.dig_total);
+	wl = strnlen(res.why, COORD_PS_PREP_MAX - COORD_PS_PREP_FIXED);
+	memcpy(b + COORD_PS_PREP_FIXED, res.why, wl);
+	return emit(arg, b, COORD_PS_PREP_FIXED + wl);
 }
 
 int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_ps_op *op,
 		   struct coord_ps_scratch *s, coord_ps_emit_t emit, void *arg,
 		   struct coord_error *err)
 {
-	char path[COORD_PS_DIR_MAX + 32];
+	char path[COORD_PS_DIR_MAX + 1];
 	const float *src;
 	uint64_t step;
 	uint8_t b[8];
@@ -248,18 +283,33 @@ int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_
 		r = coord_vs_delete(vs, op->id, err);
 		return r < 0 ? r : emit(arg, NULL, 0);
 	case COORD_PS_SAVE:
-		r = ps_dir(op, task, true, path, sizeof(path), err);
+		if (op->n <= task || op->n > UINT32_MAX)
+			return coord_seterr(err, COORD_EINVAL,
+					    "checkpoint save: task %u of %llu ps tasks", task,
+					    (unsigned long long)op->n);
+		r = ps_dir(op, path, sizeof(path), err);
 		if (r == 0)
-			r = coord_varstore_save(vs, path, op->off, err);
+			r = coord_varstore_save_task(vs, path, task, (unsigned)op->n, op->off, err);
 		return r < 0 ? r : emit(arg, NULL, 0);
 	case COORD_PS_RESTORE:
-		r = ps_dir(op, task, false, path, sizeof(path), err);
+		r = ps_dir(op, path, sizeof(path), err);
 		if (r == 0)
-			r = coord_varstore_restore(vs, path, &step, err);
+			r = coord_varstore_restore_task(vs, path, task, &step, err);
 		if (r < 0)
 			return r;
 		st64(b, step);
 		return emit(arg, b, 8);
+	case COORD_PS_PREPARE:
+		return op_prepare(vs, task, op, s->owner ? s->owner : s, emit, arg, err);
+	case COORD_PS_COMMIT:
+		r = coord_varstore_commit(vs, s->owner ? s->owner : s, op->id, &id, err);
+		if (r < 0)
+			return r;
+		st32(b, id);
+		return emit(arg, b, 4);
+	case COORD_PS_ABORT:
+		coord_varstore_abort(vs, s->owner ? s->owner : s);
+		return emit(arg, NULL, 0);
 	default:
 		return coord_seterr(err, COORD_EINVAL, "unknown variable operation %u", op->op);
 	}
@@ -351,7 +401,8 @@ static int local_emit(void *arg, const void *p, size_t len)
 
 int coord_ps_run(struct coord_ps *ps, struct coord_ps_op *ops, unsigned n, struct coord_error *err)
 {
-	struct coord_ps_scratch s = { 0 };
+	/* The in-process coordinator is one session for its stages. */
+	struct coord_ps_scratch s = { .owner = ps };
 	struct coord_error e;
 	int first = 0;
 
@@ -516,14 +567,32 @@ static int var_batch(struct coord_ps *ps, struct coord_var_op *ops, unsigned n,
 	return r;
 }
 
-static int checkpoint(struct coord_ps *ps, uint16_t opc, const char *dir, uint64_t step,
-		      uint64_t *out, struct coord_error *err)
+/* One op of @opc to every ps task; @res[i] (COORD_PS_PREP_MAX bytes) each. */
+static int all_tasks(struct coord_ps *ps, struct coord_ps_op *ops, uint16_t opc, const char *dir,
+		     uint64_t off, uint64_t n, uint32_t nonce, uint8_t (*res)[COORD_PS_PREP_MAX],
+		     struct coord_error *err)
 {
-	struct coord_ps_op small[8], *ops = small;
-	uint8_t(*res)[8] = NULL;
+	for (unsigned i = 0; i < ps->nps; i++) {
+		memset(&ops[i], 0, sizeof(ops[i]));
+		ops[i].op = opc;
+		ops[i].task = i;
+		ops[i].id = nonce;
+		ops[i].name = dir;
+		ops[i].name_len = dir ? (uint16_t)strlen(dir) : 0;
+		ops[i].off = off;
+		ops[i].n = n;
+		ops[i].dst = res[i];
+		ops[i].cap = COORD_PS_PREP_MAX;
+	}
+	return coord_ps_run(ps, ops, ps->nps, err);
+}
+
+/* Check a checkpoint call's arguments; room for one op and result per task. */
+static int ckpt_begin(struct coord_ps *ps, const char *dir, struct coord_ps_op **ops,
+		      uint8_t (**res)[COORD_PS_PREP_MAX], struct coord_error *err)
+{
 	size_t len = dir ? strlen(dir) : 0;
 	unsigned n = ps ? ps->nps : 0;
-	int r;
 
 	if (len == 0 || len > COORD_PS_DIR_MAX)
 		return coord_seterr(err, COORD_EINVAL, "checkpoint: a directory of 1..%d bytes",
@@ -531,45 +600,146 @@ static int checkpoint(struct coord_ps *ps, uint16_t opc, const char *dir, uint64
 	if (n == 0)
 		return coord_seterr(err, COORD_EINVAL,
 				    "no parameter servers: the cluster has no \"ps\" job");
-	res = calloc(n, sizeof(*res));
-	if (n > 8)
-		ops = calloc(n, sizeof(*ops));
-	if (!res || !ops) {
-		free(res);
-		if (ops != small)
-			free(ops);
+	*res = calloc(n, sizeof(**res));
+	*ops = calloc(n, sizeof(**ops));
+	if (!*res || !*ops) {
+		free(*res);
+		free(*ops);
 		return coord_seterr(err, COORD_ENOMEM, "no memory");
 	}
-	for (unsigned i = 0; i < n; i++) {
-		memset(&ops[i], 0, sizeof(ops[i]));
-		ops[i].op = opc;
-		ops[i].task = i;
-		ops[i].name = dir;
-		ops[i].name_len = (uint16_t)len;
-		ops[i].off = step;
-		ops[i].dst = res[i];
-		ops[i].cap = 8;
-	}
-	r = coord_ps_run(ps, ops, n, err);
-	for (unsigned i = 0; r == 0 && opc == COORD_PS_RESTORE && i < n; i++) {
-		if (ops[i].dst_len != 8) {
+	return 0;
+}
+
+/* SAVE on every task, recording the layout (task i of nps). */
+static int save(struct coord_ps *ps, const char *dir, uint64_t step, struct coord_error *err)
+{
+	uint8_t(*res)[COORD_PS_PREP_MAX];
+	struct coord_ps_op *ops;
+	int r = ckpt_begin(ps, dir, &ops, &res, err);
+
+	if (r < 0)
+		return r;
+	r = all_tasks(ps, ops, COORD_PS_SAVE, dir, step, ps->nps, 0, res, err);
+	free(res);
+	free(ops);
+	return r;
+}
+
+/*
+ * Restore as a two-phase commit: PREPARE on every task (each stages what
+ * places on it now), check that the tasks staged every variable of the
+ * checkpoint exactly once, then COMMIT everywhere (or ABORT everywhere).
+ */
+static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_t *stepp,
+		   struct coord_error *err)
+{
+	static _Atomic uint32_t seq;
+	uint8_t(*res)[COORD_PS_PREP_MAX];
+	struct coord_ps_op *ops;
+	unsigned n = ps ? ps->nps : 0;
+	uint64_t step = 0, latest = 0, dig = 0, dig0 = 0;
+	uint32_t nonce, staged = 0, total = 0, oldn = 0;
+	char why[COORD_PS_PREP_MAX - COORD_PS_PREP_FIXED + 1];
+	struct coord_error e2;
+	int r;
+
+	if (flags & ~COORD_CKPT_FALLBACK)
+		return coord_seterr(err, COORD_EINVAL, "checkpoint restore: unknown flags 0x%x",
+				    flags);
+	r = ckpt_begin(ps, dir, &ops, &res, err);
+	if (r < 0)
+		return r;
+	/* Relaxed: a counter that only has to differ between restores. */
+	nonce = (uint32_t)coord_now_ns() ^ ((uint32_t)getpid() << 16) ^
+		atomic_fetch_add_explicit(&seq, 1, memory_order_relaxed);
+	r = all_tasks(
+		ps, ops, COORD_PS_PREPARE, dir, COORD_CKPT_STEP_LATEST,
+		n | ((uint64_t)(flags & COORD_CKPT_FALLBACK ? COORD_CKPT_F_FALLBACK : 0) << 32),
+		nonce, res, err);
+	for (unsigned i = 0; r == 0 && i < n; i++) {
+		const uint8_t *b = res[i];
+
+		if (ops[i].dst_len < COORD_PS_PREP_FIXED) {
 			r = coord_seterr(err, -EPROTO, "ps task %u: malformed restore reply", i);
 			break;
 		}
-		if (i > 0 && ld64(res[i]) != ld64(res[0])) {
-			r = coord_seterr(err, COORD_EINVAL,
-					 "checkpoint %s: ps task 0 restored step %llu but task %u "
-					 "step %llu (a save did not finish everywhere?)",
-					 dir, (unsigned long long)ld64(res[0]), i,
-					 (unsigned long long)ld64(res[i]));
+		if (i == 0) {
+			step = ld64(b);
+			latest = ld64(b + 8);
+			total = ld32(b + 20);
+			oldn = ld32(b + 24);
+			dig0 = ld64(b + 40);
+		} else if (ld64(b) != step || ld32(b + 20) != total || ld32(b + 24) != oldn ||
+			   ld64(b + 40) != dig0) {
+			r = coord_seterr(
+				err, COORD_EINVAL,
+				"checkpoint %s: ps task 0 read step %llu (%u variables, %u "
+				"tasks) but task %u step %llu (%u variables, %u tasks): "
+				"the directory changed during the restore, or the tasks do "
+				"not share it",
+				dir, (unsigned long long)step, total, oldn, i,
+				(unsigned long long)ld64(b), ld32(b + 20), ld32(b + 24));
 			break;
 		}
-		if (out)
-			*out = ld64(res[0]);
+		staged += ld32(b + 16);
+		dig += ld64(b + 32);
 	}
+	if (r == 0 && (staged != total || dig != dig0))
+		r = coord_seterr(err, COORD_EINVAL,
+				 "checkpoint %s step %llu: the %u ps tasks staged %u variables of "
+				 "the checkpoint's %u (or not each once): refused",
+				 dir, (unsigned long long)step, n, staged, total);
+	if (r == 0) { /* task 0's reason for a fallback (res is reused below) */
+		size_t wl = ops[0].dst_len - COORD_PS_PREP_FIXED;
+
+		memcpy(why, res[0] + COORD_PS_PREP_FIXED, wl);
+		why[wl] = 0;
+	}
+	if (r == 0 && err) { /* an earlier step's failure, or nothing */
+		err->code = 0;
+		err->msg[0] = 0;
+	}
+	if (r < 0) {
+		/* Best effort: a task that cannot be told drops its stage when
+		 * its connection goes, or at the next PREPARE. */
+		(void)all_tasks(ps, ops, COORD_PS_ABORT, dir, 0, 0, nonce, res, &e2);
+		goto out;
+	}
+	r = all_tasks(ps, ops, COORD_PS_COMMIT, dir, 0, 0, nonce, res, &e2);
+	if (r < 0) {
+		unsigned done = 0;
+
+		for (unsigned i = 0; i < n; i++)
+			done += ops[i].code == 0;
+		coord_seterr(
+			err, r,
+			"checkpoint %s step %llu: committed on %u of %u ps tasks, then: %s; the "
+			"model is partly restored: restore again",
+			dir, (unsigned long long)step, done, n, e2.msg);
+		goto out;
+	}
+	if (stepp)
+		*stepp = step;
+	if (step != latest) {
+		coord_log(COORD_LOG_WARN,
+			  "checkpoint %s: fell back to step %llu, the newest intact one (%s)", dir,
+			  (unsigned long long)step, why);
+		coord_seterr(err, 0,
+			     "fell back to step %llu, the newest intact checkpoint in %s (%s)",
+			     (unsigned long long)step, dir, why);
+	} else if (oldn != n) {
+		coord_log(COORD_LOG_INFO,
+			  "checkpoint %s: restored step %llu, saved by %u ps tasks, onto %u", dir,
+			  (unsigned long long)step, oldn, n);
+		coord_seterr(
+			err, 0,
+			"restored step %llu whole: %u variables saved by %u ps tasks, re-placed "
+			"onto %u",
+			(unsigned long long)step, total, oldn, n);
+	}
+out:
 	free(res);
-	if (ops != small)
-		free(ops);
+	free(ops);
 	return r;
 }
 
@@ -662,15 +832,23 @@ int coord_checkpoint_save(struct coord *c, const char *dir, uint64_t step, struc
 {
 	if (!c)
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
-	return checkpoint(c->ps, COORD_PS_SAVE, dir, step, NULL, err);
+	return save(c->ps, dir, step, err);
 }
 
 int coord_checkpoint_restore(struct coord *c, const char *dir, uint64_t *step,
 			     struct coord_error *err)
 {
+	return coord_checkpoint_restore_ex(c, dir, 0, step, err);
+}
+
+int coord_checkpoint_restore_ex(struct coord *c, const char *dir, unsigned flags, uint64_t *step,
+				struct coord_error *err)
+{
 	if (!c)
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
-	return checkpoint(c->ps, COORD_PS_RESTORE, dir, 0, step, err);
+	if (err)
+		err->msg[0] = 0;
+	return restore(c->ps, dir, flags, step, err);
 }
 
 /* ---- from worker functions ----------------------------------------------------------- */

@@ -25,16 +25,28 @@
  *   ASSIGN_ADD   -       id   off    n      f32[n]                      -
  *   SCATTER_ADD  -       id   -      nidx   i64 idx[nidx], f32 rows[]   -
  *   DELETE       -       id   -      -      -                           -
- *   SAVE         dir     -    step   -      -                           -
+ *   SAVE         dir     -    step   nps    -                           -
  *   RESTORE      dir     -    -      -      -                           u64 step
  *   MAP          -       id   -      -      -                           struct coord_ps_map
+ *   PREPARE      dir     nonce step  nps|flags<<32  -                    struct coord_ps_prep
+ *   COMMIT       -       nonce -     -      -                           u32 count
+ *   ABORT        -       -    -      -      -                           -
  *
  * MAP (rdma only: a ps served over rdma registers the variable's memory for
  * remote reads and answers with its address and keys, COORD_PS_MAP_LEN
  * bytes; elsewhere it fails with COORD_EINVAL).  A worker then reads the
  * variable with RDMA READs, without the ps CPU (runtime/store/varstore.c SNAP1-SNAP3).
  *
- * SAVE and RESTORE on task t use the directory dir/ps-<t> (created by SAVE).
+ * SAVE and RESTORE on task t use the directory dir/ps-<t> (created by SAVE);
+ * SAVE records the layout (task t of nps) in the file.  RESTORE reads only
+ * its own task's directory: the coordinator restores with PREPARE (every
+ * task reads every old task's file of the step, from a directory all ps
+ * tasks share, and stages what places on it now; step UINT64_MAX = the
+ * latest; flags: COORD_CKPT_F_FALLBACK), then COMMIT (publish; the nonce
+ * must be the PREPARE's) or ABORT on every task.  A stage belongs to the
+ * session that prepared it: the connection (dropped when it closes), or
+ * the in-process coordinator; a new PREPARE on a store drops the old stage.
+ * A coord-ps started with a checkpoint root resolves dir beneath it only.
  * All multi-byte values are little-endian; data and results carry no padding
  * and need not be aligned.
  */
@@ -62,7 +74,10 @@ enum coord_ps_opcode {
 	COORD_PS_SAVE = 8,
 	COORD_PS_RESTORE = 9,
 	COORD_PS_MAP = 10,
-	COORD_PS_OP_MAX = 10,
+	COORD_PS_PREPARE = 11,
+	COORD_PS_COMMIT = 12,
+	COORD_PS_ABORT = 13,
+	COORD_PS_OP_MAX = 13,
 };
 
 /*
@@ -102,6 +117,15 @@ static inline void coord_ps_map_get(const uint8_t *b, struct coord_ps_map *m)
 	m->rkey = le32toh(d[0]);
 	m->reserved = 0;
 }
+
+/*
+ * A PREPARE result (little-endian, packed as listed; see struct
+ * coord_ckpt_prep_res): u64 step, u64 latest, u32 nstaged, u32 ntotal,
+ * u32 old_nps, u32 version, u64 dig_staged, u64 dig_total, then why (no
+ * NUL, up to the end).
+ */
+#define COORD_PS_PREP_FIXED 48
+#define COORD_PS_PREP_MAX (COORD_PS_PREP_FIXED + 255)
 
 /* Longest checkpoint directory a SAVE or RESTORE names, bytes. */
 #define COORD_PS_DIR_MAX 4000
@@ -181,6 +205,9 @@ typedef int (*coord_ps_emit_t)(void *arg, const void *p, size_t len);
 struct coord_ps_scratch {
 	void *buf;
 	size_t cap;
+	/* The session a PREPARE's stage belongs to; NULL: this scratch (a
+	 * server's is per connection). */
+	const void *owner;
 };
 COORD_HIDDEN int coord_ps_apply(struct coord_varstore *vs, unsigned task,
 				const struct coord_ps_op *op, struct coord_ps_scratch *scratch,

@@ -166,6 +166,7 @@ void coord_varstore_destroy(struct coord_varstore *vs)
 	for (unsigned c = 0; c < COORD_VS_NCHUNKS; c++)
 		free(vs->chunks[c]);
 	free(vs->buckets);
+	coord_ckpt_fini(vs);
 	pthread_mutex_destroy(&vs->names_lock);
 	pthread_mutex_destroy(&vs->save_lock);
 	free(vs);
@@ -481,7 +482,9 @@ int coord_varstore_var_create(struct coord_varstore *vs, const char *name, unsig
 		if (init)
 			memcpy(v->data, init, v->nelem * sizeof(float));
 	}
-	ret = coord_vs_publish_locked(vs, v, err);
+	ret = coord_ckpt_create_check_locked(vs, name, ndim, dims, err);
+	if (!ret)
+		ret = coord_vs_publish_locked(vs, v, err);
 	pthread_mutex_unlock(&vs->names_lock);
 	if (ret) {
 		coord_vs_var_free(v);

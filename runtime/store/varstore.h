@@ -15,7 +15,9 @@
  * live variable to DIR/ckpt-<step>.coord and point DIR/latest at it, each
  * through a temp file, fsync and rename; a load verifies the whole file
  * (lengths, CRC-32C) before the store is changed.  The format is described
- * at the top of runtime/store/checkpoint.c.
+ * at the top of runtime/store/checkpoint.c.  A ps task's checkpoints live in
+ * DIR/ps-<task>; a restore across layouts is prepared (staged, invisible),
+ * then committed or aborted (coord_varstore_prepare() and after).
  *
  * Synchronization table ("X": may run concurrently on one store, "-": the
  * caller must keep them apart):
@@ -304,6 +306,104 @@ COORD_HIDDEN COORD_NODISCARD int coord_varstore_restore_step(struct coord_varsto
 							     const char *dir, uint64_t step,
 							     struct coord_error *err);
 
+/* --- checkpoints of ps tasks: DIR/ps-<task>, restores across layouts ------- */
+
+/**
+ * coord_varstore_set_ckpt_root() - confine the store's task checkpoints
+ * (the calls below) to @root: opened once; every DIR is resolved beneath it
+ * (openat2 RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS, or a realpath prefix
+ * check on Linux < 5.6); a DIR that escapes fails with -EACCES, logged.
+ * Then, if @task >= 0, removes the temp files of interrupted saves from
+ * every ps-<@task> directory under @root (a bounded walk, no symlinks).
+ * Without a root, DIR is the caller's path as given.
+ * Concurrency: before serving.  Return: 0 or -errno.
+ */
+COORD_HIDDEN int coord_varstore_set_ckpt_root(struct coord_varstore *vs, const char *root, int task,
+					      struct coord_error *err);
+
+/**
+ * coord_varstore_save_task() - as coord_varstore_save() into DIR/ps-<@task>
+ * (created), recording the layout: task @task of @nps.
+ */
+COORD_HIDDEN COORD_NODISCARD int coord_varstore_save_task(struct coord_varstore *vs,
+							  const char *dir, unsigned task,
+							  unsigned nps, uint64_t step,
+							  struct coord_error *err);
+
+/**
+ * coord_varstore_restore_task() - as coord_varstore_restore() from
+ * DIR/ps-<@task> alone (the RESTORE op, which knows nothing of the layout).
+ */
+COORD_HIDDEN COORD_NODISCARD int coord_varstore_restore_task(struct coord_varstore *vs,
+							     const char *dir, unsigned task,
+							     uint64_t *step,
+							     struct coord_error *err);
+
+#define COORD_CKPT_STEP_LATEST UINT64_MAX
+#define COORD_CKPT_F_FALLBACK 1u
+
+/**
+ * struct coord_ckpt_prep - a PREPARE: stage the part of a checkpoint that
+ * belongs on task @task of @nps.
+ * @dir:   the checkpoint directory (holds ps-<t> for every old task t).
+ * @step:  the step, or COORD_CKPT_STEP_LATEST (what DIR/ps-0/latest names).
+ * @flags: COORD_CKPT_F_FALLBACK: with STEP_LATEST, when a step cannot be
+ *         read whole (a file missing or corrupt), try the next older one.
+ * @owner: the session (a connection); @nonce: the coordinator's, for COMMIT.
+ */
+struct coord_ckpt_prep {
+	const char *dir;
+	uint64_t step;
+	unsigned flags;
+	unsigned task, nps;
+	const void *owner;
+	uint32_t nonce;
+};
+
+/**
+ * struct coord_ckpt_prep_res - what a PREPARE staged and what it read.
+ * @step:   the step staged; @latest: the newest (STEP_LATEST when unknown).
+ * @nstaged/@dig_staged: variables staged here, and the sum of a hash of
+ *          their names; @ntotal/@dig_total: the same over the whole
+ *          checkpoint (every task's files); @old_nps: its ps task count;
+ *          @version: its format version.
+ * @why:    empty, or why @latest could not be used (fallback).
+ */
+struct coord_ckpt_prep_res {
+	uint64_t step, latest;
+	uint32_t nstaged, ntotal, old_nps, version;
+	uint64_t dig_staged, dig_total;
+	char why[COORD_ERRMSG_LEN];
+};
+
+/**
+ * coord_varstore_prepare() - read and verify every file of the chosen step
+ * (CRC, lengths, version, step, each file's task and count), keep the
+ * variables whose name places on @q->task of @q->nps (coord_var_shard()),
+ * check them against the store (absent or same shape) and stage them
+ * unpublished, owned by @q->owner.  Any stage the store held is dropped
+ * first.  Nothing visible changes.  Memory: the staged variables plus one
+ * file at a time.
+ * Concurrency: any thread; builds are serialised with saves.
+ * Return: 0; -ENOENT nothing (whole) to restore; -EBADMSG a corrupt or
+ * inconsistent file; -EEXIST a shape conflict; -EACCES outside the root;
+ * -EFBIG, -ENOMEM, -ENOSPC, -errno.
+ */
+COORD_HIDDEN COORD_NODISCARD int coord_varstore_prepare(struct coord_varstore *vs,
+							const struct coord_ckpt_prep *q,
+							struct coord_ckpt_prep_res *res,
+							struct coord_error *err);
+/**
+ * coord_varstore_commit() - publish the stage @owner prepared with @nonce:
+ * overwrite or create each variable.  Cannot fail once prepared.
+ * Return: 0 (@count: variables set); -ESTALE no such stage (dropped).
+ */
+COORD_HIDDEN COORD_NODISCARD int coord_varstore_commit(struct coord_varstore *vs, const void *owner,
+						       uint32_t nonce, uint32_t *count,
+						       struct coord_error *err);
+/* coord_varstore_abort() - drop @owner's stage, if it holds one. */
+COORD_HIDDEN void coord_varstore_abort(struct coord_varstore *vs, const void *owner);
+
 /* --- placement over ps tasks (pure functions) ------------------------------ */
 
 /**
@@ -437,12 +537,24 @@ struct coord_varstore {
 	pthread_mutex_t names_lock;
 	uint32_t *buckets; /* id + 1 of a chain head, 0 empty */
 	uint32_t nbuckets; /* power of two */
-	/* Serialises coord_varstore_save() calls. */
+	/* Serialises coord_varstore_save() calls (and restore builds). */
 	pthread_mutex_t save_lock;
 	uint64_t tmp_seq; /* under save_lock */
 	struct coord_varstore_opts opts;
+	/* A prepared restore (checkpoint.c), under names_lock. */
+	struct coord_ckpt_stage *stage;
+	/* The checkpoint root (its real path; NULL = none) and its fd. */
+	char *ckpt_root;
+	int ckpt_root_fd;
 };
 
+/* A create of @name may not change what a prepared restore relies on
+ * (checkpoint.c).  Caller holds names_lock.  0, -EEXIST or -ENOSPC. */
+COORD_HIDDEN int coord_ckpt_create_check_locked(struct coord_varstore *vs, const char *name,
+						unsigned ndim, const uint64_t *dims,
+						struct coord_error *err);
+/* Free the checkpoint state (stage, root) at store destroy. */
+COORD_HIDDEN void coord_ckpt_fini(struct coord_varstore *vs);
 /* The variable of @id if published (deleted or not), else NULL.  Any thread. */
 COORD_HIDDEN struct coord_var *coord_vs_get(struct coord_varstore *vs, uint32_t id);
 /* The live variable named @name, or NULL.  Caller holds vs->names_lock. */

@@ -569,6 +569,8 @@ void coord_srv_conn_drop_ps(struct coord_srv_conn *k)
 
 void coord_srv_conn_fini(struct coord_srv_conn *k)
 {
+	if (k->s && k->s->vs) /* a restore it prepared dies with it (ps.h) */
+		coord_varstore_abort(k->s->vs, &k->scratch);
 	coord_exec_env_fini(&k->env);
 	free(k->scratch.buf);
 	for (uint32_t i = 0; i < k->nfn; i++)

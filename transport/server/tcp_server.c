@@ -707,7 +707,10 @@ int coord_ps_serve(const struct coord_server_opts *o, struct coord_error *err)
 	r = coord_varstore_create(NULL, &vs, err);
 	if (r < 0)
 		return r;
-	r = serve(o, COORD_ROLE_PS, vs, err);
+	r = coord_varstore_set_ckpt_root(vs, o->ckpt_root ? o->ckpt_root : ".",
+					 o->ckpt_root ? o->task : -1, err);
+	if (r == 0)
+		r = serve(o, COORD_ROLE_PS, vs, err);
 	coord_varstore_destroy(vs);
 	return r;
 }
