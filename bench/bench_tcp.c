@@ -1053,7 +1053,7 @@ int main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &nofile);
 	}
 
-	/* Every process is forked before any coordinator runs (README: fork). */
+	/* Every process is forked before any coordinator runs (docs/guarantees.md: fork). */
 	for (unsigned i = 0; i < MAX_PROCS; i++)
 		if (echo_start() < 0) {
 			perror("bench_tcp: echo server set-up");

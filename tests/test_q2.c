@@ -60,7 +60,7 @@ static void expect_samples(struct coord *c, const struct coord_metrics *m0, cons
 }
 
 /*
- * B7: the histograms sample one closure in 64 (coord.h, README), also when
+ * B7: the histograms sample one closure in 64 (coord.h, docs/contract.md), also when
  * the calls are small and handle-less and so travel inline (Q2): through
  * coord_schedule() and through coord_schedule_many().  Expected N / 64 each;
  * a quarter of that is asked for.

@@ -9,14 +9,15 @@
  * worker: on these 2-core machines the thread count, not the work, is what
  * a few hundred workers would cost, and one loop keeps many connections
  * busy with one submit per batch.  A loop:
- *   1. takes up to min(batch, credit) closures, credit being the free
- *      in-flight slots (opts.window per connection) of its live connections;
+ *   1. takes up to min(batch, credit) closures, credit being what its
+ *      connections can start soon (transport/engine/place.h PL1: one per
+ *      idle connection, the free slots of the one being packed);
  *      it blocks on the queue's futex only when nothing is in flight and no
  *      liveness check is due (heartbeats off), and otherwise takes without
  *      waiting; while batches come whole, credit
  *      is left and there is more work than idle workers, it takes more
  *      before sending, so a connection gets one frame per round;
- *   2. places them on its connections (pick(), "Placement" below), encodes
+ *   2. places them on its connections (coord_place_pick(), place.h), encodes
  *      one REQ frame per connection into that connection's output buffer
  *      and starts the sends of the connections given closures (a list,
  *      not a scan; a corked one waits, "Frames" below): one
@@ -37,27 +38,9 @@
  * attempt, or the worker is misbehaving and its connection is failed.  Only
  * the loop touches its connections: no locks, no atomics on this state.
  *
- * Placement.  A frame costs each side a send, a receive and usually a
- * thread wake-up; an empty closure costs the worker far less.  So closures
- * are packed: pick() keeps adding to one busy connection while the
- * closures already on it are known to be short, and moves on when they are
- * not.  Workers report each successful call's run time in its result
- * (wire.h: the cause field of a code-0 result); each loop keeps, per
- * function, an estimate that rises at once to a longer sample
- * (run_note()).  A connection's backlog_ns sums the estimates of what is in
- * flight on it; a closure may be placed behind that only while it is under
- * PACK_WAIT_NS (about one loopback round trip: what sending the closure on
- * a frame of its own would cost it under load).  A function never seen to
- * finish (unknown) or longer than that fills the budget, so nothing is
- * packed behind it: for those, and whenever no packable connection exists,
- * placement is least-loaded, and a closure never waits behind a long (or
- * possibly long) one while another worker is idle (S2).  A known-short
- * function that turns long is caught two ways: its first long result
- * raises the estimate, and a busy connection with no result for
- * PACK_STALL_NS is no longer packed (at most the closures packed in that
- * 1 ms wait behind it).  Sticking to the packed connection once it is idle
- * again (rather than any idle one) lets its worker serve successive frames
- * in one wake-up.
+ * Placement is the engine's, shared with rdma.c: transport/engine/place.h
+ * (PL1-PL5: a closure goes only where it can start soon, packed behind
+ * known-short ones within a round trip's worth of work).
  *
  * Frames.  So a connection does not send a REQ frame while CORK_FRAMES (2)
  * of its REQ frames are unanswered (no RES frame yet): the closures placed
@@ -79,10 +62,8 @@
  * (loop_main()).
  *
  * Other choices: io_uring is set up with COOP_TASKRUN | TASKRUN_FLAG (a
- * completion does not IPI the loop); credit() reads counts kept as slots
- * and connections change (free_up, nidle, ndown) once every staggered
- * start has passed, and the sends take a list of the connections given
- * closures, not a scan; one loop is the default on 2 CPUs (conn.c); a
+ * completion does not IPI the loop); the sends take a list of the
+ * connections given closures, not a scan; one loop is the default on 2 CPUs (conn.c); a
  * loop does not spin after a send.  The measurements behind each of these
  * and of the two paragraphs above, with what was tried and dropped:
  * docs/perf-history.md, "transport/tcp/tcp.c".
