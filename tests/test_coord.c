@@ -358,11 +358,6 @@ static void test_s3_cancel_reaches_windows(void **state)
 	uint64_t t0;
 	long warm = 300;
 
-	if (!strcmp(t_transport, "rdma")) {
-		/* The rdma server does not read ahead for a CANCEL yet. */
-		printf("# skipped over rdma: its server serves frames strictly in order\n");
-		return;
-	}
 	t_reset_counters();
 	t_opts(&opts, reg);
 	coord_opts_init(&dflt);

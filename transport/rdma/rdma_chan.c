@@ -451,6 +451,63 @@ static int assemble(struct coord_rdma_chan *ch, struct coord_wire_hdr *h)
 	return coord_wire_parse_hdr(ch->abuf, ch->alen, ch->o.max_frame, h) == 0 ? 1 : -EPROTO;
 }
 
+/* Copy @n bytes of the received, unread stream at entry @e, offset @off
+ * into @dst (NULL: only skip them) and move (@e, @off) past them; false if
+ * fewer are there. */
+static bool stream_take(const struct coord_rdma_chan *ch, uint32_t *e, uint32_t *off, void *dst,
+			size_t n)
+{
+	uint8_t *d = dst;
+
+	while (n) {
+		uint32_t len, k;
+
+		if (*e == ch->rq_tail)
+			return false;
+		len = ch->rq_len[*e % ch->o.nrecv];
+		if (*off >= len) {
+			(*e)++;
+			*off = 0;
+			continue;
+		}
+		k = len - *off < n ? len - *off : (uint32_t)n;
+		if (d) {
+			memcpy(d, rbuf(ch, ch->rq_idx[*e % ch->o.nrecv]) + *off, k);
+			d += k;
+		}
+		*off += k;
+		n -= k;
+	}
+	return true;
+}
+
+void coord_rdma_chan_scan(struct coord_rdma_chan *ch, uint16_t type,
+			  void (*cb)(void *arg, const struct coord_wire_hdr *h,
+				     const uint8_t *payload),
+			  void *arg, size_t max)
+{
+	uint8_t hb[COORD_WIRE_HDR], pb[64];
+	uint32_t e = ch->rq_head, off = ch->roff;
+
+	if (ch->err || ch->assembling || max > sizeof(pb))
+		return; /* nothing to add to what the next read says */
+	poll_cq(ch);	/* receives go on the queue; none is consumed */
+	for (;;) {
+		struct coord_wire_hdr h;
+
+		if (!stream_take(ch, &e, &off, hb, sizeof(hb)) ||
+		    coord_wire_parse_hdr(hb, sizeof(hb), ch->o.max_frame, &h) < 0)
+			return;
+		if (h.type == type && h.len <= max) {
+			if (!stream_take(ch, &e, &off, pb, h.len))
+				return;
+			cb(arg, &h, pb);
+		} else if (!stream_take(ch, &e, &off, NULL, h.len)) {
+			return;
+		}
+	}
+}
+
 int coord_rdma_chan_read(struct coord_rdma_chan *ch, int idle_ms, int partial_ms,
 			 struct coord_wire_hdr *h, const uint8_t **payload)
 {

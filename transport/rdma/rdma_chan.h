@@ -232,6 +232,23 @@ COORD_HIDDEN int coord_rdma_chan_read(struct coord_rdma_chan *ch, int idle_ms, i
 				      struct coord_wire_hdr *h, const uint8_t **payload);
 
 /**
+ * coord_rdma_chan_scan() - S3: reap completions without waiting, then call
+ *                          @cb for every whole frame of type @type among
+ *                          the bytes received and not read yet, in order,
+ *                          leaving them unread.
+ * @ch:   the channel (between two reads: the frame last read stays valid).
+ * @type: the frame type to look for (a small single-record frame).
+ * @cb:   called with the header and a copy of the payload (@max bytes at
+ *        most; larger frames are skipped).
+ * @arg:  passed to @cb.
+ * @max:  the largest payload @cb takes.
+ */
+COORD_HIDDEN void coord_rdma_chan_scan(struct coord_rdma_chan *ch, uint16_t type,
+				       void (*cb)(void *arg, const struct coord_wire_hdr *h,
+						  const uint8_t *payload),
+				       void *arg, size_t max);
+
+/**
  * coord_rdma_chan_progress() - reap completions and connection events
  *                              without waiting; return credits if owed.
  * @ch: the channel.

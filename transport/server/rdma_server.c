@@ -81,6 +81,7 @@ struct rconn {
 	/* Q3: since when the thread serves a frame (0: it does not), and
 	 * when a frame was last sent; hints for the acceptor's keepalive. */
 	_Atomic uint64_t busy_since, last_sent_ns;
+	uint64_t peek_ns; /* S3: when the serving thread last looked for a CANCEL */
 	struct rconn *next;
 };
 
@@ -166,8 +167,10 @@ static void serve_frames(struct rconn *k)
 			refuse(k, r == -ETIMEDOUT ? -EPROTO : r, why);
 			return;
 		}
-		/* Relaxed (Q3): a hint for the keepalive. */
-		atomic_store_explicit(&k->busy_since, coord_now_ns(), memory_order_relaxed);
+		/* Relaxed (Q3): a hint for the keepalive; the read just looked
+		 * at the channel (S3: no scan needed for a while). */
+		k->peek_ns = coord_now_ns();
+		atomic_store_explicit(&k->busy_since, k->peek_ns, memory_order_relaxed);
 		r = coord_srv_conn_frame(&k->p, &h, payload);
 		/* Relaxed (Q3): as above; a stale read costs one PONG. */
 		atomic_store_explicit(&k->busy_since, 0, memory_order_relaxed);
@@ -342,10 +345,38 @@ static void unmap_var(struct coord_srv *s, uint32_t id)
 	pthread_mutex_unlock(&rs->map_lock);
 }
 
+/* S3: a look this recent (a frame just read, or a scan) needs no other. */
+#define PEEK_NS 20000ull
+
+static void peek_cancel(void *arg, const struct coord_wire_hdr *h, const uint8_t *payload)
+{
+	uint32_t gen;
+
+	if (coord_wire_get_cancel(h, payload, &gen) == 0)
+		coord_srv_conn_cancel(arg, gen);
+}
+
+/*
+ * S3 (struct coord_srv_io @peek): a CANCEL received behind the frame being
+ * served (coord_rdma_chan_scan(): nothing is consumed, the frame stays
+ * valid).  The serving thread, between two closures of a REQ frame.
+ */
+static void rdma_io_peek(void *ctx, uint64_t now)
+{
+	struct rconn *k = ctx;
+
+	if (now - k->peek_ns < PEEK_NS)
+		return;
+	k->peek_ns = now;
+	pthread_mutex_lock(&k->chan_lock);
+	coord_rdma_chan_scan(k->ch, COORD_WIRE_CANCEL, peek_cancel, &k->p, 4);
+	pthread_mutex_unlock(&k->chan_lock);
+}
+
 static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
 {
 	const struct coord_server_opts *o = rs->base->o;
-	struct coord_srv_io io = { .send = rdma_io_send };
+	struct coord_srv_io io = { .send = rdma_io_send, .peek = rdma_io_peek };
 	struct coord_error err;
 	struct coord_rdma_chan *ch;
 	struct rconn *k;
