@@ -49,8 +49,10 @@
 	uint64_t last_rx_ns, ping_ns;                                                              \
 	/* placement (place.h): each slot's expected run time, their sum, and */                   \
 	/* when it last went from idle to busy */                                                  \
+	/* and how many slots hold one of unknown or long run time (nlong) */                      \
 	uint32_t *run;                                                                             \
 	uint64_t backlog_ns, busy_ns;                                                              \
+	unsigned nlong;                                                                            \
 	char peer[80]; /* its address, for messages */
 
 struct coord_conn {

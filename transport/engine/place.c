@@ -16,6 +16,9 @@
 /* PL3: no result for this long, at least: stop packing onto a busy
  * connection (PL5: more on a slower link). */
 #define PACK_STALL_NS 1000000u
+/* PL2: run[slot] flag: the closure's run time is unknown or long. */
+#define RUN_LONG 0x80000000u
+
 /* PL5: round-trip samples per window of the minimum. */
 #define RTT_WINDOW 64u
 
@@ -90,11 +93,15 @@ void coord_place_sent(struct coord_place *p, struct coord_conn *k, const struct 
 	 * behind it. */
 	uint32_t run = cl->fn < p->nfn ? p->run_ns[cl->fn] : COORD_RUN_UNKNOWN;
 	uint64_t w = pack_wait(p);
+	bool lng = run >= w;
 
-	k->run[slot] = run < w ? run : (uint32_t)(w < UINT32_MAX ? w : UINT32_MAX);
+	if (lng)
+		run = (uint32_t)(w < RUN_LONG ? w : RUN_LONG - 1);
+	k->run[slot] = run | (lng ? RUN_LONG : 0);
+	k->nlong += lng;
 	if (k->nfree == k->window - 1)
 		k->busy_ns = now;
-	k->backlog_ns += k->run[slot];
+	k->backlog_ns += run;
 	p->free_up--;
 	coord_place_idle_update(p, k);
 	/* PL2: the connection last sent to is the one being packed, also
@@ -148,7 +155,8 @@ void coord_place_result(struct coord_place *p, struct coord_conn *k, uint32_t fn
 {
 	rtt_note(p, k->sent_ns[slot], k->last_rx_ns, run_ns);
 	p->free_up++;
-	k->backlog_ns -= k->run[slot];
+	k->backlog_ns -= k->run[slot] & ~RUN_LONG;
+	k->nlong -= (k->run[slot] & RUN_LONG) != 0;
 	coord_place_idle_update(p, k);
 	if (fn < p->nfn)
 		run_note(&p->run_ns[fn], run_ns);
@@ -159,6 +167,7 @@ void coord_place_down(struct coord_place *p, struct coord_conn *k)
 	p->free_up -= k->nfree;
 	p->ndown++;
 	k->backlog_ns = 0;
+	k->nlong = 0;
 	if (p->pack == k)
 		p->pack = NULL;
 	coord_place_idle_update(p, k); /* k->up is false: not idle */
@@ -175,8 +184,13 @@ bool coord_place_packable(const struct coord_place *p, const struct coord_conn *
 {
 	uint64_t seen = k->last_rx_ns > k->busy_ns ? k->last_rx_ns : k->busy_ns;
 
-	return k->up && k->nfree && k->nfree < k->window && k->backlog_ns < pack_wait(p) &&
-	       now - seen < pack_stall(p);
+	if (!k->up || !k->nfree || k->nfree == k->window || now - seen >= pack_stall(p))
+		return false;
+	/* PL2: within the budget; or past it with nothing but known-short work
+	 * queued while no worker of the transport is idle (nobody else could
+	 * start it sooner, and the window keeps this one busy). */
+	return k->backlog_ns < pack_wait(p) ||
+	       (k->nlong == 0 && p->nidle == 0 && coord_place_idle_elsewhere(p) <= 0);
 }
 
 /* Is @k up, started and with nothing in flight? */

@@ -18,7 +18,10 @@
  *   PL2  Packing: a frame costs each side a send, a receive and usually a
  *        wake-up; an empty closure costs a worker well under a microsecond.
  *        So a loop keeps adding to one busy connection while what is on it
- *        is known to be short, and moves on when it is not.  Workers report
+ *        is known to be short, and moves on when it is not.  Past the budget
+ *        (PL5) it goes on filling the window only while everything on the
+ *        connection is known to be short and no worker is idle: nobody
+ *        could start those closures sooner.  Workers report
  *        each successful call's run time in its result (wire.h), and each
  *        loop keeps per function an estimate that rises at once to a longer
  *        sample and falls by half the difference per shorter one
