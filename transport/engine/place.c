@@ -246,13 +246,10 @@ unsigned coord_place_credit(struct coord_place *p, uint64_t now, uint64_t *next_
 	unsigned n = 0;
 
 	*next_start = 0;
-	if (now >= p->start_end) { /* every worker started: the counts (PL4) */
+	if (now >= p->start_end) { /* every worker started: the counts (PL1, PL4) */
 		*has_idle = p->nidle > 0;
 		*has_down = p->ndown > 0;
-		n = p->nidle;
-		if (p->pack && !p->pack->idle && coord_place_packable(p, p->pack, now))
-			n += p->pack->nfree;
-		return n;
+		return p->free_up < UINT_MAX ? (unsigned)p->free_up : UINT_MAX;
 	}
 	*has_idle = false;
 	*has_down = false;

@@ -12,9 +12,16 @@
  *        closure is never sent ahead behind one of unknown or long run time
  *        while it could wait in the queue for any worker: an idle worker,
  *        one whose staggered start passes (S13) or one that comes back
- *        (S10) takes it from there.  So credit (how many a loop may take)
- *        counts one closure per idle connection and the free slots of the
- *        connection being packed, not every free slot.
+ *        (S10) takes it from there.  So while a staggered start is still
+ *        to come, credit (how many a loop may take) counts one closure per
+ *        idle started connection and the free slots of the one being
+ *        packed, not every free slot.  Once every worker has started it is
+ *        every free slot (PL4): pick() still prefers an idle connection,
+ *        so a closure goes behind a busy one only when no worker is idle,
+ *        and one not started when an error is taken is dropped there (S3,
+ *        the CANCEL frame).  Counting only placeable room there too cost
+ *        2.5-3x of the rate at 256 in flight (bench_tcp: 1.6-1.9 against
+ *        4.6-5.0 M closures/s, one or two workers).
  *   PL2  Packing: a frame costs each side a send, a receive and usually a
  *        wake-up; an empty closure costs a worker well under a microsecond.
  *        So a loop keeps adding to one busy connection while what is on it

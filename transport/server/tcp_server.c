@@ -115,6 +115,7 @@ struct conn {
 	 * sent (the coordinator's heartbeat interval is p.hb_ms). */
 	_Atomic uint64_t held_since, last_sent_ns;
 	pthread_mutex_t send_lock; /* the holder's and the watchdog's sends */
+	uint64_t peek_rx;	   /* S3: rd.rx_total at the last look for a CANCEL (holder) */
 	struct coord_frame_reader rd;
 	struct coord_srv_conn p; /* the protocol (srv_proto.h) */
 	struct conn *next;
@@ -182,10 +183,12 @@ static int tcp_io_send(void *ctx, const void *b, size_t len)
 /*
  * S3 (struct coord_srv_io @peek): unless the socket was found empty within
  * PEEK_NS, read what has arrived into the reader's spare room, never moving
- * its buffer (the REQ frame being served points into it), and pass on any
- * CANCEL among the whole frames there; they stay unread and are served in
- * order later.  EOF and errors are left to the next coord_frame_try_read()
- * to report.  The holder's thread (P1).
+ * its buffer (the REQ frame being served points into it); then, if bytes
+ * came in since the last look, pass on any CANCEL among the whole frames
+ * the reader holds beyond this one (a frame read together with a CANCEL
+ * learns of it before its first closure).  They stay unread and are served
+ * in order later.  EOF and errors are left to the next
+ * coord_frame_try_read() to report.  The holder's thread (P1).
  */
 static void tcp_io_peek(void *ctx, uint64_t now)
 {
@@ -194,15 +197,20 @@ static void tcp_io_peek(void *ctx, uint64_t now)
 	size_t off = rd->off;
 	ssize_t n;
 
-	if (now - rd->drained_ns < PEEK_NS)
-		return;
-	if (rd->cap > rd->len) {
+	if (now - rd->drained_ns >= PEEK_NS && rd->cap > rd->len) {
 		n = recv(k->fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
-		if (n > 0)
+		if (n > 0) {
 			rd->len += (size_t)n;
+			rd->rx_total += (uint64_t)n;
+		}
 		if ((n > 0 && rd->len < rd->cap) || (n < 0 && errno == EWOULDBLOCK))
 			rd->drained_ns = now;
 	}
+	/* What the reader holds beyond this frame was looked at already
+	 * unless bytes came in since (read here or by the serving loop). */
+	if (rd->rx_total == k->peek_rx)
+		return;
+	k->peek_rx = rd->rx_total;
 	while (rd->len - off >= COORD_WIRE_HDR) {
 		struct coord_wire_hdr h;
 		uint32_t gen;

@@ -258,6 +258,7 @@ int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
 		n = recv(rd->fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
 		if (n > 0) {
 			rd->len += (size_t)n;
+			rd->rx_total += (uint64_t)n;
 			continue;
 		}
 		if (n == 0)
@@ -295,6 +296,7 @@ int coord_frame_try_read(struct coord_frame_reader *rd, struct coord_wire_hdr *h
 			if ((size_t)n < rd->cap - rd->len)
 				rd->drained_ns = coord_now_ns();
 			rd->len += (size_t)n;
+			rd->rx_total += (uint64_t)n;
 			continue;
 		}
 		if (n == 0)

@@ -50,6 +50,7 @@ struct coord_frame_reader {
 	/* when coord_frame_try_read() last found the socket empty (a server's
 	 * look for a CANCEL behind a long batch, srv_proto.h io.peek) */
 	uint64_t drained_ns;
+	uint64_t rx_total; /* bytes received, ever (a look knows what is new) */
 };
 
 COORD_HIDDEN int coord_frame_reader_init(struct coord_frame_reader *rd, int fd, uint32_t max_frame);
