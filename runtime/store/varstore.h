@@ -521,7 +521,7 @@ struct coord_var {
 	bool deleted;
 	float *data; /* block + COORD_VAR_DATA_OFF; NULL once deleted */
 	struct coord_var_stripe *stripes;
-	/* The block (S1-S3): done at its start, begun at its end. */
+	/* The block (varstore.c SNAP1-SNAP3): done at its start, begun at its end. */
 	uint8_t *block;
 	size_t block_len;
 	_Atomic uint64_t *done, *begun;
@@ -590,8 +590,8 @@ COORD_HIDDEN void coord_vs_unlock(struct coord_var *v, unsigned lo, unsigned hi)
  */
 COORD_HIDDEN COORD_NODISCARD int coord_vs_map(struct coord_varstore *vs, uint32_t id,
 					      struct coord_var_map *out, struct coord_error *err);
-/* coord_vs_write_begin()/_end() - bracket every store to @v's data (S1);
- * the caller holds the stripes it writes. */
+/* coord_vs_write_begin()/_end() - bracket every store to @v's data
+ * (varstore.c SNAP1); the caller holds the stripes it writes. */
 COORD_HIDDEN void coord_vs_write_begin(struct coord_var *v);
 COORD_HIDDEN void coord_vs_write_end(struct coord_var *v);
 
