@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/pw.c - releasing per-worker resources (S9): when the last handle
+ * runtime/core/pw.c - releasing per-worker resources (S9): when the last handle
  * of a resource is put, every worker that made it destroys its component
  * while the coordinator lives, not only at coord_destroy().
  *
@@ -99,7 +99,7 @@ void coord_pw_retire(struct coord_pw *pw)
 		/* seq_cst: release publishes the node and @pending to the
 		 * taker's acquire exchange (P2); seq_cst makes it the RMW that
 		 * the wake's E3 and the loop sleepers' Dekker pair need (P2,
-		 * coordinator.c queue_push()). */
+		 * queue.c queue_push()). */
 		while (!atomic_compare_exchange_weak_explicit(
 			&d->pw_dead, &n->next, n, memory_order_seq_cst, memory_order_relaxed))
 			;

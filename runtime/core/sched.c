@@ -3,7 +3,7 @@
  * runtime/core/sched.c - worker affinity and priority (B4): the hint queue.
  *
  * A closure scheduled with neither a priority nor an affinity never comes
- * here: it takes the ring (coordinator.c), and the default path pays one
+ * here: it takes the ring (queue.c), and the default path pays one
  * relaxed load of hq_count per take for this file's existence.  A hinted
  * closure is pushed onto `in`, a Treiber stack (one CAS, no lock, no
  * malloc), and dispatchers match hinted closures to workers in batches:
