@@ -597,15 +597,16 @@ static int cmp_ent(const void *a, const void *b)
 	return strcmp(((const struct ent *)a)->nm, ((const struct ent *)b)->nm);
 }
 
-/* Parse and check the whole of @buf (@size bytes); fill @ents. */
-int coord_ckpt_parse(const unsigned char *buf, uint64_t size, uint64_t step, const char *path,
-		     struct ent **entsp, uint32_t *nentsp, struct ckpt_meta *meta,
-		     struct coord_error *err)
+/*
+ * Check the header and trailer of @buf (@size bytes, the file of @step):
+ * fill @meta, *@op (where the first variable starts) and *@nvarsp.
+ */
+static int parse_header(const unsigned char *buf, uint64_t size, uint64_t step, const char *path,
+			struct ckpt_meta *meta, uint64_t *op, uint32_t *nvarsp,
+			struct coord_error *err)
 {
 	uint32_t ver, nvars, stored, crc, hdr;
 	uint64_t o, end = size - TRAILER_BYTES, hsize, hstep;
-	struct ent *ents;
-	struct coord_error sub;
 
 	if (size < HDR_V1_BYTES + TRAILER_BYTES)
 		return BAD("checkpoint '%s': truncated: %" PRIu64 " bytes, smaller than the "
@@ -657,6 +658,24 @@ int coord_ckpt_parse(const unsigned char *buf, uint64_t size, uint64_t step, con
 	if (nvars > (end - o) / 13)
 		return BAD("checkpoint '%s': %" PRIu32 " variables cannot fit in %" PRIu64 " bytes",
 			   path, nvars, end - o);
+	*op = o;
+	*nvarsp = nvars;
+	return 0;
+}
+
+/* Parse and check the whole of @buf (@size bytes); fill @ents. */
+int coord_ckpt_parse(const unsigned char *buf, uint64_t size, uint64_t step, const char *path,
+		     struct ent **entsp, uint32_t *nentsp, struct ckpt_meta *meta,
+		     struct coord_error *err)
+{
+	uint32_t nvars = 0;			    /* parse_header() sets them; 0 for */
+	uint64_t o = 0, end = size - TRAILER_BYTES; /* a false maybe-uninitialized */
+	struct ent *ents;
+	struct coord_error sub;
+	int ret = parse_header(buf, size, step, path, meta, &o, &nvars, err);
+
+	if (ret)
+		return ret;
 	ents = calloc(nvars ? nvars : 1, sizeof(*ents));
 	if (!ents)
 		return coord_seterr(err, -ENOMEM, "checkpoint '%s': out of memory", path);
