@@ -567,24 +567,11 @@ static bool read_one_sided(struct coord_psc *p, struct coord_ps_op *op)
 
 /* ---- running a batch ------------------------------------------------------------------ */
 
-int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, struct coord_error *err)
+/* rdma: READs one-sided where they can (no ps CPU); a delete through
+ * us forgets its map (its registration goes with it). */
+static void run_one_sided(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, uint32_t *slot,
+			  struct psc_wait *w)
 {
-	struct psc_wait w = { .err = err };
-	uint32_t small[16], *slot = small;
-	uint64_t deadline, t0;
-	int first = 0;
-
-	if (n > 16 && !(slot = malloc(n * sizeof(*slot))))
-		return coord_seterr(err, COORD_ENOMEM, "no memory");
-	/* Relaxed: nobody else sees w before the ops are queued (under lock). */
-	atomic_store_explicit(&w.left, n, memory_order_relaxed);
-	for (unsigned i = 0; i < n; i++) {
-		ops[i].code = 1; /* not answered */
-		ops[i].dst_len = 0;
-		slot[i] = UINT32_MAX;
-	}
-	/* rdma: READs one-sided where they can (no ps CPU); a delete through
-	 * us forgets its map (its registration goes with it). */
 	for (unsigned i = 0; p->rdma && i < n; i++) {
 		if (ops[i].task >= p->nps)
 			continue;
@@ -599,57 +586,67 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 		if (ops[i].op == COORD_PS_READ && read_one_sided(p, &ops[i])) {
 			slot[i] = SLOT_DONE; /* done: nothing to send */
 			/* Relaxed: our own counter, nobody waits on it yet. */
-			atomic_fetch_sub_explicit(&w.left, 1, memory_order_relaxed);
+			atomic_fetch_sub_explicit(&w->left, 1, memory_order_relaxed);
 		}
 	}
-	for (unsigned t = 0; t < p->nps; t++) {
-		struct psc_conn *k = &p->conns[t];
-		bool any = false;
-		struct coord_error e;
-		int r;
+}
 
-		for (unsigned i = 0; i < n && !any; i++)
-			any = ops[i].task == t && slot[i] != SLOT_DONE;
-		if (!any)
+/* Queue and send the ops of @ops for ps task @t that are still to go
+ * (not done one-sided); an op that cannot go is answered with its error. */
+static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *ops, unsigned n,
+			 uint32_t *slot, struct psc_wait *w)
+{
+	struct psc_conn *k = &p->conns[t];
+	bool any = false;
+	struct coord_error e;
+	int r;
+
+	for (unsigned i = 0; i < n && !any; i++)
+		any = ops[i].task == t && slot[i] != SLOT_DONE;
+	if (!any)
+		return;
+	r = conn_up(k, &e);
+	pthread_mutex_lock(&k->lock);
+	for (unsigned i = 0; i < n; i++) {
+		if (ops[i].task != t || slot[i] == SLOT_DONE)
 			continue;
-		r = conn_up(k, &e);
-		pthread_mutex_lock(&k->lock);
-		for (unsigned i = 0; i < n; i++) {
-			if (ops[i].task != t || slot[i] == SLOT_DONE)
-				continue;
-			if (r == 0 && !k->up)
-				r = coord_seterr(&e, COORD_EUNAVAILABLE,
-						 "ps task %u (%s) unavailable: %s", t, k->addr,
-						 k->why);
-			if (r == 0) {
-				int q = queue_op(k, &ops[i], &w, &slot[i]);
+		if (r == 0 && !k->up)
+			r = coord_seterr(&e, COORD_EUNAVAILABLE, "ps task %u (%s) unavailable: %s",
+					 t, k->addr, k->why);
+		if (r == 0) {
+			int q = queue_op(k, &ops[i], w, &slot[i]);
 
-				if (q == 0)
-					continue;
-				coord_seterr(&e, q,
-					     q == COORD_EINVAL
-						     ? "variable operation larger than a frame "
-						       "(max_frame): split it"
-						     : "no memory for a variable operation");
-				ops[i].code = q;
-				wait_error(&w, q, e.msg, strlen(e.msg));
-			} else {
-				ops[i].code = r;
-				wait_error(&w, r, e.msg, strlen(e.msg));
-			}
-			/* Relaxed: our own counter, nobody waits on it yet. */
-			atomic_fetch_sub_explicit(&w.left, 1, memory_order_relaxed);
+			if (q == 0)
+				continue;
+			coord_seterr(&e, q,
+				     q == COORD_EINVAL ? "variable operation larger than a frame "
+							 "(max_frame): split it"
+						       : "no memory for a variable operation");
+			ops[i].code = q;
+			wait_error(w, q, e.msg, strlen(e.msg));
+		} else {
+			ops[i].code = r;
+			wait_error(w, r, e.msg, strlen(e.msg));
 		}
-		flush(k);
-		pthread_mutex_unlock(&k->lock);
+		/* Relaxed: our own counter, nobody waits on it yet. */
+		atomic_fetch_sub_explicit(&w->left, 1, memory_order_relaxed);
 	}
-	/* Wait for the replies: spin briefly, then sleep on the futex. */
-	t0 = coord_now_ns();
-	deadline = coord_deadline((int64_t)p->op_timeout_ms * 1000000);
+	flush(k);
+	pthread_mutex_unlock(&k->lock);
+}
+
+/* Wait for the replies: spin briefly, then sleep on the futex; at the
+ * deadline, withdraw what is still pending. */
+static void wait_replies(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
+			 const uint32_t *slot, struct psc_wait *w)
+{
+	uint64_t t0 = coord_now_ns(),
+		 deadline = coord_deadline((int64_t)p->op_timeout_ms * 1000000);
+
 	for (unsigned step = 0;; step++) {
 		/* Acquire: pairs with the release in slot_done(): results are
 		 * in place once left reads 0. */
-		uint32_t v = atomic_load_explicit(&w.left, memory_order_acquire);
+		uint32_t v = atomic_load_explicit(&w->left, memory_order_acquire);
 
 		if (v == 0)
 			break;
@@ -657,7 +654,7 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 			coord_spin_pause(step);
 			continue;
 		}
-		if (coord_futex_wait(&w.left, v, deadline) == -ETIMEDOUT) {
+		if (coord_futex_wait(&w->left, v, deadline) == -ETIMEDOUT) {
 			/* Withdraw what is still pending, under each lock, so
 			 * no reader touches w after we return. */
 			for (unsigned i = 0; i < n; i++) {
@@ -666,9 +663,9 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 				if (slot[i] == UINT32_MAX || slot[i] == SLOT_DONE)
 					continue;
 				pthread_mutex_lock(&k->lock);
-				if (k->slots[slot[i]].w == &w && k->slots[slot[i]].op == &ops[i]) {
+				if (k->slots[slot[i]].w == w && k->slots[slot[i]].op == &ops[i]) {
 					ops[i].code = COORD_ETIMEDOUT;
-					wait_error(&w, COORD_ETIMEDOUT,
+					wait_error(w, COORD_ETIMEDOUT,
 						   "no reply from the ps in time", 28);
 					slot_done(k, slot[i]);
 				}
@@ -676,6 +673,27 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 			}
 		}
 	}
+}
+
+int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, struct coord_error *err)
+{
+	struct psc_wait w = { .err = err };
+	uint32_t small[16], *slot = small;
+	int first = 0;
+
+	if (n > 16 && !(slot = malloc(n * sizeof(*slot))))
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	/* Relaxed: nobody else sees w before the ops are queued (under lock). */
+	atomic_store_explicit(&w.left, n, memory_order_relaxed);
+	for (unsigned i = 0; i < n; i++) {
+		ops[i].code = 1; /* not answered */
+		ops[i].dst_len = 0;
+		slot[i] = UINT32_MAX;
+	}
+	run_one_sided(p, ops, n, slot, &w);
+	for (unsigned t = 0; t < p->nps; t++)
+		send_to_task(p, t, ops, n, slot, &w);
+	wait_replies(p, ops, n, slot, &w);
 	if (slot != small)
 		free(slot);
 	for (unsigned i = 0; i < n && !first; i++)
