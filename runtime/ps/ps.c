@@ -626,36 +626,20 @@ static int save(struct coord_ps *ps, const char *dir, uint64_t step, struct coor
 }
 
 /*
- * Restore as a two-phase commit: PREPARE on every task (each stages what
- * places on it now), check that the tasks staged every variable of the
- * checkpoint exactly once, then COMMIT everywhere (or ABORT everywhere).
+ * Check the @n tasks' PREPARE replies (@ops, @res): all read the same step
+ * of the same checkpoint as task 0 (its variables, old task count and
+ * digest), and between them they staged each of its variables once.  Task
+ * 0's step, newest step, variable count and old task count go to *@stepp,
+ * *@latestp, *@totalp and *@oldnp.
  */
-static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_t *stepp,
-		   struct coord_error *err)
+static int check_prepared(const struct coord_ps_op *ops, uint8_t (*res)[COORD_PS_PREP_MAX],
+			  unsigned n, const char *dir, uint64_t *stepp, uint64_t *latestp,
+			  uint32_t *totalp, uint32_t *oldnp, struct coord_error *err)
 {
-	static _Atomic uint32_t seq;
-	uint8_t(*res)[COORD_PS_PREP_MAX];
-	struct coord_ps_op *ops;
-	unsigned n = ps ? ps->nps : 0;
 	uint64_t step = 0, latest = 0, dig = 0, dig0 = 0;
-	uint32_t nonce, staged = 0, total = 0, oldn = 0;
-	char why[COORD_PS_PREP_MAX - COORD_PS_PREP_FIXED + 1];
-	struct coord_error e2;
-	int r;
+	uint32_t staged = 0, total = 0, oldn = 0;
+	int r = 0;
 
-	if (flags & ~COORD_CKPT_FALLBACK)
-		return coord_seterr(err, COORD_EINVAL, "checkpoint restore: unknown flags 0x%x",
-				    flags);
-	r = ckpt_begin(ps, dir, &ops, &res, err);
-	if (r < 0)
-		return r;
-	/* Relaxed: a counter that only has to differ between restores. */
-	nonce = (uint32_t)coord_now_ns() ^ ((uint32_t)getpid() << 16) ^
-		atomic_fetch_add_explicit(&seq, 1, memory_order_relaxed);
-	r = all_tasks(
-		ps, ops, COORD_PS_PREPARE, dir, COORD_CKPT_STEP_LATEST,
-		n | ((uint64_t)(flags & COORD_CKPT_FALLBACK ? COORD_CKPT_F_FALLBACK : 0) << 32),
-		nonce, res, err);
 	for (unsigned i = 0; r == 0 && i < n; i++) {
 		const uint8_t *b = res[i];
 
@@ -689,6 +673,46 @@ static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_
 				 "checkpoint %s step %llu: the %u ps tasks staged %u variables of "
 				 "the checkpoint's %u (or not each once): refused",
 				 dir, (unsigned long long)step, n, staged, total);
+	*stepp = step;
+	*latestp = latest;
+	*totalp = total;
+	*oldnp = oldn;
+	return r;
+}
+
+/*
+ * Restore as a two-phase commit: PREPARE on every task (each stages what
+ * places on it now), check that the tasks staged every variable of the
+ * checkpoint exactly once, then COMMIT everywhere (or ABORT everywhere).
+ */
+static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_t *stepp,
+		   struct coord_error *err)
+{
+	static _Atomic uint32_t seq;
+	uint8_t(*res)[COORD_PS_PREP_MAX];
+	struct coord_ps_op *ops;
+	unsigned n = ps ? ps->nps : 0;
+	uint64_t step = 0, latest = 0;
+	uint32_t nonce, total = 0, oldn = 0;
+	char why[COORD_PS_PREP_MAX - COORD_PS_PREP_FIXED + 1];
+	struct coord_error e2;
+	int r;
+
+	if (flags & ~COORD_CKPT_FALLBACK)
+		return coord_seterr(err, COORD_EINVAL, "checkpoint restore: unknown flags 0x%x",
+				    flags);
+	r = ckpt_begin(ps, dir, &ops, &res, err);
+	if (r < 0)
+		return r;
+	/* Relaxed: a counter that only has to differ between restores. */
+	nonce = (uint32_t)coord_now_ns() ^ ((uint32_t)getpid() << 16) ^
+		atomic_fetch_add_explicit(&seq, 1, memory_order_relaxed);
+	r = all_tasks(
+		ps, ops, COORD_PS_PREPARE, dir, COORD_CKPT_STEP_LATEST,
+		n | ((uint64_t)(flags & COORD_CKPT_FALLBACK ? COORD_CKPT_F_FALLBACK : 0) << 32),
+		nonce, res, err);
+	if (r == 0)
+		r = check_prepared(ops, res, n, dir, &step, &latest, &total, &oldn, err);
 	if (r == 0) { /* task 0's reason for a fallback (res is reused below) */
 		size_t wl = ops[0].dst_len - COORD_PS_PREP_FIXED;
 
