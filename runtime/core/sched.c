@@ -54,6 +54,49 @@
  *       dispatcher's batch; everything but `in` and the counters is
  *       guarded by `lock`, which only dispatchers, cancellers and the
  *       recovery thread take (never a scheduling thread).
+ *
+ * Synchronization: the shared fields of the hint queue (struct coord_hq),
+ * of struct coord and of a dispatcher d that this file uses, who writes
+ * them, who reads them, and what orders the two.
+ *   field            written by (how)                read by (how)           order
+ *   c->hq            the first hq_get() (acq_rel     everyone, hq_of()       the CAS -> acquire:
+ *                    CAS from NULL; a loser frees    (acquire); destroy      the structure is
+ *                    its own); destroy (relaxed)     (relaxed)               initialised first
+ *   cap, aging_ns,   hq_get(), before the CAS        everyone (plain)        the CAS -> hq_of()'s
+ *   fallback_ns,                                                             acquire; immutable
+ *   stagger_end_ns                                                           after
+ *   nsets            hq_get() (relaxed, before the   coord_hq_check()        release -> acquire:
+ *                    CAS); coord_affinity_set()      (acquire, no lock);     the new set's mem
+ *                    (release, under lock)           lock holders (relaxed)  and nmem first
+ *   sets[s].mem,     hq_get() (sets 1..N) or         schedule (check),       published by nsets
+ *   sets[s].nmem     coord_affinity_set(), once,     lock holders (plain)    or the c->hq CAS;
+ *                    before nsets covers s                                   immutable after
+ *   in               hinted pushes (release CAS,     absorb() (acquire       the push's release
+ *                    coord_hq_push())                exchange, under lock)   -> absorb's acquire:
+ *                                                                            the closure's fields
+ *   sets[].q, .n,    lock holders: takes, drains,    lock holders (plain)    `lock` (H4)
+ *   .on_ne,          worker_dropped() (plain)
+ *   .ne_next, .dead,
+ *   ne
+ *   main_skip_ns     pushes (relaxed CAS from 0),    pushes, takes           none: a ranking
+ *                    takes (relaxed CAS / store,     (relaxed)               hint (Order)
+ *                    under lock)
+ *   c->hq_count      pushes + (seq_cst, before the   hq_queued() (relaxed    H1; E3 (futex.h)
+ *                    push), takes / drains /         hint): queue_empty(),
+ *                    drops - (release, after)        takes, the room wait,
+ *                                                    coord_dispatch_due()
+ *   c->hq_ver        pushes, worker up / dropped     takes, coord_hq_work()  H2 (seq_cst: the
+ *                    (seq_cst RMW after the change)  (seq_cst load)          bump or the look
+ *                                                                            comes first)
+ *   cl->t_q, lvl,    the scheduling thread before    lock holders after      the push's release
+ *   aff, pref, next  its push (plain)                absorb()                CAS -> absorb()
+ *   cl->target       a take, under lock (plain)      the taking dispatcher   its own thread
+ *   c->workers[]     the recovery thread and the     all_dropped() (acquire) recovery.c R1
+ *   .state           transports (recovery.c R1)
+ *   d->room, blk,    d's thread (takes; the first    d's thread              one thread
+ *   nblk, cands,     take allocates them)            (coord_hq_work(),       (coord_hq_destroy()
+ *   any_blocked,                                     coord_dispatch_due())   after the join)
+ *   hq_due, hq_seen
  */
 #include <errno.h>
 #include <pthread.h>
