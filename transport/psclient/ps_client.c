@@ -29,7 +29,46 @@
  *
  * Why a mutex here when the closure path has none: a variable op is a round
  * trip to another process (tens of microseconds); the mutex covers a copy
- * into the frame buffer and the pending table, never a system call.
+ * into the frame buffer and the pending table, never a system call. *
+ * Synchronization: who writes each shared field, who reads it, and what
+ * orders the two.  Callers are any threads in coord_psc_run(); the reader
+ * is a connection's reader thread (reader_main()).
+ *   field            written by (how)                read by (how)           order
+ *   struct coord_psc coord_psc_create(), and         everyone (plain)        before the first
+ *   (nps .. rdma),   coord_psc_use_rdma() before                             call (ps.h); after
+ *   k->p/task/addr   the first call                                          that, immutable
+ *   k->up, flushing, callers, the reader,            the same                k->lock
+ *   open, out/spare, conn_up() (under k->lock)
+ *   w (the writer),
+ *   slots[], freel,
+ *   nfree, why,
+ *   maps, nmaps, gen
+ *   k->fd            conn_up() (under conn_lock;     the sender in flush()   conn_lock serialises
+ *                    the store that goes with up =   (no lock), conn_down()  the writers.  Open:
+ *                    true under k->lock too; the     (k->lock), destroy      the sender's read is
+ *                    close and -1 before a                                   not ordered with a
+ *                    reconnect under conn_lock                               reconnect's close (a
+ *                    only)                                                   sender stalled after
+ *                                                                            its check of up)
+ *   k->r             conn_up() (under conn_lock and  senders and one-sided   use_lock; the reader
+ *                    use_lock for writing)           readers (use_lock for   is joined before a
+ *                                                    reading); the reader    replacement;
+ *                                                    (no lock); conn_down()  conn_down() only
+ *                                                    (k->lock, when up)      while up (set after)
+ *   k->reader,       conn_up() (under conn_lock)     conn_up(), destroy      conn_lock; destroy
+ *   reader_started                                                           has no caller inside
+ *   w->left          the caller (relaxed: init,      the caller (acquire     slot_done()'s
+ *                    and - for ops never queued);    load; futex wait)       release -> the
+ *                    slot_done() (release -, under                           caller's acquire:
+ *                    k->lock, reader or caller)                              the op's result
+ *   w->has_err,      wait_error() (acq_rel CAS; the  the caller (acquire),   the CAS, then
+ *   *w->err          winner writes the message)      after left reads 0      left's release ->
+ *                                                                            acquire
+ *   op->code, dst,   on_result() (the reader, under  the caller, after left  as w->left
+ *   dst_len          k->lock); fail_pending();       reads 0
+ *                    the caller (before queueing,
+ *                    one-sided, or a withdrawal
+ *                    under k->lock)
  */
 #include <errno.h>
 #include <pthread.h>
