@@ -29,6 +29,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "transport/wire/auth.h"
+#include "transport/wire/sock.h"
 #include "transport/wire/wire.h"
 #include "helpers.h"
 
@@ -276,6 +278,102 @@ static void test_long_closures_do_not_block_other_connections(void **state)
 	t_reset_counters();
 }
 
+/* One REQ frame of @n sleep_us(@us) calls of generation @gen, ids from @id. */
+static size_t req_frame(uint8_t *b, size_t cap, uint64_t id, unsigned n, uint32_t us, uint32_t gen)
+{
+	struct coord_wire_writer w;
+
+	coord_wire_writer_init(&w, b, cap);
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_REQ), 0);
+	for (unsigned i = 0; i < n; i++) {
+		struct coord_wire_req q = { .closure_id = id + i,
+					    .attempt = 1,
+					    .fn = 0,
+					    .len = sizeof(us),
+					    .args = &us,
+					    .gen = gen };
+
+		assert_int_equal(coord_wire_put_req(&w, &q), 0);
+	}
+	coord_wire_end(&w);
+	return w.len;
+}
+
+/*
+ * S3 at the worker (issue 20, item 1): a raw coordinator sends one REQ frame
+ * of a 200 ms call and 50 short ones, then, while the long one runs, 10 more
+ * short ones, a CANCEL of generation 1, and 5 calls of generation 1.  The
+ * worker reads the CANCEL behind the running call: the 60 of generation 0
+ * it has not started come back "not started" (COORD_ECANCELLED twice) and
+ * never run; the long one and the 5 of generation 1 run.
+ */
+static void test_cancel_drops_what_has_not_started(void **state)
+{
+	static uint8_t b[65536];
+	struct coord_frame_reader rd;
+	struct coord_wire_writer w;
+	struct coord_error err;
+	struct coord_key key;
+	unsigned got = 0, ran = 0, dropped = 0;
+	uint64_t until = t_now_ns() + 20000000000ull;
+	int fd = dial();
+	size_t n;
+
+	t_reset_counters();
+	assert_int_equal(coord_key_load(NULL, &key, &err), 0);
+	assert_int_equal(coord_frame_reader_init(&rd, fd, 1u << 20), 0);
+	assert_int_equal(coord_handshake_client(&rd, &key, COORD_ROLE_COORDINATOR,
+						COORD_ROLE_WORKER, 0, 5000, "test", &err),
+			 0);
+	coord_wire_writer_init(&w, b, sizeof(b));
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_FN_TABLE), 0);
+	assert_int_equal(coord_wire_put_fn(&w, 0, "sleep_us"), 0);
+	coord_wire_end(&w);
+	send_raw(fd, b, w.len);
+	n = req_frame(b, sizeof(b), 1, 1, 200000, 0);
+	n += req_frame(b + n, sizeof(b) - n, 2, 50, 0, 0);
+	send_raw(fd, b, n);
+	while (atomic_load(&t_entered) < 1 && t_now_ns() < until)
+		t_sleep_ns(1000000);
+	assert_int_equal(atomic_load(&t_entered), 1); /* inside the 200 ms call */
+	n = req_frame(b, sizeof(b), 52, 10, 0, 0);
+	coord_wire_writer_init(&w, b + n, sizeof(b) - n);
+	assert_int_equal(coord_wire_put_cancel(&w, 1), 0);
+	n += w.len;
+	n += req_frame(b + n, sizeof(b) - n, 62, 5, 0, 1);
+	send_raw(fd, b, n);
+	while (got < 66 && t_now_ns() < until) {
+		struct coord_wire_hdr h;
+		const uint8_t *payload;
+		struct coord_wire_iter it;
+		struct coord_wire_res r;
+
+		assert_int_equal(coord_frame_read(&rd, 10000, 10000, &h, &payload), 0);
+		if (h.type != COORD_WIRE_RES)
+			continue; /* a keepalive PONG */
+		coord_wire_iter_init(&it, &h, payload);
+		while (coord_wire_next_res(&it, &r) == 1) {
+			bool late = r.closure_id == 1 || r.closure_id >= 62;
+
+			got++;
+			if (late) {
+				assert_int_equal(r.code, 0);
+				ran++;
+			} else {
+				assert_int_equal(r.code, COORD_ECANCELLED);
+				assert_int_equal(r.cause, COORD_ECANCELLED);
+				dropped++;
+			}
+		}
+	}
+	assert_int_equal(ran, 6);
+	assert_int_equal(dropped, 60);
+	assert_int_equal(atomic_load(&t_entered), 6);
+	coord_frame_reader_fini(&rd);
+	coord_key_wipe(&key);
+	close(fd);
+}
+
 static int group_setup(void **state)
 {
 	t_transport = "tcp";
@@ -293,6 +391,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hostile_peers_refused_healthy_served),
 		cmocka_unit_test(test_long_closures_do_not_block_other_connections),
+		cmocka_unit_test(test_cancel_drops_what_has_not_started),
 	};
 
 	t_watchdog(120);

@@ -253,6 +253,8 @@ void cancel_older(struct coord *c, uint64_t g)
 {
 	uint64_t until = coord_now_ns() + c->opts.spin_ns;
 
+	if (c->tp->cancel)
+		c->tp->cancel(c); /* S3: workers drop what they have not started */
 	drain_older(c, g);
 	for (unsigned i = 1;; i++) {
 		uint32_t v = coord_ec_prepare(&c->drained);

@@ -329,6 +329,14 @@ struct coord_tp_ops {
 	 */
 	int (*room)(struct coord_dispatcher *d, unsigned w);
 	/*
+	 * cancel: S3: the generation moved on (an error was taken, or the
+	 * coordinator stops): have the event loops tell their workers at once
+	 * (a CANCEL frame, wire.h), so closures sent to them and not started
+	 * are answered "not started" instead of run.  Any thread.  NULL: the
+	 * transport's closures never wait in a worker's window (inproc).
+	 */
+	void (*cancel)(struct coord *c);
+	/*
 	 * drive: a thread waiting for a result since @since (rv_wait())
 	 * runs the transport's I/O itself, for as long as it would spin: a
 	 * round or more of a dispatcher that nobody else runs right now,

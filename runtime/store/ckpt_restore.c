@@ -710,7 +710,8 @@ int coord_varstore_prepare(struct coord_varstore *vs, const struct coord_ckpt_pr
 	if (!ret)
 		ret = stage_spares(st, err);
 	if (!ret) {
-		qsort(st->vars, st->n, sizeof(*st->vars), cmp_var);
+		if (st->n) /* an empty checkpoint: no array (qsort wants one) */
+			qsort(st->vars, st->n, sizeof(*st->vars), cmp_var);
 		pthread_mutex_lock(&vs->names_lock);
 		ret = stage_check_locked(vs, st, q->dir, err);
 		if (!ret) {

@@ -113,7 +113,8 @@ int coord_conn_put_req(struct coord_conn *k, struct coord_closure *cl, uint64_t 
 	size_t need;
 
 	q.closure_id = (uint64_t)(k->seq[slot] + 1) << 32 | slot;
-	q.rv_id = cl->id; /* B8: what the function sees is coord_rv_id() */
+	q.rv_id = cl->id;	   /* B8: what the function sees is coord_rv_id() */
+	q.gen = (uint32_t)cl->gen; /* S3: a CANCEL of a later one drops it unstarted */
 	for (unsigned i = 0; i < cl->npw; i++) {
 		q.pw[i].uid = cl->pw[i]->uid;
 		q.pw[i].creator = cl->pw[i]->creator;
@@ -186,6 +187,35 @@ void coord_conn_pw_release(struct coord_dispatcher *d, struct coord_conn *(*conn
 		}
 }
 
+void coord_conn_cancel(struct coord_dispatcher *d, uint32_t *sent,
+		       struct coord_conn *(*conn)(void *, unsigned), void *ctx, unsigned nconns,
+		       void (*flush)(struct coord_conn *))
+{
+	/* Acquire: pairs with the canceller's bump (seq_cst, cancel.c D1);
+	 * a stale read only delays the CANCEL to the next round. */
+	uint32_t g = (uint32_t)atomic_load_explicit(&coord_view(d->c)->gen, memory_order_acquire);
+
+	if (g == *sent)
+		return;
+	*sent = g;
+	for (unsigned i = 0; i < nconns; i++) {
+		struct coord_conn *k = conn(ctx, i);
+
+		if (!k->up)
+			continue; /* its closures were put back (and cancelled) */
+		if (k->ow.frame != SIZE_MAX)
+			coord_wire_end(&k->ow); /* the open REQ frame goes first */
+		if (out_room(k, 4) < 0 || coord_wire_put_cancel(&k->ow, g) < 0) {
+			coord_log(COORD_LOG_WARN,
+				  "worker %d: no memory for a CANCEL; what it has not started "
+				  "runs",
+				  k->w->index);
+			continue;
+		}
+		flush(k);
+	}
+}
+
 unsigned coord_conn_put_back_all(struct coord_conn *k, struct coord_dispatcher *d)
 {
 	struct coord_closure *back[256];
@@ -232,6 +262,13 @@ struct coord_closure *coord_conn_res_claim(struct coord_conn *k, const struct co
 bool coord_conn_res_finish(struct coord_conn *k, struct coord_dispatcher *d,
 			   struct coord_closure *cl, const struct coord_wire_res *r)
 {
+	if (unlikely(r->code == COORD_ECANCELLED && r->cause == COORD_ECANCELLED)) {
+		/* S3: not started; a CANCEL dropped it (wire.h).  Put back: a
+		 * closure of an older generation is cancelled there, and one
+		 * of the current one (none expected) runs again, never twice. */
+		coord_dispatch_put_back(d, &cl, 1);
+		return false;
+	}
 	if (r->code == 0) {
 		void *b = coord_closure_result_buf(cl, r->len);
 

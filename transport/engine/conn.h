@@ -95,6 +95,19 @@ COORD_HIDDEN int coord_conn_put_req(struct coord_conn *k, struct coord_closure *
  * start of a round and before placing a batch taken from the queue.
  */
 #define COORD_CONN_PW_BATCH 64
+
+/*
+ * coord_conn_cancel() - S3: when the coordinator's generation moved past
+ * *@sent, write one CANCEL frame of it (wire.h) into the output of each
+ * live connection @conn(@ctx, i), i < @nconns, then @flush(k) to send it at
+ * once (never held back), and remember it in *@sent.  Its workers answer
+ * what they have not started "not started" (coord_conn_res_finish() puts
+ * those back, where a stale one is cancelled).  Call at the start of every
+ * round (ops->cancel wakes the loops for it).
+ */
+COORD_HIDDEN void coord_conn_cancel(struct coord_dispatcher *d, uint32_t *sent,
+				    struct coord_conn *(*conn)(void *, unsigned), void *ctx,
+				    unsigned nconns, void (*flush)(struct coord_conn *));
 COORD_HIDDEN void coord_conn_pw_release(struct coord_dispatcher *d,
 					struct coord_conn *(*conn)(void *, unsigned), void *ctx,
 					unsigned nconns, void (*flush)(struct coord_conn *));
@@ -117,7 +130,8 @@ COORD_HIDDEN struct coord_closure *coord_conn_res_claim(struct coord_conn *k,
  * coord_conn_res_finish() - make claimed @cl final with result @r from
  * @k's worker: its value (copied), or its error (message and cause).
  * true: finished (the caller retires it with coord_dispatch_finish());
- * false: a transient ps failure (S11), put back on the queue instead.
+ * false: a transient ps failure (S11), or not started (S3: a CANCEL dropped
+ * it), put back on the queue instead (where a stale one is cancelled).
  */
 COORD_HIDDEN bool coord_conn_res_finish(struct coord_conn *k, struct coord_dispatcher *d,
 					struct coord_closure *cl, const struct coord_wire_res *r);

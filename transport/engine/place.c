@@ -97,6 +97,9 @@ void coord_place_sent(struct coord_place *p, struct coord_conn *k, const struct 
 	k->backlog_ns += k->run[slot];
 	p->free_up--;
 	coord_place_idle_update(p, k);
+	/* PL2: the connection last sent to is the one being packed, also
+	 * when a take aimed the closure at it (B4): credit counts its room. */
+	p->pack = k;
 }
 
 /*

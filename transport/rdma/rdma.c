@@ -153,6 +153,7 @@ struct rdma_loop {
 	struct rdma_conn *admit;
 	_Atomic bool admit_pending;
 	uint64_t next_check_ns; /* heartbeats and closure deadlines */
+	uint32_t cancel_gen;	/* S3: the generation our last CANCEL carried */
 	/* when a round last took in what had arrived (coord_conn_check()) */
 	uint64_t read_ns;
 };
@@ -400,6 +401,12 @@ static void pw_release(struct rdma_loop *l)
 		coord_conn_pw_release(l->d, conn_at, l, l->nconns, pw_flush);
 }
 
+/* S3: CANCEL frames to our workers when the generation moved (conn.h). */
+static void cancel_send(struct rdma_loop *l)
+{
+	coord_conn_cancel(l->d, &l->cancel_gen, conn_at, l, l->nconns, pw_flush);
+}
+
 static void dispatch(struct rdma_loop *l, unsigned n)
 {
 	uint64_t now = coord_now_ns();
@@ -548,6 +555,7 @@ static bool loop_round(struct rdma_loop *l, struct round *ro, bool thread)
 	ro->took = 0;
 	admit(l);
 	pw_release(l);
+	cancel_send(l);
 	ro->now = coord_now_ns();
 	ro->due = check_conns(l, ro->now);
 	/* has_down: a worker being recovered: its admission is ours to do
@@ -1063,6 +1071,16 @@ static void rdma_wake(struct coord *c)
 			(void)!write(t->loops[i].efd, &one, sizeof(one));
 }
 
+/* ops->cancel (S3): every loop sends its CANCEL frames now (cancel_send()). */
+static void rdma_cancel(struct coord *c)
+{
+	struct rdma_tp *t = c->tp_state;
+	uint64_t one = 1;
+
+	for (unsigned i = 0; t && i < t->nloops; i++)
+		(void)!write(t->loops[i].efd, &one, sizeof(one));
+}
+
 static void rdma_stop(struct coord *c)
 {
 	struct rdma_tp *t = c->tp_state;
@@ -1208,6 +1226,7 @@ const struct coord_tp_ops coord_tp_rdma = {
 	.stop = rdma_stop,
 	.wake = rdma_wake,
 	.room = rdma_room,
+	.cancel = rdma_cancel,
 	.reconnect = rdma_reconnect,
 	.drive = rdma_drive,
 };

@@ -374,6 +374,23 @@ static int not_here(struct coord_srv_conn *k, const struct coord_wire_req *q,
 	return code;
 }
 
+void coord_srv_conn_cancel(struct coord_srv_conn *k, uint32_t gen)
+{
+	if (!k->cancelled || coord_wire_gen_before(k->min_gen, gen)) {
+		k->min_gen = gen;
+		k->cancelled = true;
+	}
+}
+
+/* S3: is @q of a generation a CANCEL dropped (looking for one behind us
+ * first, io.peek)?  @now: when it would start. */
+static bool not_started(struct coord_srv_conn *k, const struct coord_wire_req *q, uint64_t now)
+{
+	if (k->io.peek)
+		k->io.peek(k->io.ctx, now);
+	return k->cancelled && coord_wire_gen_before(q->gen, k->min_gen);
+}
+
 static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
 {
 	struct coord_wire_iter it;
@@ -406,6 +423,18 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 			call.pw[i].args = q.pw[i].args;
 		}
 		k->reslen = 0;
+		if (unlikely(not_started(k, &q, t))) {
+			/* S3: answered "not started" (wire.h CANCEL), not run. */
+			static const char m[] = "cancelled before it started (S3)";
+
+			res.code = res.cause = COORD_ECANCELLED;
+			res.data = m;
+			res.len = sizeof(m);
+			r = add_result(k, &res);
+			if (r < 0)
+				return r;
+			continue;
+		}
 		code = not_here(k, &q, &call, &ctx, &cause);
 		if (likely(!code))
 			code = coord_exec(&k->env, &call, conn_result_buf, k, &ctx, &cause);
@@ -479,6 +508,14 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		return on_req(k, h, payload);
 	case COORD_WIRE_PW_FREE:
 		return on_pw_free(k, h, payload);
+	case COORD_WIRE_CANCEL: {
+		uint32_t gen;
+
+		r = coord_wire_get_cancel(h, payload, &gen);
+		if (r == 0)
+			coord_srv_conn_cancel(k, gen);
+		return r;
+	}
 	case COORD_WIRE_VAR_REQ:
 		return k->s->role == COORD_ROLE_PS ? on_var_req(k, h, payload) : -EPROTO;
 	case COORD_WIRE_PING: {

@@ -64,10 +64,17 @@ struct coord_srv {
  * @send: write @len bytes of whole frames on the connection, in order;
  *        0 or -errno (the connection then closes).  Called by the thread
  *        that drives the connection.
- * @ctx:  passed to @send.
+ * @peek: optional: take in, without blocking and without moving the frame
+ *        being served, what has arrived on the connection, and pass any
+ *        CANCEL among it to coord_srv_conn_cancel() (S3: a worker that was
+ *        busy learns of a cancellation queued behind it).  Called by the
+ *        driving thread before each closure of a REQ frame starts, at
+ *        @now; it may do nothing when it looked, or read, a moment ago.
+ * @ctx:  passed to @send and @peek.
  */
 struct coord_srv_io {
 	int (*send)(void *ctx, const void *buf, size_t len);
+	void (*peek)(void *ctx, uint64_t now);
 	void *ctx;
 };
 
@@ -92,7 +99,14 @@ struct coord_srv_conn {
 	/* the current closure's result */
 	uint8_t *res;
 	size_t rescap, reslen;
+	/* S3 (wire.h CANCEL): requests of a generation before @min_gen are not
+	 * started, once @cancelled.  The driving thread's. */
+	uint32_t min_gen;
+	bool cancelled;
 };
+
+/* S3: a CANCEL of generation @gen arrived (or was read ahead) on @k. */
+COORD_HIDDEN void coord_srv_conn_cancel(struct coord_srv_conn *k, uint32_t gen);
 
 /**
  * coord_srv_init() - load the key, set up the shared part.

@@ -219,6 +219,48 @@ static int tcp_io_send(void *ctx, const void *b, size_t len)
 	return conn_send(ctx, b, len);
 }
 
+/* S3: the socket found empty this recently needs no new look (a round
+ * trip's frame never pays a recv for it; a batch that ran longer does). */
+#define PEEK_NS 20000ull
+
+/*
+ * S3 (struct coord_srv_io @peek): unless the socket was found empty within
+ * PEEK_NS, read what has arrived into the reader's spare room, never moving
+ * its buffer (the REQ frame being served points into it), and pass on any
+ * CANCEL among the whole frames there; they stay unread and are served in
+ * order later.  EOF and errors are left to the next coord_frame_try_read()
+ * to report.  The holder's thread (P1).
+ */
+static void tcp_io_peek(void *ctx, uint64_t now)
+{
+	struct conn *k = ctx;
+	struct coord_frame_reader *rd = &k->rd;
+	size_t off = rd->off;
+	ssize_t n;
+
+	if (now - rd->drained_ns < PEEK_NS)
+		return;
+	if (rd->cap > rd->len) {
+		n = recv(k->fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
+		if (n > 0)
+			rd->len += (size_t)n;
+		if ((n > 0 && rd->len < rd->cap) || (n < 0 && errno == EWOULDBLOCK))
+			rd->drained_ns = now;
+	}
+	while (rd->len - off >= COORD_WIRE_HDR) {
+		struct coord_wire_hdr h;
+		uint32_t gen;
+
+		if (coord_wire_parse_hdr(rd->buf + off, rd->len - off, rd->max_frame, &h) < 0 ||
+		    rd->len - off < COORD_WIRE_HDR + (size_t)h.len)
+			break; /* not whole yet, or bad: the serving loop says */
+		if (h.type == COORD_WIRE_CANCEL &&
+		    coord_wire_get_cancel(&h, rd->buf + off + COORD_WIRE_HDR, &gen) == 0)
+			coord_srv_conn_cancel(&k->p, gen);
+		off += COORD_WIRE_HDR + (size_t)h.len;
+	}
+}
+
 static void conn_error(struct conn *k, int code, const char *why)
 {
 	pthread_mutex_lock(&k->send_lock);
@@ -582,7 +624,7 @@ static void accept_one(struct srv *s, int lfd)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	struct coord_srv_io io = { .send = tcp_io_send };
+	struct coord_srv_io io = { .send = tcp_io_send, .peek = tcp_io_peek };
 	struct conn *k;
 	int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC), one = 1;
 

@@ -152,6 +152,7 @@ struct tcp_loop {
 	struct tcp_conn *admit;
 	_Atomic bool admit_pending;
 	uint64_t next_check_ns; /* heartbeats and closure deadlines */
+	uint32_t cancel_gen;	/* S3: the generation our last CANCEL carried */
 	/* when a round last took in its completions (coord_conn_check()) */
 	uint64_t read_ns;
 	struct coord_place place; /* over this loop's connections (place.h) */
@@ -263,6 +264,19 @@ static void pw_release(struct tcp_loop *l)
 		return;
 	coord_conn_pw_release(l->d, conn_at, l, l->nconns, pw_flush);
 	io_uring_submit(&l->ring);
+}
+
+/* S3: a CANCEL goes out at once, whatever the cork holds back (as a PING). */
+static void cancel_flush(struct coord_conn *k)
+{
+	((struct tcp_conn *)k)->ping_waiting = true;
+	kick_send((struct tcp_conn *)k);
+}
+
+/* S3: CANCEL frames to our workers when the generation moved (conn.h). */
+static void cancel_send(struct tcp_loop *l)
+{
+	coord_conn_cancel(l->d, &l->cancel_gen, conn_at, l, l->nconns, cancel_flush);
 }
 
 /* ---- failure ------------------------------------------------------------------------ */
@@ -537,6 +551,7 @@ static uint64_t loop_tick(struct tcp_loop *l)
 
 	admit(l);
 	pw_release(l);
+	cancel_send(l);
 	now = coord_now_ns();
 	check_conns(l, now);
 	return now;
@@ -973,13 +988,22 @@ static void tcp_wake(struct coord *c)
 			(void)!write(t->loops[i].efd, &one, sizeof(one));
 }
 
-/* Stopping: wake every loop, armed or not. */
+/* Stopping, or a CANCEL to send (S3): wake every loop, armed or not. */
 static void tcp_wake_all(struct tcp *t)
 {
 	uint64_t one = 1;
 
 	for (unsigned i = 0; i < t->nloops; i++)
 		(void)!write(t->loops[i].efd, &one, sizeof(one));
+}
+
+/* ops->cancel (S3): every loop sends its CANCEL frames now (cancel_send()). */
+static void tcp_cancel(struct coord *c)
+{
+	struct tcp *t = c->tp_state;
+
+	if (t)
+		tcp_wake_all(t);
 }
 
 static void tcp_stop(struct coord *c)
@@ -1125,4 +1149,5 @@ const struct coord_tp_ops coord_tp_tcp = {
 	.wake = tcp_wake,
 	.reconnect = tcp_reconnect,
 	.room = tcp_room,
+	.cancel = tcp_cancel,
 };

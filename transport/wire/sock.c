@@ -291,6 +291,9 @@ int coord_frame_try_read(struct coord_frame_reader *rd, struct coord_wire_hdr *h
 			return r;
 		n = recv(rd->fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
 		if (n > 0) {
+			/* Less than the room: what had arrived is all here. */
+			if ((size_t)n < rd->cap - rd->len)
+				rd->drained_ns = coord_now_ns();
 			rd->len += (size_t)n;
 			continue;
 		}
@@ -298,6 +301,8 @@ int coord_frame_try_read(struct coord_frame_reader *rd, struct coord_wire_hdr *h
 			return -EPIPE;
 		if (errno == EINTR)
 			continue;
+		if (errno == EWOULDBLOCK)
+			rd->drained_ns = coord_now_ns();
 		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
 	}
 }

@@ -47,6 +47,9 @@ struct coord_frame_reader {
 	uint32_t max_frame;
 	uint8_t *buf;
 	size_t cap, len, off; /* bytes [off, len) are unread */
+	/* when coord_frame_try_read() last found the socket empty (a server's
+	 * look for a CANCEL behind a long batch, srv_proto.h io.peek) */
+	uint64_t drained_ns;
 };
 
 COORD_HIDDEN int coord_frame_reader_init(struct coord_frame_reader *rd, int fd, uint32_t max_frame);

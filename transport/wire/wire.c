@@ -94,6 +94,8 @@ static size_t min_record(uint16_t type)
 		return ERROR_FIXED;
 	case COORD_WIRE_PW_FREE:
 		return 8;
+	case COORD_WIRE_CANCEL:
+		return 4;
 	default:
 		return 0;
 	}
@@ -163,9 +165,9 @@ int coord_wire_next_req(struct coord_wire_iter *it, struct coord_wire_req *r)
 	r->len = get32(p + 16);
 	r->npw = get16(p + 20);
 	flags = get16(p + 22);
-	if ((flags & ~(COORD_WIRE_REQ_INPUTS | COORD_WIRE_REQ_ID)) || r->npw > COORD_MAX_PW ||
-	    get32(p + 24) != 0)
+	if ((flags & ~(COORD_WIRE_REQ_INPUTS | COORD_WIRE_REQ_ID)) || r->npw > COORD_MAX_PW)
 		return -EPROTO;
+	r->gen = get32(p + 24);
 	r->rv_id = 0;
 	if (flags & COORD_WIRE_REQ_ID) {
 		const uint8_t *q = take(it, 8);
@@ -397,6 +399,14 @@ int coord_wire_get_ping(const struct coord_wire_hdr *h, const void *payload, uin
 	return 0;
 }
 
+int coord_wire_get_cancel(const struct coord_wire_hdr *h, const void *payload, uint32_t *gen)
+{
+	if (h->type != COORD_WIRE_CANCEL || h->len != 4)
+		return -EPROTO;
+	*gen = get32(payload);
+	return 0;
+}
+
 int coord_wire_get_error(const struct coord_wire_hdr *h, const void *payload, int32_t *code,
 			 const char **msg, uint16_t *len)
 {
@@ -500,7 +510,7 @@ int coord_wire_put_req(struct coord_wire_writer *w, const struct coord_wire_req 
 	put32(p + 16, r->len);
 	put16(p + 20, r->npw);
 	put16(p + 22, (r->nin ? COORD_WIRE_REQ_INPUTS : 0) | (r->rv_id ? COORD_WIRE_REQ_ID : 0));
-	put32(p + 24, 0);
+	put32(p + 24, r->gen);
 	p += COORD_WIRE_REQ_FIXED;
 	if (r->rv_id) {
 		put64(p, r->rv_id);
@@ -705,6 +715,17 @@ int coord_wire_put_ping(struct coord_wire_writer *w, uint16_t type, uint64_t tok
 	return 0;
 }
 
+int coord_wire_put_cancel(struct coord_wire_writer *w, uint32_t gen)
+{
+	uint8_t *p = single(w, COORD_WIRE_CANCEL, 4);
+
+	if (!p)
+		return -ENOSPC;
+	put32(p, gen);
+	coord_wire_end(w);
+	return 0;
+}
+
 int coord_wire_put_error(struct coord_wire_writer *w, int32_t code, const char *msg)
 {
 	size_t n = strnlen(msg, 1024);
@@ -721,10 +742,10 @@ int coord_wire_put_error(struct coord_wire_writer *w, int32_t code, const char *
 
 const char *coord_wire_type_name(uint16_t type)
 {
-	static const char *const names[] = { "?",	 "HELLO",  "HELLO_ACK", "AUTH",
-					     "FN_TABLE", "REQ",	   "RES",	"PING",
-					     "PONG",	 "ERROR",  "PS_TABLE",	"VAR_REQ",
-					     "VAR_RES",	 "PW_FREE" };
+	static const char *const names[] = { "?",	 "HELLO",   "HELLO_ACK", "AUTH",
+					     "FN_TABLE", "REQ",	    "RES",	 "PING",
+					     "PONG",	 "ERROR",   "PS_TABLE",	 "VAR_REQ",
+					     "VAR_RES",	 "PW_FREE", "CANCEL" };
 
 	return type <= COORD_WIRE_TYPE_MAX ? names[type] : "?";
 }

@@ -32,13 +32,21 @@
  *   VAR_RES    ps -> worker or coordinator: count x var result
  *   ERROR      either way         i32 code, u16 len, msg[len]  then the sender
  *                                 closes (count 1)
+ *   CANCEL     coordinator -> worker: u32 gen (count 1): an error was taken
+ *              (S3): requests of a generation before @gen (serial-number
+ *              order, RFC 1982) that have not started are not run; each is
+ *              answered with code COORD_ECANCELLED and cause
+ *              COORD_ECANCELLED ("not started"), the only pair that means so.
+ *              It applies to requests sent before it as well as after: a
+ *              worker may read ahead for it while a long closure runs.
  *   PW_FREE    coordinator -> worker: count x { u64 uid }: per-worker
  *              resources whose last handle was put (S9); the worker destroys
  *              its component of each, after every REQ before this frame and
  *              before every REQ after it.  A uid it never made is ignored.
  *
  *   request = u64 closure_id, u32 attempt, u32 fn, u32 args_len, u16 npw,
- *             u16 flags, u32 reserved(0),
+ *             u16 flags, u32 gen (the low 32 bits of the closure's
+ *             cancellation generation, S3: see CANCEL),
  *             [flags & ID: u64 rv_id],
  *             npw x { u64 uid, u32 creator, u32 len, bytes[len] },
  *             bytes[args_len],
@@ -111,7 +119,8 @@ enum coord_wire_type {
 	COORD_WIRE_VAR_REQ = 11,
 	COORD_WIRE_VAR_RES = 12,
 	COORD_WIRE_PW_FREE = 13,
-	COORD_WIRE_TYPE_MAX = 13,
+	COORD_WIRE_CANCEL = 14,
+	COORD_WIRE_TYPE_MAX = 14,
 };
 
 enum coord_wire_role {
@@ -146,6 +155,7 @@ struct coord_wire_req {
 	/* The closure's own id (B8), if it is not closure_id; 0: none (the
 	 * ID flag is written and read from this). */
 	uint64_t rv_id;
+	uint32_t gen; /* the closure's generation, low 32 bits (S3) */
 	uint32_t attempt;
 	uint32_t fn;
 	uint32_t len;
@@ -266,6 +276,8 @@ COORD_HIDDEN int coord_wire_get_auth(const struct coord_wire_hdr *h, const void 
 				     uint8_t mac[COORD_WIRE_MAC]);
 COORD_HIDDEN int coord_wire_get_ping(const struct coord_wire_hdr *h, const void *payload,
 				     uint64_t *token);
+COORD_HIDDEN int coord_wire_get_cancel(const struct coord_wire_hdr *h, const void *payload,
+				       uint32_t *gen);
 COORD_HIDDEN int coord_wire_get_error(const struct coord_wire_hdr *h, const void *payload,
 				      int32_t *code, const char **msg, uint16_t *len);
 
@@ -311,6 +323,12 @@ COORD_HIDDEN int coord_wire_put_hello(struct coord_wire_writer *w, uint16_t type
 COORD_HIDDEN int coord_wire_put_auth(struct coord_wire_writer *w,
 				     const uint8_t mac[COORD_WIRE_MAC]);
 COORD_HIDDEN int coord_wire_put_ping(struct coord_wire_writer *w, uint16_t type, uint64_t token);
+COORD_HIDDEN int coord_wire_put_cancel(struct coord_wire_writer *w, uint32_t gen);
+/* Is request generation @gen before @min (a CANCEL's), in serial order? */
+static inline int coord_wire_gen_before(uint32_t gen, uint32_t min)
+{
+	return (int32_t)(gen - min) < 0;
+}
 COORD_HIDDEN int coord_wire_put_error(struct coord_wire_writer *w, int32_t code, const char *msg);
 
 /* coord_wire_type_name() - "REQ", ... or "?" for logs. */
