@@ -64,7 +64,7 @@
 #define RV_STATE_MASK 0x7u
 #define RV_READY_ERR 0x4u
 #define RV_WAITER 0x8u
-/* Dataflow (B1, coordinator.c DF1-DF3): a consumer may have registered on
+/* Dataflow (B1, dataflow.c DF1-DF3): a consumer may have registered on
  * this closure's dependents list (set with a CAS while NOT_READY; the final
  * CAS reads it for free, so a closure without consumers pays nothing). */
 #define RV_DEPS 0x10u
@@ -137,7 +137,7 @@ struct coord_closure {
 	struct coord_closure *next; /* overflow FIFO link */
 	struct rcu_head rcu;
 
-	/* Dataflow (B1; coordinator.c DF1-DF3), off the fast path. */
+	/* Dataflow (B1; dataflow.c DF1-DF3), off the fast path. */
 	_Atomic(struct coord_dep *) deps; /* dependents; NULL when handed out */
 	_Atomic uint32_t pending;	  /* inputs not final yet, + 1 while registering */
 	uint32_t nin;			  /* inputs (CL_HAS_IN) */
@@ -221,7 +221,7 @@ static inline struct coord_closure *rv_cl(const struct coord_rv *rv)
  * Then, if the old word says so, drops @cl's inputs and hands its
  * dependents on (coord_deps_final()). */
 COORD_HIDDEN bool coord_rv_set_final(struct coord_closure *cl, uint32_t st);
-/* runtime/core/coordinator.c: the dataflow half of a final transition (B1):
+/* runtime/core/dataflow.c: the dataflow half of a final transition (B1):
  * @old is the state word the final CAS replaced (RV_DEPS / RV_HASIN). */
 COORD_HIDDEN void coord_deps_final(struct coord_closure *cl, uint32_t old);
 /* Drop one reference; the last one recycles the closure. */

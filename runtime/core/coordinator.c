@@ -4,6 +4,13 @@
  * variables that set them), per-worker resources (coord_per_worker_*()),
  * coord_create() and coord_destroy().  The rest of the coordinator is in
  * the files coord_pvt.h lists.
+ *
+ * coord_create() runs past 100 lines on purpose: it is one constructor with
+ * one unwind ladder (err_disp .. err_free, the reverse of the order things
+ * are made in), and each step is already a call (opts_check(),
+ * workers_init(), disp_init(), the ps and recovery set-up, tp->start()).
+ * Split, the ladder would be split too, and a reader would have to check
+ * that the halves unwind each other; whole, it reads top to bottom.
  */
 #include <errno.h>
 #include <sched.h>

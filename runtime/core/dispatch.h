@@ -76,16 +76,16 @@ struct coord_dispatcher {
 	_Atomic uint64_t fin_done;
 	_Atomic uint64_t fin_taken;
 	/* How many closures coord_dispatch_take() last returned (idle_wait()
-	 * in coordinator.c).  This dispatcher's thread only. */
+	 * in dispatch.c).  This dispatcher's thread only. */
 	unsigned last_take;
-	/* Q2 (coordinator.c): closures of its own that this dispatcher makes
+	/* Q2 (inline.c): closures of its own that this dispatcher makes
 	 * from entries carried inline in the ring (@nlocal of them, one per
 	 * place in a take; none unless c->inline_q), and the sequence their
 	 * ids take.  This dispatcher's thread only. */
 	struct coord_closure *local;
 	unsigned nlocal;
 	uint32_t local_seq;
-	/* Q3 (coordinator.c): set by a transport whose dispatcher thread runs
+	/* Q3 (inline.c): set by a transport whose dispatcher thread runs
 	 * the functions itself (inproc, with @defer_fin): inline entries run
 	 * inside coord_dispatch_take() in this worker's environment, popped
 	 * into @ents (@nlocal of them).  This dispatcher's thread only. */
@@ -236,7 +236,7 @@ static inline bool coord_dispatch_ps_retry(struct coord_dispatcher *d, struct co
 	       coord_dispatch_ps_retry_slow(d, cl, code, cause);
 }
 
-/* Q2 (coordinator.c): a dispatcher's own closure, made from an inline ring
+/* Q2 (inline.c): a dispatcher's own closure, made from an inline ring
  * entry (pool indices stay far below this). */
 #define CL_IDX_LOCAL 0x80000000u
 static inline bool coord_closure_local(const struct coord_closure *cl)

@@ -28,7 +28,7 @@
 struct coord_tp_ops;
 
 /*
- * A stash of free closures for schedule() (coordinator.c, C10): filled from
+ * A stash of free closures for schedule() (schedule.c, coord_pvt.h C10): filled from
  * the pool a batch at a time, with the batch's first lines prefetched for
  * writing at once, so the one-at-a-time path pays one overlapped round of
  * misses per batch instead of one miss per call on a line the worker last
@@ -62,7 +62,7 @@ struct coord {
 	struct coord_error err;
 
 	struct coord_ring ring;
-	/* The overflow FIFO (coordinator.c): put-backs and, when unbounded,
+	/* The overflow FIFO (queue.c): put-backs and, when unbounded,
 	 * what does not fit in the ring.  Off the fast path. */
 	_Atomic int64_t ov_count __cacheline_aligned;
 	_Atomic(struct coord_closure *) ov_in;
@@ -151,7 +151,7 @@ COORD_HIDDEN void coord_hq_worker_up(struct coord *c);
 COORD_HIDDEN void coord_hq_worker_dropped(struct coord *c, unsigned w);
 COORD_HIDDEN void coord_hq_destroy(struct coord *c);
 
-/* coordinator.c, for sched.c: pop the main queue (ring and overflow,
+/* queue.c and cancel.c, for sched.c: pop the main queue (ring and overflow,
  * without waiting), is it empty, cancel or fail a queued closure, wake
  * whoever takes after a seq_cst RMW made work visible (E3). */
 COORD_HIDDEN unsigned coord_queue_pop(struct coord *c, struct coord_closure **out, unsigned max);

@@ -3,7 +3,7 @@
  * runtime/opts.c - coord_opts and coord_server_opts as structs that can
  * grow (runtime/abi.h): their exported _init_size() and the readers
  * coord_create() and the servers use.  The defaults themselves stay beside
- * their users (coordinator.c, transport/tcp_server.c).
+ * their users (coordinator.c, transport/server/tcp_server.c).
  */
 #include <coord/coord.h>
 

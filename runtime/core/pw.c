@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/pw.c - releasing per-worker resources (S9): when the last handle
+ * runtime/core/pw.c - releasing per-worker resources (S9): when the last handle
  * of a resource is put, every worker that made it destroys its component
  * while the coordinator lives, not only at coord_destroy().
  *
- * A worker's components live in its exec environment (runtime/exec.c): the
+ * A worker's components live in its exec environment (runtime/core/exec.c): the
  * worker thread's for inproc, the server connection's for tcp and rdma
- * (transport/tcp_server.c), each used by one thread only.  So the release
+ * (transport/server/tcp_server.c), each used by one thread only.  So the release
  * is a message to the thread that owns the environment: the dispatcher that
  * serves the worker, which destroys the component itself (inproc) or sends
- * the worker a PW_FREE frame on its connection (tcp and rdma, transport/
- * conn.c; the server destroys it when it reads the frame).
+ * the worker a PW_FREE frame on its connection (tcp and rdma,
+ * transport/engine/conn.c; the server destroys it when it reads the frame).
  *
  *   P1  Nothing uses a resource once its references are gone.  Every
  *       closure that names it holds a reference from schedule until it is
@@ -53,7 +53,34 @@
  *
  * Nothing here is on the schedule path: a put that is not the last one is
  * one atomic decrement (coordinator.c), and the dispatchers' look is a
- * relaxed load of a word on a line they read anyway.
+ * relaxed load of a word on a line they read anyway. *
+ * Synchronization: the shared fields, who writes them, who reads them, and
+ * what orders the two.
+ *   field            written by (how)                read by (how)           order
+ *   pw->refs         schedule + (relaxed: the        the puts (acq_rel RMW)  the last put's
+ *                    caller holds one), puts -                               acq_rel: every
+ *                    (acq_rel, coord_per_worker_                             user's accesses
+ *                    put(), coordinator.c)                                   before the retire
+ *   pw->pending      coord_pw_retire() (relaxed,     the takers, -           the push CAS ->
+ *                    before the push CAS); takers    (acq_rel RMW)           the take's acquire;
+ *                    - (acq_rel, pw_node_done())                             the last taker frees
+ *   node[i].pw,      coord_pw_retire() (plain,       dispatcher i, after     P2: the push CAS
+ *   node[i].next     before its CAS)                 its exchange (plain)    (seq_cst) -> the
+ *                                                                            acquire exchange
+ *   d->pw_dead       coord_pw_retire() (seq_cst      d's thread (relaxed     P2; P3 (the push
+ *                    CAS push, any thread); d's      look, then acquire      before a closure's
+ *                    thread (acquire exchange)       exchange)               push); E3 for wakes
+ *   d->pw_taken      d's thread (plain)              d's thread; destroy's   one thread; the
+ *                                                    coord_pw_fini()         joins before fini
+ *   c->pw_wakers     pw_wake() (seq_cst +, release   coord_pw_close()        P4: the Dekker pair
+ *                    -)                              (seq_cst load)          with pw_closed
+ *   c->pw_closed     coord_pw_close() (seq_cst)      pw_wake() (seq_cst)     P4 (as above)
+ *   c->pw_live       create + (relaxed,              coord_pw_fini()         the dispatchers'
+ *                    coordinator.c); the last taker  (relaxed, after the     joins and the epoch
+ *                    - (relaxed)                     joins)                  barrier
+ *   c->dead          coord_destroy() (relaxed)       coord_pw_retire(),      the caller's own
+ *                                                    coord_per_worker_state  ordering of a put
+ *                                                    () (relaxed)            after destroy (P4)
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -99,7 +126,7 @@ void coord_pw_retire(struct coord_pw *pw)
 		/* seq_cst: release publishes the node and @pending to the
 		 * taker's acquire exchange (P2); seq_cst makes it the RMW that
 		 * the wake's E3 and the loop sleepers' Dekker pair need (P2,
-		 * coordinator.c queue_push()). */
+		 * queue.c queue_push()). */
 		while (!atomic_compare_exchange_weak_explicit(
 			&d->pw_dead, &n->next, n, memory_order_seq_cst, memory_order_relaxed))
 			;

@@ -34,6 +34,31 @@
  *       coord_recovery_stop() returns.
  *   R3  c->recovery stays valid until the transport has stopped (see
  *       coord_recovery_free()).
+ *
+ * Synchronization: the shared fields, who writes them, who reads them, and
+ * what orders the two.
+ *   field            written by (how)                read by (how)           order
+ *   w->state         coord_worker_lost() on a        this thread and         R1: the CAS / the
+ *                    transport's thread (acq_rel     sched.c all_dropped()   release store ->
+ *                    CAS UP -> DOWN); this thread    (acquire);              the acquire: the
+ *                    (release store DOWN -> UP or    coord_metrics()         put-backs before a
+ *                    DROPPED, settle())              (relaxed: a count)      reconnect; the
+ *                                                                            admission before UP
+ *   w->losses,       coord_worker_lost() / settle()  coord_metrics()         none: statistics
+ *   w->recoveries    (relaxed RMW)                   (relaxed)
+ *   w->rec_*         this thread (plain)             this thread             one thread
+ *   a->rc, a->err    the attempt thread (plain)      this thread, after      a->done's release
+ *                                                    a->done (plain)         -> acquire; the join
+ *   a->done          the attempt thread (release)    this thread (acquire)   as above
+ *   r->stop          coord_recovery_stop()           this thread (relaxed,   E1 (futex.h): the
+ *                    (relaxed, then the signal)      after ec_prepare())     signal's fence; the
+ *                                                                            join
+ *   r->wake          signals: coord_worker_lost(),   this thread waits       E1-E3 (futex.h)
+ *                    attempts, stop
+ *   r->rng           this thread (backoff_ns())      this thread             one thread
+ *   c->recovery      coord_recovery_start() before   coord_worker_lost() on  R3: thread start
+ *                    the transport starts; _free()   transport threads       and join
+ *                    after it stopped (plain)        (plain)
  */
 #include <pthread.h>
 #include <stdatomic.h>

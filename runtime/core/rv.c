@@ -137,7 +137,7 @@ bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
 	}
 	if (w & RV_WAITER)
 		coord_futex_wake_all(&cl->state);
-	/* B1: inputs to drop, dependents to hand on (DF1-DF3, coordinator.c). */
+	/* B1: inputs to drop, dependents to hand on (DF1-DF3, dataflow.c). */
 	if (unlikely(w & (RV_DEPS | RV_HASIN)))
 		coord_deps_final(cl, w);
 	return true;

@@ -3,7 +3,7 @@
  * runtime/core/sched.c - worker affinity and priority (B4): the hint queue.
  *
  * A closure scheduled with neither a priority nor an affinity never comes
- * here: it takes the ring (coordinator.c), and the default path pays one
+ * here: it takes the ring (queue.c), and the default path pays one
  * relaxed load of hq_count per take for this file's existence.  A hinted
  * closure is pushed onto `in`, a Treiber stack (one CAS, no lock, no
  * malloc), and dispatchers match hinted closures to workers in batches:
@@ -54,6 +54,49 @@
  *       dispatcher's batch; everything but `in` and the counters is
  *       guarded by `lock`, which only dispatchers, cancellers and the
  *       recovery thread take (never a scheduling thread).
+ *
+ * Synchronization: the shared fields of the hint queue (struct coord_hq),
+ * of struct coord and of a dispatcher d that this file uses, who writes
+ * them, who reads them, and what orders the two.
+ *   field            written by (how)                read by (how)           order
+ *   c->hq            the first hq_get() (acq_rel     everyone, hq_of()       the CAS -> acquire:
+ *                    CAS from NULL; a loser frees    (acquire); destroy      the structure is
+ *                    its own); destroy (relaxed)     (relaxed)               initialised first
+ *   cap, aging_ns,   hq_get(), before the CAS        everyone (plain)        the CAS -> hq_of()'s
+ *   fallback_ns,                                                             acquire; immutable
+ *   stagger_end_ns                                                           after
+ *   nsets            hq_get() (relaxed, before the   coord_hq_check()        release -> acquire:
+ *                    CAS); coord_affinity_set()      (acquire, no lock);     the new set's mem
+ *                    (release, under lock)           lock holders (relaxed)  and nmem first
+ *   sets[s].mem,     hq_get() (sets 1..N) or         schedule (check),       published by nsets
+ *   sets[s].nmem     coord_affinity_set(), once,     lock holders (plain)    or the c->hq CAS;
+ *                    before nsets covers s                                   immutable after
+ *   in               hinted pushes (release CAS,     absorb() (acquire       the push's release
+ *                    coord_hq_push())                exchange, under lock)   -> absorb's acquire:
+ *                                                                            the closure's fields
+ *   sets[].q, .n,    lock holders: takes, drains,    lock holders (plain)    `lock` (H4)
+ *   .on_ne,          worker_dropped() (plain)
+ *   .ne_next, .dead,
+ *   ne
+ *   main_skip_ns     pushes (relaxed CAS from 0),    pushes, takes           none: a ranking
+ *                    takes (relaxed CAS / store,     (relaxed)               hint (Order)
+ *                    under lock)
+ *   c->hq_count      pushes + (seq_cst, before the   hq_queued() (relaxed    H1; E3 (futex.h)
+ *                    push), takes / drains /         hint): queue_empty(),
+ *                    drops - (release, after)        takes, the room wait,
+ *                                                    coord_dispatch_due()
+ *   c->hq_ver        pushes, worker up / dropped     takes, coord_hq_work()  H2 (seq_cst: the
+ *                    (seq_cst RMW after the change)  (seq_cst load)          bump or the look
+ *                                                                            comes first)
+ *   cl->t_q, lvl,    the scheduling thread before    lock holders after      the push's release
+ *   aff, pref, next  its push (plain)                absorb()                CAS -> absorb()
+ *   cl->target       a take, under lock (plain)      the taking dispatcher   its own thread
+ *   c->workers[]     the recovery thread and the     all_dropped() (acquire) recovery.c R1
+ *   .state           transports (recovery.c R1)
+ *   d->room, blk,    d's thread (takes; the first    d's thread              one thread
+ *   nblk, cands,     take allocates them)            (coord_hq_work(),       (coord_hq_destroy()
+ *   any_blocked,                                     coord_dispatch_due())   after the join)
+ *   hq_due, hq_seen
  */
 #include <errno.h>
 #include <pthread.h>
@@ -441,43 +484,42 @@ static void blk_add(struct coord_dispatcher *d, unsigned w)
 	d->blk[d->nblk++] = w;
 }
 
-unsigned coord_hq_take(struct coord_dispatcher *d, struct coord_closure **out, unsigned max)
+/* A dispatcher's scratch for hinted takes, made at its first one. */
+static void take_scratch(struct coord_dispatcher *d, const struct coord_hq *hq)
 {
 	struct coord *c = d->c;
-	struct coord_hq *hq = hq_of(c);
-	struct cand *cands;
-	unsigned ncand = 0, k = 0, nhint = 0;
-	uint64_t total = 0, now, due = 0, ver, skip, z = 0;
-	bool main_live, main_taken = false;
-	int64_t failed;
 
-	if (!hq)
-		return 0;
-	if (!d->room) { /* first hinted take of this dispatcher */
-		d->room = calloc(c->nworkers, sizeof(*d->room));
-		d->blk = calloc(c->nworkers, sizeof(*d->blk));
-		/* 2 modes x 4 levels per set, for every set there can be */
-		d->cands = calloc((size_t)hq->cap * 2 * HQ_LEVELS, sizeof(struct cand));
-		if (!d->room || !d->blk || !d->cands)
-			coord_die("hint queue", ENOMEM);
-	}
-	cands = d->cands;
-	/* seq_cst: H2, read before we look. */
-	ver = atomic_load_explicit(&c->hq_ver, memory_order_seq_cst);
-	pthread_mutex_lock(&hq->lock);
-	failed = absorb(c, hq);
-	now = coord_now_ns();
+	d->room = calloc(c->nworkers, sizeof(*d->room));
+	d->blk = calloc(c->nworkers, sizeof(*d->blk));
+	/* 2 modes x 4 levels per set, for every set there can be */
+	d->cands = calloc((size_t)hq->cap * 2 * HQ_LEVELS, sizeof(struct cand));
+	if (!d->room || !d->blk || !d->cands)
+		coord_die("hint queue", ENOMEM);
+}
+
+/* Ask the transport how much room each worker has (ops->room) into
+ * d->room; the earliest staggered start still to come lowers *@due.
+ * Return: the room of all of them. */
+static uint64_t measure_room(struct coord_dispatcher *d, uint64_t now, uint64_t *due)
+{
+	struct coord *c = d->c;
+	uint64_t total = 0;
+
 	for (unsigned w = 0; w < c->nworkers; w++) {
 		d->room[w] = c->tp->room(d, w);
 		total += d->room[w] > 0 ? (uint64_t)d->room[w] : 0;
-		if (c->workers[w].start_at_ns > now && (!due || c->workers[w].start_at_ns < due))
-			due = c->workers[w].start_at_ns; /* staggered start (S13) */
+		if (c->workers[w].start_at_ns > now && (!*due || c->workers[w].start_at_ns < *due))
+			*due = c->workers[w].start_at_ns; /* staggered start (S13) */
 	}
-	if (total > max)
-		total = max;
-	d->nblk = 0;
-	d->any_blocked = false;
-	/* Candidates: every non-empty FIFO of every set with closures. */
+	return total;
+}
+
+/* Candidates: every non-empty FIFO of every set with closures (an
+ * emptied set leaves the list); under the lock.  Return: how many. */
+static unsigned gather_cands(struct coord_hq *hq, struct cand *cands)
+{
+	unsigned ncand = 0;
+
 	for (struct hq_set **pp = &hq->ne, *s; (s = *pp);) {
 		if (!s->n) { /* emptied: off the list */
 			s->on_ne = false;
@@ -490,44 +532,110 @@ unsigned coord_hq_take(struct coord_dispatcher *d, struct coord_closure **out, u
 				if (s->q[p][l].head)
 					cands[ncand++] = (struct cand){ .s = s, .f = &s->q[p][l] };
 	}
+	return ncand;
+}
+
+/*
+ * The best servable head among @cands (Order), or NULL, with its rank in
+ * *@beffp and *@bagep; a preferred head not servable yet lowers *@due to
+ * its fallback time.  Under the lock.
+ */
+static struct cand *best_cand(const struct coord_hq *hq, const struct coord_dispatcher *d,
+			      struct cand *cands, unsigned ncand, uint64_t now, uint64_t *due,
+			      uint64_t *beffp, uint64_t *bagep)
+{
+	struct cand *best = NULL;
+	uint64_t beff = 0, bage = 0, age, eff;
+
+	for (unsigned i = 0; i < ncand; i++) {
+		struct cand *x = &cands[i];
+		struct coord_closure *h = x->f->head;
+		bool ok;
+
+		if (!h)
+			continue;
+		if (x->s == &hq->sets[0])
+			ok = true;
+		else if (best_member(x->s, d->room) >= 0)
+			ok = true;
+		else
+			ok = h->pref && (x->s->dead || now - h->t_q >= hq->fallback_ns);
+		if (!ok) {
+			if (h->pref) {
+				uint64_t t = h->t_q + hq->fallback_ns;
+
+				if (!*due || t < *due)
+					*due = t;
+			}
+			continue;
+		}
+		eff = rank(hq, h->lvl, h->t_q, now, &age);
+		if (!best || eff > beff || (eff == beff && age > bage)) {
+			best = x;
+			beff = eff;
+			bage = age;
+		}
+	}
+	*beffp = beff;
+	*bagep = bage;
+	return best;
+}
+
+/* What is left and waits for room on a worker of ours (H2): d->blk, and
+ * d->any_blocked for the any-set.  Under the lock. */
+static void note_blocked(struct coord_dispatcher *d, const struct coord_hq *hq,
+			 const struct cand *cands, unsigned ncand)
+{
+	for (unsigned i = 0; i < ncand; i++) {
+		struct hq_set *s = cands[i].s;
+
+		if (!cands[i].f->head)
+			continue;
+		if (s == &hq->sets[0]) {
+			d->any_blocked = true;
+			continue;
+		}
+		for (unsigned j = 0; j < s->nmem; j++)
+			if (d->room[s->mem[j]] == 0) /* ours, up, full */
+				blk_add(d, s->mem[j]);
+	}
+}
+
+unsigned coord_hq_take(struct coord_dispatcher *d, struct coord_closure **out, unsigned max)
+{
+	struct coord *c = d->c;
+	struct coord_hq *hq = hq_of(c);
+	struct cand *cands;
+	unsigned ncand, k = 0, nhint = 0;
+	uint64_t total, now, due = 0, ver, skip, z = 0;
+	bool main_live, main_taken = false;
+	int64_t failed;
+
+	if (!hq)
+		return 0;
+	if (!d->room) /* first hinted take of this dispatcher */
+		take_scratch(d, hq);
+	cands = d->cands;
+	/* seq_cst: H2, read before we look. */
+	ver = atomic_load_explicit(&c->hq_ver, memory_order_seq_cst);
+	pthread_mutex_lock(&hq->lock);
+	failed = absorb(c, hq);
+	now = coord_now_ns();
+	total = measure_room(d, now, &due);
+	if (total > max)
+		total = max;
+	d->nblk = 0;
+	d->any_blocked = false;
+	ncand = gather_cands(hq, cands);
 	main_live = !coord_main_queue_empty(c);
 	/* Relaxed: Order, a ranking hint (pushers may set it, see there). */
 	skip = atomic_load_explicit(&hq->main_skip_ns, memory_order_relaxed);
 	while (k < max && total > 0) {
-		struct cand *best = NULL;
-		uint64_t beff = 0, bage = 0, age, eff;
+		uint64_t beff, bage, age, eff;
+		struct cand *best = best_cand(hq, d, cands, ncand, now, &due, &beff, &bage);
 		bool best_main = false;
 		int target = -1;
 
-		for (unsigned i = 0; i < ncand; i++) {
-			struct cand *x = &cands[i];
-			struct coord_closure *h = x->f->head;
-			bool ok;
-
-			if (!h)
-				continue;
-			if (x->s == &hq->sets[0])
-				ok = true;
-			else if (best_member(x->s, d->room) >= 0)
-				ok = true;
-			else
-				ok = h->pref && (x->s->dead || now - h->t_q >= hq->fallback_ns);
-			if (!ok) {
-				if (h->pref) {
-					uint64_t t = h->t_q + hq->fallback_ns;
-
-					if (!due || t < due)
-						due = t;
-				}
-				continue;
-			}
-			eff = rank(hq, h->lvl, h->t_q, now, &age);
-			if (!best || eff > beff || (eff == beff && age > bage)) {
-				best = x;
-				beff = eff;
-				bage = age;
-			}
-		}
 		if (main_live) {
 			uint64_t t = skip ? skip : now;
 
@@ -558,20 +666,7 @@ unsigned coord_hq_take(struct coord_dispatcher *d, struct coord_closure **out, u
 		nhint++;
 		total--;
 	}
-	/* What is left and waits for room on a worker of ours (H2). */
-	for (unsigned i = 0; i < ncand; i++) {
-		struct hq_set *s = cands[i].s;
-
-		if (!cands[i].f->head)
-			continue;
-		if (s == &hq->sets[0]) {
-			d->any_blocked = true;
-			continue;
-		}
-		for (unsigned j = 0; j < s->nmem; j++)
-			if (d->room[s->mem[j]] == 0) /* ours, up, full */
-				blk_add(d, s->mem[j]);
-	}
+	note_blocked(d, hq, cands, ncand);
 	if (main_live && !main_taken && !skip)
 		/* Relaxed: as above; a pusher's older time wins. */
 		atomic_compare_exchange_strong_explicit(&hq->main_skip_ns, &z, now,

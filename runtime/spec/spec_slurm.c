@@ -445,27 +445,15 @@ static int layout(const struct coord_slurm_opts *o, unsigned long ntasks, unsign
 	return 0;
 }
 
-int coord_spec_resolve_slurm(const struct coord_slurm_opts *opts, struct coord_spec **out,
-			     struct coord_task_id *self, struct coord_error *err)
+/* The Slurm environment: the node list, SLURM_NTASKS and this process's
+ * SLURM_PROCID, a rank of them. */
+static int slurm_env(const char **nodelistp, unsigned long *ntasksp, unsigned long *procidp,
+		     struct coord_error *err)
 {
-	struct coord_slurm_opts defaults, one_job;
-	struct coord_slurm_job *jobs = NULL, one = { "worker", 0 };
-	struct coord_spec *s = NULL;
 	const char *nodelist;
-	unsigned long ntasks, procid, sum = 0, rank = 0;
-	unsigned *counts = NULL;
-	char **hosts = NULL;
-	size_t nhosts = 0, node = 0, slot = 0;
+	unsigned long ntasks, procid;
 	int r;
 
-	if (!out)
-		return coord_seterr(err, COORD_EINVAL, "slurm: no out pointer");
-	/* NULL: the defaults; else @opts as this library's struct (runtime/abi.h) */
-	if (!opts)
-		slurm_opts_defaults(&defaults);
-	else if (coord_slurm_opts_in(&defaults, opts, err) < 0)
-		return COORD_EINVAL;
-	opts = &defaults;
 	nodelist = getenv("SLURM_JOB_NODELIST");
 	if (!nodelist)
 		nodelist = getenv("SLURM_NODELIST");
@@ -482,6 +470,87 @@ int coord_spec_resolve_slurm(const struct coord_slurm_opts *opts, struct coord_s
 				    "slurm: SLURM_PROCID=%lu is not a rank of "
 				    "SLURM_NTASKS=%lu",
 				    procid, ntasks);
+	*nodelistp = nodelist;
+	*ntasksp = ntasks;
+	*procidp = procid;
+	return 0;
+}
+
+/*
+ * The spec of @opts->njobs @jobs (sorted by name): ranks 0..ntasks-1 in node
+ * order, @counts[n] of them on @hosts[n] at port_base + their slot there,
+ * handed to the jobs in turn; @self (if any) names rank @procid's task.
+ * *@sp: the spec, to destroy on failure too.
+ */
+static int build_spec(const struct coord_slurm_opts *opts, const struct coord_slurm_job *jobs,
+		      char **hosts, size_t nhosts, const unsigned *counts, unsigned long procid,
+		      struct coord_task_id *self, struct coord_spec **sp, struct coord_error *err)
+{
+	struct coord_spec *s = NULL;
+	unsigned long rank = 0;
+	size_t node = 0, slot = 0;
+	int r;
+
+	r = coord_spec_new(&s, err);
+	for (size_t i = 0; r == 0 && i < opts->njobs; i++) {
+		struct spec_job *j;
+
+		r = coord_spec_add_job(s, jobs[i].name, &j, err);
+		/* Ranks 0..ntasks-1 in node order; sum == ntasks bounds the loop. */
+		for (unsigned k = 0; r == 0 && k < jobs[i].ntasks; k++, rank++, slot++) {
+			char addr[COORD_HOST_NAME_MAX + 8];
+			unsigned long port;
+
+			while (node < nhosts && slot >= counts[node]) {
+				node++;
+				slot = 0;
+			}
+			port = opts->port_base + slot;
+			if (node == nhosts || port > 65535) {
+				r = coord_seterr(err, COORD_EINVAL,
+						 "slurm: rank %lu needs port %lu on %s, above "
+						 "65535",
+						 rank, port, node < nhosts ? hosts[node] : "?");
+				break;
+			}
+			snprintf(addr, sizeof(addr), "%s:%lu", hosts[node], port);
+			r = coord_spec_add_task(j, k, addr, err);
+			if (r == 0 && rank == procid && self) {
+				snprintf(self->job, sizeof(self->job), "%s", jobs[i].name);
+				self->index = k;
+			}
+		}
+	}
+	if (r == 0)
+		r = coord_spec_seal(s, err);
+	*sp = s;
+	return r;
+}
+
+int coord_spec_resolve_slurm(const struct coord_slurm_opts *opts, struct coord_spec **out,
+			     struct coord_task_id *self, struct coord_error *err)
+{
+	struct coord_slurm_opts defaults, one_job;
+	struct coord_slurm_job *jobs = NULL, one = { "worker", 0 };
+	struct coord_spec *s = NULL;
+	const char *nodelist = NULL;		       /* slurm_env() sets them; NULL and 0 */
+	unsigned long ntasks = 0, procid = 0, sum = 0; /* for a false maybe-uninitialized */
+	unsigned *counts = NULL;
+	char **hosts = NULL;
+	size_t nhosts = 0;
+	int r;
+
+	if (!out)
+		return coord_seterr(err, COORD_EINVAL, "slurm: no out pointer");
+	/* NULL: the defaults; else @opts as this library's struct (runtime/abi.h) */
+	if (!opts)
+		slurm_opts_defaults(&defaults);
+	else if (coord_slurm_opts_in(&defaults, opts, err) < 0)
+		return COORD_EINVAL;
+	opts = &defaults;
+	r = slurm_env(&nodelist, &ntasks, &procid, err);
+	if (r < 0)
+		return r;
 	if (opts->port_base == 0 || opts->port_base > 65535)
 		return coord_seterr(err, COORD_EINVAL, "slurm: port base %u is not in 1..65535",
 				    opts->port_base);
@@ -523,38 +592,7 @@ int coord_spec_resolve_slurm(const struct coord_slurm_opts *opts, struct coord_s
 	r = layout(opts, ntasks, counts, nhosts, err);
 	if (r < 0)
 		goto out;
-	r = coord_spec_new(&s, err);
-	for (size_t i = 0; r == 0 && i < opts->njobs; i++) {
-		struct spec_job *j;
-
-		r = coord_spec_add_job(s, jobs[i].name, &j, err);
-		/* Ranks 0..ntasks-1 in node order; sum == ntasks bounds the loop. */
-		for (unsigned k = 0; r == 0 && k < jobs[i].ntasks; k++, rank++, slot++) {
-			char addr[COORD_HOST_NAME_MAX + 8];
-			unsigned long port;
-
-			while (node < nhosts && slot >= counts[node]) {
-				node++;
-				slot = 0;
-			}
-			port = opts->port_base + slot;
-			if (node == nhosts || port > 65535) {
-				r = coord_seterr(err, COORD_EINVAL,
-						 "slurm: rank %lu needs port %lu on %s, above "
-						 "65535",
-						 rank, port, node < nhosts ? hosts[node] : "?");
-				break;
-			}
-			snprintf(addr, sizeof(addr), "%s:%lu", hosts[node], port);
-			r = coord_spec_add_task(j, k, addr, err);
-			if (r == 0 && rank == procid && self) {
-				snprintf(self->job, sizeof(self->job), "%s", jobs[i].name);
-				self->index = k;
-			}
-		}
-	}
-	if (r == 0)
-		r = coord_spec_seal(s, err);
+	r = build_spec(opts, jobs, hosts, nhosts, counts, procid, self, &s, err);
 out:
 	coord_hostlist_free(hosts, nhosts);
 	free(counts);

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * runtime/store/checkpoint.c - crash-safe save and verified restore of a variable
- * store (see varstore.h for the API, varstore.c for the locking).
+ * runtime/store/checkpoint.c - the checkpoint file format: its save (crash-safe)
+ * and its parse (verified).  See varstore.h for the API, varstore.c for the
+ * locking.  ckpt_restore.c stages what a parse returns and commits it
+ * (restore, prepare/commit/abort); ckpt_root.c opens the directories, beneath
+ * a coord-ps's checkpoint root; ckpt_pvt.h is what the three share.
  *
  * File DIR/ckpt-<step>.coord, every integer little-endian:
  *
@@ -38,57 +41,26 @@
  * next save into that directory removes (one store per directory: no
  * other writer's temp file can be there), as coord-ps does at start.
  *
- * Verification (restore): a file is read whole into memory and checked
- * before the store is touched: size against opts.max_ckpt_bytes, magic,
- * version, flags, step, the header's size against the real size (so a
- * truncated file is reported as truncated), the CRC, then every length
- * against the bytes that remain, names, shapes, duplicates.  Its variables
- * are then built as new unpublished variables (a stage), checked against
- * the store (same shape or absent), and committed under the name lock:
- * live ones overwritten, the others published, with nothing left to fail.
- *
- * Restore across layouts (coord_varstore_prepare/commit/abort, the ps ops
- * PREPARE/COMMIT/ABORT): the coordinator's ps tasks share DIR (as TF
- * assumes for checkpoints).  Each task reads every file of the step, from
- * DIR/ps-<t> for every task t of the layout that wrote it (the header's
- * count; for version 1 the ps-<t> that hold the step, which must be
- * 0..n-1), checks that they agree (version, step, task, count) and that no
- * name is in two files, and stages the variables whose name places on it
- * now.  The stage is invisible until its owner commits it; one per store
- * (a new PREPARE drops the old: memory is one checkpoint's share plus one
- * file); its owner's connection closing drops it; while it is held a create
- * cannot give one of its names another shape (so a commit cannot fail).
- *
- * Reach: a coord-ps has a checkpoint root (coord_varstore_set_ckpt_root()):
- * DIR is opened beneath it with openat2(RESOLVE_BENEATH |
- * RESOLVE_NO_MAGICLINKS) and every file below DIR is opened with *at()
- * calls by single names, without following symbolic links.  In-process ps
- * stores have no root: DIR is the caller's path.
+ * Verification (restore, coord_ckpt_parse()): a file is read whole into
+ * memory and checked before the store is touched: size against
+ * opts.max_ckpt_bytes, magic, version, flags, step, the header's size against
+ * the real size (so a truncated file is reported as truncated), the CRC, then
+ * every length against the bytes that remain, names, shapes, duplicates.
+ * What it returns is staged and committed by ckpt_restore.c.
  */
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <linux/openat2.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include "runtime/store/varstore.h"
+#include "runtime/store/ckpt_pvt.h"
 
-#define COORD_CKPT_MAGIC "COORDCKP"
-#define COORD_CKPT_VERSION 2u
-#define HDR_V1_BYTES 40u
-#define HDR_BYTES 48u
-#define TRAILER_BYTES 4u
 #define WBUF_BYTES (1u << 20)
-/* Bounds on retries and directory scans (style: every loop bounded). */
-#define IO_MAX_EINTR 1000
-#define DIR_MAX_ENTRIES (1u << 20)
 
 /* --- CRC-32C ---------------------------------------------------------------- */
 
@@ -145,66 +117,6 @@ uint32_t coord_crc32c(uint32_t crc, const void *p, size_t len)
 	return coord_crc32c_sw(crc, p, len);
 }
 
-/* --- little-endian encoding ------------------------------------------------ */
-
-static void put_le32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_le64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const unsigned char *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-
-static uint64_t get_le64(const unsigned char *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
-/* Copy @n floats between host order and little-endian bytes. */
-static void floats_to_le(unsigned char *dst, const float *src, size_t n)
-{
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	memcpy(dst, src, n * sizeof(float));
-#else
-	for (size_t i = 0; i < n; i++) {
-		uint32_t w;
-
-		memcpy(&w, &src[i], 4);
-		put_le32(dst + 4 * i, w);
-	}
-#endif
-}
-
-static void floats_from_le(float *dst, const unsigned char *src, size_t n)
-{
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	memcpy(dst, src, n * sizeof(float));
-#else
-	for (size_t i = 0; i < n; i++) {
-		uint32_t w = get_le32(src + 4 * i);
-
-		memcpy(&dst[i], &w, 4);
-	}
-#endif
-}
-
 /* --- file helpers ------------------------------------------------------------ */
 
 static int write_all(int fd, const void *p, size_t len)
@@ -223,27 +135,6 @@ static int write_all(int fd, const void *p, size_t len)
 		}
 		if (r == 0)
 			return -EIO;
-		b += r;
-		len -= (size_t)r;
-	}
-	return 0;
-}
-
-static int read_all(int fd, void *p, size_t len)
-{
-	char *b = p;
-	unsigned eintr = 0;
-
-	while (len) {
-		ssize_t r = read(fd, b, len);
-
-		if (r < 0) {
-			if (errno == EINTR && ++eintr < IO_MAX_EINTR)
-				continue;
-			return -errno;
-		}
-		if (r == 0)
-			return -ENODATA; /* shorter than expected */
 		b += r;
 		len -= (size_t)r;
 	}
@@ -294,13 +185,13 @@ static int wb_put(struct wbuf *w, const void *p, size_t len)
 }
 
 /* Checkpoint file name of @step into @buf (room for 48 bytes). */
-static void ckpt_name(char *buf, size_t len, uint64_t step)
+void coord_ckpt_name(char *buf, size_t len, uint64_t step)
 {
 	snprintf(buf, len, "ckpt-%" PRIu64 ".coord", step);
 }
 
 /* Parse "ckpt-<digits>.coord" exactly (digits: 1..20, value fits u64). */
-static bool parse_ckpt_name(const char *s, size_t len, uint64_t *step)
+bool coord_ckpt_parse_name(const char *s, size_t len, uint64_t *step)
 {
 	static const char pre[] = "ckpt-", suf[] = ".coord";
 	size_t nd;
@@ -470,7 +361,7 @@ static int cmp_desc(const void *a, const void *b)
  * A listing of @dfd from its start (a dup shares the file offset, which an
  * earlier listing left at the end), or NULL.  closedir() it.
  */
-static DIR *list_dir(int dfd)
+DIR *coord_ckpt_list_dir(int dfd)
 {
 	int fd = dup(dfd);
 	DIR *d = fd < 0 ? NULL : fdopendir(fd);
@@ -489,12 +380,12 @@ static DIR *list_dir(int dfd)
  * (caller frees; NULL when there are none).  Bounded by DIR_MAX_ENTRIES.
  * Return: their count, or -errno (logged).
  */
-static long list_steps(int dfd, const char *dir, uint64_t **stepsp)
+long coord_ckpt_list_steps(int dfd, const char *dir, uint64_t **stepsp)
 {
 	uint64_t *steps = NULL, step;
 	size_t n = 0, cap = 0;
 	struct dirent *de;
-	DIR *d = list_dir(dfd);
+	DIR *d = coord_ckpt_list_dir(dfd);
 
 	*stepsp = NULL;
 	if (!d) {
@@ -502,7 +393,7 @@ static long list_steps(int dfd, const char *dir, uint64_t **stepsp)
 		return -EIO;
 	}
 	for (unsigned i = 0; i < DIR_MAX_ENTRIES && (de = readdir(d)); i++) {
-		if (!parse_ckpt_name(de->d_name, strlen(de->d_name), &step))
+		if (!coord_ckpt_parse_name(de->d_name, strlen(de->d_name), &step))
 			continue;
 		if (n == cap) {
 			uint64_t *ns = realloc(steps, (cap ? cap * 2 : 16) * sizeof(*ns));
@@ -536,7 +427,7 @@ static void prune(int dfd, const char *dir, unsigned keep, uint64_t cur)
 
 	if (keep == 0)
 		return;
-	n = list_steps(dfd, dir, &steps);
+	n = coord_ckpt_list_steps(dfd, dir, &steps);
 	for (long i = 0; i < n; i++) {
 		char name[48];
 
@@ -546,7 +437,7 @@ static void prune(int dfd, const char *dir, unsigned keep, uint64_t cur)
 			kept++;
 			continue;
 		}
-		ckpt_name(name, sizeof(name), steps[i]);
+		coord_ckpt_name(name, sizeof(name), steps[i]);
 		if (unlinkat(dfd, name, 0))
 			coord_log(COORD_LOG_WARN, "checkpoint '%s/%s': cannot delete: %s", dir,
 				  name, coord_strerror(-errno));
@@ -554,7 +445,7 @@ static void prune(int dfd, const char *dir, unsigned keep, uint64_t cur)
 	free(steps);
 }
 
-static int open_dir(const char *dir, int *dfd, struct coord_error *err)
+int coord_ckpt_open_dir(const char *dir, int *dfd, struct coord_error *err)
 {
 	int ret;
 
@@ -571,7 +462,7 @@ static int open_dir(const char *dir, int *dfd, struct coord_error *err)
 }
 
 /* Digits only, 1..20 of them. */
-static bool all_digits(const char *s, size_t len)
+bool coord_ckpt_all_digits(const char *s, size_t len)
 {
 	if (len == 0 || len > 20)
 		return false;
@@ -591,11 +482,12 @@ static bool is_tmp_name(const char *s)
 	if (s[0] != '.' || !t)
 		return false;
 	if (!((t - s - 1 == 6 && !memcmp(s + 1, "latest", 6)) ||
-	      parse_ckpt_name(s + 1, (size_t)(t - s - 1), &step)))
+	      coord_ckpt_parse_name(s + 1, (size_t)(t - s - 1), &step)))
 		return false;
 	t += 5;
 	dot = strchr(t, '.');
-	return dot && all_digits(t, (size_t)(dot - t)) && all_digits(dot + 1, strlen(dot + 1));
+	return dot && coord_ckpt_all_digits(t, (size_t)(dot - t)) &&
+	       coord_ckpt_all_digits(dot + 1, strlen(dot + 1));
 }
 
 /*
@@ -603,11 +495,11 @@ static bool is_tmp_name(const char *s)
  * directory, saves serialised: none of them is being written now).
  * Bounded by DIR_MAX_ENTRIES; failures are logged.  Return: files removed.
  */
-static unsigned clean_tmp(int dfd, const char *dir)
+unsigned coord_ckpt_clean_tmp(int dfd, const char *dir)
 {
 	struct dirent *de;
 	unsigned n = 0;
-	DIR *d = list_dir(dfd);
+	DIR *d = coord_ckpt_list_dir(dfd);
 
 	if (!d) {
 		coord_log(COORD_LOG_WARN, "checkpoint dir '%s': cannot list to clean", dir);
@@ -647,7 +539,7 @@ static int save_at(struct coord_varstore *vs, int dfd, const char *dir, uint64_t
 		return coord_seterr(err, -EINVAL, "checkpoint save: task %" PRIu32 " of %" PRIu32,
 				    task, nps);
 	pthread_mutex_lock(&vs->save_lock);
-	clean_tmp(dfd, dir);
+	coord_ckpt_clean_tmp(dfd, dir);
 	/* The set of variables and their shapes, at one instant (V2, V3). */
 	pthread_mutex_lock(&vs->names_lock);
 	/* Relaxed: names_lock is held and nvars is stored only under it. */
@@ -668,7 +560,7 @@ static int save_at(struct coord_varstore *vs, int dfd, const char *dir, uint64_t
 		ret = coord_seterr(err, -ENOMEM, "checkpoint save: out of memory");
 		goto out;
 	}
-	ckpt_name(final, sizeof(final), step);
+	coord_ckpt_name(final, sizeof(final), step);
 	ret = atomic_write(dfd, dir, final, &j, NULL, 0, vs->tmp_seq++, err);
 	if (ret)
 		goto out;
@@ -690,7 +582,7 @@ int coord_varstore_save(struct coord_varstore *vs, const char *dir, uint64_t ste
 
 	if (!vs)
 		return coord_seterr(err, -EINVAL, "checkpoint save: NULL store");
-	ret = open_dir(dir, &dfd, err);
+	ret = coord_ckpt_open_dir(dir, &dfd, err);
 	if (ret)
 		return ret;
 	ret = save_at(vs, dfd, dir, step, 0, 1, err);
@@ -698,38 +590,23 @@ int coord_varstore_save(struct coord_varstore *vs, const char *dir, uint64_t ste
 	return ret;
 }
 
-/* --- restore ------------------------------------------------------------------ */
-
-struct ent {
-	char nm[COORD_VAR_NAME_MAX + 1];
-	unsigned ndim;
-	uint64_t dims[COORD_VAR_MAX_DIMS];
-	uint64_t nelem;
-	const unsigned char *data;
-};
-
-/* What a file's header says of the layout that wrote it. */
-struct ckpt_meta {
-	uint32_t version;
-	uint32_t task, nps; /* version 2; 0 and 0 in version 1 */
-};
+/* --- parsing a file ---------------------------------------------------------- */
 
 static int cmp_ent(const void *a, const void *b)
 {
 	return strcmp(((const struct ent *)a)->nm, ((const struct ent *)b)->nm);
 }
 
-#define BAD(...) coord_seterr(err, -EBADMSG, __VA_ARGS__)
-
-/* Parse and check the whole of @buf (@size bytes); fill @ents. */
-static int parse(const unsigned char *buf, uint64_t size, uint64_t step, const char *path,
-		 struct ent **entsp, uint32_t *nentsp, struct ckpt_meta *meta,
-		 struct coord_error *err)
+/*
+ * Check the header and trailer of @buf (@size bytes, the file of @step):
+ * fill @meta, *@op (where the first variable starts) and *@nvarsp.
+ */
+static int parse_header(const unsigned char *buf, uint64_t size, uint64_t step, const char *path,
+			struct ckpt_meta *meta, uint64_t *op, uint32_t *nvarsp,
+			struct coord_error *err)
 {
 	uint32_t ver, nvars, stored, crc, hdr;
 	uint64_t o, end = size - TRAILER_BYTES, hsize, hstep;
-	struct ent *ents;
-	struct coord_error sub;
 
 	if (size < HDR_V1_BYTES + TRAILER_BYTES)
 		return BAD("checkpoint '%s': truncated: %" PRIu64 " bytes, smaller than the "
@@ -781,6 +658,24 @@ static int parse(const unsigned char *buf, uint64_t size, uint64_t step, const c
 	if (nvars > (end - o) / 13)
 		return BAD("checkpoint '%s': %" PRIu32 " variables cannot fit in %" PRIu64 " bytes",
 			   path, nvars, end - o);
+	*op = o;
+	*nvarsp = nvars;
+	return 0;
+}
+
+/* Parse and check the whole of @buf (@size bytes); fill @ents. */
+int coord_ckpt_parse(const unsigned char *buf, uint64_t size, uint64_t step, const char *path,
+		     struct ent **entsp, uint32_t *nentsp, struct ckpt_meta *meta,
+		     struct coord_error *err)
+{
+	uint32_t nvars = 0;			    /* parse_header() sets them; 0 for */
+	uint64_t o = 0, end = size - TRAILER_BYTES; /* a false maybe-uninitialized */
+	struct ent *ents;
+	struct coord_error sub;
+	int ret = parse_header(buf, size, step, path, meta, &o, &nvars, err);
+
+	if (ret)
+		return ret;
 	ents = calloc(nvars ? nvars : 1, sizeof(*ents));
 	if (!ents)
 		return coord_seterr(err, -ENOMEM, "checkpoint '%s': out of memory", path);
@@ -853,577 +748,6 @@ fail:
 	return -EBADMSG;
 }
 
-static bool shape_eq(const struct coord_var *v, unsigned ndim, const uint64_t *dims)
-{
-	if (v->ndim != ndim)
-		return false;
-	for (unsigned d = 0; d < ndim; d++)
-		if (v->dims[d] != dims[d])
-			return false;
-	return true;
-}
-
-/* --- staging: a restore built unpublished, then committed whole --------------- */
-
-/*
- * A restore being built or prepared: every variable it will set, as new
- * unpublished variables holding the checkpoint's values (sorted by name
- * once installed), and the chunk arrays their ids may need, so that
- * committing allocates nothing and cannot fail.  A store holds at most one
- * prepared stage (vs->stage, under names_lock), owned by the session that
- * prepared it (a connection, or the in-process coordinator).
- */
-struct coord_ckpt_stage {
-	const void *owner;
-	uint32_t nonce;
-	uint32_t n, cap;
-	struct coord_var **vars;
-	unsigned nspare;
-	struct coord_var ***spare;
-};
-
-static void stage_free(struct coord_ckpt_stage *st)
-{
-	if (!st)
-		return;
-	for (uint32_t i = 0; i < st->n; i++)
-		coord_vs_var_free(st->vars[i]);
-	free(st->vars);
-	for (unsigned i = 0; i < st->nspare; i++)
-		free(st->spare[i]);
-	free(st->spare);
-	free(st);
-}
-
-static int cmp_var(const void *a, const void *b)
-{
-	return strcmp((*(struct coord_var *const *)a)->name, (*(struct coord_var *const *)b)->name);
-}
-
-/* Add a copy of @e (verified) to @st. */
-static int stage_add(struct coord_ckpt_stage *st, const struct ent *e, const char *path,
-		     struct coord_error *err)
-{
-	struct coord_var *v;
-	int ret;
-
-	if (st->n == st->cap) {
-		uint32_t cap = st->cap ? st->cap * 2 : 16;
-		struct coord_var **nv = realloc(st->vars, cap * sizeof(*nv));
-
-		if (!nv)
-			return coord_seterr(err, -ENOMEM, "checkpoint '%s': out of memory", path);
-		st->vars = nv;
-		st->cap = cap;
-	}
-	ret = coord_vs_var_alloc(e->nm, e->ndim, e->dims, &v, err);
-	if (ret)
-		return ret;
-	floats_from_le(v->data, e->data, e->nelem);
-	st->vars[st->n++] = v;
-	return 0;
-}
-
-/* The chunk arrays @st's ids may need: n ids span at most n / CHUNK + 2. */
-static int stage_spares(struct coord_ckpt_stage *st, struct coord_error *err)
-{
-	unsigned need = st->n ? st->n / COORD_VS_CHUNK + 2 : 0;
-
-	st->spare = calloc(need ? need : 1, sizeof(*st->spare));
-	if (!st->spare)
-		return coord_seterr(err, -ENOMEM, "checkpoint restore: out of memory");
-	for (; st->nspare < need; st->nspare++) {
-		st->spare[st->nspare] = calloc(COORD_VS_CHUNK, sizeof(**st->spare));
-		if (!st->spare[st->nspare])
-			return coord_seterr(err, -ENOMEM, "checkpoint restore: out of memory");
-	}
-	return 0;
-}
-
-/*
- * Can @st be committed to @vs: each variable absent or of the same shape,
- * room for all of them as new ids?  Caller holds names_lock.
- */
-static int stage_check_locked(struct coord_varstore *vs, const struct coord_ckpt_stage *st,
-			      const char *what, struct coord_error *err)
-{
-	/* Relaxed: names_lock is held and nvars is stored only under it. */
-	uint32_t nvars = atomic_load_explicit(&vs->nvars, memory_order_relaxed);
-
-	for (uint32_t i = 0; i < st->n; i++) {
-		struct coord_var *v = st->vars[i], *old = coord_vs_find_locked(vs, v->name);
-
-		if (old && !shape_eq(old, v->ndim, v->dims)) {
-			char have[96], want[96];
-
-			coord_vs_fmt_shape(have, sizeof(have), old->ndim, old->dims);
-			coord_vs_fmt_shape(want, sizeof(want), v->ndim, v->dims);
-			return coord_seterr(err, -EEXIST,
-					    "checkpoint '%s': variable '%s' has shape %s in the "
-					    "checkpoint, %s in the store",
-					    what, v->name, want, have);
-		}
-	}
-	/* All of them, not only the absent ones: one may be deleted before
-	 * the commit and need a new id then. */
-	if (st->n > COORD_VAR_MAX_VARS - nvars)
-		return coord_seterr(err, -ENOSPC,
-				    "checkpoint '%s': %" PRIu32
-				    " variables do not fit in the store",
-				    what, st->n);
-	return 0;
-}
-
-/*
- * Set every variable of @st in @vs: overwrite a live one of the same name
- * (same shape: stage_check_locked(), and coord_ckpt_create_check_locked()
- * keeps a create from changing that), publish the staged one otherwise.
- * Cannot fail.  Caller holds names_lock; @st is emptied (not freed).
- */
-static void stage_commit_locked(struct coord_varstore *vs, struct coord_ckpt_stage *st)
-{
-	for (uint32_t i = 0; i < st->n; i++) {
-		struct coord_var *v = st->vars[i], *old = coord_vs_find_locked(vs, v->name);
-
-		if (old) {
-			if (!shape_eq(old, v->ndim, v->dims))
-				coord_die("checkpoint restore: a shape changed after its checks",
-					  EEXIST);
-			coord_vs_lock(old, 0, old->nstripes - 1);
-			coord_vs_write_begin(old); /* varstore.c SNAP1 */
-			memcpy(old->data, v->data, v->nelem * sizeof(float));
-			coord_vs_write_end(old);
-			coord_vs_unlock(old, 0, old->nstripes - 1);
-			coord_vs_var_free(v);
-		} else {
-			/* Relaxed: names_lock is held; nvars is stored only under it. */
-			uint32_t id = atomic_load_explicit(&vs->nvars, memory_order_relaxed);
-			unsigned c = id >> COORD_VS_CHUNK_SHIFT;
-
-			if (!vs->chunks[c] && st->nspare)
-				vs->chunks[c] = st->spare[--st->nspare];
-			if (coord_vs_publish_locked(vs, v, NULL))
-				coord_die("checkpoint restore: publish failed after its checks",
-					  EIO);
-		}
-		st->vars[i] = NULL;
-	}
-	st->n = 0;
-}
-
-int coord_ckpt_create_check_locked(struct coord_varstore *vs, const char *name, unsigned ndim,
-				   const uint64_t *dims, struct coord_error *err)
-{
-	struct coord_ckpt_stage *st = vs->stage;
-	struct coord_var key, *kp = &key, **hit;
-	/* Relaxed: names_lock is held and nvars is stored only under it. */
-	uint32_t nvars = atomic_load_explicit(&vs->nvars, memory_order_relaxed);
-
-	if (!st)
-		return 0;
-	if (st->n >= COORD_VAR_MAX_VARS - nvars)
-		return coord_seterr(err, -ENOSPC,
-				    "variable '%s': the store's last ids are held for a checkpoint "
-				    "restore being prepared",
-				    name);
-	snprintf(key.name, sizeof(key.name), "%s", name);
-	hit = bsearch(&kp, st->vars, st->n, sizeof(*st->vars), cmp_var);
-	if (hit && !shape_eq(*hit, ndim, dims)) {
-		char have[96], want[96];
-
-		coord_vs_fmt_shape(have, sizeof(have), (*hit)->ndim, (*hit)->dims);
-		coord_vs_fmt_shape(want, sizeof(want), ndim, dims);
-		return coord_seterr(err, -EEXIST,
-				    "variable '%s': a checkpoint restore being prepared holds it "
-				    "with shape %s, asked for %s",
-				    name, have, want);
-	}
-	return 0;
-}
-
-/* --- reading files ------------------------------------------------------------ */
-
-static int open_sub(int dfd, const char *name, int flags, bool nofollow)
-{
-	return openat(dfd, name, flags | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
-}
-
-/* Read @dfd/@name (@path in messages) whole into *@bufp (caller frees). */
-static int read_file(struct coord_varstore *vs, int dfd, const char *name, const char *path,
-		     bool nofollow, unsigned char **bufp, uint64_t *sizep, struct coord_error *err)
-{
-	unsigned char *buf = NULL;
-	struct stat st;
-	uint64_t limit;
-	int fd, ret;
-
-	fd = open_sub(dfd, name, O_RDONLY, nofollow);
-	if (fd < 0) {
-		ret = -errno;
-		return coord_seterr(
-			err, ret == -ELOOP ? -EBADMSG : ret, "checkpoint '%s': open: %s", path,
-			ret == -ELOOP ? "a symbolic link (refused)" : coord_strerror(ret));
-	}
-	if (fstat(fd, &st)) {
-		ret = -errno;
-		coord_seterr(err, ret, "checkpoint '%s': stat: %s", path, coord_strerror(ret));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		ret = coord_seterr(err, -EBADMSG, "checkpoint '%s': not a regular file", path);
-		goto out;
-	}
-	limit = vs->opts.max_ckpt_bytes ? vs->opts.max_ckpt_bytes : SIZE_MAX / 2;
-	if ((uint64_t)st.st_size > limit) {
-		ret = coord_seterr(err, -EFBIG,
-				   "checkpoint '%s': %lld bytes, over the limit of %" PRIu64, path,
-				   (long long)st.st_size, limit);
-		goto out;
-	}
-	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
-	if (!buf) {
-		ret = coord_seterr(err, -ENOMEM, "checkpoint '%s': no memory for %lld bytes", path,
-				   (long long)st.st_size);
-		goto out;
-	}
-	ret = read_all(fd, buf, (size_t)st.st_size);
-	if (ret == -ENODATA)
-		ret = coord_seterr(err, -EBADMSG, "checkpoint '%s': shrank while being read", path);
-	else if (ret)
-		coord_seterr(err, ret, "checkpoint '%s': read: %s", path, coord_strerror(ret));
-out:
-	close(fd);
-	if (ret) {
-		free(buf);
-		return ret;
-	}
-	*bufp = buf;
-	*sizep = (uint64_t)st.st_size;
-	return 0;
-}
-
-/* The step @dfd/latest names. */
-static int read_latest(int dfd, const char *dir, bool nofollow, uint64_t *stepp,
-		       struct coord_error *err)
-{
-	char line[64];
-	ssize_t r = -1;
-	size_t len;
-	int fd, ret;
-
-	fd = open_sub(dfd, "latest", O_RDONLY, nofollow);
-	if (fd < 0) {
-		ret = -errno;
-		if (ret == -ENOENT)
-			return coord_seterr(err, ret, "no checkpoint in '%s' (no 'latest' file)",
-					    dir);
-		return coord_seterr(err, ret, "checkpoint '%s/latest': open: %s", dir,
-				    coord_strerror(ret));
-	}
-	/* The file is small and was written whole (rename): one read, retried
-	 * only on EINTR, a bounded number of times. */
-	for (unsigned i = 0; i < IO_MAX_EINTR; i++) {
-		r = read(fd, line, sizeof(line) - 1);
-		if (r >= 0 || errno != EINTR)
-			break;
-	}
-	ret = -errno;
-	close(fd);
-	if (r < 0)
-		return coord_seterr(err, ret, "checkpoint '%s/latest': read: %s", dir,
-				    coord_strerror(ret));
-	len = (size_t)r;
-	line[len] = '\0';
-	if (len && line[len - 1] == '\n')
-		len--;
-	if (!parse_ckpt_name(line, len, stepp))
-		return coord_seterr(err, -EBADMSG,
-				    "checkpoint '%s/latest': does not name a checkpoint file", dir);
-	return 0;
-}
-
-/* --- restoring one store from one directory ----------------------------------- */
-
-static int load(struct coord_varstore *vs, int dfd, const char *dir, uint64_t step, bool nofollow,
-		struct coord_error *err)
-{
-	char name[48], path[4200];
-	struct coord_ckpt_stage *st = calloc(1, sizeof(*st));
-	unsigned char *buf = NULL;
-	struct ent *ents = NULL;
-	struct ckpt_meta meta;
-	uint64_t size;
-	uint32_t n = 0;
-	int ret;
-
-	if (!st)
-		return coord_seterr(err, -ENOMEM, "checkpoint restore: out of memory");
-	ckpt_name(name, sizeof(name), step);
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	ret = read_file(vs, dfd, name, path, nofollow, &buf, &size, err);
-	if (!ret)
-		ret = parse(buf, size, step, path, &ents, &n, &meta, err);
-	for (uint32_t i = 0; i < n && !ret; i++)
-		ret = stage_add(st, &ents[i], path, err);
-	free(ents);
-	free(buf);
-	if (!ret)
-		ret = stage_spares(st, err);
-	if (!ret) {
-		pthread_mutex_lock(&vs->names_lock);
-		ret = stage_check_locked(vs, st, path, err);
-		if (!ret)
-			stage_commit_locked(vs, st);
-		pthread_mutex_unlock(&vs->names_lock);
-	}
-	stage_free(st);
-	return ret;
-}
-
-int coord_varstore_restore_step(struct coord_varstore *vs, const char *dir, uint64_t step,
-				struct coord_error *err)
-{
-	int dfd = -1, ret; /* open_dir() sets it; -1 for a false maybe-uninitialized */
-
-	if (!vs)
-		return coord_seterr(err, -EINVAL, "checkpoint restore: NULL store");
-	ret = open_dir(dir, &dfd, err);
-	if (ret)
-		return ret;
-	ret = load(vs, dfd, dir, step, false, err);
-	close(dfd);
-	return ret;
-}
-
-/* Restore the latest checkpoint of @dfd (@dir in messages). */
-static int restore_latest(struct coord_varstore *vs, int dfd, const char *dir, bool nofollow,
-			  uint64_t *stepp, struct coord_error *err)
-{
-	uint64_t step;
-	int ret = read_latest(dfd, dir, nofollow, &step, err);
-
-	if (!ret)
-		ret = load(vs, dfd, dir, step, nofollow, err);
-	if (!ret && stepp)
-		*stepp = step;
-	return ret;
-}
-
-int coord_varstore_restore(struct coord_varstore *vs, const char *dir, uint64_t *stepp,
-			   struct coord_error *err)
-{
-	int dfd, ret;
-
-	if (!vs)
-		return coord_seterr(err, -EINVAL, "checkpoint restore: NULL store");
-	ret = open_dir(dir, &dfd, err);
-	if (ret)
-		return ret;
-	ret = restore_latest(vs, dfd, dir, false, stepp, err);
-	close(dfd);
-	return ret;
-}
-
-/* --- the checkpoint root of a coord-ps ----------------------------------------- */
-
-/* Walk at most this deep and this many entries under a root at start. */
-#define SWEEP_MAX_DEPTH 8
-#define SWEEP_MAX_ENTRIES 100000u
-#define MAX_PS_TASKS 4096u
-
-static int refuse_escape(const struct coord_varstore *vs, const char *dir, struct coord_error *err)
-{
-	coord_log(COORD_LOG_WARN,
-		  "refused checkpoint dir '%s': it escapes the checkpoint root '%s'", dir,
-		  vs->ckpt_root);
-	return coord_seterr(err, -EACCES,
-			    "checkpoint dir '%s' escapes this ps's checkpoint root '%s' (.., a "
-			    "symbolic link or an absolute path elsewhere): refused",
-			    dir, vs->ckpt_root);
-}
-
-/* Under the root without openat2 (Linux < 5.6): a realpath prefix check. */
-static int open_beneath_compat(struct coord_varstore *vs, const char *dir, const char *rel,
-			       int *dfd, struct coord_error *err)
-{
-	/* Relaxed: a flag for one log line; orders nothing. */
-	static _Atomic int warned;
-	char full[8300], real[PATH_MAX];
-	size_t rl = strlen(vs->ckpt_root);
-	int ret;
-
-	/* Relaxed: as above; only one thread logs. */
-	if (!atomic_exchange_explicit(&warned, 1, memory_order_relaxed))
-		coord_log(COORD_LOG_WARN, "openat2() is not available (Linux < 5.6): checkpoint "
-					  "dirs are checked against the root with realpath(), "
-					  "which a concurrent rename can race");
-	snprintf(full, sizeof(full), "%s/%s", vs->ckpt_root, rel);
-	if (!realpath(full, real)) {
-		ret = -errno;
-		return coord_seterr(err, ret, "checkpoint dir '%s': %s", dir, coord_strerror(ret));
-	}
-	if (strcmp(vs->ckpt_root, "/") &&
-	    (strncmp(real, vs->ckpt_root, rl) || (real[rl] != '/' && real[rl] != '\0')))
-		return refuse_escape(vs, dir, err);
-	*dfd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (*dfd < 0) {
-		ret = -errno;
-		return coord_seterr(err, ret, "checkpoint dir '%s': %s", dir, coord_strerror(ret));
-	}
-	return 0;
-}
-
-/*
- * Open the checkpoint directory @dir as a request names it: as given when
- * @vs has no root (in-process ps tasks: the caller's own paths), else
- * beneath the root only (openat2 RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
- * an absolute @dir is accepted when it lies under the root's real path).
- */
-static int open_ckpt_dir(struct coord_varstore *vs, const char *dir, int *dfd,
-			 struct coord_error *err)
-{
-	struct open_how how = { .flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
-				.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
-	const char *rel = dir;
-	int ret;
-
-	if (!vs->ckpt_root)
-		return open_dir(dir, dfd, err);
-	if (!dir || !*dir)
-		return coord_seterr(err, -EINVAL, "checkpoint dir is NULL or empty");
-	if (dir[0] == '/') {
-		size_t rl = strlen(vs->ckpt_root);
-
-		if (rl == 1)
-			rel = dir + 1;
-		else if (!strncmp(dir, vs->ckpt_root, rl) && (dir[rl] == '/' || !dir[rl]))
-			rel = dir + rl;
-		else
-			return refuse_escape(vs, dir, err);
-		/* Bounded by the string's length. */
-		while (*rel == '/')
-			rel++;
-		if (!*rel)
-			rel = ".";
-	}
-	*dfd = (int)syscall(SYS_openat2, vs->ckpt_root_fd, rel, &how, sizeof(how));
-	if (*dfd >= 0)
-		return 0;
-	ret = -errno;
-	if (ret == -ENOSYS)
-		return open_beneath_compat(vs, dir, rel, dfd, err);
-	if (ret == -EXDEV || ret == -ELOOP)
-		return refuse_escape(vs, dir, err);
-	return coord_seterr(err, ret, "checkpoint dir '%s' (under the root '%s'): %s", dir,
-			    vs->ckpt_root, coord_strerror(ret));
-}
-
-/* Remove temp files in every ps-<@task> directory under @dfd, bounded. */
-static void sweep(int dfd, const char *psname, unsigned depth, unsigned *budget)
-{
-	struct dirent *de;
-	DIR *d = list_dir(dfd);
-
-	if (!d)
-		return;
-	for (; *budget && (de = readdir(d)); (*budget)--) {
-		int sub;
-
-		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
-			continue;
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (strcmp(de->d_name, psname) && depth >= SWEEP_MAX_DEPTH)
-			continue;
-		sub = open_sub(dfd, de->d_name, O_RDONLY | O_DIRECTORY, true);
-		if (sub < 0)
-			continue;
-		if (!strcmp(de->d_name, psname))
-			clean_tmp(sub, de->d_name);
-		else
-			sweep(sub, psname, depth + 1, budget);
-		close(sub);
-	}
-	closedir(d);
-}
-
-int coord_varstore_set_ckpt_root(struct coord_varstore *vs, const char *root, int task,
-				 struct coord_error *err)
-{
-	char real[PATH_MAX], psname[32];
-	unsigned budget = SWEEP_MAX_ENTRIES;
-	int fd, ret;
-
-	if (!vs || !root || !*root)
-		return coord_seterr(err, -EINVAL, "checkpoint root: NULL or empty");
-	fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || !realpath(root, real)) {
-		ret = -errno;
-		if (fd >= 0)
-			close(fd);
-		return coord_seterr(err, ret, "checkpoint root '%s': %s", root,
-				    coord_strerror(ret));
-	}
-	free(vs->ckpt_root);
-	if (vs->ckpt_root)
-		close(vs->ckpt_root_fd);
-	vs->ckpt_root = strdup(real);
-	if (!vs->ckpt_root) {
-		close(fd);
-		return coord_seterr(err, -ENOMEM, "checkpoint root: out of memory");
-	}
-	vs->ckpt_root_fd = fd;
-	coord_log(COORD_LOG_INFO, "checkpoints only beneath '%s'", real);
-	if (task >= 0) {
-		snprintf(psname, sizeof(psname), "ps-%d", task);
-		sweep(fd, psname, 0, &budget);
-		if (!budget)
-			coord_log(COORD_LOG_WARN,
-				  "checkpoint root '%s': stopped looking for temp files after "
-				  "%u entries",
-				  real, SWEEP_MAX_ENTRIES);
-	}
-	return 0;
-}
-
-void coord_ckpt_fini(struct coord_varstore *vs)
-{
-	stage_free(vs->stage);
-	vs->stage = NULL;
-	if (vs->ckpt_root)
-		close(vs->ckpt_root_fd);
-	free(vs->ckpt_root);
-	vs->ckpt_root = NULL;
-}
-
-/* --- the directory of one ps task: DIR/ps-<task> -------------------------------- */
-
-static int open_task_dir(struct coord_varstore *vs, int dfd, unsigned task, bool make, int *pfd,
-			 struct coord_error *err, const char *dir)
-{
-	char name[32];
-	int ret;
-
-	snprintf(name, sizeof(name), "ps-%u", task);
-	if (make && mkdirat(dfd, name, 0755) < 0 && errno != EEXIST) {
-		ret = -errno;
-		return coord_seterr(err, ret, "checkpoint: mkdir %s/%s: %s", dir, name,
-				    coord_strerror(ret));
-	}
-	*pfd = open_sub(dfd, name, O_RDONLY | O_DIRECTORY, vs->ckpt_root != NULL);
-	if (*pfd < 0) {
-		ret = -errno;
-		if (ret == -ELOOP || ret == -ENOTDIR)
-			return coord_seterr(err, -EACCES,
-					    "checkpoint: %s/%s is not a directory (a symbolic link "
-					    "is refused under a checkpoint root)",
-					    dir, name);
-		return coord_seterr(err, ret, "checkpoint: %s/%s: %s", dir, name,
-				    coord_strerror(ret));
-	}
-	return 0;
-}
-
 int coord_varstore_save_task(struct coord_varstore *vs, const char *dir, unsigned task,
 			     unsigned nps, uint64_t step, struct coord_error *err)
 {
@@ -1432,10 +756,10 @@ int coord_varstore_save_task(struct coord_varstore *vs, const char *dir, unsigne
 
 	if (!vs)
 		return coord_seterr(err, -EINVAL, "checkpoint save: NULL store");
-	ret = open_ckpt_dir(vs, dir, &dfd, err);
+	ret = coord_ckpt_open_beneath(vs, dir, &dfd, err);
 	if (ret)
 		return ret;
-	ret = open_task_dir(vs, dfd, task, true, &pfd, err, dir);
+	ret = coord_ckpt_open_task_dir(vs, dfd, task, true, &pfd, err, dir);
 	close(dfd);
 	if (ret)
 		return ret;
@@ -1443,343 +767,4 @@ int coord_varstore_save_task(struct coord_varstore *vs, const char *dir, unsigne
 	ret = save_at(vs, pfd, path, step, task, nps, err);
 	close(pfd);
 	return ret;
-}
-
-int coord_varstore_restore_task(struct coord_varstore *vs, const char *dir, unsigned task,
-				uint64_t *step, struct coord_error *err)
-{
-	char path[4200];
-	int dfd, pfd, ret;
-
-	if (!vs)
-		return coord_seterr(err, -EINVAL, "checkpoint restore: NULL store");
-	ret = open_ckpt_dir(vs, dir, &dfd, err);
-	if (ret)
-		return ret;
-	ret = open_task_dir(vs, dfd, task, false, &pfd, err, dir);
-	close(dfd);
-	if (ret)
-		return ret;
-	snprintf(path, sizeof(path), "%s/ps-%u", dir, task);
-	ret = restore_latest(vs, pfd, path, vs->ckpt_root != NULL, step, err);
-	close(pfd);
-	return ret;
-}
-
-/* --- restore across a layout change: prepare, then commit or abort -------------- */
-
-/* A name's term in the digests (order-independent sums). */
-static uint64_t name_mix(const char *name)
-{
-	uint64_t z = coord_var_fnv1a64(name, strlen(name)) + 0x9e3779b97f4a7c15ull;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* Which ps-<t> of @dfd hold @step (version 1 files): they must be 0..n-1. */
-static int count_v1(struct coord_varstore *vs, int dfd, const char *dir, uint64_t step,
-		    uint32_t *np, struct coord_error *err)
-{
-	unsigned char *have = calloc(MAX_PS_TASKS, 1);
-	char name[48];
-	uint32_t n = 0, top = 0;
-	struct dirent *de;
-	DIR *d = list_dir(dfd);
-
-	if (!have || !d) {
-		if (d)
-			closedir(d);
-		free(have);
-		return coord_seterr(err, -EIO, "checkpoint dir '%s': cannot list", dir);
-	}
-	ckpt_name(name, sizeof(name), step);
-	for (unsigned i = 0; i < DIR_MAX_ENTRIES && (de = readdir(d)); i++) {
-		const char *s = de->d_name;
-		struct stat st;
-		unsigned long t;
-		int pfd;
-
-		if (strncmp(s, "ps-", 3) || !all_digits(s + 3, strlen(s + 3)) ||
-		    (t = strtoul(s + 3, NULL, 10)) >= MAX_PS_TASKS)
-			continue;
-		pfd = open_sub(dfd, s, O_RDONLY | O_DIRECTORY, vs->ckpt_root != NULL);
-		if (pfd < 0)
-			continue;
-		if (!fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) && !have[t]) {
-			have[t] = 1;
-			n++;
-			top = (uint32_t)t + 1 > top ? (uint32_t)t + 1 : top;
-		}
-		close(pfd);
-	}
-	closedir(d);
-	free(have);
-	if (n != top)
-		return coord_seterr(err, -EBADMSG,
-				    "checkpoint '%s' step %" PRIu64 " (format version 1): %" PRIu32
-				    " ps-<t> directories hold it but ps-%" PRIu32
-				    " is among them: a task's file is missing",
-				    dir, step, n, top - 1);
-	*np = n;
-	return 0;
-}
-
-struct name_set {
-	char (*nm)[COORD_VAR_NAME_MAX + 1];
-	size_t n, cap;
-};
-
-static int cmp_name(const void *a, const void *b)
-{
-	return strcmp(a, b);
-}
-
-/*
- * Read and verify every file of @step in @dfd (@dir), stage into @st the
- * variables that place on task q->task of q->nps.  Nothing in @vs changes.
- */
-static int prepare_step(struct coord_varstore *vs, const struct coord_ckpt_prep *q, int dfd,
-			uint64_t step, struct coord_ckpt_stage *st, struct coord_ckpt_prep_res *res,
-			struct coord_error *err)
-{
-	struct name_set ns = { 0 };
-	struct ckpt_meta m0 = { 0 };
-	uint32_t ntasks = 1;
-	bool nofollow = vs->ckpt_root != NULL;
-	int ret = 0;
-
-	res->nstaged = res->ntotal = 0;
-	res->dig_staged = res->dig_total = 0;
-	for (uint32_t t = 0; t < ntasks && !ret; t++) {
-		char name[48], path[4200];
-		unsigned char *buf = NULL;
-		struct ent *ents = NULL;
-		struct ckpt_meta m;
-		uint64_t size;
-		uint32_t n = 0;
-		int pfd;
-
-		ckpt_name(name, sizeof(name), step);
-		snprintf(path, sizeof(path), "%s/ps-%" PRIu32 "/%s", q->dir, t, name);
-		ret = open_task_dir(vs, dfd, t, false, &pfd, err, q->dir);
-		if (!ret) {
-			ret = read_file(vs, pfd, name, path, nofollow, &buf, &size, err);
-			close(pfd);
-		}
-		if (ret == -ENOENT) { /* an incomplete checkpoint, not none */
-			char why[COORD_ERRMSG_LEN];
-
-			snprintf(why, sizeof(why), "%s", err ? err->msg : "a file is missing");
-			ret = BAD("checkpoint '%s' step %" PRIu64 " is incomplete: %s", q->dir,
-				  step, why);
-		}
-		if (!ret)
-			ret = parse(buf, size, step, path, &ents, &n, &m, err);
-		if (!ret && t == 0) {
-			m0 = m;
-			if (m.version == 1)
-				ret = count_v1(vs, dfd, q->dir, step, &ntasks, err);
-			else if (m.nps > MAX_PS_TASKS)
-				ret = BAD("checkpoint '%s': header says %" PRIu32 " ps tasks", path,
-					  m.nps);
-			else
-				ntasks = m.nps;
-		} else if (!ret && m.version != m0.version) {
-			ret = BAD("checkpoint '%s': format version %" PRIu32 ", but ps-0's file of "
-				  "that step is version %" PRIu32 ": the files disagree",
-				  path, m.version, m0.version);
-		}
-		if (!ret && m.version != 1 && (m.task != t || m.nps != ntasks))
-			ret = BAD("checkpoint '%s': header says task %" PRIu32 " of %" PRIu32
-				  ", expected task %" PRIu32 " of %" PRIu32
-				  " (ps-0's file): the files disagree",
-				  path, m.task, m.nps, t, ntasks);
-		if (!ret && n > SIZE_MAX / 2 - ns.n)
-			ret = BAD("checkpoint '%s': too many variables", path);
-		if (!ret && ns.n + n > ns.cap) {
-			size_t cap = (ns.n + n) * 2;
-			void *p = realloc(ns.nm, (cap ? cap : 1) * sizeof(*ns.nm));
-
-			if (!p)
-				ret = coord_seterr(err, -ENOMEM,
-						   "checkpoint restore: out of memory");
-			else
-				ns.nm = p, ns.cap = cap;
-		}
-		for (uint32_t i = 0; i < n && !ret; i++) {
-			uint64_t h = name_mix(ents[i].nm);
-
-			memcpy(ns.nm[ns.n++], ents[i].nm, sizeof(ents[i].nm));
-			res->ntotal++;
-			res->dig_total += h;
-			if (coord_var_shard(ents[i].nm, q->nps) != q->task)
-				continue;
-			ret = stage_add(st, &ents[i], path, err);
-			res->nstaged++;
-			res->dig_staged += h;
-		}
-		free(ents);
-		free(buf);
-	}
-	if (!ret && ns.n > 1) {
-		qsort(ns.nm, ns.n, sizeof(*ns.nm), cmp_name);
-		for (size_t i = 1; i < ns.n && !ret; i++)
-			if (!strcmp(ns.nm[i - 1], ns.nm[i]))
-				ret = BAD("checkpoint '%s' step %" PRIu64 ": variable '%s' is in "
-					  "two of the ps tasks' files",
-					  q->dir, step, ns.nm[i]);
-	}
-	free(ns.nm);
-	res->old_nps = ntasks;
-	res->version = m0.version;
-	return ret;
-}
-
-/* Drop the stage of @owner (any stage when @owner is NULL). */
-static void drop_stage(struct coord_varstore *vs, const void *owner)
-{
-	struct coord_ckpt_stage *st = NULL;
-
-	pthread_mutex_lock(&vs->names_lock);
-	if (vs->stage && (!owner || vs->stage->owner == owner)) {
-		st = vs->stage;
-		vs->stage = NULL;
-	}
-	pthread_mutex_unlock(&vs->names_lock);
-	stage_free(st);
-}
-
-int coord_varstore_prepare(struct coord_varstore *vs, const struct coord_ckpt_prep *q,
-			   struct coord_ckpt_prep_res *res, struct coord_error *err)
-{
-	struct coord_ckpt_stage *st = NULL;
-	struct coord_error e1 = { 0 };
-	uint64_t *steps = NULL, latest = 0;
-	long nsteps = 0;
-	bool fallback = q->flags & COORD_CKPT_F_FALLBACK, have_latest = false;
-	int dfd, pfd, ret;
-
-	memset(res, 0, sizeof(*res));
-	if (!vs || q->nps == 0 || q->task >= q->nps || q->nps > MAX_PS_TASKS)
-		return coord_seterr(err, -EINVAL, "checkpoint restore: task %u of %u ps tasks",
-				    q->task, q->nps);
-	pthread_mutex_lock(&vs->save_lock); /* one build at a time: bounded memory */
-	drop_stage(vs, NULL);		    /* a new PREPARE drops any stage */
-	ret = open_ckpt_dir(vs, q->dir, &dfd, err);
-	if (ret)
-		goto out_unlock;
-	/* The candidates: the step asked for, or ps-0's latest, then (with
-	 * FALLBACK) every older step in ps-0, newest first. */
-	if (q->step != COORD_CKPT_STEP_LATEST) {
-		latest = q->step;
-		have_latest = true;
-		fallback = false;
-	} else {
-		ret = open_task_dir(vs, dfd, 0, false, &pfd, err, q->dir);
-		if (ret == -ENOENT)
-			coord_seterr(err, ret, "no checkpoint in '%s' (no ps-0 directory)", q->dir);
-		if (ret)
-			goto out;
-		ret = read_latest(pfd, q->dir, vs->ckpt_root != NULL, &latest, &e1);
-		have_latest = ret == 0;
-		if (ret && (!fallback || (ret != -EBADMSG && ret != -ENOENT))) {
-			if (err)
-				*err = e1;
-			close(pfd);
-			goto out;
-		}
-		if (fallback) {
-			nsteps = list_steps(pfd, q->dir, &steps);
-			if (nsteps < 0)
-				nsteps = 0;
-		}
-		close(pfd);
-		if (!have_latest)
-			snprintf(res->why, sizeof(res->why), "%s", e1.msg);
-	}
-	res->latest = have_latest ? latest : COORD_CKPT_STEP_LATEST;
-	ret = -ENOENT;
-	coord_seterr(err, ret, "no intact checkpoint in '%s'%s%s", q->dir, res->why[0] ? ": " : "",
-		     res->why);
-	/* Bounded: one pass per candidate (the latest, then nsteps). */
-	for (long i = have_latest ? -1 : 0; i < nsteps; i++) {
-		uint64_t s = i < 0 ? latest : steps[i];
-		struct coord_error e = { 0 };
-
-		if (i >= 0 && have_latest && s >= latest)
-			continue;
-		stage_free(st);
-		st = calloc(1, sizeof(*st));
-		if (!st) {
-			ret = coord_seterr(err, -ENOMEM, "checkpoint restore: out of memory");
-			break;
-		}
-		ret = prepare_step(vs, q, dfd, s, st, res, &e);
-		if (ret == 0) {
-			res->step = s;
-			break;
-		}
-		if (err)
-			*err = e;
-		if (!res->why[0])
-			snprintf(res->why, sizeof(res->why), "step %" PRIu64 ": %.200s", s, e.msg);
-		if (!fallback || (ret != -EBADMSG && ret != -ENOENT))
-			break;
-	}
-	if (ret && fallback && (ret == -EBADMSG || ret == -ENOENT))
-		coord_seterr(err, ret, "no intact checkpoint in '%s' (%ld older tried); newest: %s",
-			     q->dir, nsteps, res->why);
-	if (!ret)
-		ret = stage_spares(st, err);
-	if (!ret) {
-		if (st->n) /* an empty checkpoint: no array (qsort wants one) */
-			qsort(st->vars, st->n, sizeof(*st->vars), cmp_var);
-		pthread_mutex_lock(&vs->names_lock);
-		ret = stage_check_locked(vs, st, q->dir, err);
-		if (!ret) {
-			st->owner = q->owner;
-			st->nonce = q->nonce;
-			vs->stage = st;
-			st = NULL;
-		}
-		pthread_mutex_unlock(&vs->names_lock);
-	}
-out:
-	close(dfd);
-out_unlock:
-	pthread_mutex_unlock(&vs->save_lock);
-	stage_free(st);
-	free(steps);
-	return ret;
-}
-
-int coord_varstore_commit(struct coord_varstore *vs, const void *owner, uint32_t nonce,
-			  uint32_t *count, struct coord_error *err)
-{
-	struct coord_ckpt_stage *st;
-
-	pthread_mutex_lock(&vs->names_lock);
-	st = vs->stage;
-	if (!st || st->owner != owner || st->nonce != nonce) {
-		pthread_mutex_unlock(&vs->names_lock);
-		return coord_seterr(err, -ESTALE,
-				    "checkpoint restore: nothing prepared by this session to "
-				    "commit (its connection was lost, or a newer restore replaced "
-				    "it)");
-	}
-	if (count)
-		*count = st->n;
-	stage_commit_locked(vs, st);
-	vs->stage = NULL;
-	pthread_mutex_unlock(&vs->names_lock);
-	stage_free(st);
-	return 0;
-}
-
-void coord_varstore_abort(struct coord_varstore *vs, const void *owner)
-{
-	if (vs)
-		drop_stage(vs, owner);
 }

@@ -461,7 +461,7 @@ COORD_HIDDEN uint32_t coord_crc32c(uint32_t crc, const void *p, size_t len);
 /* coord_crc32c_sw() - the same, table-driven on every CPU (tests compare). */
 COORD_HIDDEN uint32_t coord_crc32c_sw(uint32_t crc, const void *p, size_t len);
 
-/* --- internal: shared by varstore.c and checkpoint.c only ------------------- */
+/* --- internal: shared by varstore.c and the checkpoint files only ------------------- */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -521,7 +521,7 @@ struct coord_var {
 	bool deleted;
 	float *data; /* block + COORD_VAR_DATA_OFF; NULL once deleted */
 	struct coord_var_stripe *stripes;
-	/* The block (S1-S3): done at its start, begun at its end. */
+	/* The block (varstore.c SNAP1-SNAP3): done at its start, begun at its end. */
 	uint8_t *block;
 	size_t block_len;
 	_Atomic uint64_t *done, *begun;
@@ -541,7 +541,7 @@ struct coord_varstore {
 	pthread_mutex_t save_lock;
 	uint64_t tmp_seq; /* under save_lock */
 	struct coord_varstore_opts opts;
-	/* A prepared restore (checkpoint.c), under names_lock. */
+	/* A prepared restore (ckpt_restore.c), under names_lock. */
 	struct coord_ckpt_stage *stage;
 	/* The checkpoint root (its real path; NULL = none) and its fd. */
 	char *ckpt_root;
@@ -549,7 +549,7 @@ struct coord_varstore {
 };
 
 /* A create of @name may not change what a prepared restore relies on
- * (checkpoint.c).  Caller holds names_lock.  0, -EEXIST or -ENOSPC. */
+ * (ckpt_restore.c).  Caller holds names_lock.  0, -EEXIST or -ENOSPC. */
 COORD_HIDDEN int coord_ckpt_create_check_locked(struct coord_varstore *vs, const char *name,
 						unsigned ndim, const uint64_t *dims,
 						struct coord_error *err);
@@ -590,8 +590,8 @@ COORD_HIDDEN void coord_vs_unlock(struct coord_var *v, unsigned lo, unsigned hi)
  */
 COORD_HIDDEN COORD_NODISCARD int coord_vs_map(struct coord_varstore *vs, uint32_t id,
 					      struct coord_var_map *out, struct coord_error *err);
-/* coord_vs_write_begin()/_end() - bracket every store to @v's data (S1);
- * the caller holds the stripes it writes. */
+/* coord_vs_write_begin()/_end() - bracket every store to @v's data
+ * (varstore.c SNAP1); the caller holds the stripes it writes. */
 COORD_HIDDEN void coord_vs_write_begin(struct coord_var *v);
 COORD_HIDDEN void coord_vs_write_end(struct coord_var *v);
 

@@ -7,11 +7,11 @@
  * same worker-side code a coord-worker process uses (runtime/core/exec.c), writes
  * the result straight into the closure and completes it.  No copy of the
  * arguments, no frames, no system call unless a thread sleeps.  A small call
- * without a handle arrives inline in its ring entry (coordinator.c Q2) and
+ * without a handle arrives inline in its ring entry (runtime/core/inline.c Q2) and
  * runs in one of the dispatcher's own closures (d->local), so the worker
  * touches no pool closure for it.  The worker thread also destroys its
  * components of per-worker resources whose last handle was put (S9,
- * runtime/pw.c), before it runs the next batch it took.
+ * runtime/core/pw.c), before it runs the next batch it took.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -30,7 +30,7 @@ static void *closure_result_buf(void *sink, size_t len)
 	return coord_closure_result_buf(sink, len);
 }
 
-/* S9 (runtime/pw.c P2, P3): destroy this worker's components of the
+/* S9 (runtime/core/pw.c P2, P3): destroy this worker's components of the
  * resources released to @d. */
 static void pw_release(struct coord_dispatcher *d, struct coord_exec_env *env)
 {

@@ -29,7 +29,46 @@
  *
  * Why a mutex here when the closure path has none: a variable op is a round
  * trip to another process (tens of microseconds); the mutex covers a copy
- * into the frame buffer and the pending table, never a system call.
+ * into the frame buffer and the pending table, never a system call. *
+ * Synchronization: who writes each shared field, who reads it, and what
+ * orders the two.  Callers are any threads in coord_psc_run(); the reader
+ * is a connection's reader thread (reader_main()).
+ *   field            written by (how)                read by (how)           order
+ *   struct coord_psc coord_psc_create(), and         everyone (plain)        before the first
+ *   (nps .. rdma),   coord_psc_use_rdma() before                             call (ps.h); after
+ *   k->p/task/addr   the first call                                          that, immutable
+ *   k->up, flushing, callers, the reader,            the same                k->lock
+ *   open, out/spare, conn_up() (under k->lock)
+ *   w (the writer),
+ *   slots[], freel,
+ *   nfree, why,
+ *   maps, nmaps, gen
+ *   k->fd            conn_up() (under conn_lock;     the sender in flush()   conn_lock serialises
+ *                    the store that goes with up =   (no lock), conn_down()  the writers.  Open:
+ *                    true under k->lock too; the     (k->lock), destroy      the sender's read is
+ *                    close and -1 before a                                   not ordered with a
+ *                    reconnect under conn_lock                               reconnect's close (a
+ *                    only)                                                   sender stalled after
+ *                                                                            its check of up)
+ *   k->r             conn_up() (under conn_lock and  senders and one-sided   use_lock; the reader
+ *                    use_lock for writing)           readers (use_lock for   is joined before a
+ *                                                    reading); the reader    replacement;
+ *                                                    (no lock); conn_down()  conn_down() only
+ *                                                    (k->lock, when up)      while up (set after)
+ *   k->reader,       conn_up() (under conn_lock)     conn_up(), destroy      conn_lock; destroy
+ *   reader_started                                                           has no caller inside
+ *   w->left          the caller (relaxed: init,      the caller (acquire     slot_done()'s
+ *                    and - for ops never queued);    load; futex wait)       release -> the
+ *                    slot_done() (release -, under                           caller's acquire:
+ *                    k->lock, reader or caller)                              the op's result
+ *   w->has_err,      wait_error() (acq_rel CAS; the  the caller (acquire),   the CAS, then
+ *   *w->err          winner writes the message)      after left reads 0      left's release ->
+ *                                                                            acquire
+ *   op->code, dst,   on_result() (the reader, under  the caller, after left  as w->left
+ *   dst_len          k->lock); fail_pending();       reads 0
+ *                    the caller (before queueing,
+ *                    one-sided, or a withdrawal
+ *                    under k->lock)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -567,24 +606,11 @@ static bool read_one_sided(struct coord_psc *p, struct coord_ps_op *op)
 
 /* ---- running a batch ------------------------------------------------------------------ */
 
-int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, struct coord_error *err)
+/* rdma: READs one-sided where they can (no ps CPU); a delete through
+ * us forgets its map (its registration goes with it). */
+static void run_one_sided(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, uint32_t *slot,
+			  struct psc_wait *w)
 {
-	struct psc_wait w = { .err = err };
-	uint32_t small[16], *slot = small;
-	uint64_t deadline, t0;
-	int first = 0;
-
-	if (n > 16 && !(slot = malloc(n * sizeof(*slot))))
-		return coord_seterr(err, COORD_ENOMEM, "no memory");
-	/* Relaxed: nobody else sees w before the ops are queued (under lock). */
-	atomic_store_explicit(&w.left, n, memory_order_relaxed);
-	for (unsigned i = 0; i < n; i++) {
-		ops[i].code = 1; /* not answered */
-		ops[i].dst_len = 0;
-		slot[i] = UINT32_MAX;
-	}
-	/* rdma: READs one-sided where they can (no ps CPU); a delete through
-	 * us forgets its map (its registration goes with it). */
 	for (unsigned i = 0; p->rdma && i < n; i++) {
 		if (ops[i].task >= p->nps)
 			continue;
@@ -599,57 +625,67 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 		if (ops[i].op == COORD_PS_READ && read_one_sided(p, &ops[i])) {
 			slot[i] = SLOT_DONE; /* done: nothing to send */
 			/* Relaxed: our own counter, nobody waits on it yet. */
-			atomic_fetch_sub_explicit(&w.left, 1, memory_order_relaxed);
+			atomic_fetch_sub_explicit(&w->left, 1, memory_order_relaxed);
 		}
 	}
-	for (unsigned t = 0; t < p->nps; t++) {
-		struct psc_conn *k = &p->conns[t];
-		bool any = false;
-		struct coord_error e;
-		int r;
+}
 
-		for (unsigned i = 0; i < n && !any; i++)
-			any = ops[i].task == t && slot[i] != SLOT_DONE;
-		if (!any)
+/* Queue and send the ops of @ops for ps task @t that are still to go
+ * (not done one-sided); an op that cannot go is answered with its error. */
+static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *ops, unsigned n,
+			 uint32_t *slot, struct psc_wait *w)
+{
+	struct psc_conn *k = &p->conns[t];
+	bool any = false;
+	struct coord_error e;
+	int r;
+
+	for (unsigned i = 0; i < n && !any; i++)
+		any = ops[i].task == t && slot[i] != SLOT_DONE;
+	if (!any)
+		return;
+	r = conn_up(k, &e);
+	pthread_mutex_lock(&k->lock);
+	for (unsigned i = 0; i < n; i++) {
+		if (ops[i].task != t || slot[i] == SLOT_DONE)
 			continue;
-		r = conn_up(k, &e);
-		pthread_mutex_lock(&k->lock);
-		for (unsigned i = 0; i < n; i++) {
-			if (ops[i].task != t || slot[i] == SLOT_DONE)
-				continue;
-			if (r == 0 && !k->up)
-				r = coord_seterr(&e, COORD_EUNAVAILABLE,
-						 "ps task %u (%s) unavailable: %s", t, k->addr,
-						 k->why);
-			if (r == 0) {
-				int q = queue_op(k, &ops[i], &w, &slot[i]);
+		if (r == 0 && !k->up)
+			r = coord_seterr(&e, COORD_EUNAVAILABLE, "ps task %u (%s) unavailable: %s",
+					 t, k->addr, k->why);
+		if (r == 0) {
+			int q = queue_op(k, &ops[i], w, &slot[i]);
 
-				if (q == 0)
-					continue;
-				coord_seterr(&e, q,
-					     q == COORD_EINVAL
-						     ? "variable operation larger than a frame "
-						       "(max_frame): split it"
-						     : "no memory for a variable operation");
-				ops[i].code = q;
-				wait_error(&w, q, e.msg, strlen(e.msg));
-			} else {
-				ops[i].code = r;
-				wait_error(&w, r, e.msg, strlen(e.msg));
-			}
-			/* Relaxed: our own counter, nobody waits on it yet. */
-			atomic_fetch_sub_explicit(&w.left, 1, memory_order_relaxed);
+			if (q == 0)
+				continue;
+			coord_seterr(&e, q,
+				     q == COORD_EINVAL ? "variable operation larger than a frame "
+							 "(max_frame): split it"
+						       : "no memory for a variable operation");
+			ops[i].code = q;
+			wait_error(w, q, e.msg, strlen(e.msg));
+		} else {
+			ops[i].code = r;
+			wait_error(w, r, e.msg, strlen(e.msg));
 		}
-		flush(k);
-		pthread_mutex_unlock(&k->lock);
+		/* Relaxed: our own counter, nobody waits on it yet. */
+		atomic_fetch_sub_explicit(&w->left, 1, memory_order_relaxed);
 	}
-	/* Wait for the replies: spin briefly, then sleep on the futex. */
-	t0 = coord_now_ns();
-	deadline = coord_deadline((int64_t)p->op_timeout_ms * 1000000);
+	flush(k);
+	pthread_mutex_unlock(&k->lock);
+}
+
+/* Wait for the replies: spin briefly, then sleep on the futex; at the
+ * deadline, withdraw what is still pending. */
+static void wait_replies(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
+			 const uint32_t *slot, struct psc_wait *w)
+{
+	uint64_t t0 = coord_now_ns(),
+		 deadline = coord_deadline((int64_t)p->op_timeout_ms * 1000000);
+
 	for (unsigned step = 0;; step++) {
 		/* Acquire: pairs with the release in slot_done(): results are
 		 * in place once left reads 0. */
-		uint32_t v = atomic_load_explicit(&w.left, memory_order_acquire);
+		uint32_t v = atomic_load_explicit(&w->left, memory_order_acquire);
 
 		if (v == 0)
 			break;
@@ -657,7 +693,7 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 			coord_spin_pause(step);
 			continue;
 		}
-		if (coord_futex_wait(&w.left, v, deadline) == -ETIMEDOUT) {
+		if (coord_futex_wait(&w->left, v, deadline) == -ETIMEDOUT) {
 			/* Withdraw what is still pending, under each lock, so
 			 * no reader touches w after we return. */
 			for (unsigned i = 0; i < n; i++) {
@@ -666,9 +702,9 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 				if (slot[i] == UINT32_MAX || slot[i] == SLOT_DONE)
 					continue;
 				pthread_mutex_lock(&k->lock);
-				if (k->slots[slot[i]].w == &w && k->slots[slot[i]].op == &ops[i]) {
+				if (k->slots[slot[i]].w == w && k->slots[slot[i]].op == &ops[i]) {
 					ops[i].code = COORD_ETIMEDOUT;
-					wait_error(&w, COORD_ETIMEDOUT,
+					wait_error(w, COORD_ETIMEDOUT,
 						   "no reply from the ps in time", 28);
 					slot_done(k, slot[i]);
 				}
@@ -676,6 +712,27 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 			}
 		}
 	}
+}
+
+int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, struct coord_error *err)
+{
+	struct psc_wait w = { .err = err };
+	uint32_t small[16], *slot = small;
+	int first = 0;
+
+	if (n > 16 && !(slot = malloc(n * sizeof(*slot))))
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	/* Relaxed: nobody else sees w before the ops are queued (under lock). */
+	atomic_store_explicit(&w.left, n, memory_order_relaxed);
+	for (unsigned i = 0; i < n; i++) {
+		ops[i].code = 1; /* not answered */
+		ops[i].dst_len = 0;
+		slot[i] = UINT32_MAX;
+	}
+	run_one_sided(p, ops, n, slot, &w);
+	for (unsigned t = 0; t < p->nps; t++)
+		send_to_task(p, t, ops, n, slot, &w);
+	wait_replies(p, ops, n, slot, &w);
 	if (slot != small)
 		free(slot);
 	for (unsigned i = 0; i < n && !first; i++)

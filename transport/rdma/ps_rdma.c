@@ -181,7 +181,7 @@ int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64
 {
 	size_t bytes = n * sizeof(float), tail = (bytes + 7) & ~(size_t)7;
 	bool whole = m->block_len <= PSR_BUF_LEN && m->block_len <= bytes + COORD_PSR_WHOLE_SLACK;
-	/* S2: done first, the data, begun last; one READ of the whole block
+	/* varstore.c SNAP2: done first, the data, begun last; one READ of the whole block
 	 * (its bytes in address order) or a chain of three (in order). */
 	struct coord_rdma_rseg seg[3] = {
 		{ .loff = 0, .raddr = m->block_addr, .rkey = m->rkey, .len = 8 },
@@ -220,7 +220,7 @@ int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64
 			break;
 		if (ld64(r->buf) == ld64(begun)) {
 			memcpy(dst, data, bytes);
-			break; /* S2: no write overlapped the data */
+			break; /* varstore.c SNAP2: no write overlapped the data */
 		}
 		rc = -EAGAIN;
 	}

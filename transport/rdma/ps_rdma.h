@@ -34,7 +34,8 @@ struct coord_psr;
  * READ when the block is at most this many bytes more than the range (and
  * fits the bounce buffer); else the range, between its counts, in three. */
 #define COORD_PSR_WHOLE_SLACK 4096u
-/* Snapshots tried before a read goes two-sided (S2: a writer kept overlapping). */
+/* Snapshots tried before a read goes two-sided (varstore.c SNAP2: a writer kept
+ * overlapping). */
 #define COORD_PSR_TRIES 8
 
 /**
@@ -57,8 +58,8 @@ COORD_HIDDEN int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h,
 				const uint8_t **payload);
 /*
  * coord_psr_read_var() - read floats [@off, @off + @n) of the variable
- * @m maps into @dst with RDMA READs: a snapshot between two writes (S2), up
- * to COORD_PSR_TRIES attempts.  Return: 0; -EAGAIN no valid snapshot (a
+ * @m maps into @dst with RDMA READs: a snapshot between two writes
+ * (varstore.c SNAP2), up to COORD_PSR_TRIES attempts.  Return: 0; -EAGAIN no valid snapshot (a
  * writer kept overlapping, or the variable was deleted): read it two-sided;
  * -E2BIG over COORD_PSR_READ_MAX; -EINVAL outside the variable; -EPIPE /
  * -EIO the channel failed.  *@tries: the attempts made.

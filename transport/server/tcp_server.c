@@ -4,12 +4,12 @@
  * server side of the tcp transport, used by coord-worker, coord-ps and by
  * users' own binaries.
  *
- * A ps server holds one variable store (runtime/varstore.h) and answers
+ * A ps server holds one variable store (runtime/store/varstore.h) and answers
  * VAR_REQ frames from coordinators and workers with one VAR_RES frame each
- * (runtime/ps.h has the operations).  A worker server learns where the ps
+ * (runtime/ps/ps.h has the operations).  A worker server learns where the ps
  * tasks are from its coordinator's PS_TABLE frame; the connections of one
  * process that name the same ps tasks share one client of them
- * (transport/ps_client.c), so their requests share frames.
+ * (transport/psclient/ps_client.c), so their requests share frames.
  *
  * Threading: a small pool of threads per process serves every connection
  * through one epoll set, instead of a thread per connection.  A connection
@@ -65,7 +65,51 @@
  *       the holder, reading EOF with `stalled` set, sends the ERROR frame
  *       and closes.
  *
- * Hostile input: every frame goes through the checked decoder (wire.c); a
+ * Synchronization: the shared fields of a connection (struct conn) and of
+ * the server (struct srv), who writes them, who reads them, and what orders
+ * the two.  The holder is the one thread that serves a connection now (P1);
+ * the acceptor thread is also the watchdog (P2, P4, P5).
+ *   field            written by (how)                read by (how)           order
+ *   k->fd, k->s      accept_one(), before the        everyone (plain)        thread creation;
+ *                    handshake thread starts                                 immutable after
+ *   k->rd, k->p,     the holder (plain)              the holder              P1: held's release
+ *   k->polled                                                                -> acquire (epoll
+ *                                                                            hands it over)
+ *   k->held          the holder (acquire exchange    the next holder         P1
+ *                    to take, release store after
+ *                    the re-arm)
+ *   k->held_since    the holder (relaxed)            the watchdog (relaxed)  none: a hint (P5;
+ *                                                                            a stale read costs
+ *                                                                            one PONG)
+ *   k->last_sent_ns  senders, under send_lock        the watchdog (relaxed,  send_lock for the
+ *                    (relaxed)                       before its trylock)     sends; the read is a
+ *                                                                            hint (P5)
+ *   k->p.hb_ms       the holder, from the PING       the watchdog (relaxed)  none: a hint (P5)
+ *                    (relaxed, srv_proto.c)
+ *   socket writes    the holder and the watchdog     -                       send_lock (P5)
+ *   k->partial_      the holder (relaxed)            the watchdog (relaxed)  none: a hint; the
+ *   deadline                                                                 holder decides (P4)
+ *   k->stalled       the watchdog (relaxed           the holder (relaxed),   the kernel: the
+ *                    exchange, then shutdown(RD))    after it reads EOF      shutdown before EOF
+ *   k->hs_done       the handshake thread (release)  reap() (acquire)        P3; then the join
+ *   k->done          conn_finish() (release)         reap() (acquire)        P3
+ *   k->next,         accept_one(), reap() (under     watch(), reap() (under  s->base.lock
+ *   s->conns         s->base.lock)                   s->base.lock)
+ *   k->joined        reap() (acceptor)               reap()                  one thread
+ *   s->threads,      pool_spawn() (acceptor)         watch(), serve()'s      one thread
+ *   nthreads,                                        joins (acceptor)
+ *   capthreads
+ *   t->busy_since    its pool thread (relaxed)       the watchdog (relaxed)  none: a hint (P2)
+ *   s->waiting       pool threads (relaxed RMW)      the watchdog, pool      none: a hint (P2);
+ *                                                    threads (relaxed)       epoll hands over
+ *   s->parked,       park(), pool_spawn() (under     the same                park_lock (and
+ *   s->tokens        park_lock)                                              park_cv)
+ *   s->stopping      serve() at stop (relaxed)       conn_serve(), park()    the stop eventfd
+ *                                                    (relaxed)               (epoll) and the
+ *                                                                            broadcast under
+ *                                                                            park_lock; joins
+ *
+ * Hostile input: every frame goes through the checked decoder (transport/wire/wire.c); a
  * frame that fails it, an unknown frame type, a function table that does
  * not parse, or a peer that stalls mid-frame closes that connection with an
  * ERROR frame and a logged reason.  Nothing a peer sends can stop the
