@@ -34,16 +34,6 @@
 
 #include "runtime/store/ckpt_pvt.h"
 
-static bool shape_eq(const struct coord_var *v, unsigned ndim, const uint64_t *dims)
-{
-	if (v->ndim != ndim)
-		return false;
-	for (unsigned d = 0; d < ndim; d++)
-		if (v->dims[d] != dims[d])
-			return false;
-	return true;
-}
-
 /* --- staging: a restore built unpublished, then committed whole --------------- */
 
 /*
@@ -134,7 +124,7 @@ static int stage_check_locked(struct coord_varstore *vs, const struct coord_ckpt
 	for (uint32_t i = 0; i < st->n; i++) {
 		struct coord_var *v = st->vars[i], *old = coord_vs_find_locked(vs, v->name);
 
-		if (old && !shape_eq(old, v->ndim, v->dims)) {
+		if (old && !coord_vs_same_shape(old, v->ndim, v->dims)) {
 			char have[96], want[96];
 
 			coord_vs_fmt_shape(have, sizeof(have), old->ndim, old->dims);
@@ -167,7 +157,7 @@ static void stage_commit_locked(struct coord_varstore *vs, struct coord_ckpt_sta
 		struct coord_var *v = st->vars[i], *old = coord_vs_find_locked(vs, v->name);
 
 		if (old) {
-			if (!shape_eq(old, v->ndim, v->dims))
+			if (!coord_vs_same_shape(old, v->ndim, v->dims))
 				coord_die("checkpoint restore: a shape changed after its checks",
 					  EEXIST);
 			coord_vs_lock(old, 0, old->nstripes - 1);
@@ -209,7 +199,7 @@ int coord_ckpt_create_check_locked(struct coord_varstore *vs, const char *name, 
 				    name);
 	snprintf(key.name, sizeof(key.name), "%s", name);
 	hit = bsearch(&kp, st->vars, st->n, sizeof(*st->vars), cmp_var);
-	if (hit && !shape_eq(*hit, ndim, dims)) {
+	if (hit && !coord_vs_same_shape(*hit, ndim, dims)) {
 		char have[96], want[96];
 
 		coord_vs_fmt_shape(have, sizeof(have), (*hit)->ndim, (*hit)->dims);

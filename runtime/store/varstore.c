@@ -414,7 +414,7 @@ int coord_vs_var_alloc(const char *name, unsigned ndim, const uint64_t *dims,
 	return 0;
 }
 
-static bool same_shape(const struct coord_var *v, unsigned ndim, const uint64_t *dims)
+bool coord_vs_same_shape(const struct coord_var *v, unsigned ndim, const uint64_t *dims)
 {
 	if (v->ndim != ndim)
 		return false;
@@ -461,7 +461,7 @@ int coord_varstore_var_create(struct coord_varstore *vs, const char *name, unsig
 
 		pthread_mutex_unlock(&vs->names_lock);
 		coord_vs_var_free(v);
-		if (!same_shape(old, ndim, dims)) {
+		if (!coord_vs_same_shape(old, ndim, dims)) {
 			coord_vs_fmt_shape(have, sizeof(have), old->ndim, old->dims);
 			coord_vs_fmt_shape(want, sizeof(want), ndim, dims);
 			return coord_seterr(err, -EEXIST,

@@ -557,6 +557,9 @@ COORD_HIDDEN int coord_ckpt_create_check_locked(struct coord_varstore *vs, const
 COORD_HIDDEN void coord_ckpt_fini(struct coord_varstore *vs);
 /* The variable of @id if published (deleted or not), else NULL.  Any thread. */
 COORD_HIDDEN struct coord_var *coord_vs_get(struct coord_varstore *vs, uint32_t id);
+/* Is @v of shape @ndim x @dims? */
+COORD_HIDDEN bool coord_vs_same_shape(const struct coord_var *v, unsigned ndim,
+				      const uint64_t *dims);
 /* The live variable named @name, or NULL.  Caller holds vs->names_lock. */
 COORD_HIDDEN struct coord_var *coord_vs_find_locked(struct coord_varstore *vs, const char *name);
 /* Check a name / a shape; 0 or -EINVAL with a message in @err. */

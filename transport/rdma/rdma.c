@@ -1071,25 +1071,31 @@ static void rdma_wake(struct coord *c)
 			(void)!write(t->loops[i].efd, &one, sizeof(one));
 }
 
+/* Stopping, or a CANCEL to send (S3): wake every loop, armed or not. */
+static void rdma_wake_all(struct rdma_tp *t)
+{
+	uint64_t one = 1;
+
+	for (unsigned i = 0; i < t->nloops; i++)
+		(void)!write(t->loops[i].efd, &one, sizeof(one));
+}
+
 /* ops->cancel (S3): every loop sends its CANCEL frames now (cancel_send()). */
 static void rdma_cancel(struct coord *c)
 {
 	struct rdma_tp *t = c->tp_state;
-	uint64_t one = 1;
 
-	for (unsigned i = 0; t && i < t->nloops; i++)
-		(void)!write(t->loops[i].efd, &one, sizeof(one));
+	if (t)
+		rdma_wake_all(t);
 }
 
 static void rdma_stop(struct coord *c)
 {
 	struct rdma_tp *t = c->tp_state;
-	uint64_t one = 1;
 
 	if (!t)
 		return;
-	for (unsigned i = 0; i < t->nloops; i++)
-		(void)!write(t->loops[i].efd, &one, sizeof(one));
+	rdma_wake_all(t);
 	for (unsigned i = 0; i < t->nloops; i++)
 		if (t->loops[i].started)
 			pthread_join(t->loops[i].thread, NULL);
