@@ -144,52 +144,14 @@ static pid_t procs[NPROC];
 static unsigned ports[NPROC];
 static bool stopped[NPROC]; /* SIGSTOPped: SIGCONT before any SIGTERM */
 
-/*
- * Start worker @i listening on @port (0: any) and wait for its "listening
- * on port P" line.  The main thread forks every worker: PR_SET_PDEATHSIG
- * fires when the forking thread exits, and the main thread outlives them.
- */
+/* Start worker @i listening on @port (0: any); the main thread forks every
+ * worker (bench_worker_spawn()), and it outlives them. */
 static int worker_start(unsigned i, unsigned port)
 {
-	char line[128] = "", listen[32];
-	struct pollfd p;
-	int fd[2];
-	pid_t pid;
-	FILE *f;
+	int pid;
 
-	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
-	if (pipe2(fd, O_CLOEXEC) < 0)
+	if (bench_worker_spawn(worker_bin, worker_fns, port, &pid, &ports[i]) < 0)
 		return -1;
-	pid = fork();
-	if (pid < 0) {
-		close(fd[0]);
-		close(fd[1]);
-		return -1;
-	}
-	if (pid == 0) {
-		/* die with the bench; only async-signal-safe calls before exec */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(fd[1], 1);
-		execl(worker_bin, worker_bin, "--fns", worker_fns, "--listen", listen, "--log",
-		      "error", (char *)NULL);
-		_exit(127);
-	}
-	close(fd[1]);
-	/* Bounded: the worker prints its port at once or exits (EOF). */
-	p.fd = fd[0];
-	p.events = POLLIN;
-	f = fdopen(fd[0], "r");
-	if (!f || poll(&p, 1, 20000) != 1 || !fgets(line, sizeof(line), f) ||
-	    sscanf(line, "coord-worker listening on port %u", &ports[i]) != 1) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		if (f)
-			fclose(f);
-		else
-			close(fd[0]);
-		return -1;
-	}
-	fclose(f);
 	procs[i] = pid;
 	return 0;
 }

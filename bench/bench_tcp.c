@@ -274,44 +274,11 @@ static unsigned ports[MAX_PROCS], nprocs;
 
 static int worker_start(const char *bin, const char *fns)
 {
-	char line[128] = "";
-	struct pollfd p;
-	int fd[2];
-	pid_t pid;
-	FILE *f;
+	int pid;
 
-	if (pipe(fd) < 0)
+	if (bench_worker_spawn(bin, fns, 0, &pid, &ports[nprocs]) < 0)
 		return -1;
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		/* die with the bench */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(fd[1], 1);
-		close(fd[0]);
-		close(fd[1]);
-		execl(bin, bin, "--fns", fns, "--listen", "127.0.0.1:0", "--log", "error",
-		      (char *)NULL);
-		_exit(127);
-	}
-	close(fd[1]);
-	procs[nprocs] = pid;
-	/* Bounded: the worker prints its port at once or exits (EOF). */
-	p.fd = fd[0];
-	p.events = POLLIN;
-	f = fdopen(fd[0], "r");
-	if (!f || poll(&p, 1, 20000) != 1 || !fgets(line, sizeof(line), f) ||
-	    sscanf(line, "coord-worker listening on port %u", &ports[nprocs]) != 1) {
-		fprintf(stderr, "bench_tcp: %s did not start (%s)\n", bin, line);
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		if (f)
-			fclose(f);
-		return -1;
-	}
-	fclose(f);
-	nprocs++;
+	procs[nprocs++] = pid;
 	return 0;
 }
 

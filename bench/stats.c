@@ -2,13 +2,16 @@
 /*
  * bench/stats.c - see stats.h.
  */
+#include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -394,4 +397,50 @@ void bench_reap(int pid)
 		}
 		nanosleep(&ms, NULL);
 	}
+}
+
+int bench_worker_spawn(const char *bin, const char *fns, unsigned port, int *pid,
+		       unsigned *port_out)
+{
+	char line[128] = "", listen[32];
+	struct pollfd p;
+	int fd[2];
+	pid_t child;
+	FILE *f;
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+	if (pipe2(fd, O_CLOEXEC) < 0)
+		return -1;
+	child = fork();
+	if (child < 0) {
+		close(fd[0]);
+		close(fd[1]);
+		return -1;
+	}
+	if (child == 0) {
+		/* die with the bench; only async-signal-safe calls before exec */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(fd[1], 1);
+		execl(bin, bin, "--fns", fns, "--listen", listen, "--log", "error", (char *)NULL);
+		_exit(127);
+	}
+	close(fd[1]);
+	/* Bounded: the worker prints its port at once or exits (EOF). */
+	p.fd = fd[0];
+	p.events = POLLIN;
+	f = fdopen(fd[0], "r");
+	if (!f || poll(&p, 1, 20000) != 1 || !fgets(line, sizeof(line), f) ||
+	    sscanf(line, "coord-worker listening on port %u", port_out) != 1) {
+		fprintf(stderr, "bench: %s did not start (%s)\n", bin, line);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		if (f)
+			fclose(f);
+		else
+			close(fd[0]);
+		return -1;
+	}
+	fclose(f);
+	*pid = child;
+	return 0;
 }

@@ -153,6 +153,17 @@ int bench_exit_code(void);
 /* bench_reap() - SIGTERM @pid, wait up to 5 s, then SIGKILL it; reaped. */
 void bench_reap(int pid);
 
+/*
+ * bench_worker_spawn() - fork and exec a coord-worker (@bin, serving the
+ * functions of @fns) listening on 127.0.0.1:@port (0: any), and wait (20 s
+ * at most) for its "coord-worker listening on port P" line.  The child
+ * dies with the thread that forked it (PR_SET_PDEATHSIG): fork from a
+ * thread that outlives the workers.  Return: 0 with *@pid and *@port_out
+ * set; -1 (with a line on stderr) when it did not start, nothing left.
+ */
+int bench_worker_spawn(const char *bin, const char *fns, unsigned port, int *pid,
+		       unsigned *port_out);
+
 /* bench_met() - "met" / "not_met" for a target in a SUMMARY line. */
 static inline const char *bench_met(bool met)
 {
