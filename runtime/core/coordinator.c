@@ -263,13 +263,104 @@ static int disp_init(struct coord *c)
 	return 0;
 }
 
+/* The closure queue's memory: the ring, the closure pool with its cache
+ * and spill ring, the buffer classes.  0 or a negative code, nothing left. */
+static int queue_mem_init(struct coord *c)
+{
+	size_t cap = c->unbounded ? COORD_RING_DEFAULT : c->opts.ring_capacity;
+	int r = coord_ring_init_wide(&c->ring, cap);
+
+	if (r < 0)
+		return r;
+	r = coord_pool_create(sizeof(struct coord_closure), 12, 4096, closure_init, c,
+			      &c->closures);
+	if (r < 0)
+		goto err_ring;
+	r = coord_pool_cache_init(c->closures, COORD_CLOSURE_CACHE);
+	/* Free closures beyond the cache (a backlog drained, handles dropped
+	 * at once): as many as the ring holds, then the pool's list. */
+	if (r == 0)
+		r = coord_pool_spill_init(c->closures, cap);
+	if (r == 0)
+		r = coord_bufs_init(&c->bufs);
+	if (r == 0)
+		return 0;
+	coord_pool_destroy(c->closures);
+err_ring:
+	coord_ring_fini(&c->ring);
+	return r;
+}
+
+static void queue_mem_fini(struct coord *c)
+{
+	coord_bufs_fini(&c->bufs);
+	coord_pool_destroy(c->closures);
+	coord_ring_fini(&c->ring);
+}
+
+/* *@out: a zeroed coordinator for transport @t with options @opts and @nw
+ * workers, its queue's memory made.  0, or a negative code with @err set. */
+static int coord_alloc(const struct coord_transport *t, const struct coord_opts *opts, unsigned nw,
+		       struct coord **out, struct coord_error *err)
+{
+	struct coord *c;
+	int r;
+
+	c = aligned_alloc(CACHELINE, (sizeof(*c) + CACHELINE - 1) & ~(size_t)(CACHELINE - 1));
+	if (!c)
+		return coord_seterr(err, COORD_ENOMEM, "no memory for a coordinator");
+	memset(c, 0, sizeof(*c));
+	c->opts = *opts;
+	c->reg = opts->registry;
+	c->tp = t->tp;
+	c->ps_ops = t->ps;
+	c->nworkers = nw;
+	opts_from_env(&c->opts);
+	c->unbounded = opts->ring_capacity == 0;
+	if (c->unbounded)
+		coord_log(COORD_LOG_WARN,
+			  "ring capacity 0: the closure queue is unbounded; "
+			  "schedule() never blocks and memory grows with the backlog (S14)");
+	r = queue_mem_init(c);
+	if (r < 0) {
+		free(c);
+		return coord_seterr(err, r, "cannot make the closure queue: %s", coord_strerror(r));
+	}
+	pthread_mutex_init(&c->ov_lock, NULL);
+	*out = c;
+	return 0;
+}
+
+/* Start what runs: the ps client, the recovery thread (S10), the
+ * transport's threads.  0, or a negative code with nothing of them left. */
+static int coord_start(struct coord *c, const struct coord_spec *spec, struct coord_error *err)
+{
+	int r = c->ps_ops->setup(c, spec, err); /* before start: tcp tells workers */
+
+	if (r < 0)
+		return r;
+	/* The slow path (S10), if any, before the transport's threads start:
+	 * they read c->recovery when they lose a worker (coord_worker_lost()),
+	 * and every worker is UP until then, so the thread waits idle. */
+	r = coord_recovery_start(c, err);
+	if (r < 0)
+		return r;
+	c->spec = spec;
+	r = c->tp->start(c, err);
+	c->spec = NULL;
+	if (r < 0) {
+		coord_recovery_stop(c);
+		coord_recovery_free(c); /* start joined its threads */
+	}
+	return r;
+}
+
 int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, struct coord **out,
 		 struct coord_error *err)
 {
 	const struct coord_transport *t;
-	const struct coord_tp_ops *tp;
 	struct coord_opts o; /* @opts as this library's struct (runtime/util/abi.h) */
-	struct coord *c;
+	struct coord *c = NULL;
 	unsigned nw;
 	int r;
 
@@ -288,71 +379,21 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	r = opts_check(spec, opts, &nw, err);
 	if (r < 0)
 		return r;
-	c = aligned_alloc(CACHELINE, (sizeof(*c) + CACHELINE - 1) & ~(size_t)(CACHELINE - 1));
-	if (!c)
-		return coord_seterr(err, COORD_ENOMEM, "no memory for a coordinator");
-	memset(c, 0, sizeof(*c));
-	c->opts = *opts;
-	c->reg = opts->registry;
-	tp = t->tp;
-	c->tp = tp;
-	c->ps_ops = t->ps;
-	c->nworkers = nw;
-	opts_from_env(&c->opts);
-	c->unbounded = opts->ring_capacity == 0;
-	pthread_mutex_init(&c->ov_lock, NULL);
-	if (c->unbounded)
-		coord_log(COORD_LOG_WARN,
-			  "ring capacity 0: the closure queue is unbounded; "
-			  "schedule() never blocks and memory grows with the backlog (S14)");
-	r = coord_ring_init_wide(&c->ring, c->unbounded ? COORD_RING_DEFAULT : opts->ring_capacity);
+	r = coord_alloc(t, opts, nw, &c, err);
 	if (r < 0)
-		goto err_free;
-	r = coord_pool_create(sizeof(struct coord_closure), 12, 4096, closure_init, c,
-			      &c->closures);
-	if (r < 0)
-		goto err_ring;
-	r = coord_pool_cache_init(c->closures, COORD_CLOSURE_CACHE);
-	if (r < 0)
-		goto err_pool;
-	/* Free closures beyond the cache (a backlog drained, handles dropped
-	 * at once): as many as the ring holds, then the pool's list. */
-	r = coord_pool_spill_init(c->closures,
-				  c->unbounded ? COORD_RING_DEFAULT : opts->ring_capacity);
-	if (r < 0)
-		goto err_pool;
-	r = coord_bufs_init(&c->bufs);
-	if (r < 0)
-		goto err_pool;
+		return r;
 	r = workers_init(c, nw);
 	if (r < 0)
-		goto err_bufs;
+		goto err_mem;
 	r = disp_init(c);
 	if (r < 0 && !c->disp)
 		goto err_workers;
-	if (r < 0)
-		goto err_disp;
-	r = c->ps_ops->setup(c, spec, err); /* before start: tcp tells workers */
-	if (r < 0)
-		goto err_disp;
-	/* The slow path (S10), if any, before the transport's threads start:
-	 * they read c->recovery when they lose a worker (coord_worker_lost()),
-	 * and every worker is UP until then, so the thread waits idle. */
-	r = coord_recovery_start(c, err);
-	if (r < 0)
-		goto err_disp;
-	c->spec = spec;
-	r = tp->start(c, err);
-	c->spec = NULL;
-	if (r < 0) {
-		coord_recovery_stop(c);
-		coord_recovery_free(c); /* start joined its threads */
-		goto err_disp;
+	if (r == 0)
+		r = coord_start(c, spec, err);
+	if (r == 0) {
+		*out = c;
+		return 0;
 	}
-	*out = c;
-	return 0;
-
-err_disp:
 	c->ps_ops->destroy(c->ps);
 	for (unsigned i = 0; i < c->ndisp; i++) {
 		free(c->disp[i].local);
@@ -361,13 +402,8 @@ err_disp:
 	free(c->disp);
 err_workers:
 	free(c->workers);
-err_bufs:
-	coord_bufs_fini(&c->bufs);
-err_pool:
-	coord_pool_destroy(c->closures);
-err_ring:
-	coord_ring_fini(&c->ring);
-err_free:
+err_mem:
+	queue_mem_fini(c);
 	pthread_mutex_destroy(&c->ov_lock);
 	free(c);
 	if (r == COORD_ENOMEM)
