@@ -65,8 +65,8 @@ static int ckpt_begin(struct coord_ps *ps, const char *dir, struct coord_ps_op *
 /* SAVE on every task, recording the layout (task i of nps). */
 static int save(struct coord_ps *ps, const char *dir, uint64_t step, struct coord_error *err)
 {
-	uint8_t(*res)[COORD_PS_PREP_MAX];
-	struct coord_ps_op *ops;
+	uint8_t(*res)[COORD_PS_PREP_MAX] = NULL;
+	struct coord_ps_op *ops = NULL;
 	int r = ckpt_begin(ps, dir, &ops, &res, err);
 
 	if (r < 0)
@@ -141,8 +141,8 @@ static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_
 		   struct coord_error *err)
 {
 	static _Atomic uint32_t seq;
-	uint8_t(*res)[COORD_PS_PREP_MAX];
-	struct coord_ps_op *ops;
+	uint8_t(*res)[COORD_PS_PREP_MAX] = NULL;
+	struct coord_ps_op *ops = NULL;
 	unsigned n = ps ? ps->nps : 0;
 	uint64_t step = 0, latest = 0;
 	uint32_t nonce, total = 0, oldn = 0;

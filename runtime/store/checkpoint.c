@@ -578,7 +578,7 @@ out:
 int coord_varstore_save(struct coord_varstore *vs, const char *dir, uint64_t step,
 			struct coord_error *err)
 {
-	int dfd, ret;
+	int dfd = -1, ret;
 
 	if (!vs)
 		return coord_seterr(err, -EINVAL, "checkpoint save: NULL store");
