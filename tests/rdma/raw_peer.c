@@ -29,8 +29,8 @@ static int raw_wait(struct t_raw_peer *rp, enum rdma_cm_event_type want, int wai
 	return ok ? 0 : -EPROTO;
 }
 
-int t_raw_connect(struct t_raw_peer *rp, const char *ip, unsigned port, uint32_t nrecv,
-		  uint32_t posted, int wait_ms)
+int t_raw_connect_start(struct t_raw_peer *rp, const char *ip, unsigned port, uint32_t nrecv,
+			uint32_t posted, int wait_ms)
 {
 	struct ibv_qp_init_attr qa = {
 		.qp_type = IBV_QPT_RC,
@@ -77,7 +77,15 @@ int t_raw_connect(struct t_raw_peer *rp, const char *ip, unsigned port, uint32_t
 	}
 	if (rdma_connect(rp->id, &cp))
 		return -errno;
-	return raw_wait(rp, RDMA_CM_EVENT_ESTABLISHED, wait_ms);
+	return 0;
+}
+
+int t_raw_connect(struct t_raw_peer *rp, const char *ip, unsigned port, uint32_t nrecv,
+		  uint32_t posted, int wait_ms)
+{
+	int r = t_raw_connect_start(rp, ip, port, nrecv, posted, wait_ms);
+
+	return r ? r : raw_wait(rp, RDMA_CM_EVENT_ESTABLISHED, wait_ms);
 }
 
 int t_raw_send(struct t_raw_peer *rp, const void *p, size_t len, int wait_ms)

@@ -35,6 +35,12 @@ struct t_raw_peer {
  */
 int t_raw_connect(struct t_raw_peer *rp, const char *ip, unsigned port, uint32_t nrecv,
 		  uint32_t posted, int wait_ms);
+/* t_raw_connect_start() - the same up to the connect request, without
+ * reading the reply: librdmacm sends the last message of the connect (the
+ * RTU) only when the reply is read, so the server's accept is held
+ * half-open until its own deadline (or t_raw_close()). */
+int t_raw_connect_start(struct t_raw_peer *rp, const char *ip, unsigned port, uint32_t nrecv,
+			uint32_t posted, int wait_ms);
 /* t_raw_send() - one plain SEND (no immediate: returns no credits) of
  * @len <= T_RAW_BUF bytes; waits (bounded) for its completion.  0 or -errno. */
 int t_raw_send(struct t_raw_peer *rp, const void *p, size_t len, int wait_ms);

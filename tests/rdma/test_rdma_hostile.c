@@ -18,7 +18,13 @@
  * Each must be refused or closed by the server (we see the disconnection)
  * with a reason in its log ($T_SERVER_STDERR), and the healthy coordinator
  * must lose nothing: every closure completes with the right value; then a
- * new coordinator is served by the same process.  Bounded: t_watchdog()
+ * new coordinator is served by the same process.
+ *
+ * And a connect held half-open (the raw peer never reads the server's
+ * reply, so the server's accept waits for its handshake_ms) while a
+ * coordinator with a short heartbeat runs a closure longer than that: the
+ * server's keepalive must go on meanwhile, so the worker is not lost and
+ * the closure runs once (rdma_server.c Q3).  Bounded: t_watchdog()
  * over the run, a deadline on every wait.
  *
  * Without an RDMA device it exits 77 (tests/rdma/suite.txt runs it in the
@@ -31,6 +37,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -323,6 +330,41 @@ static void test_rdma_hostile_peers_refused_healthy_served(void **state)
 	coord_registry_destroy(reg);
 }
 
+static void test_rdma_half_open_accept_keeps_busy_alive(void **state)
+{
+	struct coord_registry *reg = t_registry();
+	struct coord_metrics m;
+	struct t_raw_peer rp;
+	struct coord_opts o;
+	struct coord_rv *rv;
+	struct coord *c;
+	uint32_t us = 3000000; /* within the 5 s the accept is held (handshake_ms) */
+	const void *v;
+	size_t len;
+
+	(void)state;
+	t_reset_counters();
+	t_opts(&o, reg);
+	o.heartbeat_ms = 100;
+	o.heartbeat_misses = 3; /* lost after ~300 ms without a PING's answer */
+	assert_int_equal(t_create(&o, 1, &c, NULL), 0);
+	assert_int_equal(coord_schedule(c, t_fn(c, "sleep_us"), &us, sizeof(us), &rv, NULL), 0);
+	t_sleep_ns(300000000);
+	memset(&rp, 0, sizeof(rp));
+	assert_int_equal(t_raw_connect_start(&rp, t_addr(), t_worker_port(0), 8, 4, WAIT_MS), 0);
+	assert_int_equal(coord_rv_fetch_timeout(rv, 30000000000ll, &v, &len, NULL), 0);
+	t_raw_close(&rp);
+	assert_int_equal(coord_metrics(c, &m, NULL, 0), 0);
+	print_message("half-open accept: losses %" PRIu64 ", put back %" PRIu64 "\n", m.losses,
+		      m.put_back);
+	assert_int_equal(m.losses, 0);
+	assert_int_equal(m.put_back, 0);
+	coord_rv_put(rv);
+	assert_int_equal(coord_join(c, NULL), 0);
+	coord_destroy(c);
+	coord_registry_destroy(reg);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -348,6 +390,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rdma_hostile_peers_refused_healthy_served),
+		cmocka_unit_test(test_rdma_half_open_accept_keeps_busy_alive),
 	};
 	struct coord_error err = { 0 };
 

@@ -7,7 +7,8 @@
  *
  * Threading: the caller's thread is the acceptor: it polls the listener's
  * rdma_cm fd and the stop fd, accepts (rdma_cm, bounded by handshake_ms)
- * and starts one thread per channel.  A channel belongs to one thread (its
+ * and starts one thread per channel; a keeper thread sends the keepalives
+ * (Q3), so that an accept held open by a peer never holds them back.  A channel belongs to one thread (its
  * contract), so that thread does everything on it: the handshake
  * (coord_handshake_server_io(), with deadlines), then frames in order, each
  * served by the engine, whose results go out through
@@ -27,14 +28,18 @@
  *       `stopping`.
  *   Q3  Keepalive (tcp_server.c's P5): while the connection's thread
  *       serves a frame (a long closure, a ps round trip) it cannot answer
- *       the coordinator's PINGs, so the acceptor, between polls, sends an
- *       unsolicited PONG when the thread has been busy for half the
- *       coordinator's heartbeat interval (the token of its first PING) and
- *       nothing was sent meanwhile.  The channel is still used by one
- *       thread at a time (rdma_chan.h): every use of it, by the serving
- *       thread (read, send) or the acceptor (the PONG), holds chan_lock;
- *       the serving thread does not hold it while the engine runs a
- *       closure, and the acceptor only tries it (a holder is alive).
+ *       the coordinator's PINGs, so the keeper thread, every KEEP_TICK_MS,
+ *       sends an unsolicited PONG when the thread has been busy for half
+ *       the coordinator's heartbeat interval (the token of its first PING)
+ *       and nothing was sent meanwhile.  Not the acceptor: it waits up to
+ *       handshake_ms in an accept that a peer can hold half-open.  The
+ *       channel is still used by one thread at a time (rdma_chan.h): every
+ *       use of it, by the serving thread (read, send) or the keeper (the
+ *       PONG), holds chan_lock; the serving thread does not hold it while
+ *       the engine runs a closure, and the keeper only tries it (a holder
+ *       is alive).  The list of connections is the acceptor's and the
+ *       keeper's: both hold list_lock while they walk or change it, so a
+ *       connection the keeper looks at is never freed under it.
  *   Q4  One-sided reads (ps): a MAP op registers a variable's block (its
  *       data between its write counts, varstore.h) for remote reads once (map_lock; the registration
  *       serves every connection, one protection domain per device) and
@@ -59,6 +64,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/ps/ps.h"
 #include "runtime/store/varstore.h"
@@ -68,6 +74,7 @@
 
 #define IDLE_TICK_MS 200 /* an idle connection's thread looks at `stopping` this often */
 #define ACCEPT_TICK_MS 50
+#define KEEP_TICK_MS 10 /* Q3: the keeper looks at every busy connection this often */
 
 struct rsrv;
 
@@ -95,7 +102,9 @@ struct rmap {
 struct rsrv {
 	struct coord_srv *base;
 	_Atomic int stopping;
-	struct rconn *conns; /* acceptor only */
+	pthread_mutex_t list_lock; /* Q3: @conns, the acceptor and the keeper */
+	struct rconn *conns;
+	pthread_t keeper;
 	/* Q4: registrations, shared by every connection (one protection
 	 * domain per device in this process); off the fast path. */
 	pthread_mutex_t map_lock;
@@ -233,9 +242,9 @@ static void conn_free(struct rconn *k)
 /*
  * Q3: an unsolicited PONG for a connection whose thread has served one
  * frame for half the coordinator's heartbeat interval with nothing sent
- * meanwhile.  Acceptor thread; never waits: a PONG fits in one SEND, which
- * credits allow now or not at all (then the connection is busy sending:
- * alive, or its sends will time out).
+ * meanwhile.  Keeper thread, under list_lock; never waits: a PONG fits in
+ * one SEND, which credits allow now or not at all (then the connection is
+ * busy sending: alive, or its sends will time out).
  */
 static void keepalive(struct rconn *k, uint64_t now)
 {
@@ -262,21 +271,52 @@ static void keepalive(struct rconn *k, uint64_t now)
 	pthread_mutex_unlock(&k->chan_lock);
 }
 
-/* Join and free finished connections; with @all, every one (stopping). */
+/* Join and free finished connections; with @all, every one (stopping).
+ * They leave the list under list_lock (Q3) and are joined outside it. */
 static void reap(struct rsrv *rs, bool all)
 {
-	struct rconn **pp = &rs->conns, *k;
+	struct rconn **pp, *k, *dead = NULL;
 
+	pthread_mutex_lock(&rs->list_lock);
+	pp = &rs->conns;
 	while ((k = *pp)) {
 		/* Q1 (acquire): pairs with the release in conn_main(). */
 		if (all || atomic_load_explicit(&k->done, memory_order_acquire)) {
-			pthread_join(k->thread, NULL);
 			*pp = k->next;
-			conn_free(k);
+			k->next = dead;
+			dead = k;
 		} else {
 			pp = &k->next;
 		}
 	}
+	pthread_mutex_unlock(&rs->list_lock);
+	while ((k = dead)) {
+		dead = k->next;
+		pthread_join(k->thread, NULL);
+		conn_free(k);
+	}
+}
+
+/* Q3: the keeper thread, until serving stops. */
+static void *keeper_main(void *arg)
+{
+	struct rsrv *rs = arg;
+	struct timespec tick = { 0, KEEP_TICK_MS * 1000000L };
+
+	/* Relaxed: the flag alone stops the loop; nothing is published with it. */
+	while (!atomic_load_explicit(&rs->stopping, memory_order_relaxed)) {
+		uint64_t now = coord_now_ns();
+
+		pthread_mutex_lock(&rs->list_lock);
+		for (struct rconn *k = rs->conns; k; k = k->next) {
+			/* Q1 (acquire): a finished connection is left to reap(). */
+			if (!atomic_load_explicit(&k->done, memory_order_acquire))
+				keepalive(k, now);
+		}
+		pthread_mutex_unlock(&rs->list_lock);
+		nanosleep(&tick, NULL);
+	}
+	return NULL;
 }
 
 /* Q4: the MAP op (struct coord_srv map_var). */
@@ -409,8 +449,10 @@ static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
 		conn_free(k);
 		return;
 	}
+	pthread_mutex_lock(&rs->list_lock);
 	k->next = rs->conns;
 	rs->conns = k;
+	pthread_mutex_unlock(&rs->list_lock);
 }
 
 int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
@@ -434,6 +476,13 @@ int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
 	r = coord_rdma_listen(o->listen, &ro, &l, &port, err);
 	if (r < 0)
 		return r;
+	pthread_mutex_init(&rs.list_lock, NULL);
+	r = pthread_create(&rs.keeper, NULL, keeper_main, &rs);
+	if (r) {
+		pthread_mutex_destroy(&rs.list_lock);
+		coord_rdma_listener_destroy(l);
+		return coord_seterr(err, -r, "rdma: cannot start the keepalive thread");
+	}
 	pthread_mutex_init(&rs.map_lock, NULL);
 	if (s->role == COORD_ROLE_PS && s->vs) { /* Q4 */
 		s->map_var = map_var;
@@ -460,15 +509,13 @@ int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
 				accept_one(&rs, l);
 		}
 		reap(&rs, false);
-		for (struct rconn *k = rs.conns; k; k = k->next) {
-			/* Q1 (acquire): a finished connection is left to reap(). */
-			if (!atomic_load_explicit(&k->done, memory_order_acquire))
-				keepalive(k, coord_now_ns());
-		}
 	}
-	/* Relaxed: each connection's thread polls it once per idle tick (Q2). */
+	/* Relaxed: each connection's thread polls it once per idle tick (Q2),
+	 * the keeper once per tick (Q3). */
 	atomic_store_explicit(&rs.stopping, 1, memory_order_relaxed);
+	pthread_join(rs.keeper, NULL);
 	reap(&rs, true);
+	pthread_mutex_destroy(&rs.list_lock);
 	s->map_var = NULL;
 	s->unmap_var = NULL;
 	for (unsigned i = 0; i < rs.nmaps; i++) { /* Q4: before the store goes */
