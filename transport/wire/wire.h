@@ -90,7 +90,10 @@
 #include "runtime/util/util.h"
 
 #define COORD_WIRE_MAGIC 0x44524f43u /* "CORD" */
-#define COORD_WIRE_VERSION 1
+/* 2: coord's error codes in their own range (coord/error.h); a version-1
+ * peer (codes that aliased errno values) is refused at the handshake, so no
+ * code is read with the other numbering. */
+#define COORD_WIRE_VERSION 2
 #define COORD_WIRE_HDR 16
 #define COORD_WIRE_NONCE 32
 #define COORD_WIRE_MAC 32
