@@ -2,7 +2,8 @@
 # tests/cli_test.sh VERSION TOOL... - the tools' command line (issue 26):
 # --version prints "NAME VERSION" and exits 0; --help exits 0; no arguments,
 # an unknown option, a stray argument or a missing --spec/--listen print the
-# usage to stderr and exit 2.
+# usage to stderr and exit 2; a --spec file that does not exist is named as
+# one ("No such file or directory", issue 21) and exits 1.
 set -u
 version=$1
 shift
@@ -34,4 +35,10 @@ for t in "$@"; do
 	expect 2 "$t" --log loud
 done
 expect 2 "${@: -1}" --log error  # coord-ps: neither --spec nor --listen
+out=$("${@: -1}" --spec /nonexistent/coord-spec.json --task 0 2>&1)
+rc=$?
+if [ "$rc" != 1 ] || ! grep -q "cannot be opened as a file: No such file or directory" <<<"$out"; then
+	echo "FAIL: coord-ps with a missing --spec file exited $rc: $out"
+	fail=1
+fi
 exit $fail

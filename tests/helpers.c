@@ -30,6 +30,8 @@
  *   var_add     struct t_var_args: [off, off+n) += val through the ctx;
  *               stores its attempt in last_attempt
  *   var_read    struct t_var_args: result = floats [off, off+n)
+ *   var_code    struct t_var_args: reads [off, off+n) and succeeds with the
+ *               read's code as result (int32): what the function saw
  *   var_scatter struct t_var_args (off = row length) + int64 idx[n]:
  *               rows idx[k] += val
  *   var_lookup  args a name: result = { handle, nelem } (uint64 x 2)
@@ -489,6 +491,22 @@ static int f_var_read(struct coord_ctx *ctx, const void *args, size_t len)
 	return r < 0 ? r : coord_ctx_set_result(ctx, v, 4 * a.n);
 }
 
+/* args: struct t_var_args; result: the code of reading [off, off + n). */
+static int f_var_code(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	float v[64];
+	int32_t code;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_code: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_code: n > 64");
+	code = coord_ctx_var_read(ctx, a.var, a.off, a.n, v);
+	return coord_ctx_set_result(ctx, &code, sizeof(code));
+}
+
 /* args: struct t_var_args (pad = reads, n <= 1024); see the table above. */
 static int f_var_uniform(struct coord_ctx *ctx, const void *args, size_t len)
 {
@@ -628,6 +646,7 @@ int t_register(struct coord_registry *r)
 	    coord_registry_add(r, "sleep_attempt", f_sleep_attempt) ||
 	    coord_registry_add(r, "stuck_once", f_stuck_once) ||
 	    coord_registry_add(r, "var_read", f_var_read) ||
+	    coord_registry_add(r, "var_code", f_var_code) ||
 	    coord_registry_add(r, "var_scatter", f_var_scatter) ||
 	    coord_registry_add(r, "var_lookup", f_var_lookup) ||
 	    coord_registry_add(r, "var_batch", f_var_batch) ||

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1687,8 +1689,52 @@ static void test_registry_and_options_errors(void **state)
 	o.closure_timeout_ms = -5;
 	assert_int_equal(coord_create(NULL, &o, &c, &err), COORD_EINVAL);
 	coord_registry_destroy(reg);
-	assert_string_equal(coord_strerror(COORD_ECANCELLED),
-			    "cancelled: the closure was cancelled or its value aborted");
+}
+
+/*
+ * Issue 21: every code prints its own meaning.  coord's codes are in a range
+ * no errno uses, each with its own text; an errno value prints strerror's
+ * text (-ENOENT is a missing file, not "no such function").
+ */
+static void test_each_code_prints_its_own_text(void **state)
+{
+	static const struct {
+		int code;
+		const char *text;
+	} own[] = {
+		{ COORD_ECANCELLED, "cancelled: the closure was cancelled or its value aborted" },
+		{ COORD_EUNAVAILABLE, "unavailable: a parameter server or every worker is lost" },
+		{ COORD_EINPUT, "input error: an input of the closure failed" },
+		{ COORD_ENOFN, "no such function" },
+		{ COORD_ESTALE,
+		  "stale variable handle: its parameter server restarted after it was made" },
+	};
+	int plain[] = {
+		EINVAL, ENOMEM, ETIMEDOUT, ENOENT,  ECANCELED, EHOSTDOWN,    EBADE,  ESTALE,
+		EEXIST, ERANGE, ENOSPC,	   EBADMSG, EFBIG,     ENAMETOOLONG, EACCES, EPROTO
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+		assert_true(COORD_ERR_OWN(own[i].code));
+		assert_string_equal(coord_strerror(own[i].code), own[i].text);
+		for (size_t j = 0; j < i; j++)
+			assert_int_not_equal(own[i].code, own[j].code);
+	}
+	/* errno values: their own text, never one of coord's */
+	for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+		assert_false(COORD_ERR_OWN(-plain[i]));
+		assert_string_equal(coord_strerror(-plain[i]), strerror(plain[i]));
+	}
+	assert_int_equal(COORD_EINVAL, -EINVAL);
+	assert_int_equal(COORD_ENOMEM, -ENOMEM);
+	assert_int_equal(COORD_ETIMEDOUT, -ETIMEDOUT);
+	assert_string_equal(coord_strerror(-ENOENT), "No such file or directory");
+	assert_string_equal(coord_strerror(0), "success");
+	assert_string_equal(coord_strerror(5), "not an error code");
+	assert_string_equal(coord_strerror(-COORD_ERR_LAST), "unknown error");
+	assert_string_equal(coord_strerror(INT_MIN), "unknown error");
+	assert_string_equal(coord_strerror(-4095), "unknown error");
 }
 
 /* NULL handles get a clear error (or a documented no-op), never a crash. */
@@ -2443,6 +2489,7 @@ int main(void)
 		cmocka_unit_test(test_s13_stagger_formula_and_env),
 		cmocka_unit_test(test_w1_budget_rule),
 		cmocka_unit_test(test_registry_and_options_errors),
+		cmocka_unit_test(test_each_code_prints_its_own_text),
 		T(test_null_handles_refused),
 		cmocka_unit_test(test_spec_sizes_cluster),
 	};

@@ -184,7 +184,7 @@ static void test_assign_add_exact(void **state)
 	for (int i = 0; i < 8; i++) {
 		snprintf(name, sizeof(name), "v%d", i);
 		v[i] = var(c, name, 1, dims);
-		tasks |= 1u << (v[i] >> 32);
+		tasks |= 1u << coord_var_task(v[i]);
 	}
 	assert_int_equal(tasks, 3); /* both ps tasks hold variables */
 	for (int i = 0; i < NW * 10000; i++) {
@@ -588,7 +588,7 @@ static void lay_check(struct coord *c, int seed)
 		assert_int_equal(coord_var_lookup(c, name, &h, &sh, NULL), 0);
 		assert_int_equal(sh.ndim, ndim);
 		assert_int_equal(sh.nelem, n);
-		assert_int_equal((unsigned)(h >> 32),
+		assert_int_equal(coord_var_task(h),
 				 (unsigned)(coord_var_fnv1a64(name, strlen(name)) % nps));
 		lay_vals(i, (unsigned)seed, want, n);
 		assert_int_equal(coord_var_read(c, h, 0, n, got, NULL), 0);
@@ -1023,7 +1023,7 @@ static void test_ps_dies(void **state)
 	waitpid(ps_pid[0], NULL, 0);
 	ps_pid[0] = -1;
 	for (int i = 0; i < 8 && dead < 0; i++)
-		if ((v[i] >> 32) == 0)
+		if (coord_var_task(v[i]) == 0)
 			dead = i;
 	assert_true(dead >= 0);
 	assert_int_equal(coord_var_read(c, v[dead], 0, 1, &x, &err), COORD_EUNAVAILABLE);
@@ -1041,12 +1041,80 @@ static void test_ps_dies(void **state)
 	assert_int_equal(coord_join(c, &err), COORD_EUNAVAILABLE);
 	/* the other ps task still works */
 	for (int i = 0; i < 8; i++)
-		if ((v[i] >> 32) == 1) {
+		if (coord_var_task(v[i]) == 1) {
 			assert_int_equal(coord_var_read(c, v[i], 0, 1, &x, &err), 0);
 			break;
 		}
 	destroy(c);
 	assert_int_equal(ps_start(0, NULL), 0);
+}
+
+/*
+ * Issue 21: a handle made before its ps task restarted (a real restart: a
+ * new coord-ps process) is refused with COORD_ESTALE, although the new run
+ * gave the same name the same id: the coordinator gets the typed error, a
+ * worker function sees it too, and a closure that fails with it is a ps
+ * failure (S11: put back K = 3 times, then UNAVAILABLE with the ps task as
+ * cause), never applied to the new run's variable.
+ */
+static void test_stale_handle_after_ps_restart(void **state)
+{
+	uint64_t dims[1] = { 1 };
+	float seven = 7.0f, x = -1.0f;
+	struct coord_error err;
+	struct coord *c;
+	struct out res;
+	coord_var_t v, v2;
+	char name[16];
+	int32_t code;
+	int i;
+
+	(void)state;
+	for (i = 0; i < 64; i++) {
+		snprintf(name, sizeof(name), "stale%d", i);
+		if (coord_var_shard(name, NPS) == 0)
+			break;
+	}
+	assert_true(i < 64);
+	/* A fresh ps task 0: the variable is its first, id 0. */
+	t_reap(ps_pid[0]);
+	assert_int_equal(ps_start(0, NULL), 0);
+	c = make();
+	assert_int_equal(coord_var_create(c, name, 1, dims, &seven, &v, &err), 0);
+	destroy(c);
+	/* The restart: another process, no variables; the same name again. */
+	t_reap(ps_pid[0]);
+	assert_int_equal(ps_start(0, NULL), 0);
+	c = make();
+	assert_int_equal(coord_var_create(c, name, 1, dims, NULL, &v2, &err), 0);
+	assert_int_equal(coord_var_task(v2), 0);
+	assert_int_equal((uint32_t)v2, (uint32_t)v); /* the same id, */
+	assert_true(v2 != v);			     /* of another run */
+	assert_int_equal(coord_var_read(c, v, 0, 1, &x, &err), COORD_ESTALE);
+	assert_non_null(strstr(err.msg, "another run of ps task 0"));
+	assert_string_equal(
+		coord_strerror(COORD_ESTALE),
+		"stale variable handle: its parameter server restarted after it was made");
+	{
+		struct t_var_args a = { .var = v, .off = 0, .n = 1, .val = 1.0f };
+
+		assert_int_equal(fetch(sched(c, "var_code", &a, sizeof(a)), &res), 0);
+		assert_int_equal(res.len, sizeof(code));
+		memcpy(&code, res.val, sizeof(code));
+		assert_int_equal(code, COORD_ESTALE);
+		t_reset_counters();
+		assert_int_equal(fetch(sched(c, "var_add", &a, sizeof(a)), &res),
+				 COORD_EUNAVAILABLE);
+		assert_int_equal(res.err.cause, 1); /* typed: ps task 0 */
+		assert_non_null(strstr(res.err.msg, "another run of ps task 0"));
+		assert_int_equal(atomic_load(&t_sh->last_attempt), 4);
+	}
+	assert_int_equal(coord_join(c, &err), COORD_EUNAVAILABLE);
+	assert_int_equal(err.cause, 1);
+	/* nothing landed on the new run's variable */
+	assert_int_equal(coord_var_read(c, v2, 0, 1, &x, &err), 0);
+	assert_true(x == 0.0f);
+	destroy(c);
 }
 
 /* A variable on ps task 0 (created while it is up). */
@@ -1060,7 +1128,7 @@ static coord_var_t var_on_task0(struct coord *c)
 
 		snprintf(name, sizeof(name), "t0_%d", i);
 		v = var(c, name, 1, dims);
-		if ((v >> 32) == 0)
+		if (coord_var_task(v) == 0)
 			return v;
 	}
 	fail();
@@ -1321,6 +1389,7 @@ int main(void)
 		VAR_TESTS,
 		cmocka_unit_test(test_hostile_at_ps),
 		cmocka_unit_test(test_wrong_key_across_processes),
+		cmocka_unit_test(test_stale_handle_after_ps_restart),
 		cmocka_unit_test(test_ps_dies),
 		cmocka_unit_test(test_ps_failure_threshold),
 		cmocka_unit_test(test_ps_failure_restart_exit_code),

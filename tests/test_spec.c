@@ -724,7 +724,8 @@ static void test_spec_from_arg(void **state)
 	assert_non_null(strstr(err.msg, "task 0 is an integer"));
 	unlink(path);
 	assert_int_equal(coord_spec_from_arg(path, &s, NULL, &err), -ENOENT);
-	assert_non_null(strstr(err.msg, "cannot be opened as a file"));
+	/* named as a missing file, not as another meaning of the value (issue 21) */
+	assert_non_null(strstr(err.msg, "cannot be opened as a file: No such file or directory"));
 	assert_int_equal(coord_spec_from_arg("  {\"w\": [\"h\"]}", &s, NULL, &err), COORD_EINVAL);
 	assert_non_null(strstr(err.msg, "has no port"));
 	assert_int_equal(coord_spec_from_arg("", &s, NULL, &err), COORD_EINVAL);
@@ -732,6 +733,7 @@ static void test_spec_from_arg(void **state)
 	s = NULL;
 	assert_int_equal(coord_spec_from_arg(NULL, &s, NULL, &err), COORD_EINVAL);
 	assert_int_equal(coord_spec_from_arg("/", &s, NULL, &err), -EISDIR);
+	assert_non_null(strstr(err.msg, "Is a directory"));
 	assert_null(s);
 	coord_spec_destroy(want);
 }

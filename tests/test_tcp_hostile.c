@@ -169,7 +169,7 @@ static void test_hostile_peers_refused_healthy_served(void **state)
 
 	/* 3. a truncated HELLO, then the peer closes */
 	fd = dial();
-	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, 1, 1);
+	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, COORD_WIRE_VERSION, COORD_WIRE_VERSION);
 	send_raw(fd, b, n / 2);
 	shutdown(fd, SHUT_WR);
 	drain_until_closed(fd, buf, sizeof(buf), 5000);
@@ -177,38 +177,41 @@ static void test_hostile_peers_refused_healthy_served(void **state)
 
 	/* 4. not coord: wrong magic */
 	fd = dial();
-	n = hello(b, sizeof(b), 0x12345678, 1, 1);
+	n = hello(b, sizeof(b), 0x12345678, COORD_WIRE_VERSION, COORD_WIRE_VERSION);
 	send_raw(fd, b, n);
 	drain_until_closed(fd, buf, sizeof(buf), 5000);
 	close(fd);
 
-	/* 5. a version we do not speak: refused with a HELLO_ACK saying so */
-	fd = dial();
-	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, 7, 9);
-	send_raw(fd, b, n);
-	n = drain_until_closed(fd, buf, sizeof(buf), 5000);
-	{
-		struct coord_wire_hdr hd;
-		struct coord_wire_hello ack;
+	/* 5. a version we do not speak: refused with a HELLO_ACK saying so;
+	 * version 1 too (its error codes aliased errno values) */
+	for (int v = 0; v < 2; v++) {
+		fd = dial();
+		n = hello(b, sizeof(b), COORD_WIRE_MAGIC, v ? 1 : 7, v ? 1 : 9);
+		send_raw(fd, b, n);
+		n = drain_until_closed(fd, buf, sizeof(buf), 5000);
+		{
+			struct coord_wire_hdr hd;
+			struct coord_wire_hello ack;
 
-		assert_int_equal(coord_wire_parse_hdr(buf, n, 1 << 20, &hd), 0);
-		assert_int_equal(hd.type, COORD_WIRE_HELLO_ACK);
-		assert_int_equal(coord_wire_get_hello(&hd, buf + COORD_WIRE_HDR, &ack), 0);
-		assert_int_equal(ack.status, COORD_WIRE_BAD_VERSION);
+			assert_int_equal(coord_wire_parse_hdr(buf, n, 1 << 20, &hd), 0);
+			assert_int_equal(hd.type, COORD_WIRE_HELLO_ACK);
+			assert_int_equal(coord_wire_get_hello(&hd, buf + COORD_WIRE_HDR, &ack), 0);
+			assert_int_equal(ack.status, COORD_WIRE_BAD_VERSION);
+		}
+		close(fd);
 	}
-	close(fd);
 
 	/* 6. slowloris: half a frame, then nothing (the worker runs with
 	 * --partial-ms 500) */
 	fd = dial();
-	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, 1, 1);
+	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, COORD_WIRE_VERSION, COORD_WIRE_VERSION);
 	send_raw(fd, b, 10);
 	drain_until_closed(fd, buf, sizeof(buf), 8000);
 	close(fd);
 
 	/* 7. a peer that sends a proof although the server holds no key */
 	fd = dial();
-	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, 1, 1);
+	n = hello(b, sizeof(b), COORD_WIRE_MAGIC, COORD_WIRE_VERSION, COORD_WIRE_VERSION);
 	send_raw(fd, b, n);
 	{
 		struct coord_wire_writer w;

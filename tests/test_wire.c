@@ -506,6 +506,7 @@ static void test_wire_var_and_ps_table(void **state)
 				     .op = 6,
 				     .name_len = 4,
 				     .var = 42,
+				     .tag = 0xabcde,
 				     .off = 1ull << 40,
 				     .n = 2,
 				     .len = 10,
@@ -534,7 +535,8 @@ static void test_wire_var_and_ps_table(void **state)
 	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
 	assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
 	assert_true(q2.rid == ((7ull << 32) | 3) && q2.op == 6 && q2.var == 42 &&
-		    q2.off == 1ull << 40 && q2.n == 2 && q2.len == 10 && q2.name_len == 4);
+		    q2.tag == 0xabcde && q2.off == 1ull << 40 && q2.n == 2 && q2.len == 10 &&
+		    q2.name_len == 4);
 	assert_memory_equal(q2.name, "emb0", 4);
 	assert_memory_equal(q2.data, "abcdefWXYZ", 10); /* both parts, in order */
 	assert_null(q2.data2);

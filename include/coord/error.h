@@ -2,20 +2,36 @@
 /*
  * coord/error.h - error codes and the optional error detail record.
  *
- * Every fallible coord function returns 0 or a negative errno-style code and
- * never touches errno.  The codes below are the ones coord itself produces;
- * a user function may fail with any negative code of its own and that code
- * is passed through unchanged.
+ * Every fallible coord function returns 0 or a negative code and never
+ * touches errno.  A code is one of:
+ *
+ *   - coord's own codes, COORD_E* below with values in
+ *     [-COORD_ERR_LAST, -COORD_ERR_FIRST] = [-10099, -10001]: a range no
+ *     errno uses (Linux keeps errno values below 4096), so a coord code is
+ *     never read as an errno with another meaning, nor the reverse
+ *     (COORD_ERR_OWN() tells them apart);
+ *   - a plain negative errno value (-EINVAL, -ENOENT, ...), meaning what
+ *     errno says; COORD_EINVAL, COORD_ENOMEM and COORD_ETIMEDOUT are such
+ *     values, named for convenience;
+ *   - a user function's own negative code, passed through unchanged (a
+ *     function should not return coord's range for its own meanings).
+ *
+ * coord_strerror() prints each code's own meaning: the text below for
+ * coord's codes, strerror's text for an errno value.
  *
  *   code                 value          meaning
- *   COORD_ECANCELLED     -ECANCELED     the closure was cancelled (S3) or its
+ *   COORD_ECANCELLED     -10001         the closure was cancelled (S3) or its
  *                                       RemoteValue was aborted (S6)
- *   COORD_EUNAVAILABLE   -EHOSTDOWN     a parameter server or every worker is
+ *   COORD_EUNAVAILABLE   -10002         a parameter server or every worker is
  *                                       gone (S11)
- *   COORD_EINPUT         -EBADE         an input of the closure failed (a
+ *   COORD_EINPUT         -10003         an input of the closure failed (a
  *                                       per-worker resource could not be
  *                                       created, S9); cause in err->cause
- *   COORD_ENOFN          -ENOENT        unknown function name or id (S15)
+ *   COORD_ENOFN          -10004         unknown function name or id (S15)
+ *   COORD_ESTALE         -10005         a variable handle made before its ps
+ *                                       task restarted: the variable it named
+ *                                       is gone (a ps failure, S11; look the
+ *                                       name up again)
  *   COORD_ETIMEDOUT      -ETIMEDOUT     a wait ran out of time
  *   COORD_EINVAL         -EINVAL        bad argument or malformed input
  *   COORD_ENOMEM         -ENOMEM        out of memory (slow path only)
@@ -30,6 +46,10 @@
  *   -EFBIG         a checkpoint over the ps task's size limit
  *   -ENAMETOOLONG  a checkpoint directory name too long
  *   other -errno   a file operation of a checkpoint that failed
+ *
+ * Codes cross the wire as they are (i32); the wire version (2) that gave
+ * coord's codes their own range is checked at every handshake, so a peer
+ * of the earlier numbering is refused rather than misread.
  */
 #ifndef COORD_ERROR_H
 #define COORD_ERROR_H
@@ -51,10 +71,16 @@ extern "C" {
 #define COORD_PRINTF(a, b)
 #endif
 
-#define COORD_ECANCELLED (-ECANCELED)
-#define COORD_EUNAVAILABLE (-EHOSTDOWN)
-#define COORD_EINPUT (-EBADE)
-#define COORD_ENOFN (-ENOENT)
+/* coord's own codes: -COORD_ERR_LAST .. -COORD_ERR_FIRST (see above). */
+#define COORD_ERR_FIRST 10001
+#define COORD_ERR_LAST 10099
+#define COORD_ERR_OWN(code) ((code) <= -COORD_ERR_FIRST && (code) >= -COORD_ERR_LAST)
+
+#define COORD_ECANCELLED (-10001)
+#define COORD_EUNAVAILABLE (-10002)
+#define COORD_EINPUT (-10003)
+#define COORD_ENOFN (-10004)
+#define COORD_ESTALE (-10005)
 #define COORD_ETIMEDOUT (-ETIMEDOUT)
 #define COORD_EINVAL (-EINVAL)
 #define COORD_ENOMEM (-ENOMEM)
@@ -89,7 +115,17 @@ struct coord_error {
  * coord_strerror() - a static description of a code.
  * @code: a negative coord or errno code.
  *
- * Concurrency: any thread.  Return: a string that is never freed.
+ * coord's own codes are in [-10099, -10001], a range no errno uses
+ * (COORD_ERR_OWN()): COORD_ECANCELLED (-10001), COORD_EUNAVAILABLE (-10002),
+ * COORD_EINPUT (-10003), COORD_ENOFN (-10004) and COORD_ESTALE (-10005) each
+ * print their own text.  An errno value prints strerror's text ("No such
+ * file or directory" for -ENOENT); COORD_EINVAL, COORD_ENOMEM and
+ * COORD_ETIMEDOUT are the errno values -EINVAL, -ENOMEM and -ETIMEDOUT.
+ *
+ * Concurrency: any thread.
+ *
+ * Return: a string that is never freed: "success" for 0, "unknown error"
+ * for a negative code that is neither coord's nor an errno value.
  */
 COORD_API const char *coord_strerror(int code);
 

@@ -13,8 +13,8 @@
  *     addresses of the spec's "ps" job.  The coordinator sends the list to
  *     its workers, which connect to the ps tasks themselves on first use.
  *
- * A coord_var_t handle is the same in every process (ps task, id there): pass
- * it to closures in their arguments.  Over the network every call is a round
+ * A coord_var_t handle is the same in every process (ps task, id there, the
+ * task's run): pass it to closures in their arguments.  Over the network every call is a round
  * trip to the ps; coord_ctx_var_batch() sends many operations in one frame
  * per ps task, and concurrent callers in one worker process share frames.
  *
@@ -40,8 +40,24 @@
 extern "C" {
 #endif
 
-/** A variable: (ps task << 32) | id on that task. */
+/**
+ * A variable: (tag << 44) | (ps task << 32) | id on that task, where tag
+ * names the ps task's run: a handle made before its ps task restarted fails
+ * with COORD_ESTALE (look the name up again).  coord_var_task() reads the
+ * task.
+ */
 typedef uint64_t coord_var_t;
+
+/**
+ * coord_var_task() - the ps task a handle's variable lives on.
+ * @var: a handle from coord_var_create() or coord_var_lookup().
+ *
+ * Concurrency: any thread.
+ */
+static inline unsigned coord_var_task(coord_var_t var)
+{
+	return (unsigned)(var >> 32) & 0xfffu;
+}
 
 /* Longest variable name (bytes, NUL excluded); names are [A-Za-z0-9_./-]+. */
 #define COORD_VAR_NAME_LEN 63
@@ -122,7 +138,10 @@ COORD_API COORD_NODISCARD int coord_var_lookup(struct coord *c, const char *name
 /**
  * coord_var_batch() - run @n data operations from the coordinator, one
  * frame per ps task.  Each op's @code tells how it went.
- * Return: 0 if all succeeded, else the first failure's code (message in @err).
+ * Return: 0 if all succeeded, else the first failure's code (message in
+ * @err): COORD_EINVAL a bad op; -ENOENT no such variable; COORD_ESTALE a
+ * handle made before its ps task restarted; COORD_EUNAVAILABLE the ps cannot
+ * be reached.
  */
 COORD_API COORD_NODISCARD int coord_var_batch(struct coord *c, struct coord_var_op *ops, unsigned n,
 					      struct coord_error *err);
@@ -209,7 +228,10 @@ COORD_API COORD_NODISCARD int coord_checkpoint_restore_ex(struct coord *c, const
 
 /*
  * The ctx calls return 0 or a negative code with the ctx's message set, so
- * a function can `return r;` and its closure fails with that message.
+ * a function can `return r;` and its closure fails with that message.  A
+ * call whose ps task cannot be reached (COORD_EUNAVAILABLE, COORD_ETIMEDOUT)
+ * or restarted since the handle was made (COORD_ESTALE) makes a failing
+ * closure a ps failure (S11), whatever code the function returns.
  */
 
 /** coord_ctx_var_lookup() - the handle (and shape, if non-NULL) of @name. */

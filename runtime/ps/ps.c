@@ -68,7 +68,8 @@ static int emit_info(struct coord_varstore *vs, uint32_t id, coord_ps_emit_t emi
 	st32(b + 4, info.ndim);
 	for (unsigned i = 0; i < info.ndim; i++)
 		st64(b + 8 + 8 * i, info.dims[i]);
-	return emit(arg, b, 8 + 8 * (size_t)info.ndim);
+	st32(b + 8 + 8 * info.ndim, coord_varstore_tag(vs));
+	return emit(arg, b, 12 + 8 * (size_t)info.ndim);
 }
 
 static int op_create(struct coord_varstore *vs, const struct coord_ps_op *op,
@@ -201,6 +202,20 @@ static int op_prepare(struct coord_varstore *vs, unsigned task, const struct coo
 	return emit(arg, b, COORD_PS_PREP_FIXED + wl);
 }
 
+int coord_ps_handle_check(struct coord_varstore *vs, unsigned task, const struct coord_ps_op *op,
+			  struct coord_error *err)
+{
+	uint32_t tag = coord_varstore_tag(vs);
+
+	if (op->op < COORD_PS_READ || (op->op > COORD_PS_DELETE && op->op != COORD_PS_MAP) ||
+	    op->tag == tag)
+		return 0;
+	return coord_seterr(err, COORD_ESTALE,
+			    "variable id %u: its handle is from another run of ps task %u (tag "
+			    "%u, the task's is %u: it restarted since); look the name up again",
+			    op->id, task, op->tag, tag);
+}
+
 int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_ps_op *op,
 		   struct coord_ps_scratch *s, coord_ps_emit_t emit, void *arg,
 		   struct coord_error *err)
@@ -210,8 +225,10 @@ int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_
 	uint64_t step;
 	uint8_t b[8];
 	uint32_t id;
-	int r;
+	int r = coord_ps_handle_check(vs, task, op, err);
 
+	if (r < 0)
+		return r;
 	switch (op->op) {
 	case COORD_PS_CREATE:
 		return op_create(vs, op, s, emit, arg, err);
@@ -403,14 +420,20 @@ int coord_ps_run(struct coord_ps *ps, struct coord_ps_op *ops, unsigned n, struc
 
 /* ---- the public calls -------------------------------------------------------------- */
 
-static unsigned var_task(coord_var_t v)
+/* A handle's parts (ps.h): tag, task (coord_var_task(), var.h), id.  Tasks
+ * are < 4096 (coord_ps_ntasks()), the 12 bits between id and tag. */
+_Static_assert(COORD_PS_HANDLE_TAG_SHIFT - COORD_PS_HANDLE_TASK_SHIFT == 12, "task bits");
+_Static_assert(COORD_PS_HANDLE_TAG_SHIFT + COORD_VS_TAG_BITS <= 64, "tag bits");
+
+static uint32_t var_tag(coord_var_t v)
 {
-	return (unsigned)(v >> 32);
+	return (uint32_t)(v >> COORD_PS_HANDLE_TAG_SHIFT);
 }
 
-static coord_var_t var_make(unsigned task, uint32_t id)
+static coord_var_t var_make(unsigned task, uint32_t id, uint32_t tag)
 {
-	return ((uint64_t)task << 32) | id;
+	return ((uint64_t)tag << COORD_PS_HANDLE_TAG_SHIFT) |
+	       ((uint64_t)task << COORD_PS_HANDLE_TASK_SHIFT) | id;
 }
 
 static int name_op(struct coord_ps *ps, uint16_t opc, const char *name, struct coord_ps_op *op,
@@ -434,13 +457,15 @@ static int info_out(const struct coord_ps_op *op, coord_var_t *var, struct coord
 {
 	const uint8_t *b = op->dst;
 	unsigned ndim;
+	uint32_t tag;
 
-	if (op->dst_len < 8 || (ndim = ld32(b + 4)) > COORD_VAR_MAX_DIMS ||
-	    op->dst_len != 8 + 8 * (size_t)ndim)
+	if (op->dst_len < 12 || (ndim = ld32(b + 4)) > COORD_VAR_MAX_DIMS ||
+	    op->dst_len != 12 + 8 * (size_t)ndim || (tag = ld32(b + 8 + 8 * ndim)) == 0 ||
+	    tag >= 1u << COORD_VS_TAG_BITS)
 		return coord_seterr(err, -EPROTO, "ps task %u sent a malformed variable record",
 				    op->task);
 	if (var)
-		*var = var_make(op->task, ld32(b));
+		*var = var_make(op->task, ld32(b), tag);
 	if (shape) {
 		shape->ndim = ndim;
 		shape->nelem = 1;
@@ -473,8 +498,9 @@ static int to_ps_op(const struct coord_var_op *v, unsigned i, struct coord_ps_op
 {
 	memset(o, 0, sizeof(*o));
 	o->op = (uint16_t)v->op;
-	o->task = var_task(v->var);
+	o->task = coord_var_task(v->var);
 	o->id = (uint32_t)v->var;
+	o->tag = var_tag(v->var);
 	o->off = v->off;
 	o->n = v->n;
 	if (v->n > COORD_VAR_MAX_ELEMS)
@@ -636,10 +662,12 @@ static int ctx_err(struct coord_ctx *ctx, int r, const struct coord_error *e)
 	return r;
 }
 
-/* Could the ps not be reached (a ps failure, not the function's error)? */
+/* Could the ps not be reached, or did it restart since the handle was made
+ * (a ps failure, not the function's error)? */
 static bool unreachable(const struct coord_ps *ps, int code)
 {
-	return ps && ps->remote && (code == COORD_EUNAVAILABLE || code == COORD_ETIMEDOUT);
+	return ps && ps->remote &&
+	       (code == COORD_EUNAVAILABLE || code == COORD_ETIMEDOUT || code == COORD_ESTALE);
 }
 
 int coord_ctx_var_lookup(struct coord_ctx *ctx, const char *name, coord_var_t *var,
@@ -662,7 +690,7 @@ int coord_ctx_var_batch(struct coord_ctx *ctx, struct coord_var_op *ops, unsigne
 
 	for (unsigned i = 0; r < 0 && i < n && !ctx->ps_failed; i++)
 		if (unreachable(ps, ops[i].code))
-			ctx->ps_failed = COORD_CAUSE_PS(var_task(ops[i].var));
+			ctx->ps_failed = COORD_CAUSE_PS(coord_var_task(ops[i].var));
 	return ctx_err(ctx, r, &e);
 }
 

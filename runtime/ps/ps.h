@@ -8,9 +8,13 @@
  *
  * A variable is named; its ps task is coord_var_shard(name, nps) (FNV-1a of
  * the name), so the coordinator and every worker place a name on the same
- * task without asking anyone.  Its handle is (task << 32) | id, where id is
- * the variable's id in that task's store: handles are the same in every
- * process and can be passed in closure arguments.
+ * task without asking anyone.  Its handle is (tag << 44) | (task << 32) | id,
+ * where id is the variable's id in that task's store and tag that store's
+ * run tag (coord_varstore_tag(), 20 bits; task < 4096 takes 12): handles are
+ * the same in every process and can be passed in closure arguments.  An op
+ * on a variable carries the handle's tag, and a store whose tag differs (the
+ * ps task restarted since the handle was made, so the id may name another
+ * variable or none) refuses it with COORD_ESTALE, a ps failure (S11).
  *
  * Every operation is a struct coord_ps_op; a batch of them is one frame per
  * ps task over the network.  The fields of each op (the same on the wire,
@@ -18,7 +22,8 @@
  *
  *   op           name    id   off    n      data (src)                 result (dst)
  *   CREATE       name    -    -      -      u32 ndim, u32 has_init,     u32 id, u32 ndim,
- *                                           u64 dims[ndim], f32 init[]  u64 dims[ndim]
+ *                                           u64 dims[ndim], f32 init[]  u64 dims[ndim],
+ *                                                                       u32 tag
  *   LOOKUP       name    -    -      -      -                           as CREATE
  *   READ         -       id   off    n      -                           f32[n]
  *   ASSIGN       -       id   off    n      f32[n]                      -
@@ -31,6 +36,9 @@
  *   PREPARE      dir     nonce step  nps|flags<<32  -                    struct coord_ps_prep
  *   COMMIT       -       nonce -     -      -                           u32 count
  *   ABORT        -       -    -      -      -                           -
+ *
+ * READ .. DELETE and MAP take the handle's tag in the op (@tag) and fail
+ * with COORD_ESTALE when it is not the store's (coord_ps_handle_check()).
  *
  * MAP (rdma only: a ps served over rdma registers the variable's memory for
  * remote reads and answers with its address and keys, COORD_PS_MAP_LEN
@@ -129,12 +137,16 @@ static inline void coord_ps_map_get(const uint8_t *b, struct coord_ps_map *m)
 
 /* Longest checkpoint directory a SAVE or RESTORE names, bytes. */
 #define COORD_PS_DIR_MAX 4000
-/* CREATE / LOOKUP result: u32 id, u32 ndim, u64 dims[ndim]. */
-#define COORD_PS_INFO_MAX (8 + 8 * COORD_VAR_MAX_DIMS)
+/* CREATE / LOOKUP result: u32 id, u32 ndim, u64 dims[ndim], u32 tag. */
+#define COORD_PS_INFO_MAX (12 + 8 * COORD_VAR_MAX_DIMS)
+/* Where a handle keeps its task and its tag (see the top of this file). */
+#define COORD_PS_HANDLE_TASK_SHIFT 32
+#define COORD_PS_HANDLE_TAG_SHIFT 44
 
 /*
  * struct coord_ps_op - one operation and, after the call, its outcome.
  * @task:     ps task it goes to (< nps).
+ * @tag:      an op on a variable: the handle's tag; else 0.
  * @dst/@cap: where the result bytes go (may be NULL when @cap is 0);
  *            @dst_len gets their count.  A result larger than @cap fails the
  *            op with COORD_EPROTO.
@@ -145,6 +157,7 @@ struct coord_ps_op {
 	uint16_t op;
 	unsigned task;
 	uint32_t id;
+	uint32_t tag;
 	const char *name;
 	uint16_t name_len;
 	uint64_t off;
@@ -212,6 +225,17 @@ struct coord_ps_scratch {
 COORD_HIDDEN int coord_ps_apply(struct coord_varstore *vs, unsigned task,
 				const struct coord_ps_op *op, struct coord_ps_scratch *scratch,
 				coord_ps_emit_t emit, void *arg, struct coord_error *err);
+
+/*
+ * coord_ps_handle_check() - may @op (of ps task @task) run on @vs?  An op
+ * on a variable (READ .. DELETE, MAP) must carry @vs's tag: another one is a
+ * handle from an earlier run of the task, refused before the id is looked
+ * at.  coord_ps_apply() checks; a server checks too before what it does
+ * with the id itself (MAP, a DELETE's unmap).  Any thread.
+ * Return: 0; COORD_ESTALE with a message in @err.
+ */
+COORD_HIDDEN int coord_ps_handle_check(struct coord_varstore *vs, unsigned task,
+				       const struct coord_ps_op *op, struct coord_error *err);
 
 /* --- the remote client (transport/psclient/ps_client.c) ----------------------------- */
 

@@ -79,6 +79,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/store/varstore.h"
 
@@ -90,6 +91,22 @@ void coord_varstore_opts_init(struct coord_varstore_opts *opts)
 		return;
 	memset(opts, 0, sizeof(*opts));
 	opts->keep_checkpoints = 5;
+}
+
+/* A new store's tag: the wall clock in ms, folded into 1..2^20-1. */
+static uint32_t store_tag(void)
+{
+	struct timespec ts;
+	uint64_t ms;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return (uint32_t)(ms % ((1u << COORD_VS_TAG_BITS) - 1)) + 1;
+}
+
+uint32_t coord_varstore_tag(const struct coord_varstore *vs)
+{
+	return vs->tag;
 }
 
 int coord_varstore_create(const struct coord_varstore_opts *opts, struct coord_varstore **out,
@@ -109,6 +126,7 @@ int coord_varstore_create(const struct coord_varstore_opts *opts, struct coord_v
 		return coord_seterr(err, -ENOMEM, "varstore: out of memory");
 	}
 	vs->nbuckets = INITIAL_BUCKETS;
+	vs->tag = store_tag();
 	if (opts)
 		vs->opts = *opts;
 	else

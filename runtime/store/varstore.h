@@ -152,6 +152,21 @@ COORD_HIDDEN COORD_NODISCARD int coord_varstore_var_create(struct coord_varstore
 COORD_HIDDEN COORD_NODISCARD int coord_varstore_lookup(struct coord_varstore *vs, const char *name,
 						       uint32_t *id, struct coord_error *err);
 
+/* Bits of a store's tag (coord_varstore_tag()). */
+#define COORD_VS_TAG_BITS 20
+
+/**
+ * coord_varstore_tag() - the store's run tag: 1..2^20-1, fixed for the
+ * store's life and taken from the clock (ms) when it was made, so a store
+ * made again (a restarted ps task) has another tag unless 2^20 - 1 ms (about
+ * 17 minutes) or a multiple of it passed to the millisecond.  Variable
+ * handles carry it (runtime/ps/ps.h): an op with another tag is stale.
+ * @vs: store.
+ *
+ * Concurrency: any thread.
+ */
+COORD_HIDDEN uint32_t coord_varstore_tag(const struct coord_varstore *vs);
+
 /**
  * coord_varstore_count() - number of live variables.
  * @vs: store.
@@ -532,6 +547,7 @@ struct coord_varstore {
 	_Atomic uint32_t nvars;
 	/* Live variables, for coord_varstore_count(). */
 	_Atomic uint32_t nlive;
+	uint32_t tag; /* coord_varstore_tag(); set before the store is shared */
 	struct coord_var **chunks[COORD_VS_NCHUNKS];
 	/* Guards the name table, creation and deletion; see varstore.c. */
 	pthread_mutex_t names_lock;

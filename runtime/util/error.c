@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * runtime/util/error.c - coord_strerror() and the error-detail helper.
+ *
+ * Keeps true: each of coord's own codes (coord/error.h, a range no errno
+ * uses) has its own text, and every errno value prints strerror's text, so
+ * no code is ever described by another code's meaning.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,16 +27,16 @@ const char *coord_strerror(int code)
 		return "input error: an input of the closure failed";
 	case COORD_ENOFN:
 		return "no such function";
-	case COORD_ETIMEDOUT:
-		return "timed out";
-	case COORD_EINVAL:
-		return "invalid argument";
-	case COORD_ENOMEM:
-		return "out of memory";
+	case COORD_ESTALE:
+		return "stale variable handle: its parameter server restarted after it was made";
 	default:
-		/* strerror() is not thread-safe in general; glibc's table is. */
-		return code < 0 ? strerrordesc_np(-code) ? strerrordesc_np(-code) : "unknown error"
-				: "not an error code";
+		/* An errno value (COORD_EINVAL, COORD_ENOMEM and COORD_ETIMEDOUT
+		 * among them): strerror's text.  strerror() is not thread-safe in
+		 * general; glibc's table is. */
+		if (code >= 0)
+			return "not an error code";
+		return code > -4096 && strerrordesc_np(-code) ? strerrordesc_np(-code)
+							      : "unknown error";
 	}
 }
 

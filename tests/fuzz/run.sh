@@ -24,7 +24,7 @@ esac
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${FUZZ_BUILD_DIR:-$src/build-fuzz}
-harnesses="spec_json hostlist wire"
+harnesses="spec_json spec_arg hostlist wire"
 
 if [ ! -f "$build/build.ninja" ]; then
 	CC=${FUZZ_CC:-clang} meson setup "$build" "$src" \

@@ -151,9 +151,10 @@ static void drain_until_closed(struct coord_rdma_chan *ch, unsigned *frames, uin
 static size_t hello(uint8_t *b, size_t cap)
 {
 	struct coord_wire_writer w;
-	struct coord_wire_hello h = {
-		.magic = COORD_WIRE_MAGIC, .vmin = 1, .vmax = 1, .role = COORD_ROLE_COORDINATOR
-	};
+	struct coord_wire_hello h = { .magic = COORD_WIRE_MAGIC,
+				      .vmin = COORD_WIRE_VERSION,
+				      .vmax = COORD_WIRE_VERSION,
+				      .role = COORD_ROLE_COORDINATOR };
 
 	coord_wire_writer_init(&w, b, cap);
 	assert_int_equal(coord_wire_put_hello(&w, COORD_WIRE_HELLO, &h), 0);

@@ -139,6 +139,7 @@ struct psc_conn {
 /* A variable as this connection may read it one-sided. */
 struct psc_map {
 	uint8_t state; /* MAP_NONE, MAP_OK, MAP_NO (the ps cannot: read two-sided) */
+	uint32_t tag;  /* of the handle it was mapped for: another one maps again */
 	struct coord_ps_map m;
 };
 
@@ -443,6 +444,7 @@ static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait 
 	struct coord_wire_vreq q = { .op = op->op,
 				     .name_len = op->name_len,
 				     .var = op->id,
+				     .tag = op->tag,
 				     .off = op->off,
 				     .n = op->n,
 				     .len = op->src_len + op->src2_len,
@@ -519,7 +521,7 @@ static void flush(struct psc_conn *k)
 /* ---- one-sided reads (rdma) ---------------------------------------------------------- */
 
 /* Remember @id's map on @k (under k->lock), unless the connection changed. */
-static void map_store(struct psc_conn *k, uint32_t id, uint32_t gen, uint8_t state,
+static void map_store(struct psc_conn *k, uint32_t id, uint32_t tag, uint32_t gen, uint8_t state,
 		      const struct coord_ps_map *m)
 {
 	if (k->gen != gen)
@@ -538,6 +540,7 @@ static void map_store(struct psc_conn *k, uint32_t id, uint32_t gen, uint8_t sta
 		k->nmaps = n;
 	}
 	k->maps[id].state = state;
+	k->maps[id].tag = tag;
 	if (m)
 		k->maps[id].m = *m;
 }
@@ -562,7 +565,7 @@ static bool read_one_sided(struct coord_psc *p, struct coord_ps_op *op)
 		return false;
 	pthread_mutex_lock(&k->lock);
 	gen = k->gen;
-	if (op->id < k->nmaps) {
+	if (op->id < k->nmaps && k->maps[op->id].tag == op->tag) {
 		state = k->maps[op->id].state;
 		m = k->maps[op->id].m;
 	}
@@ -574,6 +577,7 @@ static bool read_one_sided(struct coord_psc *p, struct coord_ps_op *op)
 		struct coord_ps_op mop = { .op = COORD_PS_MAP,
 					   .task = op->task,
 					   .id = op->id,
+					   .tag = op->tag,
 					   .dst = b,
 					   .cap = sizeof(b) };
 
@@ -586,7 +590,7 @@ static bool read_one_sided(struct coord_psc *p, struct coord_ps_op *op)
 		}
 		pthread_mutex_lock(&k->lock);
 		if (state != MAP_NONE)
-			map_store(k, op->id, gen, state, &m);
+			map_store(k, op->id, op->tag, gen, state, &m);
 		pthread_mutex_unlock(&k->lock);
 		if (state != MAP_OK)
 			return false;

@@ -187,7 +187,7 @@ static void serve_frames(struct rconn *k)
 			return;
 		if (r < 0) {
 			snprintf(why, sizeof(why), "%s (%s frame)",
-				 r == -EPROTO ? "malformed or unexpected frame" : strerror(-r),
+				 r == -EPROTO ? "malformed or unexpected frame" : coord_strerror(r),
 				 coord_wire_type_name(h.type));
 			refuse(k, r, why);
 			return;

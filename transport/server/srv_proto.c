@@ -306,6 +306,7 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		struct coord_ps_op op = { .op = q.op,
 					  .task = task,
 					  .id = q.var,
+					  .tag = q.tag,
 					  .name = q.name,
 					  .name_len = q.name_len,
 					  .off = q.off,
@@ -316,11 +317,15 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		struct coord_error err = { 0 };
 		int code;
 
-		if (q.op == COORD_PS_DELETE && k->s->unmap_var)
+		/* A stale handle's id is not ours to map or unmap. */
+		code = k->s->vs ? coord_ps_handle_check(k->s->vs, task, &op, &err) : 0;
+		if (code == 0 && q.op == COORD_PS_DELETE && k->s->unmap_var)
 			k->s->unmap_var(k->s, q.var); /* no remote read of freed memory */
-		code = q.op == COORD_PS_MAP ? on_map(k, &op, &v, &err)
-					    : coord_ps_apply(k->s->vs, task, &op, &k->scratch,
-							     emit_vres, &v, &err);
+		if (code == 0)
+			code = q.op == COORD_PS_MAP
+				       ? on_map(k, &op, &v, &err)
+				       : coord_ps_apply(k->s->vs, task, &op, &k->scratch, emit_vres,
+							&v, &err);
 
 		if (v.io)
 			return v.io; /* the connection itself failed */

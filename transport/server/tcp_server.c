@@ -325,7 +325,7 @@ static void conn_serve(struct conn *k)
 			goto out;
 		if (r < 0) {
 			const char *why = r == -EPROTO ? "malformed or unexpected frame"
-						       : strerror(-r);
+						       : coord_strerror(r);
 
 			coord_log(COORD_LOG_WARN, "%s: closing: %s (%s frame)", k->p.peer, why,
 				  coord_wire_type_name(h.type));

@@ -309,9 +309,10 @@ int coord_wire_next_vreq(struct coord_wire_iter *it, struct coord_wire_vreq *r)
 	r->op = get16(p + 8);
 	r->name_len = get16(p + 10);
 	r->var = get32(p + 12);
-	r->off = get64(p + 16);
-	r->n = get64(p + 24);
-	r->len = get32(p + 32);
+	r->tag = get32(p + 16);
+	r->off = get64(p + 20);
+	r->n = get64(p + 28);
+	r->len = get32(p + 36);
 	r->name = (const char *)take(it, r->name_len);
 	r->data = take(it, r->len);
 	r->data2 = NULL;
@@ -607,9 +608,10 @@ int coord_wire_put_vreq(struct coord_wire_writer *w, const struct coord_wire_vre
 	put16(p + 8, r->op);
 	put16(p + 10, r->name_len);
 	put32(p + 12, r->var);
-	put64(p + 16, r->off);
-	put64(p + 24, r->n);
-	put32(p + 32, r->len);
+	put32(p + 16, r->tag);
+	put64(p + 20, r->off);
+	put64(p + 28, r->n);
+	put32(p + 36, r->len);
 	if (r->name_len)
 		memcpy(p + COORD_WIRE_VREQ_FIXED, r->name, r->name_len);
 	p += COORD_WIRE_VREQ_FIXED + r->name_len;

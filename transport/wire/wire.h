@@ -67,8 +67,10 @@
  *             INT32_MAX (0: not reported).  The coordinator places closures
  *             by it (transport/tcp/tcp.c, "Placement"); older peers send and
  *             ignore 0, so the record's layout is unchanged.
- *   var request = u64 rid, u16 op, u16 name_len, u32 var, u64 off, u64 n,
- *             u32 data_len, name[name_len], data[data_len]
+ *   var request = u64 rid, u16 op, u16 name_len, u32 var, u32 tag, u64 off,
+ *             u64 n, u32 data_len, name[name_len], data[data_len]
+ *             (tag: the handle's run tag for an op on a variable, checked
+ *             by the ps; 0 for the others: runtime/ps/ps.h)
  *   var result  = u64 rid, i32 code, u32 len, bytes[len]
  *             (rid echoed; the op's result bytes when code == 0, else the
  *             message; the meaning of each op's fields: runtime/ps/ps.h)
@@ -90,7 +92,10 @@
 #include "runtime/util/util.h"
 
 #define COORD_WIRE_MAGIC 0x44524f43u /* "CORD" */
-#define COORD_WIRE_VERSION 1
+/* 2: coord's error codes in their own range (coord/error.h), the var
+ * request's tag; a version-1 peer (codes that aliased errno values) is
+ * refused at the handshake, so no code is read with the other numbering. */
+#define COORD_WIRE_VERSION 2
 #define COORD_WIRE_HDR 16
 #define COORD_WIRE_NONCE 32
 #define COORD_WIRE_MAC 32
@@ -101,7 +106,7 @@
 #define COORD_WIRE_REQ_ID 0x2u	   /* request flag: the closure's id follows (B8) */
 #define COORD_WIRE_PW_FIXED 16
 #define COORD_WIRE_RES_FIXED 24
-#define COORD_WIRE_VREQ_FIXED 36
+#define COORD_WIRE_VREQ_FIXED 40
 #define COORD_WIRE_VRES_FIXED 16
 #define COORD_WIRE_ADDR_MAX 256 /* PS_TABLE address bytes, exclusive */
 
@@ -202,6 +207,7 @@ struct coord_wire_vreq {
 	uint16_t op;
 	uint16_t name_len;
 	uint32_t var;
+	uint32_t tag;
 	uint64_t off;
 	uint64_t n;
 	uint32_t len;
