@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: MIT
+/*
+ * bench/bench_window.c - closures/s against an existing cluster, for a few
+ * numbers of closures in flight: how the window hides the network's round
+ * trip (tests/cluster/netns.sh runs it across namespaces with injected
+ * latency).
+ *
+ *   bench_window --spec SPEC [--inflight F[,F...]] [--seconds S]
+ *
+ * SPEC is anything coord_spec_from_arg() takes (its "worker" job: running
+ * coord-worker processes serving bench/benchfns.c, with the cluster key in
+ * $COORD_CLUSTER_KEY or $COORD_CLUSTER_KEY_FILE off loopback).  First one
+ * closure at a time (the round trip as coord sees it: schedule, fetch; 400
+ * of them or 1 s), then for each F a sliding window of F RemoteValues of
+ * `empty` (fetch the oldest, schedule the next) for S seconds (default 2),
+ * each on a fresh coordinator whose per-connection window is
+ * ceil(F / workers).  Prints one line each:
+ *   rtt: median U us over N round trips
+ *   inflight F: R closures/s (N in T s)
+ * Speed is printed, never asserted; a failed call fails the run (exit 1).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <coord/coord.h>
+#include <coord/spec.h>
+
+int coord_register_fns(struct coord_registry *reg); /* bench/benchfns.c */
+
+#define MAX_F 16
+#define RTT_N 400
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static struct coord *make(const char *spec_arg, struct coord_registry *reg, unsigned f,
+			  uint32_t *fn)
+{
+	struct coord_spec *spec = NULL;
+	struct coord_error err = { .msg = "" };
+	struct coord_opts o;
+	struct coord *c = NULL;
+	size_t nw;
+
+	coord_opts_init(&o);
+	o.registry = reg;
+	o.transport = "tcp";
+	o.start_delay_ms = 0;
+	o.start_delay_max_ms = -1;
+	if (coord_spec_from_arg(spec_arg, &spec, NULL, &err) < 0)
+		goto fail;
+	nw = coord_spec_num_tasks(spec, "worker");
+	o.window = nw ? (unsigned)((f + nw - 1) / nw) : f;
+	if (o.window < 1)
+		o.window = 1;
+	if (coord_create(spec, &o, &c, &err) < 0 || coord_fn_lookup(c, "empty", fn, &err) < 0)
+		goto fail;
+	coord_spec_destroy(spec);
+	return c;
+fail:
+	fprintf(stderr, "bench_window: %s\n", err.msg);
+	coord_destroy(c);
+	coord_spec_destroy(spec);
+	exit(1);
+}
+
+static void check(int r, const struct coord_error *err, const char *what)
+{
+	if (r < 0) {
+		fprintf(stderr, "bench_window: %s: %s\n", what, err->msg);
+		exit(1);
+	}
+}
+
+static void one(struct coord *c, uint32_t fn, struct coord_rv **rv)
+{
+	struct coord_error err;
+
+	check(coord_schedule(c, fn, NULL, 0, rv, &err), &err, "coord_schedule");
+}
+
+static void fetch(struct coord_rv *rv)
+{
+	struct coord_error err;
+	const void *v;
+	size_t len;
+	int r = coord_rv_fetch(rv, &v, &len, &err);
+
+	coord_rv_put(rv);
+	check(r, &err, "coord_rv_fetch");
+}
+
+int main(int argc, char **argv)
+{
+	const char *spec = NULL, *fl = "64,256";
+	unsigned fs[MAX_F], nf = 0;
+	double secs = 2;
+	struct coord_registry *reg;
+	struct coord *c;
+	uint64_t lat[RTT_N];
+	uint32_t fn;
+	unsigned n = 0;
+
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--spec"))
+			spec = argv[i + 1];
+		else if (!strcmp(argv[i], "--inflight"))
+			fl = argv[i + 1];
+		else if (!strcmp(argv[i], "--seconds"))
+			secs = atof(argv[i + 1]);
+		else
+			spec = NULL, argc = 0;
+	}
+	for (const char *p = fl; p && *p && nf < MAX_F;
+	     p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+		long v = strtol(p, NULL, 10);
+
+		if (v < 1 || v > 65536)
+			break;
+		fs[nf++] = (unsigned)v;
+	}
+	if (!spec || argc % 2 == 0 || nf == 0 || !(secs > 0 && secs <= 600)) {
+		fprintf(stderr, "usage: bench_window --spec SPEC [--inflight F[,F...]] "
+				"[--seconds S]\n");
+		return 2;
+	}
+	if (coord_registry_create(&reg) || coord_register_fns(reg)) {
+		fprintf(stderr, "bench_window: registry set-up failed\n");
+		return 1;
+	}
+
+	c = make(spec, reg, 1, &fn);
+	/* RTT_N round trips, or as many as fit in a second (at least 20) */
+	for (uint64_t t0 = now_ns(); n < RTT_N && (n < 20 || now_ns() - t0 < 1000000000ull); n++) {
+		struct coord_rv *rv;
+		uint64_t t = now_ns();
+
+		one(c, fn, &rv);
+		fetch(rv);
+		lat[n] = now_ns() - t;
+	}
+	qsort(lat, n, sizeof(lat[0]), cmp_u64);
+	printf("rtt: median %.1f us over %u round trips (p10 %.1f, p90 %.1f)\n", lat[n / 2] / 1e3,
+	       n, lat[n / 10] / 1e3, lat[n * 9 / 10] / 1e3);
+	coord_destroy(c);
+
+	for (unsigned k = 0; k < nf; k++) {
+		unsigned f = fs[k], i = 0;
+		struct coord_rv **rvs = calloc(f, sizeof(*rvs));
+		struct coord_error err;
+		uint64_t t0, t1, done = 0, dur = (uint64_t)(secs * 1e9);
+
+		if (!rvs)
+			return 1;
+		c = make(spec, reg, f, &fn);
+		t0 = now_ns();
+		for (unsigned j = 0; j < f; j++)
+			one(c, fn, &rvs[j]);
+		/* Bounded by time: checked every 64 fetches. */
+		for (;;) {
+			fetch(rvs[i]);
+			rvs[i] = NULL;
+			done++;
+			if ((done & 63) == 0 && now_ns() - t0 >= dur)
+				break;
+			one(c, fn, &rvs[i]);
+			i = i + 1 == f ? 0 : i + 1;
+		}
+		for (unsigned j = 0; j < f; j++)
+			if (rvs[j]) {
+				fetch(rvs[j]);
+				done++;
+			}
+		t1 = now_ns();
+		check(coord_join(c, &err), &err, "coord_join");
+		printf("inflight %u: %.0f closures/s (%llu in %.2f s)\n", f,
+		       (double)done / ((double)(t1 - t0) / 1e9), (unsigned long long)done,
+		       (double)(t1 - t0) / 1e9);
+		fflush(stdout);
+		coord_destroy(c);
+		free(rvs);
+	}
+	coord_registry_destroy(reg);
+	return 0;
+}
