@@ -5,20 +5,23 @@
  * trip (tests/cluster/netns.sh runs it across namespaces with injected
  * latency).
  *
- *   bench_window --spec SPEC [--inflight F[,F...]] [--seconds S]
+ *   bench_window --spec SPEC [--inflight F[,F...]] [--seconds S] [--rtt 0|1]
  *
  * SPEC is anything coord_spec_from_arg() takes (its "worker" job: running
  * coord-worker processes serving bench/benchfns.c, with the cluster key in
- * $COORD_CLUSTER_KEY or $COORD_CLUSTER_KEY_FILE off loopback).  First one
- * closure at a time (the round trip as coord sees it: schedule, fetch; 400
- * of them or 1 s), then for each F a sliding window of F RemoteValues of
+ * $COORD_CLUSTER_KEY or $COORD_CLUSTER_KEY_FILE off loopback).  First
+ * (unless --rtt 0) one closure at a time (the round trip as coord sees it:
+ * schedule, fetch; 400 of them or 1 s), then for each F a sliding window of F RemoteValues of
  * `empty` (fetch the oldest, schedule the next) for S seconds (default 2),
  * each on a fresh coordinator whose per-connection window is
- * ceil(F / workers).  Prints one line each:
+ * ceil(F / workers).  Prints one line each, and before each a "coord:"
+ * line: how long coord_create() took and the threads, descriptors and
+ * resident memory the coordinator added to this process:
  *   rtt: median U us over N round trips
  *   inflight F: R closures/s (N in T s)
  * Speed is printed, never asserted; a failed call fails the run (exit 1).
  */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,9 +51,45 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* "Name:   value kB" or "Name:   value" of /proc/self/status, or -1. */
+static long proc_status(const char *name)
+{
+	char line[256];
+	size_t n = strlen(name);
+	long v = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, name, n) && line[n] == ':') {
+			v = strtol(line + n + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+static unsigned open_fds(void)
+{
+	unsigned n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1; /* the directory's own */
+}
+
 static struct coord *make(const char *spec_arg, struct coord_registry *reg, unsigned f,
 			  uint32_t *fn)
 {
+	long rss0 = proc_status("VmRSS"), thr0 = proc_status("Threads");
+	unsigned fd0 = open_fds();
+	uint64_t t0;
 	struct coord_spec *spec = NULL;
 	struct coord_error err = { .msg = "" };
 	struct coord_opts o;
@@ -68,8 +107,14 @@ static struct coord *make(const char *spec_arg, struct coord_registry *reg, unsi
 	o.window = nw ? (unsigned)((f + nw - 1) / nw) : f;
 	if (o.window < 1)
 		o.window = 1;
+	t0 = now_ns();
 	if (coord_create(spec, &o, &c, &err) < 0 || coord_fn_lookup(c, "empty", fn, &err) < 0)
 		goto fail;
+	/* What this coordinator costs its process: connections and all. */
+	printf("coord: %zu connections, window %u: created in %.1f ms; +%ld threads, +%d fds, "
+	       "+%ld KiB RSS\n",
+	       nw, o.window, (now_ns() - t0) / 1e6, proc_status("Threads") - thr0,
+	       (int)open_fds() - (int)fd0, proc_status("VmRSS") - rss0);
 	coord_spec_destroy(spec);
 	return c;
 fail:
@@ -115,6 +160,7 @@ int main(int argc, char **argv)
 	uint64_t lat[RTT_N];
 	uint32_t fn;
 	unsigned n = 0;
+	int rtt = 1;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--spec"))
@@ -123,6 +169,8 @@ int main(int argc, char **argv)
 			fl = argv[i + 1];
 		else if (!strcmp(argv[i], "--seconds"))
 			secs = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "--rtt"))
+			rtt = atoi(argv[i + 1]);
 		else
 			spec = NULL, argc = 0;
 	}
@@ -136,7 +184,7 @@ int main(int argc, char **argv)
 	}
 	if (!spec || argc % 2 == 0 || nf == 0 || !(secs > 0 && secs <= 600)) {
 		fprintf(stderr, "usage: bench_window --spec SPEC [--inflight F[,F...]] "
-				"[--seconds S]\n");
+				"[--seconds S] [--rtt 0|1]\n");
 		return 2;
 	}
 	if (coord_registry_create(&reg) || coord_register_fns(reg)) {
@@ -144,9 +192,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	c = make(spec, reg, 1, &fn);
+	c = rtt ? make(spec, reg, 1, &fn) : NULL;
 	/* RTT_N round trips, or as many as fit in a second (at least 20) */
-	for (uint64_t t0 = now_ns(); n < RTT_N && (n < 20 || now_ns() - t0 < 1000000000ull); n++) {
+	for (uint64_t t0 = now_ns(); c && n < RTT_N && (n < 20 || now_ns() - t0 < 1000000000ull);
+	     n++) {
 		struct coord_rv *rv;
 		uint64_t t = now_ns();
 
@@ -154,10 +203,12 @@ int main(int argc, char **argv)
 		fetch(rv);
 		lat[n] = now_ns() - t;
 	}
-	qsort(lat, n, sizeof(lat[0]), cmp_u64);
-	printf("rtt: median %.1f us over %u round trips (p10 %.1f, p90 %.1f)\n", lat[n / 2] / 1e3,
-	       n, lat[n / 10] / 1e3, lat[n * 9 / 10] / 1e3);
-	coord_destroy(c);
+	if (c) {
+		qsort(lat, n, sizeof(lat[0]), cmp_u64);
+		printf("rtt: median %.1f us over %u round trips (p10 %.1f, p90 %.1f)\n",
+		       lat[n / 2] / 1e3, n, lat[n / 10] / 1e3, lat[n * 9 / 10] / 1e3);
+		coord_destroy(c);
+	}
 
 	for (unsigned k = 0; k < nf; k++) {
 		unsigned f = fs[k], i = 0;
