@@ -6,6 +6,7 @@
  * latency).
  *
  *   bench_window --spec SPEC [--inflight F[,F...]] [--seconds S] [--rtt 0|1]
+ *                [--window W] [--idle S]
  *
  * SPEC is anything coord_spec_from_arg() takes (its "worker" job: running
  * coord-worker processes serving bench/benchfns.c, with the cluster key in
@@ -14,11 +15,14 @@
  * schedule, fetch; 400 of them or 1 s), then for each F a sliding window of F RemoteValues of
  * `empty` (fetch the oldest, schedule the next) for S seconds (default 2),
  * each on a fresh coordinator whose per-connection window is
- * ceil(F / workers).  Prints one line each, and before each a "coord:"
+ * ceil(F / workers) (or W).  Prints one line each, and before each a "coord:"
  * line: how long coord_create() took and the threads, descriptors and
  * resident memory the coordinator added to this process:
  *   rtt: median U us over N round trips
  *   inflight F: R closures/s (N in T s)
+ * --idle S instead: one coordinator, connected and idle for S seconds (only
+ * heartbeats cross), between the lines "idle: S s from now" and "idle: done",
+ * which gives the process's CPU time over the S seconds.
  * Speed is printed, never asserted; a failed call fails the run (exit 1).
  */
 #include <dirent.h>
@@ -26,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <coord/coord.h>
@@ -35,6 +40,8 @@ int coord_register_fns(struct coord_registry *reg); /* bench/benchfns.c */
 
 #define MAX_F 16
 #define RTT_N 400
+
+static unsigned win; /* --window: opts.window, else ceil(F / workers) */
 
 static uint64_t now_ns(void)
 {
@@ -104,7 +111,7 @@ static struct coord *make(const char *spec_arg, struct coord_registry *reg, unsi
 	if (coord_spec_from_arg(spec_arg, &spec, NULL, &err) < 0)
 		goto fail;
 	nw = coord_spec_num_tasks(spec, "worker");
-	o.window = nw ? (unsigned)((f + nw - 1) / nw) : f;
+	o.window = win ? win : nw ? (unsigned)((f + nw - 1) / nw) : f;
 	if (o.window < 1)
 		o.window = 1;
 	t0 = now_ns();
@@ -161,6 +168,7 @@ int main(int argc, char **argv)
 	uint32_t fn;
 	unsigned n = 0;
 	int rtt = 1;
+	double idle = 0;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--spec"))
@@ -171,6 +179,10 @@ int main(int argc, char **argv)
 			secs = atof(argv[i + 1]);
 		else if (!strcmp(argv[i], "--rtt"))
 			rtt = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--window"))
+			win = (unsigned)atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--idle"))
+			idle = atof(argv[i + 1]);
 		else
 			spec = NULL, argc = 0;
 	}
@@ -184,7 +196,7 @@ int main(int argc, char **argv)
 	}
 	if (!spec || argc % 2 == 0 || nf == 0 || !(secs > 0 && secs <= 600)) {
 		fprintf(stderr, "usage: bench_window --spec SPEC [--inflight F[,F...]] "
-				"[--seconds S] [--rtt 0|1]\n");
+				"[--seconds S] [--rtt 0|1] [--window W] [--idle S]\n");
 		return 2;
 	}
 	if (coord_registry_create(&reg) || coord_register_fns(reg)) {
@@ -192,6 +204,28 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	if (idle > 0 && idle <= 600) {
+		/* Connected and idle: only heartbeats cross (measured outside). */
+		struct timespec ts = { (time_t)idle, (long)((idle - (double)(time_t)idle) * 1e9) };
+
+		struct rusage r0, r1;
+
+		c = make(spec, reg, fs[0], &fn);
+		printf("idle: %.1f s from now\n", idle);
+		fflush(stdout);
+		getrusage(RUSAGE_SELF, &r0);
+		nanosleep(&ts, NULL);
+		getrusage(RUSAGE_SELF, &r1);
+		printf("idle: done, coordinator CPU %.1f ms (user+sys)\n",
+		       ((double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
+				 r0.ru_stime.tv_sec) *
+			1e3) + (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec +
+					r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) /
+				       1e3);
+		coord_destroy(c);
+		coord_registry_destroy(reg);
+		return 0;
+	}
 	c = rtt ? make(spec, reg, 1, &fn) : NULL;
 	/* RTT_N round trips, or as many as fit in a second (at least 20) */
 	for (uint64_t t0 = now_ns(); c && n < RTT_N && (n < 20 || now_ns() - t0 < 1000000000ull);
