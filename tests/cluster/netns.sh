@@ -21,8 +21,9 @@
 #              training must complete (B2: the others go on)
 #   latency    injected round-trip delay 0.1, 1 and 10 ms between the chief
 #              and every other host; `tc netem` where the kernel has it, else
-#              an iptables NFQUEUE rule on the chief and a userspace delayer
-#              (tests/cluster/nfq_delay.c, libnetfilter-queue); it says which.
+#              an iptables NFQUEUE rule on the chief's INPUT and a userspace
+#              delayer (tests/cluster/nfq_delay.c, libnetfilter-queue); it
+#              says which.
 #              At each delay bench_window prints closures/s with 64 and 256
 #              in flight beside the bandwidth-delay bound F / RTT.
 #
@@ -202,12 +203,12 @@ latency() {
 	if ip netns exec "$pfx-chief" tc qdisc add dev eth0 root netem delay 0ms 2>"$dir/netem.log"; then
 		how="tc netem on the chief's eth0"
 	else
-		how="iptables NFQUEUE (queue $q) on the chief's OUTPUT + tests/cluster/nfq_delay.c"
+		how="iptables NFQUEUE (queue $q) on the chief's INPUT + tests/cluster/nfq_delay.c"
 		how="$how (tc netem: $(head -n 1 "$dir/netem.log"))"
 		gcc -O2 -Wall -o "$dir/nfq_delay" "$src/tests/cluster/nfq_delay.c" -lnetfilter_queue \
 			-lnfnetlink || fail "building the delayer (libnetfilter-queue-dev)"
 	fi
-	echo "netns.sh: delay injected by $how; packets from the chief to every host wait" \
+	echo "netns.sh: delay injected by $how; packets from every host to the chief wait" \
 		"the whole RTT"
 	printf '    %-10s %-22s %-28s %-28s\n' "RTT" "coord round trip" "64 in flight" "256 in flight"
 	printf '    %-10s %-22s %-28s %-28s\n' "injected" "(median, 1 in flight)" \
@@ -217,7 +218,10 @@ latency() {
 			case $how in
 			tc*) in_host chief tc qdisc change dev eth0 root netem delay "${d}us" ;;
 			*)
-				[ -n "$dpid" ] || in_host chief iptables -A OUTPUT -p tcp -d "$net.0/24" \
+				# on arrival: held on the sending side, a packet also holds its
+				# socket's send accounting (TCP small queues, autocorking) and
+				# the next one waits behind it (measured: p90 round trip 2 RTT)
+				[ -n "$dpid" ] || in_host chief iptables -A INPUT -p tcp -s "$net.0/24" \
 					-j NFQUEUE --queue-num $q --queue-bypass
 				[ -z "$dpid" ] || { kill -TERM "$dpid"; wait "$dpid" || true; }
 				ip netns exec "$pfx-chief" "$dir/nfq_delay" $q "$d" >>"$dir/nfq_delay.log" 2>&1 &

@@ -7,7 +7,10 @@
  *   nfq_delay QUEUE DELAY_US
  *
  * Run it inside the network namespace whose rule feeds the queue, e.g.
- *   iptables -A OUTPUT -p tcp -d 10.78.0.0/24 -j NFQUEUE --queue-num 7 --queue-bypass
+ *   iptables -A INPUT -p tcp -s 10.78.0.0/24 -j NFQUEUE --queue-num 7 --queue-bypass
+ * (on arrival rather than on OUTPUT: a packet held on its sender's side
+ * still counts against its socket, and TCP holds the next small segment
+ * behind it - autocorking - so some round trips took two delays).
  * Prints "nfq_delay: queue Q, delay D us, ready" once bound (before that the
  * rule's --queue-bypass lets packets through undelayed, so wait for it), and
  * on SIGTERM/SIGINT accepts what it holds and prints its counts.
