@@ -90,6 +90,7 @@ coproc srv { exec python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(
 read -r port <&"${srv[0]}"
 tf='{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:'$port'"], "ps": ["127.0.0.1:'$port'"]}, "task": {"type": "chief", "index": 0}}'
 out=$(TF_CONFIG=$tf COORD_WAIT_SECONDS=5 sh "$d/wait-cluster.sh" echo ran) || fail "wait-cluster.sh: $out"
+# shellcheck disable=SC2154 # srv_PID: set by coproc
 kill "$srv_PID" 2>/dev/null || true
 echo "$out" | grep -q '^ran$' || fail "wait-cluster.sh did not run its command: $out"
 

@@ -226,7 +226,7 @@ latency() {
 				[ -z "$dpid" ] || { kill -TERM "$dpid"; wait "$dpid" || true; }
 				ip netns exec "$pfx-chief" "$dir/nfq_delay" $q "$d" >>"$dir/nfq_delay.log" 2>&1 &
 				dpid=$!
-				procs+=($dpid)
+				procs+=("$dpid")
 				for _ in $(seq 50); do
 					[ "$(grep -c "delay $d us, ready" "$dir/nfq_delay.log")" -ge 1 ] && break
 					kill -0 $dpid 2>/dev/null || fail "nfq_delay exited"

@@ -145,10 +145,10 @@ EOF
 # ---- slurmctld, slurmd ----------------------------------------------------------
 slurmctld -D -i >"$dir/slurmctld.out.log" 2>&1 &
 ctld_pid=$!
-pids+=($ctld_pid)
+pids+=("$ctld_pid")
 slurmd -D -N "$host" >"$dir/slurmd.out.log" 2>&1 &
 slurmd_pid=$!
-pids+=($slurmd_pid)
+pids+=("$slurmd_pid")
 ok=
 for _ in $(seq 150); do
 	kill -0 $ctld_pid 2>/dev/null || fail "slurmctld exited at start (its log: $dir/slurmctld.log, below)"
