@@ -82,7 +82,7 @@ free_port() {
 }
 
 # ---- munge ------------------------------------------------------------------
-mkdir -m 0700 "$dir/munge"
+mkdir -m 0711 "$dir/munge" # searchable: clients reach the socket in it
 dd if=/dev/urandom of="$dir/munge/munge.key" bs=1 count=1024 status=none
 chmod 0400 "$dir/munge/munge.key"
 sock=$dir/munge/munge.sock
@@ -127,6 +127,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
+MailProg=/bin/true
 SwitchType=switch/none
 SchedulerType=sched/builtin
 SelectType=select/cons_tres
