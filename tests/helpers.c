@@ -742,6 +742,27 @@ const char *t_addr(void)
 	return a && *a ? a : "10.0.2.15";
 }
 
+/*
+ * Where tcp worker @i listens and is reached: t_addr(), or, on a cluster of
+ * "hosts" (tests/cluster/netns.sh), the (i mod n)-th of $T_WORKER_HOSTS
+ * (a comma list of IPv4 addresses, each shorter than 40 characters).
+ */
+static const char *t_worker_addr(unsigned i, char *buf, size_t len)
+{
+	const char *h = getenv("T_WORKER_HOSTS"), *p;
+	size_t n = 0, k;
+
+	if (!h || !*h || strcmp(t_transport, "tcp") != 0)
+		return t_addr();
+	for (p = h; *p; p++)
+		n += *p == ',';
+	k = i % (n + 1);
+	for (p = h; k; p++)
+		k -= *p == ',';
+	snprintf(buf, len, "%.*s", (int)strcspn(p, ","), p);
+	return buf;
+}
+
 #define T_MAX_PROCS 8
 static pid_t t_pids[T_MAX_PROCS];
 static unsigned t_ports[T_MAX_PROCS], t_nprocs;
@@ -883,18 +904,24 @@ static int worker_spawn(unsigned i, unsigned port)
 {
 	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
 	const char *log = getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error";
-	char listen[80];
-	char *argv[] = { (char *)bin, "--fns",	     (char *)fns,	  "--listen",
-			 listen,      "--log",	     (char *)log,	  "--partial-ms",
-			 "500",	      "--transport", (char *)t_transport, NULL };
+	/* $T_WORKER_WRAP: a program that runs the worker's command line (on a
+	 * cluster of hosts: inside the namespace that owns its address) */
+	const char *wrap = getenv("T_WORKER_WRAP");
+	char listen[80], host[40];
+	char *argv[] = { (char *)wrap, (char *)bin,   "--fns",
+			 (char *)fns,  "--listen",    listen,
+			 "--log",      (char *)log,   "--partial-ms",
+			 "500",	       "--transport", (char *)t_transport,
+			 NULL };
+	char **av = wrap && *wrap ? argv : argv + 1;
 	pid_t pid;
 
 	if (!bin || !fns) {
 		fprintf(stderr, "COORD_WORKER_BIN and COORD_TESTFNS must be set\n");
 		return -1;
 	}
-	snprintf(listen, sizeof(listen), "%s:%u", t_addr(), port);
-	pid = t_spawn(argv, "coord-worker", &t_ports[i]);
+	snprintf(listen, sizeof(listen), "%s:%u", t_worker_addr(i, host, sizeof(host)), port);
+	pid = t_spawn(av, "coord-worker", &t_ports[i]);
 	if (pid < 0)
 		return -1;
 	t_pids[i] = pid;
@@ -945,13 +972,17 @@ unsigned t_worker_port(unsigned i)
 char *t_spec_json(unsigned nworkers)
 {
 	size_t cap = 32 + (size_t)nworkers * 80;
+	char host[40];
 	char *s = malloc(cap);
 	size_t off = 0;
 
 	off += (size_t)snprintf(s + off, cap - off, "{\"worker\": [");
-	for (unsigned i = 0; i < nworkers; i++)
-		off += (size_t)snprintf(s + off, cap - off, "%s\"%s:%u\"", i ? ", " : "", t_addr(),
-					t_ports[i % (t_nprocs ? t_nprocs : 1)]);
+	for (unsigned i = 0; i < nworkers; i++) {
+		unsigned k = i % (t_nprocs ? t_nprocs : 1);
+
+		off += (size_t)snprintf(s + off, cap - off, "%s\"%s:%u\"", i ? ", " : "",
+					t_worker_addr(k, host, sizeof(host)), t_ports[k]);
+	}
 	snprintf(s + off, cap - off, "]}");
 	return s;
 }
