@@ -156,6 +156,41 @@ static int op_scatter(struct coord_varstore *vs, const struct coord_ps_op *op,
 	return coord_vs_scatter_add(vs, op->id, idx, op->n, rows, err);
 }
 
+/* GATHER (ps.h): the rows go straight into the scratch buffer, emitted from there. */
+static int op_gather(struct coord_varstore *vs, const struct coord_ps_op *op,
+		     struct coord_ps_scratch *s, coord_ps_emit_t emit, void *arg,
+		     struct coord_error *err)
+{
+	struct coord_var_info info;
+	const int64_t *idx;
+	size_t ib, rb, ioff;
+	uint64_t rowlen;
+	int r = coord_vs_info(vs, op->id, &info, err);
+
+	if (r < 0)
+		return r;
+	if (info.ndim == 0)
+		return coord_seterr(err, COORD_EINVAL, "gather on scalar '%s'", info.name);
+	rowlen = info.nelem / info.dims[0];
+	if (op->n > UINT32_MAX / 8 || op->src_len != 8 * op->n ||
+	    op->n * rowlen > COORD_VAR_MAX_ELEMS)
+		return coord_seterr(err, COORD_EINVAL,
+				    "gather on '%s': %llu indices in %u bytes (rows of %llu)",
+				    info.name, (unsigned long long)op->n, op->src_len,
+				    (unsigned long long)rowlen);
+	ib = 8 * (size_t)op->n;
+	rb = 4 * (size_t)(op->n * rowlen);
+	ioff = (rb + 7) & ~(size_t)7;
+	if (!scratch_reserve(s, ioff + ib))
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	if (op->n == 0)
+		return emit(arg, NULL, 0);
+	/* The copy never moves the buffer: reserved above. */
+	idx = ((uintptr_t)op->src & 7) ? aligned(s, op->src, ib, ioff) : op->src;
+	r = coord_vs_gather(vs, op->id, idx, op->n, s->buf, err);
+	return r < 0 ? r : emit(arg, s->buf, rb);
+}
+
 /* The checkpoint directory an op names, NUL-terminated into @path. */
 static int ps_dir(const struct coord_ps_op *op, char *path, size_t cap, struct coord_error *err)
 {
@@ -253,6 +288,8 @@ int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_
 	case COORD_PS_SCATTER_ADD:
 		r = op_scatter(vs, op, s, err);
 		return r < 0 ? r : emit(arg, NULL, 0);
+	case COORD_PS_GATHER:
+		return op_gather(vs, op, s, emit, arg, err);
 	case COORD_PS_DELETE:
 		r = coord_vs_delete(vs, op->id, err);
 		return r < 0 ? r : emit(arg, NULL, 0);
@@ -429,8 +466,8 @@ static int name_op(struct coord_ps *ps, uint16_t opc, const char *name, struct c
 	return 0;
 }
 
-static int info_out(const struct coord_ps_op *op, coord_var_t *var, struct coord_var_shape *shape,
-		    struct coord_error *err)
+int coord_ps_info_out(const struct coord_ps_op *op, coord_var_t *var, struct coord_var_shape *shape,
+		      struct coord_error *err)
 {
 	const uint8_t *b = op->dst;
 	unsigned ndim;
@@ -464,7 +501,7 @@ static int var_lookup(struct coord_ps *ps, const char *name, coord_var_t *var,
 	op.dst = res;
 	op.cap = sizeof(res);
 	r = coord_ps_run(ps, &op, 1, err);
-	return r < 0 ? r : info_out(&op, var, shape, err);
+	return r < 0 ? r : coord_ps_info_out(&op, var, shape, err);
 }
 
 /* Public data ops -> ps ops (same opcodes). */
@@ -588,7 +625,7 @@ int coord_var_create(struct coord *c, const char *name, unsigned ndim, const uin
 	r = coord_ps_run(c->ps, &op, 1, err);
 	if (data != hdr)
 		free(data);
-	return r < 0 ? r : info_out(&op, var, NULL, err);
+	return r < 0 ? r : coord_ps_info_out(&op, var, NULL, err);
 }
 
 int coord_var_lookup(struct coord *c, const char *name, coord_var_t *var,
@@ -640,6 +677,15 @@ static int ctx_err(struct coord_ctx *ctx, int r, const struct coord_error *e)
 static bool unreachable(const struct coord_ps *ps, int code)
 {
 	return ps && ps->remote && (code == COORD_EUNAVAILABLE || code == COORD_ETIMEDOUT);
+}
+
+int coord_ps_ctx_end(struct coord_ctx *ctx, const struct coord_ps_op *ops, unsigned n, int r,
+		     const struct coord_error *e)
+{
+	for (unsigned i = 0; r < 0 && i < n && !ctx->ps_failed; i++)
+		if (unreachable(ctx->env->ps, ops[i].code))
+			ctx->ps_failed = COORD_CAUSE_PS(ops[i].task);
+	return ctx_err(ctx, r, e);
 }
 
 int coord_ctx_var_lookup(struct coord_ctx *ctx, const char *name, coord_var_t *var,

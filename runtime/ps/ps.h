@@ -31,6 +31,10 @@
  *   PREPARE      dir     nonce step  nps|flags<<32  -                    struct coord_ps_prep
  *   COMMIT       -       nonce -     -      -                           u32 count
  *   ABORT        -       -    -      -      -                           -
+ *   GATHER       -       id   -      nidx   i64 idx[nidx]              f32 rows[nidx][row]
+ *
+ * GATHER and SCATTER_ADD check every index before touching anything (one
+ * out of range fails the op whole); GATHER copies a repeated index twice.
  *
  * MAP (rdma only: a ps served over rdma registers the variable's memory for
  * remote reads and answers with its address and keys, COORD_PS_MAP_LEN
@@ -77,7 +81,8 @@ enum coord_ps_opcode {
 	COORD_PS_PREPARE = 11,
 	COORD_PS_COMMIT = 12,
 	COORD_PS_ABORT = 13,
-	COORD_PS_OP_MAX = 13,
+	COORD_PS_GATHER = 14,
+	COORD_PS_OP_MAX = 14,
 };
 
 /*
