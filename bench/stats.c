@@ -3,12 +3,14 @@
  * bench/stats.c - see stats.h.
  */
 #include <math.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -394,4 +396,46 @@ void bench_reap(int pid)
 		}
 		nanosleep(&ms, NULL);
 	}
+}
+
+int bench_spawn(char *const argv[], const char *banner, unsigned *port)
+{
+	char line[160] = "", fmt[96];
+	struct pollfd p;
+	int fd[2];
+	pid_t pid;
+	FILE *f;
+
+	if (pipe(fd) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* die with the bench */
+		dup2(fd[1], 1);
+		close(fd[0]);
+		close(fd[1]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(fd[1]);
+	snprintf(fmt, sizeof(fmt), "%s listening on port %%u", banner);
+	/* Bounded: the server prints its port at once or exits (EOF). */
+	p.fd = fd[0];
+	p.events = POLLIN;
+	f = fdopen(fd[0], "r");
+	if (!f || poll(&p, 1, 20000) != 1 || !fgets(line, sizeof(line), f) ||
+	    sscanf(line, fmt, port) != 1) {
+		fprintf(stderr, "bench: %s did not start (%s)\n", argv[0], line);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		if (f)
+			fclose(f);
+		else
+			close(fd[0]);
+		return -1;
+	}
+	fclose(f);
+	return pid;
 }

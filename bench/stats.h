@@ -153,6 +153,14 @@ int bench_exit_code(void);
 /* bench_reap() - SIGTERM @pid, wait up to 5 s, then SIGKILL it; reaped. */
 void bench_reap(int pid);
 
+/*
+ * bench_spawn() - run the server @argv (argv[0] a path) with stdout on a
+ * pipe and wait (20 s at most) for its "<@banner> listening on port P"
+ * line; it dies with the bench (PDEATHSIG).  Return: its pid (*@port = P),
+ * or -1.  Stop it with bench_reap().
+ */
+int bench_spawn(char *const argv[], const char *banner, unsigned *port);
+
 /* bench_met() - "met" / "not_met" for a target in a SUMMARY line. */
 static inline const char *bench_met(bool met)
 {
