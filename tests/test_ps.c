@@ -1381,6 +1381,22 @@ static void test_pvar_rows(void **state)
 			pv_ref[(size_t)ids[k] * PV_RL + j] += upd[k * PV_RL + j];
 	pv_check_all(c, &pv);
 
+	/* ids in shard order: rows straight into the caller's buffer (gather,
+	 * distinct ids) and straight from it (scatter_add, repeats allowed) */
+	for (size_t k = 0; k < 333; k++)
+		ids[k] = (int64_t)(3 * k);
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 333, got, &err), 0);
+	for (size_t k = 0; k < 333; k++)
+		assert_memory_equal(got + k * PV_RL, pv_ref + (size_t)ids[k] * PV_RL, 4 * PV_RL);
+	ids[1] = ids[0]; /* a repeat, still in order */
+	for (size_t k = 0; k < 333 * PV_RL; k++)
+		upd[k] = (float)(k % 13);
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 333, upd, &err), 0);
+	for (size_t k = 0; k < 333; k++)
+		for (size_t j = 0; j < PV_RL; j++)
+			pv_ref[(size_t)ids[k] * PV_RL + j] += upd[k * PV_RL + j];
+	pv_check_all(c, &pv);
+
 	/* out of range (anywhere in the batch): a clear error, nothing applied */
 	bad[0] = 1;
 	bad[1] = 700;

@@ -213,6 +213,11 @@ struct coord_ps_scratch {
 	/* The session a PREPARE's stage belongs to; NULL: this scratch (a
 	 * server's is per connection). */
 	const void *owner;
+	/* Optional (a server's): where @emit(@arg, p, @len) would put a
+	 * result of @len bytes, or NULL.  READ and GATHER write their result
+	 * there and emit from there, so it is copied once, from the store into
+	 * the reply frame.  Nothing is written between the two calls. */
+	void *(*room)(void *arg, size_t len);
 };
 COORD_HIDDEN int coord_ps_apply(struct coord_varstore *vs, unsigned task,
 				const struct coord_ps_op *op, struct coord_ps_scratch *scratch,

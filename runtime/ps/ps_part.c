@@ -17,8 +17,9 @@
  *   P4  gather reads each distinct id once and returns rows in the
  *       caller's order; scatter_add adds a repeated id twice (tf);
  *   P5  shard J holds rows coord_var_partition_rows(rows, nparts, J).
- * A call that needs room (gather, scatter_add over more than one shard)
- * takes it with one malloc, freed before it returns.
+ * A call that needs room (gather; scatter_add over more than one shard)
+ * takes it with malloc (ids and indices; rows only when they must be
+ * regrouped), freed before it returns.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -114,10 +115,30 @@ static void part_name(char *b, size_t cap, const char *name, unsigned j)
 
 /* ---- the operations, on a struct coord_ps ---------------------------------------- */
 
+/* Are @ids[0..@n) grouped by shard, in shard order (then each shard's rows
+ * are one contiguous slice of the caller's buffer)? */
+static bool in_shard_order(const struct coord_pvar *pv, const int64_t *ids, size_t n)
+{
+	unsigned last = 0;
+
+	if (pv->nparts == 1)
+		return true;
+	for (size_t k = 0; k < n; k++) {
+		uint64_t first;
+		unsigned j = pv_shard(pv, (uint64_t)ids[k], &first);
+
+		if (j < last)
+			return false;
+		last = j;
+	}
+	return true;
+}
+
 /*
  * gather: distinct ids (open addressing on the id), grouped by shard with a
  * counting sort into one local-index array and one row buffer; one GATHER
- * per shard; then each caller position copies its row.
+ * per shard; then each caller position copies its row.  When the ids are
+ * distinct and in shard order, the rows go straight into @out instead.
  */
 static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int64_t *ids, size_t n,
 		     float *out, struct coord_ps_op *ops, unsigned *nops, struct coord_error *err)
@@ -126,8 +147,9 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 	uint32_t *ht, *upos, *slot;
 	int64_t *uid, *local;
 	unsigned bits = 4;
+	float *rbuf = NULL;
 	uint8_t *mem;
-	float *rbuf;
+	bool direct;
 	int r;
 
 	*nops = 0;
@@ -144,8 +166,8 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 	}
 	rowb = 4 * pv->row_len;
 	/* ht[hsize] u32, upos[n] u32 (position -> distinct), slot[n] u32
-	 * (distinct -> grouped), uid[n] i64, local[n] i64, rbuf[n] rows. */
-	mem = malloc(4 * hsize + 4 * n + 4 * n + 8 * n + 8 * n + 8 + n * rowb);
+	 * (distinct -> grouped), uid[n] i64, local[n] i64. */
+	mem = malloc(4 * hsize + 4 * n + 4 * n + 8 + 8 * n + 8 * n);
 	if (!mem)
 		return coord_seterr(err, COORD_ENOMEM, "gather: no memory for %zu rows", n);
 	ht = (uint32_t *)mem;
@@ -153,7 +175,6 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 	slot = upos + n;
 	uid = (int64_t *)(((uintptr_t)(slot + n) + 7) & ~(uintptr_t)7);
 	local = uid + n;
-	rbuf = (float *)(local + n);
 	memset(ht, 0xff, 4 * hsize);
 	for (size_t k = 0; k < n; k++) {
 		size_t h = (size_t)(((uint64_t)ids[k] * 0x9e3779b97f4a7c15ull) >> (64 - bits));
@@ -166,6 +187,12 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 		}
 		upos[k] = ht[h];
 	}
+	/* Distinct ids are uid[] in the caller's order: in place if grouped. */
+	direct = nu == n && in_shard_order(pv, uid, nu);
+	if (!direct && !(rbuf = malloc(nu * rowb))) {
+		free(mem);
+		return coord_seterr(err, COORD_ENOMEM, "gather: no memory for %zu rows", n);
+	}
 	for (size_t u = 0; u < nu; u++) {
 		uint64_t first;
 
@@ -174,8 +201,6 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 	for (unsigned j = 0, s = 0; j < pv->nparts; j++) {
 		at[j] = s;
 		s += cnt[j];
-	}
-	for (unsigned j = 0; j < pv->nparts; j++) {
 		if (!cnt[j])
 			continue;
 		ops[*nops] = (struct coord_ps_op){ .op = COORD_PS_GATHER,
@@ -184,7 +209,8 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 						   .n = cnt[j],
 						   .src = local + at[j],
 						   .src_len = (uint32_t)(8 * cnt[j]),
-						   .dst = (uint8_t *)rbuf + at[j] * rowb,
+						   .dst = (uint8_t *)(direct ? out : rbuf) +
+							  at[j] * rowb,
 						   .cap = cnt[j] * rowb };
 		(*nops)++;
 	}
@@ -200,13 +226,14 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 		if (ops[i].dst_len != ops[i].cap)
 			r = coord_seterr(err, -EPROTO, "gather on '%s': ps task %u sent %zu bytes",
 					 pv->name, ops[i].task, ops[i].dst_len);
-	for (size_t k = 0; r == 0 && k < n; k++)
+	for (size_t k = 0; r == 0 && !direct && k < n; k++)
 		memcpy(out + k * pv->row_len, (uint8_t *)rbuf + slot[upos[k]] * rowb, rowb);
+	free(rbuf);
 	free(mem);
 	return r;
 }
 
-/* scatter_add: rows grouped by shard (a copy), unless there is one shard. */
+/* scatter_add: rows grouped by shard (a copy), unless they are already. */
 static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const int64_t *ids,
 		      size_t n, const float *upd, struct coord_ps_op *ops, unsigned *nops,
 		      struct coord_error *err)
@@ -214,6 +241,7 @@ static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const in
 	size_t rowb, cnt[COORD_VAR_MAX_PARTS] = { 0 }, at[COORD_VAR_MAX_PARTS];
 	int64_t *local;
 	uint8_t *rows;
+	bool direct;
 	int r;
 
 	*nops = 0;
@@ -238,10 +266,11 @@ static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const in
 		*nops = 1;
 		return coord_ps_run(ps, ops, 1, err);
 	}
-	local = malloc(8 * n + n * rowb);
+	direct = in_shard_order(pv, ids, n); /* then the rows are sent from @upd */
+	local = malloc(8 * n + (direct ? 0 : n * rowb));
 	if (!local)
 		return coord_seterr(err, COORD_ENOMEM, "scatter_add: no memory for %zu rows", n);
-	rows = (uint8_t *)(local + n);
+	rows = direct ? (uint8_t *)upd : (uint8_t *)(local + n);
 	for (size_t k = 0; k < n; k++) {
 		uint64_t first;
 
@@ -267,7 +296,8 @@ static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const in
 		unsigned j = pv_shard(pv, (uint64_t)ids[k], &first);
 
 		local[at[j]] = ids[k] - (int64_t)first;
-		memcpy(rows + at[j] * rowb, upd + k * pv->row_len, rowb);
+		if (!direct)
+			memcpy(rows + at[j] * rowb, upd + k * pv->row_len, rowb);
 		at[j]++;
 	}
 	r = coord_ps_run(ps, ops, *nops, err);
