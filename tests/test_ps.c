@@ -1527,6 +1527,9 @@ static void test_pvar_partitioner(void **state)
 	pv.rows = 1;
 	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 3, rows, &err), COORD_EINVAL);
 	assert_int_equal(coord_pvar_gather(c, NULL, ids, 3, rows, &err), COORD_EINVAL);
+	assert_int_equal(coord_pvar_lookup(c, "p/plain", &pv, &err), 0);
+	memset(pv.name, 'x', sizeof(pv.name));
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 3, rows, &err), COORD_EINVAL);
 	destroy(c);
 }
 

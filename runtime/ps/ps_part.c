@@ -47,6 +47,8 @@ static int pv_check(const struct coord_pvar *pv, struct coord_error *err)
 
 	if (!pv)
 		return coord_seterr(err, COORD_EINVAL, "NULL partitioned variable");
+	if (!memchr(pv->name, 0, sizeof(pv->name)))
+		return coord_seterr(err, COORD_EINVAL, "partitioned variable: unterminated name");
 	if (pv->nparts == 0 || pv->nparts > COORD_VAR_MAX_PARTS || pv->ndim == 0 ||
 	    pv->ndim > COORD_VAR_DIMS || pv->rows != pv->dims[0] || pv->rows < pv->nparts)
 		return coord_seterr(err, COORD_EINVAL,
