@@ -399,41 +399,40 @@ void bench_reap(int pid)
 	}
 }
 
-int bench_worker_spawn(const char *bin, const char *fns, unsigned port, int *pid,
-		       unsigned *port_out)
+int bench_spawn(char *const argv[], const char *banner, unsigned *port)
 {
-	char line[128] = "", listen[32];
+	char line[160] = "", fmt[96];
 	struct pollfd p;
 	int fd[2];
-	pid_t child;
+	pid_t pid;
 	FILE *f;
 
-	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
 	if (pipe2(fd, O_CLOEXEC) < 0)
 		return -1;
-	child = fork();
-	if (child < 0) {
+	pid = fork();
+	if (pid < 0) {
 		close(fd[0]);
 		close(fd[1]);
 		return -1;
 	}
-	if (child == 0) {
+	if (pid == 0) {
 		/* die with the bench; only async-signal-safe calls before exec */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(fd[1], 1);
-		execl(bin, bin, "--fns", fns, "--listen", listen, "--log", "error", (char *)NULL);
+		execv(argv[0], argv);
 		_exit(127);
 	}
 	close(fd[1]);
-	/* Bounded: the worker prints its port at once or exits (EOF). */
+	snprintf(fmt, sizeof(fmt), "%s listening on port %%u", banner);
+	/* Bounded: the server prints its port at once or exits (EOF). */
 	p.fd = fd[0];
 	p.events = POLLIN;
 	f = fdopen(fd[0], "r");
 	if (!f || poll(&p, 1, 20000) != 1 || !fgets(line, sizeof(line), f) ||
-	    sscanf(line, "coord-worker listening on port %u", port_out) != 1) {
-		fprintf(stderr, "bench: %s did not start (%s)\n", bin, line);
-		kill(child, SIGKILL);
-		waitpid(child, NULL, 0);
+	    sscanf(line, fmt, port) != 1) {
+		fprintf(stderr, "bench: %s did not start (%s)\n", argv[0], line);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
 		if (f)
 			fclose(f);
 		else
@@ -441,6 +440,17 @@ int bench_worker_spawn(const char *bin, const char *fns, unsigned port, int *pid
 		return -1;
 	}
 	fclose(f);
-	*pid = child;
-	return 0;
+	return pid;
+}
+
+int bench_worker_spawn(const char *bin, const char *fns, unsigned port, int *pid,
+		       unsigned *port_out)
+{
+	char listen[32];
+	char *const argv[] = { (char *)bin, "--fns", (char *)fns, "--listen",
+			       listen,	    "--log", "error",	  NULL };
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+	*pid = bench_spawn(argv, "coord-worker", port_out);
+	return *pid < 0 ? -1 : 0;
 }

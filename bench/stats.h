@@ -154,12 +154,17 @@ int bench_exit_code(void);
 void bench_reap(int pid);
 
 /*
- * bench_worker_spawn() - fork and exec a coord-worker (@bin, serving the
- * functions of @fns) listening on 127.0.0.1:@port (0: any), and wait (20 s
- * at most) for its "coord-worker listening on port P" line.  The child
- * dies with the thread that forked it (PR_SET_PDEATHSIG): fork from a
- * thread that outlives the workers.  Return: 0 with *@pid and *@port_out
- * set; -1 (with a line on stderr) when it did not start, nothing left.
+ * bench_spawn() - run the server @argv (argv[0] a path) with stdout on a
+ * pipe and wait (20 s at most) for its "<@banner> listening on port P"
+ * line; it dies with the bench (PDEATHSIG).  Return: its pid (*@port = P),
+ * or -1.  Stop it with bench_reap().
+ */
+int bench_spawn(char *const argv[], const char *banner, unsigned *port);
+
+/*
+ * bench_worker_spawn() - bench_spawn() of a coord-worker (@bin, serving the
+ * functions of @fns) listening on 127.0.0.1:@port (0: any).  Return: 0
+ * with *@pid and *@port_out set, or -1.
  */
 int bench_worker_spawn(const char *bin, const char *fns, unsigned port, int *pid,
 		       unsigned *port_out);

@@ -44,6 +44,9 @@
  *               that differ from the one before
  *   var_read_lat struct t_var_args (pad = reads, n <= 1024): times pad
  *               reads of [off, off+n); result = { p50, p99, min } ns (uint64)
+ *   pvar_rows   struct t_pvar_args + ids (+ rows): a gather (result: the
+ *               rows, n * row_len <= 16384), a scatter_add, or a gather
+ *               through a handle the worker looks up by pv.name
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -592,6 +595,46 @@ static int f_var_scatter(struct coord_ctx *ctx, const void *args, size_t len)
 	return coord_ctx_var_scatter_add(ctx, a.var, idx, a.n, a.off, rows);
 }
 
+/* args: struct t_pvar_args + int64 ids[n] (+ rows); see the table above. */
+static int f_pvar_rows(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_pvar_args a;
+	const uint8_t *p = (const uint8_t *)args + sizeof(a);
+	struct coord_pvar pv;
+	int64_t *ids;
+	float *rows;
+	size_t rl, need;
+	int r;
+
+	memcpy(&a, args, len < sizeof(a) ? len : sizeof(a));
+	rl = a.pv.row_len;
+	if (len < sizeof(a) || rl == 0 || rl > 16384 || a.n > 16384 / rl ||
+	    a.op > T_PV_LOOKUP_GATHER)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "pvar_rows: bad args");
+	need = sizeof(a) + 8 * (size_t)a.n + (a.op == T_PV_SCATTER ? 4 * (size_t)a.n * rl : 0);
+	if (len != need)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "pvar_rows: %zu bytes, %zu expected", len,
+				      need);
+	ids = malloc(8 * (size_t)a.n + 4 * (size_t)a.n * rl + 8);
+	if (!ids)
+		return coord_ctx_fail(ctx, COORD_ENOMEM, "pvar_rows: no memory");
+	rows = (float *)(ids + a.n);
+	memcpy(ids, p, 8 * (size_t)a.n);
+	pv = a.pv;
+	if (a.op == T_PV_SCATTER) {
+		memcpy(rows, p + 8 * (size_t)a.n, 4 * (size_t)a.n * rl);
+		r = coord_ctx_pvar_scatter_add(ctx, &pv, ids, a.n, rows);
+	} else {
+		r = a.op == T_PV_LOOKUP_GATHER ? coord_ctx_pvar_lookup(ctx, a.pv.name, &pv) : 0;
+		if (r == 0)
+			r = coord_ctx_pvar_gather(ctx, &pv, ids, a.n, rows);
+		if (r == 0)
+			r = coord_ctx_set_result(ctx, rows, 4 * (size_t)a.n * rl);
+	}
+	free(ids);
+	return r;
+}
+
 /* args: a variable name; result: its handle, as the worker resolves it. */
 static int f_var_lookup(struct coord_ctx *ctx, const void *args, size_t len)
 {
@@ -649,6 +692,7 @@ int t_register(struct coord_registry *r)
 	    coord_registry_add(r, "var_code", f_var_code) ||
 	    coord_registry_add(r, "var_scatter", f_var_scatter) ||
 	    coord_registry_add(r, "var_lookup", f_var_lookup) ||
+	    coord_registry_add(r, "pvar_rows", f_pvar_rows) ||
 	    coord_registry_add(r, "var_batch", f_var_batch) ||
 	    coord_registry_add(r, "var_uniform", f_var_uniform) ||
 	    coord_registry_add(r, "var_read_lat", f_var_read_lat))

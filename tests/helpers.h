@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <coord/coord.h>
+#include <coord/var.h>
 
 #define T_EXIT_SKIP 77
 
@@ -82,6 +83,15 @@ struct t_var_args {
 	uint64_t n;
 	float val;
 	uint32_t pad;
+};
+
+/* Arguments of the pvar_rows test function (helpers.c), followed by
+ * int64 ids[n] and, for scatter_add, float rows[n][row_len]. */
+enum { T_PV_GATHER, T_PV_SCATTER, T_PV_LOOKUP_GATHER };
+struct t_pvar_args {
+	struct coord_pvar pv;
+	uint32_t op;
+	uint32_t n;
 };
 
 /* Register the standard functions into @reg (also coord_register_fns()). */

@@ -1332,6 +1332,325 @@ static void test_ckpt_root_start_sweep(void **state)
 	t_reap(pid);
 }
 
+/* ---- partitioned variables: rows across shards, checked against a local copy ---- */
+
+#define PV_ROWS 1000
+#define PV_RL 8
+
+static float pv_ref[PV_ROWS * PV_RL];
+static uint32_t pv_seed = 12345;
+
+static uint32_t pv_rand(void)
+{
+	pv_seed = pv_seed * 1664525u + 1013904223u;
+	return pv_seed >> 8;
+}
+
+/* @n ids, duplicates likely, shard edges and both ends included. */
+static void pv_ids(int64_t *ids, size_t n, uint64_t rows)
+{
+	for (size_t k = 0; k < n; k++)
+		ids[k] = (int64_t)(pv_rand() % rows);
+	if (n > 4) {
+		ids[0] = 0;
+		ids[1] = (int64_t)rows - 1;
+		ids[2] = ids[0];
+		ids[3] = (int64_t)rows / 4; /* a shard's first row (4 shards) */
+		ids[4] = (int64_t)rows / 4 - 1;
+	}
+}
+
+/* Every row of @pv equals pv_ref, read by the coordinator with one gather
+ * (all ids, reversed), and with a range read. */
+static void pv_check_all(struct coord *c, const struct coord_pvar *pv)
+{
+	static int64_t ids[PV_ROWS];
+	static float got[PV_ROWS * PV_RL];
+	struct coord_error err;
+
+	for (int64_t k = 0; k < PV_ROWS; k++)
+		ids[k] = PV_ROWS - 1 - k;
+	if (coord_pvar_gather(c, pv, ids, PV_ROWS, got, &err) != 0)
+		fail_msg("gather: %s", err.msg);
+	for (size_t k = 0; k < PV_ROWS; k++)
+		assert_memory_equal(got + k * PV_RL, pv_ref + (size_t)ids[k] * PV_RL, 4 * PV_RL);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(coord_pvar_read(c, pv, 0, PV_ROWS * PV_RL, got, &err), 0);
+	assert_memory_equal(got, pv_ref, sizeof(got));
+}
+
+/* A closure's pvar_rows args: @a then ids then (scatter) rows. */
+static struct coord_rv *pv_sched(struct coord *c, const struct coord_pvar *pv, uint32_t op,
+				 const int64_t *ids, uint32_t n, const float *rows)
+{
+	size_t len = sizeof(struct t_pvar_args) + 8 * (size_t)n +
+		     (op == T_PV_SCATTER ? 4 * (size_t)n * pv->row_len : 0);
+	uint8_t *b = calloc(1, len);
+	struct t_pvar_args a = { .pv = *pv, .op = op, .n = n };
+	struct coord_rv *rv;
+
+	assert_non_null(b);
+	memcpy(b, &a, sizeof(a));
+	memcpy(b + sizeof(a), ids, 8 * (size_t)n);
+	if (op == T_PV_SCATTER)
+		memcpy(b + sizeof(a) + 8 * (size_t)n, rows, 4 * (size_t)n * pv->row_len);
+	rv = sched(c, "pvar_rows", b, len);
+	free(b);
+	return rv;
+}
+
+static void test_pvar_rows(void **state)
+{
+	struct coord_partitioner part = { .num_shards = 4 };
+	uint64_t dims[2] = { PV_ROWS, PV_RL };
+	static float upd[512 * PV_RL], got[512 * PV_RL];
+	struct coord_pvar pv, pv2;
+	struct coord_error err;
+	int64_t ids[512], bad[6];
+	struct coord *c = make();
+	unsigned tasks = 0;
+	struct out o;
+
+	(void)state;
+	for (size_t i = 0; i < PV_ROWS * PV_RL; i++)
+		pv_ref[i] = (float)i * 0.25f - 7.0f;
+	if (coord_pvar_create(c, "emb", 2, dims, pv_ref, &part, &pv, &err) != 0)
+		fail_msg("pvar_create: %s", err.msg);
+	assert_int_equal(pv.nparts, 4);
+	assert_int_equal(pv.rows, PV_ROWS);
+	assert_int_equal(pv.row_len, PV_RL);
+	for (unsigned j = 0; j < 4; j++)
+		tasks |= 1u << (pv.part[j] >> 32);
+	assert_int_equal(tasks, 3); /* the shards spread over both ps tasks */
+	/* lookup by name, coordinator side: the same handle */
+	assert_int_equal(coord_pvar_lookup(c, "emb", &pv2, &err), 0);
+	assert_memory_equal(&pv2, &pv, sizeof(pv));
+	/* create again: found, unchanged; another partitioning: refused */
+	assert_int_equal(coord_pvar_create(c, "emb", 2, dims, NULL, &part, &pv2, &err), 0);
+	assert_memory_equal(&pv2, &pv, sizeof(pv));
+	part.num_shards = 3;
+	assert_int_equal(coord_pvar_create(c, "emb", 2, dims, NULL, &part, &pv2, &err), -EEXIST);
+	part.num_shards = 5;
+	assert_int_equal(coord_pvar_create(c, "emb", 2, dims, NULL, &part, &pv2, &err), -EEXIST);
+	pv_check_all(c, &pv);
+
+	/* coordinator gather: duplicates, caller's order */
+	pv_ids(ids, 300, PV_ROWS);
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 300, got, &err), 0);
+	for (size_t k = 0; k < 300; k++)
+		assert_memory_equal(got + k * PV_RL, pv_ref + (size_t)ids[k] * PV_RL, 4 * PV_RL);
+	/* coordinator scatter_add: a repeated id adds twice */
+	pv_ids(ids, 400, PV_ROWS);
+	for (size_t k = 0; k < 400 * PV_RL; k++)
+		upd[k] = (float)(pv_rand() % 64) * 0.5f;
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 400, upd, &err), 0);
+	for (size_t k = 0; k < 400; k++)
+		for (size_t j = 0; j < PV_RL; j++)
+			pv_ref[(size_t)ids[k] * PV_RL + j] += upd[k * PV_RL + j];
+	pv_check_all(c, &pv);
+
+	/* ids in shard order: rows straight into the caller's buffer (gather,
+	 * distinct ids) and straight from it (scatter_add, repeats allowed) */
+	for (size_t k = 0; k < 333; k++)
+		ids[k] = (int64_t)(3 * k);
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 333, got, &err), 0);
+	for (size_t k = 0; k < 333; k++)
+		assert_memory_equal(got + k * PV_RL, pv_ref + (size_t)ids[k] * PV_RL, 4 * PV_RL);
+	ids[1] = ids[0]; /* a repeat, still in order */
+	for (size_t k = 0; k < 333 * PV_RL; k++)
+		upd[k] = (float)(k % 13);
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 333, upd, &err), 0);
+	for (size_t k = 0; k < 333; k++)
+		for (size_t j = 0; j < PV_RL; j++)
+			pv_ref[(size_t)ids[k] * PV_RL + j] += upd[k * PV_RL + j];
+	pv_check_all(c, &pv);
+
+	/* out of range (anywhere in the batch): a clear error, nothing applied */
+	bad[0] = 1;
+	bad[1] = 700;
+	bad[2] = 300;
+	bad[3] = 999;
+	for (int t = 0; t < 2; t++) {
+		bad[4] = t ? -1 : PV_ROWS;
+		bad[5] = 2;
+		assert_int_equal(coord_pvar_scatter_add(c, &pv, bad, 6, upd, &err), -ERANGE);
+		assert_non_null(strstr(err.msg, "position 4"));
+		assert_int_equal(coord_pvar_gather(c, &pv, bad, 6, got, &err), -ERANGE);
+	}
+	pv_check_all(c, &pv);
+	/* empty batches */
+	assert_int_equal(coord_pvar_gather(c, &pv, NULL, 0, NULL, &err), 0);
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, NULL, 0, NULL, &err), 0);
+
+	/* from functions: gather (by handle, and by a handle the worker looks up),
+	 * scatter_add with duplicates, an id out of range */
+	for (int round = 0; round < 6; round++) {
+		uint32_t n = 64 + pv_rand() % 136;
+		struct coord_rv *rv;
+		const void *v;
+		size_t len;
+
+		pv_ids(ids, n, PV_ROWS);
+		rv = pv_sched(c, &pv, round & 1 ? T_PV_LOOKUP_GATHER : T_PV_GATHER, ids, n, NULL);
+		assert_int_equal(coord_rv_fetch_timeout(rv, 30000000000ll, &v, &len, &err), 0);
+		assert_int_equal(len, 4 * (size_t)n * PV_RL);
+		for (size_t k = 0; k < n; k++)
+			assert_memory_equal((const float *)v + k * PV_RL,
+					    pv_ref + (size_t)ids[k] * PV_RL, 4 * PV_RL);
+		coord_rv_put(rv);
+	}
+	for (int round = 0; round < 8; round++) {
+		uint32_t n = 1 + pv_rand() % 100;
+
+		pv_ids(ids, n, PV_ROWS);
+		for (size_t k = 0; k < n * PV_RL; k++)
+			upd[k] = (float)(pv_rand() % 16) - 8.0f;
+		assert_int_equal(fetch(pv_sched(c, &pv, T_PV_SCATTER, ids, n, upd), &o), 0);
+		for (size_t k = 0; k < n; k++)
+			for (size_t j = 0; j < PV_RL; j++)
+				pv_ref[(size_t)ids[k] * PV_RL + j] += upd[k * PV_RL + j];
+	}
+	assert_int_equal(fetch(pv_sched(c, &pv, T_PV_SCATTER, ids, 0, upd), &o), 0);
+	assert_int_equal(fetch(pv_sched(c, &pv, T_PV_GATHER, ids, 0, NULL), &o), 0);
+	join_ok(c);
+	/* a failed closure's error is join's (S3), which clears it */
+	for (int t = 0; t < 2; t++) {
+		assert_int_equal(
+			fetch(pv_sched(c, &pv, t ? T_PV_GATHER : T_PV_SCATTER, bad, 6, upd), &o),
+			-ERANGE);
+		assert_non_null(strstr(o.err.msg, "outside"));
+		assert_int_equal(coord_join(c, &err), -ERANGE);
+	}
+	pv_check_all(c, &pv);
+
+	/* a range across shard edges */
+	for (size_t k = 0; k < 600; k++)
+		upd[k] = (float)k;
+	assert_int_equal(coord_pvar_assign_add(c, &pv, 2000 - 300, 600, upd, &err), 0);
+	for (size_t k = 0; k < 600; k++)
+		pv_ref[2000 - 300 + k] += upd[k];
+	pv_check_all(c, &pv);
+	assert_int_equal(coord_pvar_read(c, &pv, PV_ROWS * PV_RL - 1, 2, got, &err), COORD_EINVAL);
+	destroy(c);
+}
+
+/* Shard counts, bad handles and names, a plain variable as a 1-part handle. */
+static void test_pvar_partitioner(void **state)
+{
+	uint64_t dims[2] = { 100000, 16 }, small[2] = { 3, 2 }, pd[2] = { 10, 4 };
+	struct coord_partitioner p = { 0 };
+	struct coord_pvar pv;
+	struct coord_error err;
+	struct coord *c = make();
+	coord_var_t plain;
+	int64_t ids[3] = { 9, 0, 9 };
+	float rows[12], init[40];
+
+	(void)state;
+	/* default: min 256 KiB a shard, at most one per ps task (6.4 MB, 2 ps) */
+	assert_int_equal(coord_pvar_create(c, "p/def", 2, dims, NULL, NULL, &pv, &err), 0);
+	assert_int_equal(pv.nparts, NPS);
+	p.min_shard_bytes = 4 << 20; /* 6.4 MB: 1 shard of >= 4 MiB */
+	assert_int_equal(coord_pvar_create(c, "p/min", 2, dims, NULL, &p, &pv, &err), 0);
+	assert_int_equal(pv.nparts, 1);
+	p = (struct coord_partitioner){ .max_shard_bytes = 1 << 20 }; /* 6.4 MB: 7 */
+	assert_int_equal(coord_pvar_create(c, "p/max", 2, dims, NULL, &p, &pv, &err), 0);
+	assert_int_equal(pv.nparts, 7);
+	p.max_shards = 5;
+	assert_int_equal(coord_pvar_create(c, "p/max5", 2, dims, NULL, &p, &pv, &err), 0);
+	assert_int_equal(pv.nparts, 5);
+	p = (struct coord_partitioner){ .num_shards = 8 };
+	assert_int_equal(coord_pvar_create(c, "p/small", 2, small, NULL, &p, &pv, &err), 0);
+	assert_int_equal(pv.nparts, 3); /* never more shards than rows */
+	p.max_shards = 2;
+	assert_int_equal(coord_pvar_create(c, "p/x", 2, small, NULL, &p, &pv, &err), COORD_EINVAL);
+	p = (struct coord_partitioner){ .num_shards = COORD_VAR_MAX_PARTS + 1 };
+	assert_int_equal(coord_pvar_create(c, "p/x", 2, small, NULL, &p, &pv, &err), COORD_EINVAL);
+	assert_int_equal(coord_pvar_create(c, "p/x", 0, small, NULL, NULL, &pv, &err),
+			 COORD_EINVAL);
+	assert_int_equal(coord_pvar_create(c,
+					   "a23456789012345678901234567890123456789012345678"
+					   "90123456",
+					   2, small, NULL, NULL, &pv, &err),
+			 COORD_EINVAL);
+	assert_int_equal(coord_pvar_lookup(c, "p/none", &pv, &err), -ENOENT);
+	/* a plain variable: a handle of one part */
+	for (int i = 0; i < 40; i++)
+		init[i] = (float)i;
+	assert_int_equal(coord_var_create(c, "p/plain", 2, pd, init, &plain, &err), 0);
+	assert_int_equal(coord_pvar_lookup(c, "p/plain", &pv, &err), 0);
+	assert_int_equal(pv.nparts, 1);
+	assert_int_equal(pv.part[0], plain);
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 3, rows, &err), 0);
+	assert_memory_equal(rows, init + 36, 16);
+	assert_memory_equal(rows + 4, init, 16);
+	assert_memory_equal(rows + 8, init + 36, 16);
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 3, rows, &err), 0);
+	assert_int_equal(coord_var_read(c, plain, 36, 4, rows, &err), 0);
+	assert_float_equal(rows[1], 3 * 37.0f, 0);
+	/* a corrupt handle (as from hostile closure args) is refused */
+	pv.nparts = 0;
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 3, rows, &err), COORD_EINVAL);
+	pv.nparts = 2; /* more shards than rows' worth of handle */
+	pv.rows = 1;
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 3, rows, &err), COORD_EINVAL);
+	assert_int_equal(coord_pvar_gather(c, NULL, ids, 3, rows, &err), COORD_EINVAL);
+	assert_int_equal(coord_pvar_lookup(c, "p/plain", &pv, &err), 0);
+	memset(pv.name, 'x', sizeof(pv.name));
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 3, rows, &err), COORD_EINVAL);
+	destroy(c);
+}
+
+/* A partitioned variable saved by 2 ps tasks, restored onto 3 and then 1:
+ * one variable, every row intact, shards placed for the new count. */
+static void test_pvar_restore_relayout(void **state)
+{
+	struct coord_partitioner part = { .num_shards = 5 };
+	uint64_t dims[2] = { PV_ROWS, PV_RL };
+	struct coord_pvar pv, pv2;
+	struct coord_error err;
+	int64_t ids[64];
+	float upd[64 * PV_RL];
+	uint64_t step;
+	struct coord *c;
+
+	(void)state;
+	for (size_t i = 0; i < PV_ROWS * PV_RL; i++)
+		pv_ref[i] = (float)i * -0.5f;
+	c = lay_make(2);
+	assert_int_equal(coord_pvar_create(c, "lay/emb", 2, dims, pv_ref, &part, &pv, &err), 0);
+	pv_ids(ids, 64, PV_ROWS);
+	for (size_t k = 0; k < 64 * PV_RL; k++)
+		upd[k] = (float)k;
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 64, upd, &err), 0);
+	for (size_t k = 0; k < 64; k++)
+		for (size_t j = 0; j < PV_RL; j++)
+			pv_ref[(size_t)ids[k] * PV_RL + j] += upd[k * PV_RL + j];
+	assert_int_equal(coord_checkpoint_save(c, lay_dir, 7, &err), 0);
+	lay_destroy(c);
+	for (unsigned t = 0; t < 2; t++) {
+		unsigned nps = t ? 1 : 3;
+
+		c = lay_make(nps);
+		assert_int_equal(coord_pvar_lookup(c, "lay/emb", &pv2, &err), -ENOENT);
+		if (coord_checkpoint_restore(c, lay_dir, &step, &err) != 0)
+			fail_msg("restore onto %u: %s", nps, err.msg);
+		assert_int_equal(step, t ? 11 : 7);
+		assert_int_equal(coord_pvar_lookup(c, "lay/emb", &pv2, &err), 0);
+		assert_int_equal(pv2.nparts, 5);
+		for (unsigned j = 0; j < 5; j++)
+			assert_int_equal(pv2.part[j] >> 32,
+					 (coord_var_fnv1a64("lay/emb", 7) % nps + j) % nps);
+		/* create finds it as restored */
+		assert_int_equal(coord_pvar_create(c, "lay/emb", 2, dims, NULL, &part, &pv, &err),
+				 0);
+		assert_memory_equal(&pv, &pv2, sizeof(pv));
+		pv_check_all(c, &pv);
+		assert_int_equal(coord_checkpoint_save(c, lay_dir, 8 + nps, &err), 0);
+		lay_destroy(c);
+	}
+}
+
 static int tcp_setup(void **state)
 {
 	(void)state;
@@ -1382,7 +1701,9 @@ int main(void)
 		cmocka_unit_test(test_checkpoint_round_trip),                                      \
 		cmocka_unit_test(test_checkpoint_corrupt_refused), LAY_TEST(test_restore_2_to_1),  \
 		LAY_TEST(test_restore_2_to_3), LAY_TEST(test_restore_refused_whole),               \
-		LAY_TEST(test_restore_version1), LAY_TEST(test_save_removes_temp_files)
+		LAY_TEST(test_restore_version1), LAY_TEST(test_save_removes_temp_files),           \
+		cmocka_unit_test(test_pvar_rows), cmocka_unit_test(test_pvar_partitioner),         \
+		LAY_TEST(test_pvar_restore_relayout)
 #define LAY_TEST(f) cmocka_unit_test_setup_teardown(f, lay_setup, lay_teardown)
 	const struct CMUnitTest inproc_tests[] = { VAR_TESTS };
 	const struct CMUnitTest tcp_tests[] = {

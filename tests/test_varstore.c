@@ -949,6 +949,28 @@ static void test_varstore_shard_functions(void **state)
 	}
 	for (int s = 0; s < 4; s++)
 		assert_true(count[s] > 2250 && count[s] < 2750);
+	/* a partition's shard J: J tasks after its base name's task */
+	{
+		static const char *const notpart[] = { "e/part_",   "e/part_01", "/part_1",
+						       "e/part_1x", "e/part_-1", "e/part_12345678",
+						       "e/Part_1" };
+		size_t bl = 0;
+
+		for (unsigned j = 0; j < 9; j++) {
+			snprintf(name, sizeof(name), "emb/x/part_%u", j);
+			assert_int_equal(coord_var_part_of(name, &bl), j);
+			assert_int_equal(bl, 5);
+			for (unsigned n = 1; n <= 5; n++)
+				assert_int_equal(coord_var_shard(name, n),
+						 (coord_var_fnv1a64("emb/x", 5) % n + j) % n);
+		}
+		for (size_t i = 0; i < sizeof(notpart) / sizeof(notpart[0]); i++) {
+			assert_int_equal(coord_var_part_of(notpart[i], &bl), -1);
+			assert_int_equal(coord_var_shard(notpart[i], 7),
+					 coord_var_fnv1a64(notpart[i], strlen(notpart[i])) % 7);
+		}
+		assert_int_equal(coord_var_part_of(NULL, &bl), -1);
+	}
 	/* round-robin */
 	for (uint64_t i = 0; i < 12; i++)
 		assert_int_equal(coord_var_shard_rr(i, 3), i % 3);

@@ -6,7 +6,8 @@
  *
  * Placement: a variable lives on ps task coord_var_shard(name) = FNV-1a-64
  * of its name modulo the number of ps tasks, so every process places a name
- * on the same task.  Where the ps tasks are:
+ * on the same task; a name "BASE/part_J" (a shard of a partitioned
+ * variable, below) goes J tasks after BASE's.  Where the ps tasks are:
  *   - inproc transport: in the coordinator's process, one store per task
  *     (the spec's "ps" job size, else opts.inproc_ps, default 1);
  *   - tcp transport: coord-ps processes (or coord_ps_serve()) at the
@@ -262,6 +263,162 @@ COORD_API COORD_NODISCARD int coord_ctx_var_assign_add(struct coord_ctx *ctx, co
 COORD_API COORD_NODISCARD int coord_ctx_var_scatter_add(struct coord_ctx *ctx, coord_var_t var,
 							const int64_t *indices, size_t nidx,
 							size_t row_len, const float *updates);
+
+/* --- partitioned variables ---------------------------------------------------- */
+
+/*
+ * A partitioned variable (TF's variable_partitioner, ShardedVariable): one
+ * logical variable of shape [rows, ...] split by rows into nparts shards,
+ * contiguous and in order, the first rows % nparts shards one row longer.
+ * Shard J is a variable of its own named "NAME/part_J" (so NAME is at most
+ * COORD_PVAR_NAME_LEN bytes), placed J ps tasks after the task NAME hashes
+ * to (coord/var.h's placement, so the shards spread over the ps tasks).
+ * Checkpoints save and restore the shards with every other variable, whole
+ * or not at all; a restore onto another number of ps tasks places every
+ * shard where it now belongs (the shard count stays the checkpoint's).
+ *
+ * struct coord_pvar is the handle: a plain struct, the same in every process
+ * (pass it in closure arguments).  Rows are addressed by their row id in the
+ * whole variable (0..rows-1); elements by their flat row-major index.
+ */
+#define COORD_VAR_MAX_PARTS 64
+#define COORD_PVAR_NAME_LEN (COORD_VAR_NAME_LEN - 8)
+
+/**
+ * struct coord_partitioner - how many shards (all zero: the defaults).
+ * @num_shards:      fixed_size_partitioner: exactly this many (capped at
+ *                   rows); the fields below must then be 0.
+ * @max_shard_bytes: variable_axis_size_partitioner: as many shards as it
+ *                   takes for each to be at most this (capped at
+ *                   @max_shards when set).
+ * @min_shard_bytes: min_max_variable_partitioner (when @max_shard_bytes is
+ *                   0): as many shards as keep each at least this (default
+ *                   256 KiB), at most @max_shards (default: the number of
+ *                   ps tasks).
+ * @max_shards:      see above.
+ * Always at least 1 shard, at most rows and COORD_VAR_MAX_PARTS.
+ */
+struct coord_partitioner {
+	unsigned num_shards;
+	unsigned max_shards;
+	uint64_t min_shard_bytes;
+	uint64_t max_shard_bytes;
+};
+
+/**
+ * struct coord_pvar - a partitioned variable's handle.
+ * @name:    the logical name.
+ * @nparts:  its shard count, 1..COORD_VAR_MAX_PARTS.
+ * @ndim, @dims: the logical shape (@ndim >= 1); @rows = dims[0].
+ * @row_len: elements per row (product of dims[1..]).
+ * @part:    the shards' handles, in row order.
+ */
+struct coord_pvar {
+	char name[COORD_VAR_NAME_LEN + 1];
+	uint32_t nparts;
+	uint32_t ndim;
+	uint64_t dims[COORD_VAR_DIMS];
+	uint64_t rows;
+	uint64_t row_len;
+	coord_var_t part[COORD_VAR_MAX_PARTS];
+};
+
+/**
+ * coord_pvar_create() - create the partitioned variable @name (its shards),
+ * or find it.
+ * @name:  1..COORD_PVAR_NAME_LEN bytes of [A-Za-z0-9_./-].
+ * @ndim:  1..4; @dims: the whole shape.
+ * @init:  NULL for zeros, else nelem initial values of the whole variable.
+ * @p:     NULL for the defaults.
+ * @pv:    on success the handle.
+ *
+ * Idempotent as coord_var_create(): shards that exist with the same shape
+ * (e.g. after coord_checkpoint_restore()) are kept unchanged.
+ * Return: 0; COORD_EINVAL bad arguments; -EEXIST a shard exists with
+ * another shape, or more shards exist (partitioned otherwise before); as
+ * coord_var_create().
+ */
+COORD_API COORD_NODISCARD int coord_pvar_create(struct coord *c, const char *name, unsigned ndim,
+						const uint64_t *dims, const float *init,
+						const struct coord_partitioner *p,
+						struct coord_pvar *pv, struct coord_error *err);
+
+/**
+ * coord_pvar_lookup() - the handle of partitioned variable @name: its
+ * shards "NAME/part_J", or else a plain variable NAME of at least one
+ * dimension (a handle of 1 part: gather and scatter_add work on it too).
+ * Return: 0; -ENOENT neither exists; -EBADMSG the shards found do not make
+ * one variable; as coord_var_lookup().
+ */
+COORD_API COORD_NODISCARD int coord_pvar_lookup(struct coord *c, const char *name,
+						struct coord_pvar *pv, struct coord_error *err);
+
+/**
+ * coord_pvar_gather() - rows @ids[0..@n) of @pv into @out (@n rows of
+ * row_len floats, in the order of @ids).  Repeated ids are read once;
+ * one request per ps task holding a wanted row (one frame each, unless it
+ * exceeds max_frame), all sent before any reply is awaited.
+ * Return: 0; COORD_EINVAL bad handle or arguments; -ERANGE an id outside
+ * [0, rows) (its value and position in @err; nothing was sent); a ps error.
+ */
+COORD_API COORD_NODISCARD int coord_pvar_gather(struct coord *c, const struct coord_pvar *pv,
+						const int64_t *ids, size_t n, float *out,
+						struct coord_error *err);
+
+/**
+ * coord_pvar_scatter_add() - add row k of @updates to row @ids[k] of @pv,
+ * k < @n (a repeated id adds twice), one request per ps task.  Every id is
+ * checked before anything is sent: one outside [0, rows) fails the call
+ * with -ERANGE and changes nothing on any shard.
+ * Return: as coord_pvar_gather().
+ */
+COORD_API COORD_NODISCARD int coord_pvar_scatter_add(struct coord *c, const struct coord_pvar *pv,
+						     const int64_t *ids, size_t n,
+						     const float *updates, struct coord_error *err);
+
+/**
+ * coord_pvar_read() - elements [@off, @off + @n) of the whole variable
+ * (flat, row-major) into @out, one READ per shard the range covers, in one
+ * batch, each straight into its part of @out.
+ * Return: 0; COORD_EINVAL bad handle or range; a ps error.
+ */
+COORD_API COORD_NODISCARD int coord_pvar_read(struct coord *c, const struct coord_pvar *pv,
+					      uint64_t off, uint64_t n, float *out,
+					      struct coord_error *err);
+
+/**
+ * coord_pvar_assign_add() - add @delta to elements [@off, @off + @n) of the
+ * whole variable, as coord_pvar_read() splits the range (atomic per shard).
+ * Return: as coord_pvar_read().
+ */
+COORD_API COORD_NODISCARD int coord_pvar_assign_add(struct coord *c, const struct coord_pvar *pv,
+						    uint64_t off, uint64_t n, const float *delta,
+						    struct coord_error *err);
+
+/** coord_ctx_pvar_lookup() - as coord_pvar_lookup(), from a worker. */
+COORD_API COORD_NODISCARD int coord_ctx_pvar_lookup(struct coord_ctx *ctx, const char *name,
+						    struct coord_pvar *pv);
+
+/** coord_ctx_pvar_gather() - as coord_pvar_gather(), from a worker. */
+COORD_API COORD_NODISCARD int coord_ctx_pvar_gather(struct coord_ctx *ctx,
+						    const struct coord_pvar *pv, const int64_t *ids,
+						    size_t n, float *out);
+
+/** coord_ctx_pvar_scatter_add() - as coord_pvar_scatter_add(), from a worker. */
+COORD_API COORD_NODISCARD int coord_ctx_pvar_scatter_add(struct coord_ctx *ctx,
+							 const struct coord_pvar *pv,
+							 const int64_t *ids, size_t n,
+							 const float *updates);
+
+/** coord_ctx_pvar_read() - as coord_pvar_read(), from a worker. */
+COORD_API COORD_NODISCARD int coord_ctx_pvar_read(struct coord_ctx *ctx,
+						  const struct coord_pvar *pv, uint64_t off,
+						  uint64_t n, float *out);
+
+/** coord_ctx_pvar_assign_add() - as coord_pvar_assign_add(), from a worker. */
+COORD_API COORD_NODISCARD int coord_ctx_pvar_assign_add(struct coord_ctx *ctx,
+							const struct coord_pvar *pv, uint64_t off,
+							uint64_t n, const float *delta);
 
 /* --- serving variables -------------------------------------------------------- */
 

@@ -41,13 +41,15 @@ static bool scratch_reserve(struct coord_ps_scratch *s, size_t len)
 }
 
 /*
- * An aligned copy of @len bytes at @p, at byte @off of the scratch buffer
- * (or @p itself when it is aligned and @off is 0).  A call may move the
- * buffer: reserve the whole size first when keeping an earlier result.
+ * @p itself when its address is a multiple of @align (a power of two: 4
+ * for floats, 8 for int64), else a copy of its @len bytes at byte @off of
+ * the scratch buffer.  A copy may move the buffer: reserve the whole size
+ * first when keeping an earlier copy.
  */
-static const void *aligned(struct coord_ps_scratch *s, const void *p, size_t len, size_t off)
+static const void *aligned(struct coord_ps_scratch *s, const void *p, size_t len, size_t off,
+			   size_t align)
 {
-	if (((uintptr_t)p & 7) == 0 && off == 0)
+	if (((uintptr_t)p & (align - 1)) == 0)
 		return p;
 	if (!scratch_reserve(s, off + len))
 		return NULL;
@@ -108,7 +110,7 @@ static int op_create(struct coord_varstore *vs, const struct coord_ps_op *op,
 				    "create '%s': %u data bytes, the shape needs %zu", name,
 				    op->src_len, need);
 	if (has_init) {
-		init = aligned(s, d + 8 + 8 * ndim, 4 * nelem, 0);
+		init = aligned(s, d + 8 + 8 * ndim, 4 * nelem, 0, 4);
 		if (!init)
 			return coord_seterr(err, COORD_ENOMEM, "no memory");
 	}
@@ -147,14 +149,58 @@ static int op_scatter(struct coord_varstore *vs, const struct coord_ps_op *op,
 	rp = op->src2 ? op->src2 : (const uint8_t *)op->src + ib;
 	if (op->src2 && op->src_len != ib)
 		return coord_seterr(err, COORD_EINVAL, "scatter_add: index bytes mismatch");
-	if (!scratch_reserve(s, ((ib + 7) & ~(size_t)7) + rb))
+	if (op->n == 0)
+		return 0;
+	/* Copies only of what is misaligned, at most one reservation. */
+	if (!scratch_reserve(s, (((uintptr_t)ip & 7) ? (ib + 7) & ~(size_t)7 : 0) +
+					(((uintptr_t)rp & 3) ? rb : 0)))
 		return coord_seterr(err, COORD_ENOMEM, "no memory");
-	idx = aligned(s, ip, ib, 0);
-	rows = idx ? aligned(s, rp, rb, idx == ip ? 0 : (ib + 7) & ~(size_t)7) : NULL;
-	if (op->n && (!idx || !rows))
+	idx = aligned(s, ip, ib, 0, 8);
+	rows = aligned(s, rp, rb, idx == ip ? 0 : (ib + 7) & ~(size_t)7, 4);
+	if (!idx || !rows)
 		return coord_seterr(err, COORD_ENOMEM, "no memory");
 	/* Little-endian hosts only (as everything else on the wire). */
 	return coord_vs_scatter_add(vs, op->id, idx, op->n, rows, err);
+}
+
+/* GATHER (ps.h): the rows go straight into the scratch buffer, emitted from there. */
+static int op_gather(struct coord_varstore *vs, const struct coord_ps_op *op,
+		     struct coord_ps_scratch *s, coord_ps_emit_t emit, void *arg,
+		     struct coord_error *err)
+{
+	struct coord_var_info info;
+	const int64_t *idx;
+	size_t ib, rb, ioff;
+	uint64_t rowlen;
+	float *out;
+	int r = coord_vs_info(vs, op->id, &info, err);
+
+	if (r < 0)
+		return r;
+	if (info.ndim == 0)
+		return coord_seterr(err, COORD_EINVAL, "gather on scalar '%s'", info.name);
+	rowlen = info.nelem / info.dims[0];
+	if (op->n > UINT32_MAX / 8 || op->src_len != 8 * op->n ||
+	    op->n * rowlen > COORD_VAR_MAX_ELEMS)
+		return coord_seterr(err, COORD_EINVAL,
+				    "gather on '%s': %llu indices in %u bytes (rows of %llu)",
+				    info.name, (unsigned long long)op->n, op->src_len,
+				    (unsigned long long)rowlen);
+	ib = 8 * (size_t)op->n;
+	rb = 4 * (size_t)(op->n * rowlen);
+	if (op->n == 0)
+		return emit(arg, NULL, 0);
+	/* In place: in-process, the caller's buffer; a server's frame. */
+	out = op->dst && op->cap >= rb ? op->dst : s->room ? s->room(arg, rb) : NULL;
+	ioff = out ? 0 : (rb + 7) & ~(size_t)7;
+	if (!scratch_reserve(s, ioff + (((uintptr_t)op->src & 7) ? ib : 0)))
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	/* The copy never moves the buffer: reserved above. */
+	idx = aligned(s, op->src, ib, ioff, 8);
+	if (!out)
+		out = s->buf;
+	r = coord_vs_gather(vs, op->id, idx, op->n, out, err);
+	return r < 0 ? r : emit(arg, out, rb);
 }
 
 /* The checkpoint directory an op names, NUL-terminated into @path. */
@@ -248,9 +294,15 @@ int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_
 		if (op->n > COORD_VAR_MAX_ELEMS)
 			return coord_seterr(err, COORD_EINVAL, "read: %llu elements",
 					    (unsigned long long)op->n);
-		if (!scratch_reserve(s, 4 * op->n))
-			return coord_seterr(err, COORD_ENOMEM, "no memory");
-		out = s->buf;
+		/* In place: in-process, the caller's buffer; a server's frame. */
+		out = op->dst && op->cap >= 4 * op->n ? op->dst : NULL;
+		if (!out && s->room && op->n)
+			out = s->room(arg, 4 * op->n);
+		if (!out) {
+			if (!scratch_reserve(s, 4 * op->n))
+				return coord_seterr(err, COORD_ENOMEM, "no memory");
+			out = s->buf;
+		}
 		r = coord_vs_read(vs, op->id, op->off, op->n, out, err);
 		return r < 0 ? r : emit(arg, out, 4 * op->n);
 	}
@@ -260,7 +312,7 @@ int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_
 			return coord_seterr(err, COORD_EINVAL, "%s: %llu elements but %u bytes",
 					    op->op == COORD_PS_ASSIGN ? "assign" : "assign_add",
 					    (unsigned long long)op->n, op->src_len);
-		src = aligned(s, op->src, op->src_len, 0);
+		src = aligned(s, op->src, op->src_len, 0, 4);
 		if (!src && op->n)
 			return coord_seterr(err, COORD_ENOMEM, "no memory");
 		r = op->op == COORD_PS_ASSIGN
@@ -270,6 +322,8 @@ int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_
 	case COORD_PS_SCATTER_ADD:
 		r = op_scatter(vs, op, s, err);
 		return r < 0 ? r : emit(arg, NULL, 0);
+	case COORD_PS_GATHER:
+		return op_gather(vs, op, s, emit, arg, err);
 	case COORD_PS_DELETE:
 		r = coord_vs_delete(vs, op->id, err);
 		return r < 0 ? r : emit(arg, NULL, 0);
@@ -384,7 +438,7 @@ static int local_emit(void *arg, const void *p, size_t len)
 
 	if (len > op->cap)
 		return COORD_EINVAL;
-	if (len)
+	if (len && p != op->dst) /* READ and GATHER wrote in place */
 		memcpy(op->dst, p, len);
 	op->dst_len = len;
 	return 0;
@@ -452,8 +506,8 @@ static int name_op(struct coord_ps *ps, uint16_t opc, const char *name, struct c
 	return 0;
 }
 
-static int info_out(const struct coord_ps_op *op, coord_var_t *var, struct coord_var_shape *shape,
-		    struct coord_error *err)
+int coord_ps_info_out(const struct coord_ps_op *op, coord_var_t *var, struct coord_var_shape *shape,
+		      struct coord_error *err)
 {
 	const uint8_t *b = op->dst;
 	unsigned ndim;
@@ -489,7 +543,7 @@ static int var_lookup(struct coord_ps *ps, const char *name, coord_var_t *var,
 	op.dst = res;
 	op.cap = sizeof(res);
 	r = coord_ps_run(ps, &op, 1, err);
-	return r < 0 ? r : info_out(&op, var, shape, err);
+	return r < 0 ? r : coord_ps_info_out(&op, var, shape, err);
 }
 
 /* Public data ops -> ps ops (same opcodes). */
@@ -614,7 +668,7 @@ int coord_var_create(struct coord *c, const char *name, unsigned ndim, const uin
 	r = coord_ps_run(c->ps, &op, 1, err);
 	if (data != hdr)
 		free(data);
-	return r < 0 ? r : info_out(&op, var, NULL, err);
+	return r < 0 ? r : coord_ps_info_out(&op, var, NULL, err);
 }
 
 int coord_var_lookup(struct coord *c, const char *name, coord_var_t *var,
@@ -668,6 +722,15 @@ static bool unreachable(const struct coord_ps *ps, int code)
 {
 	return ps && ps->remote &&
 	       (code == COORD_EUNAVAILABLE || code == COORD_ETIMEDOUT || code == COORD_ESTALE);
+}
+
+int coord_ps_ctx_end(struct coord_ctx *ctx, const struct coord_ps_op *ops, unsigned n, int r,
+		     const struct coord_error *e)
+{
+	for (unsigned i = 0; r < 0 && i < n && !ctx->ps_failed; i++)
+		if (unreachable(ctx->env->ps, ops[i].code))
+			ctx->ps_failed = COORD_CAUSE_PS(ops[i].task);
+	return ctx_err(ctx, r, e);
 }
 
 int coord_ctx_var_lookup(struct coord_ctx *ctx, const char *name, coord_var_t *var,

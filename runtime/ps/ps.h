@@ -36,6 +36,10 @@
  *   PREPARE      dir     nonce step  nps|flags<<32  -                    struct coord_ps_prep
  *   COMMIT       -       nonce -     -      -                           u32 count
  *   ABORT        -       -    -      -      -                           -
+ *   GATHER       -       id   -      nidx   i64 idx[nidx]              f32 rows[nidx][row]
+ *
+ * GATHER and SCATTER_ADD check every index before touching anything (one
+ * out of range fails the op whole); GATHER copies a repeated index twice.
  *
  * READ .. DELETE and MAP take the handle's tag in the op (@tag) and fail
  * with COORD_ESTALE when it is not the store's (coord_ps_handle_check()).
@@ -85,7 +89,8 @@ enum coord_ps_opcode {
 	COORD_PS_PREPARE = 11,
 	COORD_PS_COMMIT = 12,
 	COORD_PS_ABORT = 13,
-	COORD_PS_OP_MAX = 13,
+	COORD_PS_GATHER = 14,
+	COORD_PS_OP_MAX = 14,
 };
 
 /*
@@ -221,6 +226,11 @@ struct coord_ps_scratch {
 	/* The session a PREPARE's stage belongs to; NULL: this scratch (a
 	 * server's is per connection). */
 	const void *owner;
+	/* Optional (a server's): where @emit(@arg, p, @len) would put a
+	 * result of @len bytes, or NULL.  READ and GATHER write their result
+	 * there and emit from there, so it is copied once, from the store into
+	 * the reply frame.  Nothing is written between the two calls. */
+	void *(*room)(void *arg, size_t len);
 };
 COORD_HIDDEN int coord_ps_apply(struct coord_varstore *vs, unsigned task,
 				const struct coord_ps_op *op, struct coord_ps_scratch *scratch,

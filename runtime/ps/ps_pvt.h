@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * runtime/ps/ps_pvt.h - what ps.c and ps_ckpt.c share: little-endian loads
- * and stores of the packed op results (runtime/ps/ps.h has their layouts).
+ * runtime/ps/ps_pvt.h - what ps.c, ps_ckpt.c and ps_part.c share: little-endian
+ * loads and stores of the packed op results (runtime/ps/ps.h has their
+ * layouts), the decoding of a variable record, the end of a ctx call.
  */
 #ifndef COORD_RUNTIME_PS_PVT_H
 #define COORD_RUNTIME_PS_PVT_H
@@ -9,6 +10,10 @@
 #include <endian.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <coord/var.h>
+
+#include "runtime/ps/ps.h"
 
 static inline uint32_t ld32(const uint8_t *p)
 {
@@ -37,5 +42,17 @@ static inline void st64(uint8_t *p, uint64_t v)
 	v = htole64(v);
 	memcpy(p, &v, 8);
 }
+
+/* A CREATE or LOOKUP result of @op into @var and @shape (either may be
+ * NULL); -EPROTO if malformed. */
+COORD_HIDDEN int coord_ps_info_out(const struct coord_ps_op *op, coord_var_t *var,
+				   struct coord_var_shape *shape, struct coord_error *err);
+
+/* The end of a ctx call that ran @ops (r: coord_ps_run()'s): a ps that
+ * could not be reached is the closure's cause (S11); the message becomes
+ * the ctx's.  Return: @r. */
+struct coord_ctx;
+COORD_HIDDEN int coord_ps_ctx_end(struct coord_ctx *ctx, const struct coord_ps_op *ops, unsigned n,
+				  int r, const struct coord_error *e);
 
 #endif /* COORD_RUNTIME_PS_PVT_H */

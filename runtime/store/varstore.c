@@ -669,35 +669,34 @@ int coord_vs_assign_add(struct coord_varstore *vs, uint32_t id, size_t off, size
 	return range_op(vs, id, off, n, NULL, delta, OP_ADD, err);
 }
 
-int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t *indices,
-			 size_t nidx, const float *updates, struct coord_error *err)
+/* scatter_add (@in, @add) or gather (@out): rows @indices[0..@nidx) of @id. */
+static int rows_op(struct coord_varstore *vs, uint32_t id, const int64_t *indices, size_t nidx,
+		   float *out, const float *in, bool add, struct coord_error *err)
 {
+	const char *opn = add ? "scatter_add" : "gather";
 	struct coord_var *v;
 	uint64_t mask = 0;
 	int ret;
 
-	v = get_or_err(vs, id, "scatter_add", &ret, err);
+	v = get_or_err(vs, id, opn, &ret, err);
 	if (!v)
 		return ret;
 	if (v->ndim == 0)
-		return coord_seterr(err, -EINVAL, "scatter_add: variable '%s' is a scalar",
-				    v->name);
+		return coord_seterr(err, -EINVAL, "%s: variable '%s' is a scalar", opn, v->name);
 	if (nidx == 0)
 		return 0;
-	if (!indices || !updates)
-		return coord_seterr(err, -EINVAL, "scatter_add: variable '%s': NULL buffer",
-				    v->name);
+	if (!indices || (add ? !in : !out))
+		return coord_seterr(err, -EINVAL, "%s: variable '%s': NULL buffer", opn, v->name);
 	if (nidx > SIZE_MAX / sizeof(float) / v->rowlen)
-		return coord_seterr(err, -EINVAL,
-				    "scatter_add: variable '%s': %zu indices overflow", v->name,
-				    nidx);
+		return coord_seterr(err, -EINVAL, "%s: variable '%s': %zu indices overflow", opn,
+				    v->name, nidx);
 	/* V5: every index before any lock or write. */
 	for (size_t k = 0; k < nidx; k++) {
 		if (indices[k] < 0 || (uint64_t)indices[k] >= v->rows)
 			return coord_seterr(err, -ERANGE,
-					    "scatter_add: variable '%s': index %" PRId64
+					    "%s: variable '%s': index %" PRId64
 					    " at position %zu is outside [0, %zu)",
-					    v->name, indices[k], k, v->rows);
+					    opn, v->name, indices[k], k, v->rows);
 		mask |= 1ull << ((uint64_t)indices[k] / v->rows_per_stripe);
 	}
 	/* Ascending stripe order (V3). */
@@ -705,12 +704,16 @@ int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t *
 		if (mask & (1ull << s))
 			pthread_mutex_lock(&v->stripes[s].lock);
 	if (v->deleted) {
-		ret = deleted_err(v, "scatter_add", err);
+		ret = deleted_err(v, opn, err);
+	} else if (!add) {
+		for (size_t k = 0; k < nidx; k++)
+			memcpy(out + k * v->rowlen, v->data + (size_t)indices[k] * v->rowlen,
+			       v->rowlen * sizeof(float));
 	} else {
 		coord_vs_write_begin(v); /* SNAP1 */
 		for (size_t k = 0; k < nidx; k++) {
 			float *row = v->data + (size_t)indices[k] * v->rowlen;
-			const float *u = updates + k * v->rowlen;
+			const float *u = in + k * v->rowlen;
 
 			for (size_t j = 0; j < v->rowlen; j++)
 				row[j] += u[j];
@@ -721,6 +724,18 @@ int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t *
 		if (mask & (1ull << s))
 			pthread_mutex_unlock(&v->stripes[s].lock);
 	return ret;
+}
+
+int coord_vs_scatter_add(struct coord_varstore *vs, uint32_t id, const int64_t *indices,
+			 size_t nidx, const float *updates, struct coord_error *err)
+{
+	return rows_op(vs, id, indices, nidx, NULL, updates, true, err);
+}
+
+int coord_vs_gather(struct coord_varstore *vs, uint32_t id, const int64_t *indices, size_t nidx,
+		    float *out, struct coord_error *err)
+{
+	return rows_op(vs, id, indices, nidx, out, NULL, false, err);
 }
 
 int coord_vs_delete(struct coord_varstore *vs, uint32_t id, struct coord_error *err)
@@ -787,12 +802,42 @@ int coord_vs_map(struct coord_varstore *vs, uint32_t id, struct coord_var_map *o
 
 /* --- placement --------------------------------------------------------------- */
 
+/* The shard number of a partition's name "BASE/part_J" (J decimal, no
+ * leading zero, < 2^20), with *@base_len = strlen(BASE); -1 otherwise. */
+long coord_var_part_of(const char *name, size_t *base_len)
+{
+	static const char suf[] = "/part_";
+	const char *p = name ? strrchr(name, '/') : NULL;
+	long j = 0;
+
+	if (!p || p == name || strncmp(p, suf, sizeof(suf) - 1) != 0)
+		return -1;
+	p += sizeof(suf) - 1;
+	if (!*p || (p[0] == '0' && p[1]) || strlen(p) > 7)
+		return -1;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		j = j * 10 + (*p - '0');
+	}
+	if (j >= (1l << 20))
+		return -1;
+	*base_len = (size_t)(strrchr(name, '/') - name);
+	return j;
+}
+
 unsigned coord_var_shard(const char *name, unsigned nps)
 {
+	size_t blen;
+	long j;
+
 	if (nps <= 1)
 		return 0;
 	if (!name)
 		name = "";
+	j = coord_var_part_of(name, &blen);
+	if (j >= 0) /* shard J of a partitioned variable: J tasks after BASE's */
+		return (unsigned)((coord_var_fnv1a64(name, blen) % nps + (uint64_t)j) % nps);
 	return (unsigned)(coord_var_fnv1a64(name, strlen(name)) % nps);
 }
 

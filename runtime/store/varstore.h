@@ -251,6 +251,16 @@ COORD_HIDDEN COORD_NODISCARD int coord_vs_scatter_add(struct coord_varstore *vs,
 						      struct coord_error *err);
 
 /**
+ * coord_vs_gather() - copy row @indices[k] of @id to row k of @out.
+ * @out: room for @nidx rows of (nelem / dims[0]) floats.
+ * Other parameters, checks, atomicity and return as coord_vs_scatter_add()
+ * (duplicates are copied twice; one bad index fails the call, @out unset).
+ */
+COORD_HIDDEN COORD_NODISCARD int coord_vs_gather(struct coord_varstore *vs, uint32_t id,
+						 const int64_t *indices, size_t nidx, float *out,
+						 struct coord_error *err);
+
+/**
  * coord_vs_delete() - delete variable @id and free its data.
  * @vs:  store.
  * @id:  variable id; the id is never reused, later ops on it get -ENOENT.
@@ -436,10 +446,21 @@ COORD_HIDDEN uint64_t coord_var_fnv1a64(const void *p, size_t len);
  * independent of creation order, so every coordinator and every restart
  * places a variable on the same task.  Use it when variables are created in
  * varying order; use coord_var_shard_rr() for TF's default round-robin.
+ * A partition's shard "BASE/part_J" (coord_var_part_of()) goes J tasks
+ * after the task of BASE, modulo @nps: the shards of one partitioned
+ * variable spread over the ps tasks, whatever their count.
  *
  * Concurrency: any thread.
  */
 COORD_HIDDEN unsigned coord_var_shard(const char *name, unsigned nps);
+
+/**
+ * coord_var_part_of() - is @name "BASE/part_J" (J decimal without a leading
+ * zero, < 2^20; BASE not empty), the shard J of partitioned variable BASE?
+ * @base_len: on success strlen(BASE).
+ * Concurrency: any thread.  Return: J, or -1.
+ */
+COORD_HIDDEN long coord_var_part_of(const char *name, size_t *base_len);
 
 /**
  * coord_var_shard_rr() - the ps task for the @seq'th variable created

@@ -70,17 +70,12 @@ static int flush(struct coord_srv_conn *k)
 	return r;
 }
 
-/* Append a RES (@res) or VAR_RES (@vres) record, flushing and growing. */
-static int add_record(struct coord_srv_conn *k, const struct coord_wire_res *res,
-		      const struct coord_wire_vres *vres)
+/* Send what is built and make the buffer hold @need bytes (a header
+ * included): a record that did not fit. */
+static int flush_grow(struct coord_srv_conn *k, size_t need)
 {
-	size_t need = COORD_WIRE_HDR + (res ? COORD_WIRE_RES_FIXED + (size_t)res->len
-					    : COORD_WIRE_VRES_FIXED + (size_t)vres->len);
-	int r = res ? coord_wire_put_res(&k->w, res) : coord_wire_put_vres(&k->w, vres);
+	int r = flush(k);
 
-	if (r != -ENOSPC)
-		return r;
-	r = flush(k);
 	if (r < 0)
 		return r;
 	if (need > k->outcap) { /* a result larger than the buffer: grow it */
@@ -93,6 +88,22 @@ static int add_record(struct coord_srv_conn *k, const struct coord_wire_res *res
 		coord_wire_writer_init(&k->w, k->out, k->outcap);
 		coord_wire_begin(&k->w, frame_type(k));
 	}
+	return 0;
+}
+
+/* Append a RES (@res) or VAR_RES (@vres) record, flushing and growing. */
+static int add_record(struct coord_srv_conn *k, const struct coord_wire_res *res,
+		      const struct coord_wire_vres *vres)
+{
+	size_t need = COORD_WIRE_HDR + (res ? COORD_WIRE_RES_FIXED + (size_t)res->len
+					    : COORD_WIRE_VRES_FIXED + (size_t)vres->len);
+	int r = res ? coord_wire_put_res(&k->w, res) : coord_wire_put_vres(&k->w, vres);
+
+	if (r != -ENOSPC)
+		return r;
+	r = flush_grow(k, need);
+	if (r < 0)
+		return r;
 	return res ? coord_wire_put_res(&k->w, res) : coord_wire_put_vres(&k->w, vres);
 }
 
@@ -274,6 +285,31 @@ static int emit_vres(void *arg, const void *p, size_t len)
 	return r;
 }
 
+/* struct coord_ps_scratch @room: the place a VAR_RES record's @len data
+ * bytes will take in the frame being built (made room for), so a READ or
+ * GATHER writes its result there and emit_vres() adds only the record's
+ * header before it; NULL (the op copies as before) when it cannot be. */
+static void *room_vres(void *arg, size_t len)
+{
+	struct vres_sink *v = arg;
+	struct coord_srv_conn *k = v->k;
+	size_t need = COORD_WIRE_VRES_FIXED + len;
+
+	if (len > k->s->o->max_frame - COORD_WIRE_HDR - COORD_WIRE_VRES_FIXED)
+		return NULL;
+	if (k->w.frame == SIZE_MAX || k->w.cap - k->w.len < need) {
+		int r = flush_grow(k, COORD_WIRE_HDR + need);
+
+		if (r < 0) {
+			v->io = r;
+			return NULL;
+		}
+		if (k->w.cap - k->w.len < need)
+			return NULL;
+	}
+	return k->w.buf + k->w.len + COORD_WIRE_VRES_FIXED;
+}
+
 /* MAP (ps.h): the transport registers the variable for remote reads. */
 static int on_map(struct coord_srv_conn *k, const struct coord_ps_op *op, struct vres_sink *v,
 		  struct coord_error *err)
@@ -317,6 +353,7 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		struct coord_error err = { 0 };
 		int code;
 
+		k->scratch.room = room_vres;
 		/* A stale handle's id is not ours to map or unmap. */
 		code = k->s->vs ? coord_ps_handle_check(k->s->vs, task, &op, &err) : 0;
 		if (code == 0 && q.op == COORD_PS_DELETE && k->s->unmap_var)

@@ -632,7 +632,8 @@ int coord_wire_put_vres(struct coord_wire_writer *w, const struct coord_wire_vre
 	put64(p, r->rid);
 	put32(p + 8, (uint32_t)r->code);
 	put32(p + 12, r->len);
-	if (r->len)
+	/* The data may be in place already (srv_proto.c room_vres()). */
+	if (r->len && r->data != p + COORD_WIRE_VRES_FIXED)
 		memcpy(p + COORD_WIRE_VRES_FIXED, r->data, r->len);
 	w->count++;
 	return 0;
