@@ -537,16 +537,18 @@ static int rv_wait(RVObject *self, int64_t timeout_ns)
 	} else {
 		for (;;) {
 			int64_t slice = WAIT_SLICE_NS, left;
+			PyThreadState *ts;
 
 			if (until >= 0) {
 				left = until - now_ns();
 				slice = left < slice ? (left < 0 ? 0 : left) : slice;
 			}
-			PyThreadState *ts = PyEval_SaveThread();
-
+			ts = PyEval_SaveThread();
 			r = coord_rv_fetch_timeout(self->rv, slice, &v, &l, &e);
 			PyEval_RestoreThread(ts);
-			if (r != COORD_ETIMEDOUT || coord_rv_state(self->rv) != COORD_RV_NOT_READY)
+			/* the slice ran out (no closure named), or the closure's own
+			 * outcome, whatever its code (it names the closure) */
+			if (r != COORD_ETIMEDOUT || e.closure != COORD_NO_CLOSURE)
 				break;
 			if (PyErr_CheckSignals())
 				return -1;
@@ -1066,7 +1068,8 @@ static int coord_wait_slices(CoordObject *self, int64_t timeout_ns)
 		ts = unlock(self);
 		r = coord_join_timeout(self->c, slice, &e);
 		relock(self, ts);
-		if (r != COORD_ETIMEDOUT)
+		/* a closure's error names it; the slice's own timeout does not */
+		if (r != COORD_ETIMEDOUT || e.closure != COORD_NO_CLOSURE)
 			break;
 		if (PyErr_CheckSignals())
 			return -1;

@@ -57,6 +57,14 @@ def test_error_rule(cc):
         cc.join()
     cc.join()
     assert cc.done()
+    # a closure failing with ETIMEDOUT is its own error, not a wait's timeout
+    slow_fail = cc.schedule("fail", -110)
+    with pytest.raises(coord.DeadlineExceededError) as ei:
+        slow_fail.fetch()
+    assert ei.value.closure == slow_fail.id
+    with pytest.raises(coord.DeadlineExceededError) as ei:
+        cc.join()
+    assert ei.value.closure == slow_fail.id
     # a function's own code passes through as UnknownError
     cc.schedule("fail", -5)
     with pytest.raises(coord.UnknownError) as ei:
