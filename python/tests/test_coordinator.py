@@ -207,3 +207,26 @@ def test_worker_killed_mid_run():
     finally:
         for p in procs:
             p.stop()
+
+
+def test_every_worker_lost_is_unavailable():
+    """tcp: the only worker killed and not back within recovery_limit_ms is
+    dropped (S10); schedule() then raises UnavailableError."""
+    procs = start_workers(1)
+    try:
+        c = coord.ClusterCoordinator({"worker": [procs[0].addr]}, transport="tcp",
+                                     functions=PYFNS, heartbeat_ms=100, recovery_limit_ms=300)
+        assert c.schedule(square, 2).fetch() == 4
+        procs[0].kill()
+        with pytest.raises(coord.UnavailableError) as ei:
+            until = time.monotonic() + 30
+            for _ in range(100000):
+                c.schedule(square, 1)
+                if time.monotonic() > until:
+                    break
+                time.sleep(0.01)
+        assert ei.value.code == coord._coord.EUNAVAILABLE
+        c.close()
+    finally:
+        for p in procs:
+            p.stop()
