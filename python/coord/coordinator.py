@@ -254,7 +254,7 @@ class ClusterCoordinator:
             options["inproc_ps"] = ps
         self._c = _coord.Coordinator(functions, transport, _native_spec(spec), key_file,
                                      options)
-        self._fns = {}
+        self._ids = {}  # function name -> id (coord_fn_lookup(), once)
 
     # -- lifetime --
     def close(self):
@@ -282,15 +282,19 @@ class ClusterCoordinator:
 
     # -- scheduling --
     def _resolve(self, fn):
-        if isinstance(fn, Function):
-            f = (self._c.lookup(fn.name), fn.codec)
-        elif isinstance(fn, str):
-            f = (self._c.lookup(fn), None)
+        """(id, codec) of a function name or Function; ids cached by name."""
+        t = type(fn)
+        if t is Function:
+            name, codec = fn.name, fn.codec
+        elif t is str:
+            name, codec = fn, None
         else:
             raise TypeError("schedule() takes a function name or coord.function(), not %r"
-                            % type(fn).__name__)
-        self._fns[fn] = f
-        return f
+                            % t.__name__)
+        fid = self._ids.get(name)
+        if fid is None:
+            fid = self._ids[name] = self._c.lookup(name)
+        return fid, codec
 
     def schedule(self, fn, *a, args=None, kwargs=None):
         """Queue fn(*args) on any worker and return its RemoteValue at once (S1).
@@ -305,9 +309,7 @@ class ClusterCoordinator:
             if a:
                 raise TypeError("give the arguments positionally or as args=, not both")
             a = tuple(args)
-        f = self._fns.get(fn)
-        if f is None:
-            f = self._resolve(fn)
+        f = self._resolve(fn)
         if not a:
             return self._c.schedule(f[0], None, f[1])
         if len(a) == 1 and type(a[0]) is bytes:
@@ -320,9 +322,7 @@ class ClusterCoordinator:
         list of each call's arguments (a buffer, or a tuple to encode) or a
         C-contiguous array whose rows are the calls' arguments (no copy).
         Returns their RemoteValues, in order."""
-        f = self._fns.get(fn)
-        if f is None:
-            f = self._resolve(fn)
+        f = self._resolve(fn)
         if isinstance(calls, np.ndarray):
             return self._c.schedule_many(f[0], np.ascontiguousarray(calls), f[1])
         if not isinstance(calls, (list, tuple)):
