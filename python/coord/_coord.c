@@ -449,6 +449,7 @@ static PyObject *state_obj(long st)
 
 typedef struct {
 	PyObject_HEAD struct coord_pw *pw;
+	PyObject *owner; /* the Coordinator: its registry outlives the handle */
 } PWObject;
 
 static PyTypeObject PWType;
@@ -456,6 +457,7 @@ static PyTypeObject PWType;
 static void pw_dealloc(PWObject *self)
 {
 	coord_per_worker_put(self->pw);
+	Py_XDECREF(self->owner);
 	PyObject_Free(self);
 }
 
@@ -843,14 +845,8 @@ static PyObject *coord_close(CoordObject *self, PyObject *unused)
 	coord_destroy(c);
 	PyEval_RestoreThread(ts);
 	self->c = NULL;
-	coord_registry_destroy(self->reg);
-	self->reg = NULL;
-	/* the library stays loaded: a RemoteValue's value never points into it,
-	 * but a resource's destroy callback may still run on a worker of
-	 * another coordinator that loaded the same file (dlopen counts) */
-	if (self->dl)
-		dlclose(self->dl);
-	self->dl = NULL;
+	/* The registry and the worker library stay until dealloc: a per-worker
+	 * handle (which holds a reference to this object) may still be put. */
 	Py_RETURN_NONE;
 }
 
@@ -859,8 +855,8 @@ static void coord_dealloc(CoordObject *self)
 	PyObject *r = coord_close(self, NULL);
 
 	Py_XDECREF(r);
-	if (self->reg)
-		coord_registry_destroy(self->reg); /* a failed __init__ */
+	/* every PerWorker handle is gone (each holds a reference to us) */
+	coord_registry_destroy(self->reg);
 	if (self->dl)
 		dlclose(self->dl);
 	Py_TYPE(self)->tp_free((PyObject *)self);
@@ -1151,6 +1147,7 @@ static PyObject *coord_per_worker(CoordObject *self, PyObject *args)
 		return NULL;
 	}
 	o->pw = pw;
+	o->owner = Py_NewRef((PyObject *)self);
 	return (PyObject *)o;
 }
 
