@@ -9,6 +9,9 @@ libpyfns.so), alternating rounds of:
   python   rv = c.schedule(fn, payload); rv.fetch()  (RemoteValue, bytes back)
   cffi     the same three calls through cffi's ABI mode (when python3-cffi is
            installed): the alternative python/README.md weighs
+  paired   one C call then one Python call, each timed alone, 20000 pairs a
+           round: the median of (python - c-api) over a round's pairs, so a
+           slow stretch of the machine falls on both sides of a pair
   layer    the same without waits: schedule a block, join (not timed), fetch
            the block (final by then) and drop it; Python - C of the same round.
            The round trip's own spread (a futex wake each way) does not enter,
@@ -140,7 +143,7 @@ def main():
     lists = [PAYLOAD] * 1024
     rows = np.zeros((1024, 1), np.int64)
     res = {k: [] for k in ("c-api", "python", "added", "cffi", "c-many", "py-many", "py-rows",
-                           "c-split", "py-split", "layer")}
+                           "c-split", "py-split", "layer", "paired")}
     for _ in range(2):  # warm up
         c._c._bench_c(fid, PAYLOAD, a.calls // 4)
         for _ in range(a.calls // 4):
@@ -163,6 +166,14 @@ def main():
         if cf:
             res["cffi"].append(cf[0](n) / n)
         c.join()
+        diffs = []
+        bc, pc, sched = c._c._bench_c, time.perf_counter_ns, c.schedule
+        for _ in range(n):
+            tc1 = bc(fid, PAYLOAD, 1)
+            t0 = pc()
+            sched(fn, PAYLOAD).fetch()
+            diffs.append(pc() - t0 - tc1)
+        res["paired"].append(statistics.median(diffs))
         tc = tp = 0
         for _ in range(a.calls // block):
             s_ns, f_ns = c._c._bench_c_split(fid, PAYLOAD, block)
@@ -200,6 +211,8 @@ def main():
         if res[k]:
             row(k, res[k], "us per schedule+fetch", 1e-3)
     row("added", res["added"], "us per schedule+fetch (python - c-api, same round)", 1e-3)
+    row("paired", res["paired"], "us per schedule+fetch (median of python - c-api, call pairs)",
+        1e-3)
     if res["cffi"]:
         row("cffi-add", [x - y for x, y in zip(res["cffi"], res["c-api"])],
             "us per schedule+fetch (cffi ABI - c-api, same round)", 1e-3)
@@ -213,10 +226,10 @@ def main():
             k, statistics.median(xs), pct(xs, 1), min(xs), max(xs)))
     added = statistics.median(res["layer"]) / 1e3
     many = statistics.median(res["py-many"])
-    print("SUMMARY python_bench layer_added_us=%.3f (target <= 2) round_trip_added_us=%.3f "
-          "schedule_many_Mps=%.2f (target >= 1) rows_Mps=%.2f"
-          % (added, statistics.median(res["added"]) / 1e3, many,
-             statistics.median(res["py-rows"])))
+    print("SUMMARY python_bench layer_added_us=%.3f (target <= 2) paired_added_us=%.3f "
+          "round_trip_added_us=%.3f schedule_many_Mps=%.2f (target >= 1) rows_Mps=%.2f"
+          % (added, statistics.median(res["paired"]) / 1e3,
+             statistics.median(res["added"]) / 1e3, many, statistics.median(res["py-rows"])))
     if cf:
         cf[1]()
     c.close()
