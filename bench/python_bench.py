@@ -12,6 +12,7 @@ libpyfns.so), alternating rounds of:
   paired   one C call then one Python call, each timed alone, 20000 pairs a
            round: the median of (python - c-api) over a round's pairs, so a
            slow stretch of the machine falls on both sides of a pair
+  cffi-pair the same pairs with the cffi calls
   layer    the same without waits: schedule a block, join (not timed), fetch
            the block (final by then) and drop it; Python - C of the same round.
            The round trip's own spread (a futex wake each way) does not enter,
@@ -116,9 +117,20 @@ def cffi_loop(pyfns):
             lib.coord_rv_put(out[0])
         return time.perf_counter_ns() - t0
 
+    def one():
+        out = ffi.new("struct coord_rv **")
+        if lib.coord_schedule(c[0], fid[0], PAYLOAD, 8, out, ffi.NULL):
+            raise RuntimeError("schedule")
+        v = ffi.new("void **")
+        ln = ffi.new("size_t *")
+        if lib.coord_rv_fetch(out[0], v, ln, ffi.NULL):
+            raise RuntimeError("fetch")
+        ffi.buffer(v[0], ln[0])[:]
+        lib.coord_rv_put(out[0])
+
     def close():
         keep[1].coord_destroy(c[0])
-    return loop, close
+    return loop, close, one
 
 
 def main():
@@ -143,7 +155,7 @@ def main():
     lists = [PAYLOAD] * 1024
     rows = np.zeros((1024, 1), np.int64)
     res = {k: [] for k in ("c-api", "python", "added", "cffi", "c-many", "py-many", "py-rows",
-                           "c-split", "py-split", "layer", "paired")}
+                           "c-split", "py-split", "layer", "paired", "cffi-paired")}
     for _ in range(2):  # warm up
         c._c._bench_c(fid, PAYLOAD, a.calls // 4)
         for _ in range(a.calls // 4):
@@ -174,6 +186,14 @@ def main():
             sched(fn, PAYLOAD).fetch()
             diffs.append(pc() - t0 - tc1)
         res["paired"].append(statistics.median(diffs))
+        if cf:
+            diffs = []
+            for _ in range(n):
+                tc1 = bc(fid, PAYLOAD, 1)
+                t0 = pc()
+                cf[2]()
+                diffs.append(pc() - t0 - tc1)
+            res["cffi-paired"].append(statistics.median(diffs))
         tc = tp = 0
         for _ in range(a.calls // block):
             s_ns, f_ns = c._c._bench_c_split(fid, PAYLOAD, block)
@@ -216,6 +236,8 @@ def main():
     if res["cffi"]:
         row("cffi-add", [x - y for x, y in zip(res["cffi"], res["c-api"])],
             "us per schedule+fetch (cffi ABI - c-api, same round)", 1e-3)
+        row("cffi-pair", res["cffi-paired"],
+            "us per schedule+fetch (median of cffi ABI - c-api, call pairs)", 1e-3)
     row("c-split", res["c-split"], "us per schedule + fetch of a final value, C", 1e-3)
     row("py-split", res["py-split"], "us per schedule + fetch of a final value, Python", 1e-3)
     row("layer", res["layer"], "us added per schedule + fetch (py-split - c-split)", 1e-3)
