@@ -14,13 +14,18 @@
  * What it keeps true:
  *   - The GIL is released around every call that can wait (create, schedule,
  *     fetch, join, done, variable and checkpoint calls); waits run in slices
- *     of WAIT_SLICE_NS so Ctrl-C (PyErr_CheckSignals) and close() get in.
+ *     of WAIT_SLICE_NS so Ctrl-C (PyErr_CheckSignals) and, for join,
+ *     close() get in.  A slice that ran out is told from a closure's own
+ *     COORD_ETIMEDOUT by err.closure: only the closure's names it.
  *   - A coordinator is destroyed only when no call on it is running: calls
  *     count themselves in @busy (changed only with the GIL held), close()
  *     marks it closing and waits for @busy to drain.
  *   - A RemoteValue owns one coord_rv reference, put in its dealloc; its
  *     value is exported (buffer protocol) in place, read-only, and the export
  *     keeps the object, hence the value, alive (zero-copy numpy results).
+ *   - A PerWorker handle holds a reference to its Coordinator, which frees
+ *     its registry and unloads its worker library only in dealloc: a handle
+ *     put after close() never meets a freed registry.
  *   - Errors become exceptions through the factory the package installs
  *     (_set_error_factory): code, cause, worker, closure, message.
  */
