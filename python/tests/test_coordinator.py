@@ -230,3 +230,42 @@ def test_every_worker_lost_is_unavailable():
     finally:
         for p in procs:
             p.stop()
+
+
+def test_python_threads(cc):
+    """Several Python threads schedule and fetch at once (the GIL released
+    in schedule and fetch); each gets its own values."""
+    out = {}
+
+    def work(k):
+        out[k] = cc.fetch([cc.schedule(square, k * 1000 + i) for i in range(200)])
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert out == {
+        k: [(k * 1000 + i) ** 2 for i in range(200)] for k in range(4)}
+
+
+def test_close_while_joining(cc):
+    """close() from one thread while another waits in join(): the join ends
+    with ValueError within a wait slice and close() returns."""
+    cc.schedule("sleep_ms", 300)
+    err = []
+
+    def joiner():
+        try:
+            cc.join()
+        except ValueError as e:
+            err.append(e)
+
+    t = threading.Thread(target=joiner)
+    t.start()
+    time.sleep(0.05)
+    cc.close()
+    t.join(30)
+    assert not t.is_alive()
+    # the join ended, by the close (ValueError) or because the closure finished first
+    assert len(err) <= 1
