@@ -4,6 +4,8 @@ structures, the error rule (S3) as TF-named exceptions, schedule_many,
 per-worker values, ps variables and checkpoints, the GIL released while coord
 waits, and (tcp) a worker killed mid-run."""
 import collections
+import os
+import signal
 import threading
 import time
 
@@ -269,3 +271,26 @@ def test_close_while_joining(cc):
     assert not t.is_alive()
     # the join ended, by the close (ValueError) or because the closure finished first
     assert len(err) <= 1
+
+
+def test_signal_reaches_a_waiting_fetch(cc, request):
+    """A signal's handler runs while fetch() waits (slices of 100 ms), and
+    its exception ends the wait: the closure cannot finish before the test
+    sets the variable it polls, after the exception."""
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted()
+
+    v = cc.create_variable("sig_" + request.node.callspec.id, shape=(1,))
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        rv = cc.schedule(coord.function("wait_var", returns="f"), v)
+        threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGUSR1)).start()
+        with pytest.raises(Interrupted):
+            rv.fetch(timeout=30)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    v.assign([1.0])
+    assert rv.fetch(timeout=30) == 1.0
