@@ -14,10 +14,12 @@ coord_build_deps=(meson ninja-build pkg-config gcc
 # The whole suite and CI (tests/run.sh, .ci/run): the build's, plus cmocka,
 # ConcurrencyKit (bench_ring), clang (fuzzing, sanitizers), clang-format,
 # protoc (test_spec's reference encoder), the rdma headers, abigail-tools
-# (abidiff: the ABI check) and man-db (man -l: the man pages check).
+# (abidiff: the ABI check), man-db (man -l: the man pages check), and the
+# Python package's build and tests (python3-dev: the extension; numpy, pytest:
+# suite 'python', python/README.md).
 coord_deps=("${coord_build_deps[@]}" clang libclang-rt-14-dev clang-format
 	libck-dev libcmocka-dev protobuf-compiler libibverbs-dev librdmacm-dev
-	abigail-tools man-db)
+	abigail-tools man-db python3-dev python3-numpy python3-pytest)
 # The soft-RoCE rig (tests/rdma/rig.sh installs these itself; not the normal path).
 # shellcheck disable=SC2034 # used by tests/rdma/rig.sh
 coord_rig_deps=(qemu-system-x86 busybox-static cpio kmod iproute2 ibverbs-utils

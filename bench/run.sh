@@ -35,11 +35,19 @@ status=0
 # them (a series goes to $BENCH_FAULT_SERIES if set); about 45 s.
 # bench_tcp --sweep: coord against the raw echo at every point of the
 # in-flight, argument-size and connection sweeps; about a minute and a half.
-for b in ring schedule e2e dataflow hints tcp tcp_sweep fault; do
+# python (issue 28): the Python layer's cost against the C API in the same run,
+# with Debian's interpreter (the one meson builds the extension for); ~1 min.
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+for b in ring schedule e2e dataflow hints tcp tcp_sweep fault python; do
 	echo "## bench_$b $*"
 	start=$(date +%s)
 	case $b in
 	tcp_sweep) cmd="$build/bench/bench_tcp --sweep" ;;
+	python)
+		[ -f "$build/python/libpyfns.so" ] || continue
+		cmd="env PYTHONPATH=$build/python COORD_PYFNS=$build/python/libpyfns.so $py bench/python_bench.py"
+		;;
 	*) cmd="$build/bench/bench_$b" ;;
 	esac
 	# shellcheck disable=SC2086 # $cmd is a path and fixed options

@@ -88,6 +88,17 @@ grep -q '^== 2 tcp workers' "$tmp/tcp.out" && grep -q '^square(7) = 49' "$tmp/tc
 	{ cat "$tmp/tcp.out"; fail "hello --spec printed the wrong thing"; }
 "$root$pfx/$bindir/coord-ps" --version | grep -q "^coord-ps " || fail "coord-ps --version"
 
+# The Python package (python/, when built): the installed one imports and runs
+# the worker library built above, in process, with Debian's interpreter.
+pkg=$(find "$root" -path '*/coord/__init__.py' -print -quit)
+if [ -n "$pkg" ]; then
+	PYTHONPATH=$(dirname "$(dirname "$pkg")") timeout 60 /usr/bin/python3 -c '
+import sys, coord
+c = coord.ClusterCoordinator(functions=sys.argv[1], workers=2)
+assert c.schedule(coord.function("square", returns=int), 7).fetch() == 49
+c.close()' "$tmp/libhello_fns.so" || fail "the installed Python package"
+fi
+
 # Man pages: installed where man finds them (test 'man' renders each one).
 export MANPATH=$root$pfx/$mandir
 for page in coord_schedule coord_create coord_set_log_fn coord-worker coord-ps; do
@@ -95,4 +106,4 @@ for page in coord_schedule coord_create coord_set_log_fn coord-worker coord-ps; 
 done
 n=$(find "$MANPATH" -type f -name '*.[13]' | wc -l)
 man coord_schedule 2>/dev/null | grep -q 'coord_schedule' || fail "man coord_schedule does not render"
-echo "install_check: ok ($n man pages; consumer and worker library built with pkg-config ran in-process and over tcp)"
+echo "install_check: ok ($n man pages; consumer and worker library built with pkg-config ran in-process and over tcp${pkg:+; the Python package ran})"
