@@ -1420,7 +1420,7 @@ static void test_pvar_rows(void **state)
 	assert_int_equal(pv.rows, PV_ROWS);
 	assert_int_equal(pv.row_len, PV_RL);
 	for (unsigned j = 0; j < 4; j++)
-		tasks |= 1u << (pv.part[j] >> 32);
+		tasks |= 1u << coord_var_task(pv.part[j]);
 	assert_int_equal(tasks, 3); /* the shards spread over both ps tasks */
 	/* lookup by name, coordinator side: the same handle */
 	assert_int_equal(coord_pvar_lookup(c, "emb", &pv2, &err), 0);
@@ -1639,7 +1639,7 @@ static void test_pvar_restore_relayout(void **state)
 		assert_int_equal(coord_pvar_lookup(c, "lay/emb", &pv2, &err), 0);
 		assert_int_equal(pv2.nparts, 5);
 		for (unsigned j = 0; j < 5; j++)
-			assert_int_equal(pv2.part[j] >> 32,
+			assert_int_equal(coord_var_task(pv2.part[j]),
 					 (coord_var_fnv1a64("lay/emb", 7) % nps + j) % nps);
 		/* create finds it as restored */
 		assert_int_equal(coord_pvar_create(c, "lay/emb", 2, dims, NULL, &part, &pv, &err),

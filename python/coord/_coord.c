@@ -1577,6 +1577,7 @@ PyMODINIT_FUNC PyInit__coord(void)
 	    PyModule_AddIntConstant(m, "EUNAVAILABLE", COORD_EUNAVAILABLE) < 0 ||
 	    PyModule_AddIntConstant(m, "EINPUT", COORD_EINPUT) < 0 ||
 	    PyModule_AddIntConstant(m, "ENOFN", COORD_ENOFN) < 0 ||
+	    PyModule_AddIntConstant(m, "ESTALE", COORD_ESTALE) < 0 ||
 	    PyModule_AddIntConstant(m, "ETIMEDOUT", COORD_ETIMEDOUT) < 0 ||
 	    PyModule_AddIntConstant(m, "EINVAL", COORD_EINVAL) < 0 ||
 	    PyModule_AddIntConstant(m, "ENOMEM", COORD_ENOMEM) < 0 ||

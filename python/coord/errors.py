@@ -1,14 +1,17 @@
 # SPDX-License-Identifier: MIT
 """coord.errors - coord's error codes as exceptions with TensorFlow's names.
 
-Every coord call returns 0 or a negative errno-style code (include/coord/error.h)
+Every coord call returns 0 or a negative code (include/coord/error.h): coord's own
+codes (their values are the extension's constants), or a negative errno
 with an optional detail record (message, worker, closure).  The extension raises
 them through make_error(), which picks the class from the code:
 
-    COORD_ECANCELLED (-ECANCELED)    CancelledError
-    COORD_EUNAVAILABLE (-EHOSTDOWN)  UnavailableError
-    COORD_EINPUT (-EBADE)            InputError (original_exception: the cause)
-    COORD_ENOFN (-ENOENT)            NotFoundError
+    COORD_ECANCELLED                 CancelledError
+    COORD_EUNAVAILABLE               UnavailableError
+    COORD_EINPUT                     InputError (original_exception: the cause)
+    COORD_ENOFN, -ENOENT             NotFoundError
+    COORD_ESTALE                     FailedPreconditionError (a variable handle from
+                                     before its ps task restarted: look it up again)
     COORD_ETIMEDOUT (-ETIMEDOUT)     DeadlineExceededError
     COORD_EINVAL (-EINVAL)           InvalidArgumentError
     COORD_ENOMEM, -ENOSPC, -EFBIG    ResourceExhaustedError
@@ -22,6 +25,8 @@ Each carries .code (coord's negative code), .worker and .closure (None when
 the failure had none), .message, and TF's numeric .error_code.
 """
 import errno
+
+from . import _coord
 
 __all__ = ["Error", "OpError", "CancelledError", "UnknownError", "InvalidArgumentError",
            "DeadlineExceededError", "NotFoundError", "AlreadyExistsError",
@@ -90,9 +95,11 @@ class InputError(Error):
 
 
 _BY_ERRNO = {
-    errno.ECANCELED: CancelledError,
-    errno.EHOSTDOWN: UnavailableError,
-    errno.EBADE: InputError,
+    -_coord.ECANCELLED: CancelledError,
+    -_coord.EUNAVAILABLE: UnavailableError,
+    -_coord.EINPUT: InputError,
+    -_coord.ENOFN: NotFoundError,
+    -_coord.ESTALE: FailedPreconditionError,
     errno.ENOENT: NotFoundError,
     errno.ETIMEDOUT: DeadlineExceededError,
     errno.EINVAL: InvalidArgumentError,

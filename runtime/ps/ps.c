@@ -479,11 +479,6 @@ int coord_ps_run(struct coord_ps *ps, struct coord_ps_op *ops, unsigned n, struc
 _Static_assert(COORD_PS_HANDLE_TAG_SHIFT - COORD_PS_HANDLE_TASK_SHIFT == 12, "task bits");
 _Static_assert(COORD_PS_HANDLE_TAG_SHIFT + COORD_VS_TAG_BITS <= 64, "tag bits");
 
-static uint32_t var_tag(coord_var_t v)
-{
-	return (uint32_t)(v >> COORD_PS_HANDLE_TAG_SHIFT);
-}
-
 static coord_var_t var_make(unsigned task, uint32_t id, uint32_t tag)
 {
 	return ((uint64_t)tag << COORD_PS_HANDLE_TAG_SHIFT) |
@@ -554,7 +549,7 @@ static int to_ps_op(const struct coord_var_op *v, unsigned i, struct coord_ps_op
 	o->op = (uint16_t)v->op;
 	o->task = coord_var_task(v->var);
 	o->id = (uint32_t)v->var;
-	o->tag = var_tag(v->var);
+	o->tag = coord_ps_handle_tag(v->var);
 	o->off = v->off;
 	o->n = v->n;
 	if (v->n > COORD_VAR_MAX_ELEMS)

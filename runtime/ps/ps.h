@@ -148,6 +148,12 @@ static inline void coord_ps_map_get(const uint8_t *b, struct coord_ps_map *m)
 #define COORD_PS_HANDLE_TASK_SHIFT 32
 #define COORD_PS_HANDLE_TAG_SHIFT 44
 
+/* The store run tag a handle carries (an op's @tag). */
+static inline uint32_t coord_ps_handle_tag(uint64_t v)
+{
+	return (uint32_t)(v >> COORD_PS_HANDLE_TAG_SHIFT);
+}
+
 /*
  * struct coord_ps_op - one operation and, after the call, its outcome.
  * @task:     ps task it goes to (< nps).

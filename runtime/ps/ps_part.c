@@ -37,7 +37,7 @@ _Static_assert(COORD_VAR_MAX_PARTS <= 100, "shard names are NAME/part_J, J < 100
 
 static unsigned p_task(coord_var_t v)
 {
-	return (unsigned)(v >> 32);
+	return coord_var_task(v);
 }
 
 /* P1 */
@@ -208,6 +208,7 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 		ops[*nops] = (struct coord_ps_op){ .op = COORD_PS_GATHER,
 						   .task = p_task(pv->part[j]),
 						   .id = (uint32_t)pv->part[j],
+						   .tag = coord_ps_handle_tag(pv->part[j]),
 						   .n = cnt[j],
 						   .src = local + at[j],
 						   .src_len = (uint32_t)(8 * cnt[j]),
@@ -260,6 +261,7 @@ static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const in
 		ops[0] = (struct coord_ps_op){ .op = COORD_PS_SCATTER_ADD,
 					       .task = p_task(pv->part[0]),
 					       .id = (uint32_t)pv->part[0],
+					       .tag = coord_ps_handle_tag(pv->part[0]),
 					       .n = n,
 					       .src = ids,
 					       .src_len = (uint32_t)(8 * n),
@@ -286,6 +288,7 @@ static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const in
 		ops[*nops] = (struct coord_ps_op){ .op = COORD_PS_SCATTER_ADD,
 						   .task = p_task(pv->part[j]),
 						   .id = (uint32_t)pv->part[j],
+						   .tag = coord_ps_handle_tag(pv->part[j]),
 						   .n = cnt[j],
 						   .src = local + at[j],
 						   .src_len = (uint32_t)(8 * cnt[j]),
@@ -346,6 +349,7 @@ static int pv_range(struct coord_ps *ps, const struct coord_pvar *pv, uint16_t o
 		ops[*nops] = (struct coord_ps_op){ .op = opc,
 						   .task = p_task(pv->part[j]),
 						   .id = (uint32_t)pv->part[j],
+						   .tag = coord_ps_handle_tag(pv->part[j]),
 						   .off = lo - first * pv->row_len,
 						   .n = hi - lo };
 		if (opc == COORD_PS_READ) {
