@@ -19,7 +19,11 @@
  * A run given the same --ckpt-dir resumes from its last checkpoint, whole
  * (also onto another --ps: the variables are re-placed, and it says so), or
  * stops with the reason and leaves that checkpoint as it is.  Local coord-ps
- * tasks get the checkpoint dir as their --ckpt-root.
+ * tasks get the checkpoint dir as their --ckpt-root.  --kill-worker-every
+ * SIGKILLs and restarts local workers; without --epochs the run goes on by
+ * whole epochs until --kills of them were lost and are back.  On a terminal
+ * the progress line is redrawn in place and never wider than it (no wrap,
+ * nothing stale); the latency figures are coord_metrics() percentiles.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -29,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -44,7 +49,8 @@
 
 struct opts {
 	const char *transport, *spec, *ckpt_dir;
-	unsigned workers, ps, local, epochs, steps, batch, ckpt_every;
+	unsigned workers, ps, local, epochs, steps, batch, ckpt_every, kills;
+	int epochs_set; /* --epochs given: no longer for --kill-worker-every */
 	double lr, kill_every;
 	uint64_t seed;
 	int quiet;
@@ -185,19 +191,54 @@ static char *start_local(unsigned nw, unsigned nps)
 static void kill_one_worker(unsigned nw, int quiet)
 {
 	struct proc *p = &procs[(unsigned)rand() % nw];
+	/* On a terminal the message takes the progress line's place (erased
+	 * with EL); the next draw puts the line back under it. */
+	const char *pre = isatty(1) ? "\r\033[K" : "";
 	pid_t old = p->pid;
 
+	if (old <= 0) /* its restart failed: nothing to kill (never kill(-1)) */
+		return;
 	kill(old, SIGKILL);
 	waitpid(old, NULL, 0);
 	if (spawn(p, p->port) < 0) {
 		p->pid = -1;
-		fprintf(stderr, "\ntrainer: worker %u killed; restart on port %u failed\n", p->task,
-			p->port);
+		fprintf(stderr, "%strainer: worker %u killed; restart on port %u failed\n", pre,
+			p->task, p->port);
 		return;
 	}
 	if (!quiet)
-		fprintf(stderr, "\ntrainer: killed worker %u (pid %d), restarted on port %u\n",
+		fprintf(stderr, "%strainer: killed worker %u (pid %d), restarted on port %u\n", pre,
 			p->task, (int)old, p->port);
+}
+
+/* On a terminal, coord's log lines (a worker lost...) take the progress
+ * line's place as the kill messages do, so that no half-line is left. */
+static void log_over_progress(int level, const char *msg, void *arg)
+{
+	static const char *const names[] = { "error", "warn", "info", "debug" };
+
+	(void)arg;
+	fprintf(stderr, "\r\033[Kcoord %s: %s\n", level >= 0 && level < 4 ? names[level] : "log",
+		msg);
+}
+
+/* Every kill so far seen as a loss, and no worker down: the time for the
+ * next one (else it waits, so that each kill is one loss and one recovery). */
+static int all_back(struct coord *c, unsigned kills)
+{
+	struct coord_metrics m;
+
+	return coord_metrics(c, &m, NULL, 0) == 0 && m.losses >= kills && m.workers_down == 0;
+}
+
+/*
+ * --kill-worker-every without --epochs: has the demo shown what it is for?
+ * @kills SIGKILLs sent, all of them seen as losses, and no worker still
+ * down (each is back, or dropped past opts.recovery_limit_ms).
+ */
+static int kill_demo_done(struct coord *c, unsigned kills, unsigned want)
+{
+	return kills >= want && all_back(c, kills);
 }
 
 /* ---- the training loop ------------------------------------------------------------- */
@@ -244,41 +285,125 @@ static int evaluate(struct coord *c, const struct vars *v, double *loss, double 
 struct progress {
 	struct coord *c;
 	int tty, quiet;
-	double t0, last_draw;
+	double t0, last_draw, last_turn, last_line;
 	uint64_t total, done, start;
 	double loss, correct, n; /* since the last line */
 	unsigned epoch, epochs;
+	/* Step round trips of the last 1-2 s: now less the snapshot of two
+	 * turns (a second each) ago (coord_hist_sub()). */
+	struct coord_hist rt_old, rt_older, rt_win;
 };
 
+/* The terminal's width: TIOCGWINSZ, else $COLUMNS, else 80. */
+static int term_cols(void)
+{
+	struct winsize ws;
+	const char *e = getenv("COLUMNS");
+
+	if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	if (e && atoi(e) > 0)
+		return atoi(e);
+	return 80;
+}
+
+/* The line is the fields that fit, by priority (0 first, at most NFIELDS),
+ * in this order. */
+enum { F_EPOCH, F_STEP, F_LOSS, F_ACC, F_RATE, F_UP, F_LOST, F_RT, NFIELDS };
+
+/*
+ * Compose the fields into @line of at most @cols - 1 columns (the last
+ * column would wrap on some terminals): those of highest priority that fit,
+ * then a bar [###   ] of what room is left (8 to 26 columns, or none).
+ */
+static void fit_line(char *line, size_t cap, int cols, double frac, char f[NFIELDS][48],
+		     const int prio[NFIELDS])
+{
+	int room = cols - 1, used = 0, keep[NFIELDS] = { 0 }, bar;
+	size_t off = 0;
+
+	for (int p = 0; p <= NFIELDS; p++)
+		for (int i = 0; i < NFIELDS; i++)
+			if (prio[i] == p && f[i][0] &&
+			    used + (used ? 1 : 0) + (int)strlen(f[i]) <= room) {
+				used += (used ? 1 : 0) + (int)strlen(f[i]);
+				keep[i] = 1;
+			}
+	bar = room - used - 1;
+	bar = bar > 26 ? 26 : bar < 8 ? 0 : bar;
+	line[0] = 0;
+	if (bar) {
+		int in = bar - 2, fill = (int)(in * (frac > 1 ? 1 : frac));
+
+		off += (size_t)snprintf(line, cap, "[%.*s%*s]", fill, "########################",
+					in - fill, "");
+	}
+	for (int i = 0; i < NFIELDS && off < cap; i++)
+		if (keep[i])
+			off += (size_t)snprintf(line + off, cap - off, "%s%s", off ? " " : "",
+						f[i]);
+}
+
+/* Rotate the round-trip snapshots once a second; the window in rt_win. */
+static void rt_window(struct progress *pg, const struct coord_metrics *m, double t)
+{
+	if (t - pg->last_turn >= 1.0) {
+		pg->rt_older = pg->rt_old;
+		pg->rt_old = m->round_trip_ns;
+		pg->last_turn = t;
+	}
+	if (coord_hist_sub(&pg->rt_win, &m->round_trip_ns, &pg->rt_older) < 0 ||
+	    pg->rt_win.count < 8)
+		pg->rt_win = m->round_trip_ns; /* too few yet: since the start */
+}
+
 /* The bar (or a line per epoch): steps, loss, accuracy, and what the
- * coordinator's metrics say (B7): closures/s, workers up, recoveries, the
- * median round trip of a step. */
+ * coordinator's metrics say (B7): steps/s, workers up, losses and
+ * recoveries, the median and 99th percentile round trip of a step (from
+ * schedule to its value) over the last second or two. */
 static void draw(struct progress *pg, int final)
 {
 	double t = now_s(),
 	       rate = (double)(pg->done - pg->start) / (t - pg->t0 > 1e-9 ? t - pg->t0 : 1e-9);
 	double loss = pg->n ? pg->loss / pg->n : 0, acc = pg->n ? 100 * pg->correct / pg->n : 0;
-	int width = 24, fill = (int)(width * (double)pg->done / (pg->total ? pg->total : 1));
-	struct coord_metrics m;
+	static struct coord_metrics m; /* 11 KiB: the histograms */
+	char f[NFIELDS][48], line[512];
+	int keep;
+	/* Losses come before latency once there are some (--kill-worker-every). */
+	int prio[NFIELDS] = { [F_EPOCH] = 0, [F_LOSS] = 1, [F_ACC] = 2, [F_UP] = 3,
+			      [F_RT] = 5,    [F_STEP] = 7, [F_RATE] = 8 };
 
 	if (pg->quiet || coord_metrics(pg->c, &m, NULL, 0) < 0)
 		return;
+	/* An epoch's end keeps its line at most once a second, and the last. */
+	keep = final && (t - pg->last_line >= 1 || pg->done >= pg->total);
+	if (keep)
+		pg->last_line = t;
+	rt_window(pg, &m, t);
+	prio[F_LOST] = m.losses ? 4 : 6;
+	snprintf(f[F_EPOCH], sizeof(f[0]), "epoch %u/%u", pg->epoch, pg->epochs);
+	snprintf(f[F_STEP], sizeof(f[0]), "step %llu/%llu", (unsigned long long)pg->done,
+		 (unsigned long long)pg->total);
+	snprintf(f[F_LOSS], sizeof(f[0]), "loss %.4f", loss);
+	snprintf(f[F_ACC], sizeof(f[0]), "acc %.1f%%", acc);
+	snprintf(f[F_RATE], sizeof(f[0]), "%.0f steps/s", rate);
+	snprintf(f[F_UP], sizeof(f[0]), "workers %u/%u up", m.workers_up, m.workers);
+	snprintf(f[F_LOST], sizeof(f[0]), "%llu lost, %llu recovered", (unsigned long long)m.losses,
+		 (unsigned long long)m.recoveries);
+	snprintf(f[F_RT], sizeof(f[0]), "rt p50 %.2f p99 %.2f ms",
+		 coord_hist_percentile(&pg->rt_win, 50) / 1e6,
+		 coord_hist_percentile(&pg->rt_win, 99) / 1e6);
+	if (!pg->rt_win.count)
+		f[F_RT][0] = 0; /* no sample yet: left out */
 	if (pg->tty) {
-		printf("\r[%.*s%*s] epoch %u/%u step %llu/%llu loss %.4f acc %5.1f%% %.0f steps/s "
-		       "workers %u/%u up, %llu recovered, p50 %.2f ms ",
-		       fill, "########################", width - fill, "", pg->epoch, pg->epochs,
-		       (unsigned long long)pg->done, (unsigned long long)pg->total, loss, acc, rate,
-		       m.workers_up, m.workers, (unsigned long long)m.recoveries,
-		       coord_hist_percentile(&m.round_trip_ns, 50) / 1e6);
-		if (final)
-			printf("\n");
+		/* \r, the line, then erase what a longer line left (EL, \033[K). */
+		fit_line(line, sizeof(line), term_cols(),
+			 (double)pg->done / (pg->total ? pg->total : 1), f, prio);
+		printf("\r%s\033[K%s", line, keep ? "\n" : "");
 		fflush(stdout);
-	} else if (final) {
-		printf("epoch %u/%u  step %llu/%llu  train loss %.4f  acc %.1f%%  %.0f steps/s  "
-		       "workers %u/%u up, %llu lost, %llu recovered\n",
-		       pg->epoch, pg->epochs, (unsigned long long)pg->done,
-		       (unsigned long long)pg->total, loss, acc, rate, m.workers_up, m.workers,
-		       (unsigned long long)m.losses, (unsigned long long)m.recoveries);
+	} else if (keep) {
+		printf("%s  %s  train %s  %s  %s  %s (%s)  %s\n", f[F_EPOCH], f[F_STEP], f[F_LOSS],
+		       f[F_ACC], f[F_RATE], f[F_UP], f[F_LOST], f[F_RT]);
 		fflush(stdout);
 	}
 	pg->last_draw = t;
@@ -299,8 +424,13 @@ static void account(struct progress *pg, struct coord_rv *rv)
 	coord_rv_put(rv);
 }
 
+/*
+ * Train from @start_step to the end of --epochs; with --kill-worker-every
+ * and no --epochs, on by whole epochs until --kills workers were killed and
+ * are back (at most a minute more).  @end_step: where it stopped.
+ */
 static int train(struct coord *c, const struct opts *o, uint64_t start_step, const struct vars *v,
-		 struct coord_error *err)
+		 uint64_t *end_step, struct coord_error *err)
 {
 	struct tm_step_args a = { .w1 = v->w1,
 				  .b1 = v->b1,
@@ -320,7 +450,9 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 	struct coord_call call = { .args = &a, .len = sizeof(a), .npw = 1 };
 	uint64_t step = start_step, last_ckpt = start_step;
 	double next_kill = o->kill_every > 0 ? now_s() + o->kill_every : 0;
-	unsigned head = 0, nwin = 0;
+	double demo_until = now_s() + 60 + o->kills * o->kill_every;
+	int demo = o->kill_every > 0 && !o->epochs_set;
+	unsigned head = 0, nwin = 0, kills = 0;
 	int r;
 
 	r = coord_fn_lookup(c, "train_step", &call.fn, err);
@@ -347,8 +479,10 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 				nwin++;
 			if (pg.tty && now_s() - pg.last_draw > 0.1)
 				draw(&pg, 0);
-			if (next_kill && now_s() >= next_kill) {
+			if (next_kill && now_s() >= next_kill && (!demo || kills < o->kills) &&
+			    all_back(c, kills)) {
 				kill_one_worker(nprocs - o->ps, o->quiet);
+				kills++;
 				next_kill = now_s() + o->kill_every;
 			}
 		}
@@ -360,6 +494,11 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 		}
 		if (r == 0)
 			r = coord_join(c, err); /* the epoch: every step applied */
+		if (r == 0 && demo && step >= pg.total && !kill_demo_done(c, kills, o->kills) &&
+		    now_s() < demo_until) {
+			pg.total += o->steps; /* one more epoch */
+			pg.epochs++;
+		}
 		draw(&pg, 1);
 		pg.loss = pg.correct = pg.n = 0;
 		if (r == 0 && o->ckpt_dir &&
@@ -371,6 +510,7 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 			last_ckpt = step;
 		}
 	}
+	*end_step = step;
 	while (nwin) {
 		coord_rv_put(win[head]);
 		head = (head + 1) % WINDOW;
@@ -385,7 +525,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: trainer [--transport inproc|tcp] [--local N] [--spec SPEC]\n"
 		   "               [--workers N] [--ps N] [--epochs E] [--steps S] [--batch B]\n"
 		   "               [--lr LR] [--seed N] [--ckpt-dir DIR] [--ckpt-every STEPS]\n"
-		   "               [--kill-worker-every SEC] [--quiet]\n"
+		   "               [--kill-worker-every SEC [--kills N]] [--quiet]\n"
 		   "\n"
 		   "Train a 16-32-1 MLP on a synthetic classification task by asynchronous SGD,\n"
 		   "the parameters on parameter servers, one closure per mini-batch step.\n"
@@ -402,7 +542,9 @@ static void usage(FILE *f)
 		   "  --ckpt-dir DIR  checkpoint there every --ckpt-every steps (500) and at the\n"
 		   "                  end; a run given the same DIR resumes from the last one\n"
 		   "  --kill-worker-every SEC  with --local: SIGKILL a random worker every SEC\n"
-		   "                  seconds and restart it on its port (preemption, live)\n");
+		   "                  seconds and restart it on its port (preemption, live);\n"
+		   "                  without --epochs, training goes on by whole epochs until\n"
+		   "                  --kills workers (3) were killed and are back\n");
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -420,6 +562,7 @@ static int parse(int argc, char **argv, struct opts *o)
 					    { "ckpt-dir", required_argument, NULL, 'c' },
 					    { "ckpt-every", required_argument, NULL, 'C' },
 					    { "kill-worker-every", required_argument, NULL, 'k' },
+					    { "kills", required_argument, NULL, 'K' },
 					    { "quiet", no_argument, NULL, 'q' },
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
@@ -432,6 +575,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			    .steps = 200,
 			    .batch = 64,
 			    .ckpt_every = 500,
+			    .kills = 3,
 			    .lr = 0.1,
 			    .seed = 1 };
 	while ((ch = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
@@ -453,6 +597,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			break;
 		case 'e':
 			o->epochs = (unsigned)strtoul(optarg, NULL, 10);
+			o->epochs_set = 1;
 			break;
 		case 'S':
 			o->steps = (unsigned)strtoul(optarg, NULL, 10);
@@ -475,6 +620,9 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'k':
 			o->kill_every = strtod(optarg, NULL);
 			break;
+		case 'K':
+			o->kills = (unsigned)strtoul(optarg, NULL, 10);
+			break;
 		case 'q':
 			o->quiet = 1;
 			break;
@@ -492,7 +640,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		o->transport = "tcp";
 	if (!o->workers || !o->ps || o->ps > 16 || !o->epochs || !o->steps || !o->batch ||
 	    o->batch > TM_BATCH_MAX || o->local + o->ps > MAX_PROCS || !(o->lr > 0) ||
-	    (o->kill_every > 0 && !o->local)) {
+	    (o->kill_every > 0 && !o->local) || !o->kills || o->kills > 1000) {
 		fprintf(stderr, "trainer: bad option (see --help)\n");
 		return -1;
 	}
@@ -508,7 +656,7 @@ int main(int argc, char **argv)
 	struct coord_error err = { 0 };
 	struct vars v;
 	struct opts o;
-	uint64_t start = 0;
+	uint64_t start = 0, end = 0;
 	double loss0, acc0, loss, acc, t0;
 	char *json = NULL;
 	int r;
@@ -516,6 +664,8 @@ int main(int argc, char **argv)
 	if (parse(argc, argv, &o) < 0)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
+	if (isatty(1) && !o.quiet)
+		coord_set_log_fn(log_over_progress, NULL);
 	if (coord_registry_create(&reg) || tm_register(reg)) {
 		fprintf(stderr, "trainer: cannot register the functions\n");
 		return 1;
@@ -583,7 +733,7 @@ int main(int argc, char **argv)
 	if (!o.quiet)
 		printf("before: held-out loss %.4f, accuracy %.1f%%\n", loss0, 100 * acc0);
 	t0 = now_s();
-	r = train(c, &o, start, &v, &err);
+	r = train(c, &o, start, &v, &end, &err);
 	if (r == 0)
 		r = evaluate(c, &v, &loss, &acc, &err);
 	if (r < 0) {
@@ -591,7 +741,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	printf("after:  held-out loss %.4f, accuracy %.1f%% (%.1f s, %llu steps)\n", loss,
-	       100 * acc, now_s() - t0, (unsigned long long)((uint64_t)o.epochs * o.steps - start));
+	       100 * acc, now_s() - t0, (unsigned long long)(end - start));
 out:
 	coord_destroy(c);
 	coord_spec_destroy(spec);
