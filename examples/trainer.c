@@ -27,25 +27,25 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <coord/var.h>
 
+#include "excommon.h"
 #include "trainer_model.h"
 
-#define MAX_PROCS 64
-#define WINDOW 64 /* steps in flight */
+#define MAX_PROCS 64 /* local processes */
+#define WINDOW 64    /* steps in flight */
+
+/* --ckpt-dir, absolute: the local coord-ps tasks' checkpoint root too. */
+static char ckpt_abs[PATH_MAX];
 
 struct opts {
 	const char *transport, *spec, *ckpt_dir;
@@ -56,181 +56,6 @@ struct opts {
 	int quiet;
 };
 
-/* ---- local server processes (--local) ----------------------------------------- */
-
-struct proc {
-	pid_t pid;
-	unsigned port;
-	int is_ps;
-	unsigned task;
-};
-
-static struct proc procs[MAX_PROCS];
-static unsigned nprocs;
-static char worker_bin[PATH_MAX], ps_bin[PATH_MAX], fns_lib[PATH_MAX];
-/* --ckpt-dir, absolute: the local coord-ps tasks' checkpoint root too. */
-static char ckpt_abs[PATH_MAX];
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Paths of the servers: $COORD_WORKER_BIN etc., else beside this binary. */
-static void find_binaries(void)
-{
-	char self[PATH_MAX], *dir;
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-
-	self[n > 0 ? n : 0] = 0;
-	dir = dirname(self);
-	snprintf(worker_bin, sizeof(worker_bin), "%s",
-		 getenv("COORD_WORKER_BIN") ? getenv("COORD_WORKER_BIN") : "");
-	if (!worker_bin[0])
-		snprintf(worker_bin, sizeof(worker_bin), "%s/../tools/coord-worker", dir);
-	snprintf(ps_bin, sizeof(ps_bin), "%s",
-		 getenv("COORD_PS_BIN") ? getenv("COORD_PS_BIN") : "");
-	if (!ps_bin[0])
-		snprintf(ps_bin, sizeof(ps_bin), "%s/../tools/coord-ps", dir);
-	snprintf(fns_lib, sizeof(fns_lib), "%s/libtrainer_fns.so", dir);
-}
-
-/* Start a server; wait for its "... listening on port P" line. */
-static int spawn(struct proc *p, unsigned port)
-{
-	char listen[32], task[16], line[128], fmt[64];
-	int fds[2];
-	FILE *f;
-
-	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
-	snprintf(task, sizeof(task), "%u", p->task);
-	if (pipe(fds) < 0)
-		return -1;
-	p->pid = fork();
-	if (p->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the trainer */
-		dup2(fds[1], 1);
-		close(fds[0]);
-		close(fds[1]);
-		if (p->is_ps && ckpt_abs[0])
-			execl(ps_bin, ps_bin, "--listen", listen, "--task", task, "--log", "error",
-			      "--ckpt-root", ckpt_abs, (char *)NULL);
-		else if (p->is_ps)
-			execl(ps_bin, ps_bin, "--listen", listen, "--task", task, "--log", "error",
-			      (char *)NULL);
-		else
-			execl(worker_bin, worker_bin, "--fns", fns_lib, "--listen", listen, "--log",
-			      "error", (char *)NULL);
-		fprintf(stderr, "trainer: cannot run %s: %s\n", p->is_ps ? ps_bin : worker_bin,
-			strerror(errno));
-		_exit(127);
-	}
-	close(fds[1]);
-	f = fdopen(fds[0], "r");
-	snprintf(fmt, sizeof(fmt), "%s listening on port %%u",
-		 p->is_ps ? "coord-ps" : "coord-worker");
-	if (p->pid < 0 || !f || !fgets(line, sizeof(line), f) || sscanf(line, fmt, &p->port) != 1) {
-		if (p->pid > 0)
-			kill(p->pid, SIGKILL);
-		if (f)
-			fclose(f);
-		return -1;
-	}
-	fclose(f);
-	return 0;
-}
-
-static void stop_all(void)
-{
-	for (unsigned i = 0; i < nprocs; i++)
-		if (procs[i].pid > 0)
-			kill(procs[i].pid, SIGTERM);
-	for (unsigned i = 0; i < nprocs; i++)
-		if (procs[i].pid > 0)
-			waitpid(procs[i].pid, NULL, 0);
-	nprocs = 0;
-}
-
-/* Start @nw workers and @nps ps tasks; the spec of that cluster as JSON. */
-static char *start_local(unsigned nw, unsigned nps)
-{
-	size_t cap = 64 + 32 * (size_t)(nw + nps), off = 0;
-	char *json = malloc(cap);
-
-	find_binaries();
-	for (unsigned i = 0; i < nw + nps && i < MAX_PROCS; i++) {
-		struct proc *p = &procs[nprocs];
-
-		p->is_ps = i >= nw;
-		p->task = p->is_ps ? i - nw : i;
-		if (spawn(p, 0) < 0) {
-			fprintf(stderr, "trainer: could not start %s (build it: ninja -C build)\n",
-				p->is_ps ? ps_bin : worker_bin);
-			stop_all();
-			free(json);
-			return NULL;
-		}
-		nprocs++;
-	}
-	off += (size_t)snprintf(json + off, cap - off, "{\"worker\": [");
-	for (unsigned i = 0; i < nw; i++)
-		off += (size_t)snprintf(json + off, cap - off, "%s\"127.0.0.1:%u\"", i ? ", " : "",
-					procs[i].port);
-	off += (size_t)snprintf(json + off, cap - off, "], \"ps\": [");
-	for (unsigned i = 0; i < nps; i++)
-		off += (size_t)snprintf(json + off, cap - off, "%s\"127.0.0.1:%u\"", i ? ", " : "",
-					procs[nw + i].port);
-	snprintf(json + off, cap - off, "]}");
-	return json;
-}
-
-/* --kill-worker-every: SIGKILL a random worker, restart it on its port. */
-static void kill_one_worker(unsigned nw, int quiet)
-{
-	struct proc *p = &procs[(unsigned)rand() % nw];
-	/* On a terminal the message takes the progress line's place (erased
-	 * with EL); the next draw puts the line back under it. */
-	const char *pre = isatty(1) ? "\r\033[K" : "";
-	pid_t old = p->pid;
-
-	if (old <= 0) /* its restart failed: nothing to kill (never kill(-1)) */
-		return;
-	kill(old, SIGKILL);
-	waitpid(old, NULL, 0);
-	if (spawn(p, p->port) < 0) {
-		p->pid = -1;
-		fprintf(stderr, "%strainer: worker %u killed; restart on port %u failed\n", pre,
-			p->task, p->port);
-		return;
-	}
-	if (!quiet)
-		fprintf(stderr, "%strainer: killed worker %u (pid %d), restarted on port %u\n", pre,
-			p->task, (int)old, p->port);
-}
-
-/* On a terminal, coord's log lines (a worker lost...) take the progress
- * line's place as the kill messages do, so that no half-line is left. */
-static void log_over_progress(int level, const char *msg, void *arg)
-{
-	static const char *const names[] = { "error", "warn", "info", "debug" };
-
-	(void)arg;
-	fprintf(stderr, "\r\033[Kcoord %s: %s\n", level >= 0 && level < 4 ? names[level] : "log",
-		msg);
-}
-
-/* Every kill so far seen as a loss, and no worker down: the time for the
- * next one (else it waits, so that each kill is one loss and one recovery). */
-static int all_back(struct coord *c, unsigned kills)
-{
-	struct coord_metrics m;
-
-	return coord_metrics(c, &m, NULL, 0) == 0 && m.losses >= kills && m.workers_down == 0;
-}
-
 /*
  * --kill-worker-every without --epochs: has the demo shown what it is for?
  * @kills SIGKILLs sent, all of them seen as losses, and no worker still
@@ -238,7 +63,7 @@ static int all_back(struct coord *c, unsigned kills)
  */
 static int kill_demo_done(struct coord *c, unsigned kills, unsigned want)
 {
-	return kills >= want && all_back(c, kills);
+	return kills >= want && ex_all_back(c, kills);
 }
 
 /* ---- the training loop ------------------------------------------------------------- */
@@ -285,77 +110,15 @@ static int evaluate(struct coord *c, const struct vars *v, double *loss, double 
 struct progress {
 	struct coord *c;
 	int tty, quiet;
-	double t0, last_draw, last_turn, last_line;
+	double t0, last_draw, last_line;
 	uint64_t total, done, start;
 	double loss, correct, n; /* since the last line */
 	unsigned epoch, epochs;
-	/* Step round trips of the last 1-2 s: now less the snapshot of two
-	 * turns (a second each) ago (coord_hist_sub()). */
-	struct coord_hist rt_old, rt_older, rt_win;
+	struct ex_window rt; /* step round trips of the last 1-2 s */
 };
 
-/* The terminal's width: TIOCGWINSZ, else $COLUMNS, else 80. */
-static int term_cols(void)
-{
-	struct winsize ws;
-	const char *e = getenv("COLUMNS");
-
-	if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
-		return ws.ws_col;
-	if (e && atoi(e) > 0)
-		return atoi(e);
-	return 80;
-}
-
-/* The line is the fields that fit, by priority (0 first, at most NFIELDS),
- * in this order. */
+/* The fields of the line, in their order. */
 enum { F_EPOCH, F_STEP, F_LOSS, F_ACC, F_RATE, F_UP, F_LOST, F_RT, NFIELDS };
-
-/*
- * Compose the fields into @line of at most @cols - 1 columns (the last
- * column would wrap on some terminals): those of highest priority that fit,
- * then a bar [###   ] of what room is left (8 to 26 columns, or none).
- */
-static void fit_line(char *line, size_t cap, int cols, double frac, char f[NFIELDS][48],
-		     const int prio[NFIELDS])
-{
-	int room = cols - 1, used = 0, keep[NFIELDS] = { 0 }, bar;
-	size_t off = 0;
-
-	for (int p = 0; p <= NFIELDS; p++)
-		for (int i = 0; i < NFIELDS; i++)
-			if (prio[i] == p && f[i][0] &&
-			    used + (used ? 1 : 0) + (int)strlen(f[i]) <= room) {
-				used += (used ? 1 : 0) + (int)strlen(f[i]);
-				keep[i] = 1;
-			}
-	bar = room - used - 1;
-	bar = bar > 26 ? 26 : bar < 8 ? 0 : bar;
-	line[0] = 0;
-	if (bar) {
-		int in = bar - 2, fill = (int)(in * (frac > 1 ? 1 : frac));
-
-		off += (size_t)snprintf(line, cap, "[%.*s%*s]", fill, "########################",
-					in - fill, "");
-	}
-	for (int i = 0; i < NFIELDS && off < cap; i++)
-		if (keep[i])
-			off += (size_t)snprintf(line + off, cap - off, "%s%s", off ? " " : "",
-						f[i]);
-}
-
-/* Rotate the round-trip snapshots once a second; the window in rt_win. */
-static void rt_window(struct progress *pg, const struct coord_metrics *m, double t)
-{
-	if (t - pg->last_turn >= 1.0) {
-		pg->rt_older = pg->rt_old;
-		pg->rt_old = m->round_trip_ns;
-		pg->last_turn = t;
-	}
-	if (coord_hist_sub(&pg->rt_win, &m->round_trip_ns, &pg->rt_older) < 0 ||
-	    pg->rt_win.count < 8)
-		pg->rt_win = m->round_trip_ns; /* too few yet: since the start */
-}
 
 /* The bar (or a line per epoch): steps, loss, accuracy, and what the
  * coordinator's metrics say (B7): steps/s, workers up, losses and
@@ -363,11 +126,12 @@ static void rt_window(struct progress *pg, const struct coord_metrics *m, double
  * schedule to its value) over the last second or two. */
 static void draw(struct progress *pg, int final)
 {
-	double t = now_s(),
+	double t = ex_now_s(),
 	       rate = (double)(pg->done - pg->start) / (t - pg->t0 > 1e-9 ? t - pg->t0 : 1e-9);
 	double loss = pg->n ? pg->loss / pg->n : 0, acc = pg->n ? 100 * pg->correct / pg->n : 0;
 	static struct coord_metrics m; /* 11 KiB: the histograms */
 	char f[NFIELDS][48], line[512];
+	const char *fp[NFIELDS];
 	int keep;
 	/* Losses come before latency once there are some (--kill-worker-every). */
 	int prio[NFIELDS] = { [F_EPOCH] = 0, [F_LOSS] = 1, [F_ACC] = 2, [F_UP] = 3,
@@ -379,7 +143,7 @@ static void draw(struct progress *pg, int final)
 	keep = final && (t - pg->last_line >= 1 || pg->done >= pg->total);
 	if (keep)
 		pg->last_line = t;
-	rt_window(pg, &m, t);
+	ex_window_update(&pg->rt, &m.round_trip_ns, t);
 	prio[F_LOST] = m.losses ? 4 : 6;
 	snprintf(f[F_EPOCH], sizeof(f[0]), "epoch %u/%u", pg->epoch, pg->epochs);
 	snprintf(f[F_STEP], sizeof(f[0]), "step %llu/%llu", (unsigned long long)pg->done,
@@ -391,14 +155,16 @@ static void draw(struct progress *pg, int final)
 	snprintf(f[F_LOST], sizeof(f[0]), "%llu lost, %llu recovered", (unsigned long long)m.losses,
 		 (unsigned long long)m.recoveries);
 	snprintf(f[F_RT], sizeof(f[0]), "rt p50 %.2f p99 %.2f ms",
-		 coord_hist_percentile(&pg->rt_win, 50) / 1e6,
-		 coord_hist_percentile(&pg->rt_win, 99) / 1e6);
-	if (!pg->rt_win.count)
+		 coord_hist_percentile(&pg->rt.win, 50) / 1e6,
+		 coord_hist_percentile(&pg->rt.win, 99) / 1e6);
+	if (!pg->rt.win.count)
 		f[F_RT][0] = 0; /* no sample yet: left out */
 	if (pg->tty) {
 		/* \r, the line, then erase what a longer line left (EL, \033[K). */
-		fit_line(line, sizeof(line), term_cols(),
-			 (double)pg->done / (pg->total ? pg->total : 1), f, prio);
+		for (int i = 0; i < NFIELDS; i++)
+			fp[i] = f[i];
+		ex_fit_line(line, sizeof(line), ex_term_cols(),
+			    (double)pg->done / (pg->total ? pg->total : 1), fp, prio, NFIELDS);
 		printf("\r%s\033[K%s", line, keep ? "\n" : "");
 		fflush(stdout);
 	} else if (keep) {
@@ -443,14 +209,14 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 	struct progress pg = { .c = c,
 			       .tty = isatty(1),
 			       .quiet = o->quiet,
-			       .t0 = now_s(),
+			       .t0 = ex_now_s(),
 			       .total = (uint64_t)o->epochs * o->steps,
 			       .epochs = o->epochs };
 	struct coord_pw *dataset;
 	struct coord_call call = { .args = &a, .len = sizeof(a), .npw = 1 };
 	uint64_t step = start_step, last_ckpt = start_step;
-	double next_kill = o->kill_every > 0 ? now_s() + o->kill_every : 0;
-	double demo_until = now_s() + 60 + o->kills * o->kill_every;
+	double next_kill = o->kill_every > 0 ? ex_now_s() + o->kill_every : 0;
+	double demo_until = ex_now_s() + 60 + o->kills * o->kill_every;
 	int demo = o->kill_every > 0 && !o->epochs_set;
 	unsigned head = 0, nwin = 0, kills = 0;
 	int r;
@@ -462,7 +228,7 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 		return r;
 	call.pw = &dataset;
 	pg.done = pg.start = start_step;
-	pg.t0 = now_s();
+	pg.t0 = ex_now_s();
 	while (step < pg.total && r == 0) {
 		uint64_t epoch_end = (step / o->steps + 1) * o->steps;
 
@@ -477,13 +243,13 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 			r = coord_schedule_call(c, &call, &win[(head + nwin) % WINDOW], err);
 			if (r == 0)
 				nwin++;
-			if (pg.tty && now_s() - pg.last_draw > 0.1)
+			if (pg.tty && ex_now_s() - pg.last_draw > 0.1)
 				draw(&pg, 0);
-			if (next_kill && now_s() >= next_kill && (!demo || kills < o->kills) &&
-			    all_back(c, kills)) {
-				kill_one_worker(nprocs - o->ps, o->quiet);
+			if (next_kill && ex_now_s() >= next_kill && (!demo || kills < o->kills) &&
+			    ex_all_back(c, kills)) {
+				ex_kill_one_worker(o->quiet);
 				kills++;
-				next_kill = now_s() + o->kill_every;
+				next_kill = ex_now_s() + o->kill_every;
 			}
 		}
 		while (nwin) {
@@ -495,7 +261,7 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 		if (r == 0)
 			r = coord_join(c, err); /* the epoch: every step applied */
 		if (r == 0 && demo && step >= pg.total && !kill_demo_done(c, kills, o->kills) &&
-		    now_s() < demo_until) {
+		    ex_now_s() < demo_until) {
 			pg.total += o->steps; /* one more epoch */
 			pg.epochs++;
 		}
@@ -665,7 +431,7 @@ int main(int argc, char **argv)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	if (isatty(1) && !o.quiet)
-		coord_set_log_fn(log_over_progress, NULL);
+		coord_set_log_fn(ex_log_over_progress, NULL);
 	if (coord_registry_create(&reg) || tm_register(reg)) {
 		fprintf(stderr, "trainer: cannot register the functions\n");
 		return 1;
@@ -687,7 +453,8 @@ int main(int argc, char **argv)
 		o.ckpt_dir = ckpt_abs;
 	}
 	if (o.local) {
-		json = start_local(o.local, o.ps);
+		json = ex_local_start("libtrainer_fns.so", o.local, o.ps,
+				      ckpt_abs[0] ? ckpt_abs : NULL);
 		r = json ? coord_spec_parse(json, &spec, &err) : -1;
 	} else if (o.spec) {
 		r = coord_spec_from_arg(o.spec, &spec, NULL, &err);
@@ -732,7 +499,7 @@ int main(int argc, char **argv)
 	}
 	if (!o.quiet)
 		printf("before: held-out loss %.4f, accuracy %.1f%%\n", loss0, 100 * acc0);
-	t0 = now_s();
+	t0 = ex_now_s();
 	r = train(c, &o, start, &v, &end, &err);
 	if (r == 0)
 		r = evaluate(c, &v, &loss, &acc, &err);
@@ -741,12 +508,12 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	printf("after:  held-out loss %.4f, accuracy %.1f%% (%.1f s, %llu steps)\n", loss,
-	       100 * acc, now_s() - t0, (unsigned long long)(end - start));
+	       100 * acc, ex_now_s() - t0, (unsigned long long)(end - start));
 out:
 	coord_destroy(c);
 	coord_spec_destroy(spec);
 	coord_registry_destroy(reg);
-	stop_all();
+	ex_local_stop();
 	free(json);
 	return r < 0 ? 1 : 0;
 }
