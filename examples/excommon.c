@@ -183,6 +183,34 @@ void ex_kill_one_worker(int quiet)
 
 /* On a terminal, coord's log lines (a worker lost...) take the progress
  * line's place as the kill messages do, so that no half-line is left. */
+void ex_kills_init(struct ex_kills *k, double every, unsigned want, int demo, double grace,
+		   int quiet)
+{
+	double now = ex_now_s();
+
+	*k = (struct ex_kills){ .every = every,
+				.next = every > 0 ? now + every : 0,
+				.until = now + grace + want * every,
+				.want = want,
+				.demo = demo && every > 0,
+				.quiet = quiet };
+}
+
+void ex_kills_tick(struct ex_kills *k, struct coord *c)
+{
+	if (!k->next || ex_now_s() < k->next || (k->demo && k->done >= k->want) ||
+	    !ex_all_back(c, k->done))
+		return;
+	ex_kill_one_worker(k->quiet);
+	k->done++;
+	k->next = ex_now_s() + k->every;
+}
+
+int ex_kills_more(const struct ex_kills *k, struct coord *c)
+{
+	return k->demo && !(k->done >= k->want && ex_all_back(c, k->done)) && ex_now_s() < k->until;
+}
+
 void ex_log_over_progress(int level, const char *msg, void *arg)
 {
 	static const char *const names[] = { "error", "warn", "info", "debug" };

@@ -40,6 +40,26 @@ void ex_kill_one_worker(int quiet);
  */
 int ex_all_back(struct coord *c, unsigned kills);
 
+/*
+ * --kill-worker-every SEC [--kills N]: a kill every @every seconds, each
+ * once the one before was seen lost and recovered (ex_all_back()).  In a
+ * demo (no --epochs given) only @want kills, and the run goes on (a whole
+ * epoch at a time: ex_kills_more()) until they are all back, for at most
+ * @grace seconds more than they take.
+ */
+struct ex_kills {
+	double every, next, until;
+	unsigned done, want;
+	int demo, quiet;
+};
+
+void ex_kills_init(struct ex_kills *k, double every, unsigned want, int demo, double grace,
+		   int quiet);
+/* Between steps: kill one worker if it is time. */
+void ex_kills_tick(struct ex_kills *k, struct coord *c);
+/* At the end of the planned epochs: does the demo need more? */
+int ex_kills_more(const struct ex_kills *k, struct coord *c);
+
 /* A coord_log_fn_t that first erases the progress line (on a terminal). */
 void ex_log_over_progress(int level, const char *msg, void *arg);
 

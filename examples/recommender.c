@@ -276,10 +276,9 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 	struct coord_call call = { .args = &a, .len = sizeof(a), .npw = 1 };
 	struct coord_rv *win[WINDOW];
 	struct coord_pw *data;
-	double next_kill = o->kill_every > 0 ? ex_now_s() + o->kill_every : 0;
-	double demo_until = ex_now_s() + 120 + o->kills * o->kill_every;
-	int demo = o->kill_every > 0 && !o->epochs_set, r;
-	unsigned head = 0, nwin = 0, kills = 0;
+	struct ex_kills kills;
+	unsigned head = 0, nwin = 0;
+	int r;
 	uint64_t step = 0;
 
 	memcpy(a.vocab, m->vocab, sizeof(a.vocab));
@@ -297,6 +296,7 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 	if (r < 0)
 		return r;
 	call.pw = &data;
+	ex_kills_init(&kills, o->kill_every, o->kills, !o->epochs_set, 120, o->quiet);
 	while (step < pg.total && r == 0) {
 		uint64_t epoch_end = (step / o->steps + 1) * o->steps;
 
@@ -313,12 +313,7 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 				nwin++;
 			if (pg.tty && ex_now_s() - pg.last_draw > 0.1)
 				draw(&pg, 0);
-			if (next_kill && ex_now_s() >= next_kill && (!demo || kills < o->kills) &&
-			    ex_all_back(c, kills)) {
-				ex_kill_one_worker(o->quiet);
-				kills++;
-				next_kill = ex_now_s() + o->kill_every;
-			}
+			ex_kills_tick(&kills, c);
 		}
 		while (nwin) {
 			account(&pg, win[head]);
@@ -331,8 +326,7 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 		if (r == 0)
 			r = evaluate(c, m, o->eval_n, e, err);
 		pg.auc = e->auc;
-		if (r == 0 && demo && step >= pg.total &&
-		    !(kills >= o->kills && ex_all_back(c, kills)) && ex_now_s() < demo_until) {
+		if (r == 0 && step >= pg.total && ex_kills_more(&kills, c)) {
 			pg.total += o->steps; /* one more epoch */
 			pg.epochs++;
 		}

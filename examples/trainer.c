@@ -56,16 +56,6 @@ struct opts {
 	int quiet;
 };
 
-/*
- * --kill-worker-every without --epochs: has the demo shown what it is for?
- * @kills SIGKILLs sent, all of them seen as losses, and no worker still
- * down (each is back, or dropped past opts.recovery_limit_ms).
- */
-static int kill_demo_done(struct coord *c, unsigned kills, unsigned want)
-{
-	return kills >= want && ex_all_back(c, kills);
-}
-
 /* ---- the training loop ------------------------------------------------------------- */
 
 struct vars {
@@ -215,10 +205,8 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 	struct coord_pw *dataset;
 	struct coord_call call = { .args = &a, .len = sizeof(a), .npw = 1 };
 	uint64_t step = start_step, last_ckpt = start_step;
-	double next_kill = o->kill_every > 0 ? ex_now_s() + o->kill_every : 0;
-	double demo_until = ex_now_s() + 60 + o->kills * o->kill_every;
-	int demo = o->kill_every > 0 && !o->epochs_set;
-	unsigned head = 0, nwin = 0, kills = 0;
+	struct ex_kills kills;
+	unsigned head = 0, nwin = 0;
 	int r;
 
 	r = coord_fn_lookup(c, "train_step", &call.fn, err);
@@ -227,6 +215,7 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 	if (r < 0)
 		return r;
 	call.pw = &dataset;
+	ex_kills_init(&kills, o->kill_every, o->kills, !o->epochs_set, 60, o->quiet);
 	pg.done = pg.start = start_step;
 	pg.t0 = ex_now_s();
 	while (step < pg.total && r == 0) {
@@ -245,12 +234,7 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 				nwin++;
 			if (pg.tty && ex_now_s() - pg.last_draw > 0.1)
 				draw(&pg, 0);
-			if (next_kill && ex_now_s() >= next_kill && (!demo || kills < o->kills) &&
-			    ex_all_back(c, kills)) {
-				ex_kill_one_worker(o->quiet);
-				kills++;
-				next_kill = ex_now_s() + o->kill_every;
-			}
+			ex_kills_tick(&kills, c);
 		}
 		while (nwin) {
 			account(&pg, win[head]);
@@ -260,8 +244,7 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 		}
 		if (r == 0)
 			r = coord_join(c, err); /* the epoch: every step applied */
-		if (r == 0 && demo && step >= pg.total && !kill_demo_done(c, kills, o->kills) &&
-		    ex_now_s() < demo_until) {
+		if (r == 0 && step >= pg.total && ex_kills_more(&kills, c)) {
 			pg.total += o->steps; /* one more epoch */
 			pg.epochs++;
 		}
