@@ -14,9 +14,12 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <coord/var.h>
 
 #include "excommon.h"
 
@@ -209,6 +212,50 @@ void ex_kills_tick(struct ex_kills *k, struct coord *c)
 int ex_kills_more(const struct ex_kills *k, struct coord *c)
 {
 	return k->demo && !(k->done >= k->want && ex_all_back(c, k->done)) && ex_now_s() < k->until;
+}
+
+int ex_ckpt_dir(const char *dir, char *abs)
+{
+	mkdir(dir, 0755);
+	if (!realpath(dir, abs)) {
+		fprintf(stderr, "%s: --ckpt-dir %s: %s\n", program_invocation_short_name, dir,
+			strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int ex_ckpt_resume(struct coord *c, const char *dir, uint64_t *start, int quiet,
+		   struct coord_error *err)
+{
+	int r = coord_checkpoint_restore(c, dir, start, err);
+
+	if (r == -ENOENT) {
+		*start = 0;
+		return 0;
+	}
+	if (r < 0) {
+		fprintf(stderr,
+			"%s: cannot resume from %s: %s\n"
+			"%s: nothing was restored and the checkpoint is left as it is\n",
+			program_invocation_short_name, dir, err->msg,
+			program_invocation_short_name);
+		return r;
+	}
+	if (!quiet)
+		printf("resumed from the checkpoint of step %llu in %s%s%s\n",
+		       (unsigned long long)*start, dir, err->msg[0] ? ": " : "", err->msg);
+	return 0;
+}
+
+int ex_ckpt_save(struct coord *c, const char *dir, uint64_t step, int quiet,
+		 struct coord_error *err)
+{
+	int r = coord_checkpoint_save(c, dir, step, err);
+
+	if (r == 0 && !quiet)
+		printf("checkpoint: step %llu saved to %s\n", (unsigned long long)step, dir);
+	return r;
 }
 
 void ex_log_over_progress(int level, const char *msg, void *arg)

@@ -60,6 +60,21 @@ void ex_kills_tick(struct ex_kills *k, struct coord *c);
 /* At the end of the planned epochs: does the demo need more? */
 int ex_kills_more(const struct ex_kills *k, struct coord *c);
 
+/*
+ * --ckpt-dir: ex_ckpt_dir() makes @dir and puts its absolute path in @abs
+ * (PATH_MAX bytes: the local coord-ps tasks' --ckpt-root too); 0 or -1 with
+ * a message.  ex_ckpt_resume() restores the newest checkpoint there, whole,
+ * onto however many ps tasks run now: 0 with *@start its step (0 when there
+ * is none), or < 0 with the reason printed (nothing restored, the
+ * checkpoint left as it is).  ex_ckpt_save() saves step @step (after a
+ * join, for an exact snapshot) and says so.
+ */
+int ex_ckpt_dir(const char *dir, char *abs);
+int ex_ckpt_resume(struct coord *c, const char *dir, uint64_t *start, int quiet,
+		   struct coord_error *err);
+int ex_ckpt_save(struct coord *c, const char *dir, uint64_t step, int quiet,
+		 struct coord_error *err);
+
 /* A coord_log_fn_t that first erases the progress line (on a terminal). */
 void ex_log_over_progress(int level, const char *msg, void *arg);
 

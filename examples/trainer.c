@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -252,10 +251,7 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 		pg.loss = pg.correct = pg.n = 0;
 		if (r == 0 && o->ckpt_dir &&
 		    (step - last_ckpt >= o->ckpt_every || step == pg.total)) {
-			r = coord_checkpoint_save(c, o->ckpt_dir, step, err);
-			if (r == 0 && !o->quiet)
-				printf("checkpoint: step %llu saved to %s\n",
-				       (unsigned long long)step, o->ckpt_dir);
+			r = ex_ckpt_save(c, o->ckpt_dir, step, o->quiet, err);
 			last_ckpt = step;
 		}
 	}
@@ -426,13 +422,9 @@ int main(int argc, char **argv)
 	co.inproc_ps = o.ps;
 	r = 0;
 	if (o.ckpt_dir) {
-		mkdir(o.ckpt_dir, 0755);
-		if (!realpath(o.ckpt_dir, ckpt_abs)) {
-			fprintf(stderr, "trainer: --ckpt-dir %s: %s\n", o.ckpt_dir,
-				strerror(errno));
-			r = -1;
+		r = ex_ckpt_dir(o.ckpt_dir, ckpt_abs);
+		if (r < 0)
 			goto out;
-		}
 		o.ckpt_dir = ckpt_abs;
 	}
 	if (o.local) {
@@ -453,24 +445,10 @@ int main(int argc, char **argv)
 		       "batch %u, lr %g\n",
 		       coord_num_workers(c), coord_num_ps(c), o.transport, TM_D, TM_H, o.batch,
 		       o.lr);
-	if (o.ckpt_dir) {
-		/* Whole or not at all, onto however many ps tasks run now. */
-		r = coord_checkpoint_restore(c, o.ckpt_dir, &start, &err);
-		if (r == -ENOENT) {
-			r = 0;
-			start = 0;
-		} else if (r < 0) {
-			fprintf(stderr,
-				"trainer: cannot resume from %s: %s\n"
-				"trainer: nothing was restored and the checkpoint is left as it "
-				"is\n",
-				o.ckpt_dir, err.msg);
-			goto out;
-		} else if (!o.quiet) {
-			printf("resumed from the checkpoint of step %llu in %s%s%s\n",
-			       (unsigned long long)start, o.ckpt_dir, err.msg[0] ? ": " : "",
-			       err.msg);
-		}
+	/* Whole or not at all, onto however many ps tasks run now. */
+	if (o.ckpt_dir && ex_ckpt_resume(c, o.ckpt_dir, &start, o.quiet, &err) < 0) {
+		r = -1;
+		goto out;
 	}
 	if (r == 0)
 		r = create_vars(c, o.seed, &v, &err);
