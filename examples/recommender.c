@@ -16,12 +16,14 @@
  * READ op per row, all in one batch) and the dense layers, and applies
  * SCATTER_ADD to the rows and ASSIGN_ADD to the dense layers.  The
  * coordinator evaluates AUC at every epoch's end (after a join) by reading
- * the tables whole.  --kill-worker-every as in the trainer.
+ * the tables whole.  --kill-worker-every and --ckpt-dir (checkpoint, and
+ * resume, also onto another --ps) as in the trainer.
  *
  * A first version: what it waits for is listed in its --help.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,9 +39,12 @@
 #define WINDOW 16	 /* steps in flight */
 #define CHUNK (1u << 20) /* floats per init / evaluation op */
 
+/* --ckpt-dir, absolute: the local coord-ps tasks' checkpoint root too. */
+static char ckpt_abs[PATH_MAX];
+
 struct opts {
-	const char *transport, *spec;
-	unsigned workers, ps, local, epochs, steps, batch, vocab0, eval_n, kills;
+	const char *transport, *spec, *ckpt_dir;
+	unsigned workers, ps, local, epochs, steps, batch, vocab0, eval_n, kills, ckpt_every;
 	int epochs_set, quiet;
 	double lr_dense, lr_sparse, kill_every;
 	uint64_t seed;
@@ -59,11 +64,13 @@ static int create_table(struct coord *c, const char *name, unsigned f, uint32_t 
 			struct coord_error *err)
 {
 	uint64_t dims[2] = { rows, width }, n = (uint64_t)rows * width;
-	int r = coord_var_create(c, name, width > 1 ? 2 : 1, dims, NULL, var, err);
+	int restored = coord_var_lookup(c, name, var, NULL, err) == 0, r;
 
+	/* Idempotent: after a restore this is the restored table. */
+	r = coord_var_create(c, name, width > 1 ? 2 : 1, dims, NULL, var, err);
 	/* Zeros (the wide weights), else random rows (the embeddings), sent
 	 * in chunks that keep frames small. */
-	for (uint64_t off = 0; r == 0 && width > 1 && off < n; off += CHUNK) {
+	for (uint64_t off = 0; r == 0 && !restored && width > 1 && off < n; off += CHUNK) {
 		size_t k = n - off < CHUNK ? (size_t)(n - off) : CHUNK;
 
 		rm_emb_init(seed, f, off, buf, k);
@@ -265,7 +272,7 @@ static void account(struct progress *pg, struct coord_rv *rv)
 }
 
 static int train(struct coord *c, const struct opts *o, struct model *m, struct eval *e,
-		 uint64_t *end_step, struct coord_error *err)
+		 uint64_t start_step, uint64_t *end_step, struct coord_error *err)
 {
 	struct rm_step_args a = { .v = m->v,
 				  .batch = o->batch,
@@ -279,7 +286,7 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 	struct ex_kills kills;
 	unsigned head = 0, nwin = 0;
 	int r;
-	uint64_t step = 0;
+	uint64_t step = start_step, last_ckpt = start_step;
 
 	memcpy(a.vocab, m->vocab, sizeof(a.vocab));
 	pg = (struct progress){ .c = c,
@@ -287,6 +294,8 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 				.quiet = o->quiet,
 				.t0 = ex_now_s(),
 				.total = (uint64_t)o->epochs * o->steps,
+				.done = start_step,
+				.start = start_step,
 				.epochs = o->epochs,
 				.auc = e->auc,
 				.ceiling = e->ceiling_auc };
@@ -332,6 +341,11 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 		}
 		draw(&pg, 1);
 		pg.loss = pg.n = pg.rows = 0;
+		if (r == 0 && o->ckpt_dir &&
+		    (step - last_ckpt >= o->ckpt_every || step == pg.total)) {
+			r = ex_ckpt_save(c, o->ckpt_dir, step, o->quiet, err);
+			last_ckpt = step;
+		}
 	}
 	*end_step = step;
 	while (nwin) {
@@ -351,6 +365,7 @@ static void usage(FILE *f)
 		"usage: recommender [--transport inproc|tcp] [--local N] [--spec SPEC]\n"
 		"                   [--workers N] [--ps N] [--epochs E] [--steps S] [--batch B]\n"
 		"                   [--vocab V] [--lr LR] [--lr-sparse LR] [--eval N] [--seed N]\n"
+		"                   [--ckpt-dir DIR] [--ckpt-every STEPS]\n"
 		"                   [--kill-worker-every SEC [--kills N]] [--quiet]\n"
 		"\n"
 		"Train a wide & deep click model (%d categorical fields, embeddings of %d, %d "
@@ -368,6 +383,9 @@ static void usage(FILE *f)
 		"                  V, V, V/2, V/2, V/4, V/10, V/40, V/400)\n"
 		"  --lr LR         dense learning rate (0.05); --lr-sparse LR: rows' (0.05)\n"
 		"  --eval N        held-out impressions (20000)\n"
+		"  --ckpt-dir DIR  checkpoint there every --ckpt-every steps (1000) and at the\n"
+		"                  end; a run given the same DIR resumes from the last one,\n"
+		"                  also onto another --ps (the tables are re-placed, whole)\n"
 		"  --kill-worker-every SEC  with --local: SIGKILL a random worker every SEC\n"
 		"                  seconds and restart it; without --epochs, training goes on\n"
 		"                  by whole epochs until --kills workers (3) were killed and\n"
@@ -376,8 +394,8 @@ static void usage(FILE *f)
 		"A first version.  It waits for: partitioned variables (a table split by rows\n"
 		"over the ps tasks; today each table is whole on one task) and gather /\n"
 		"scatter_add across shards (today one READ op per row); tables of 1M x 16\n"
-		"by default once those land; checkpoint and resume (also onto another number\n"
-		"of ps tasks); a PNG of loss / AUC / steps/s over time with the kills marked.\n",
+		"by default once those land (and resume re-sharding them); a PNG of loss / AUC /\n"
+		"steps/s over time with the kills marked.\n",
 		RM_F, RM_D, RM_H);
 }
 
@@ -396,6 +414,8 @@ static int parse(int argc, char **argv, struct opts *o)
 					    { "lr-sparse", required_argument, NULL, 'R' },
 					    { "eval", required_argument, NULL, 'E' },
 					    { "seed", required_argument, NULL, 'r' },
+					    { "ckpt-dir", required_argument, NULL, 'c' },
+					    { "ckpt-every", required_argument, NULL, 'C' },
 					    { "kill-worker-every", required_argument, NULL, 'k' },
 					    { "kills", required_argument, NULL, 'K' },
 					    { "quiet", no_argument, NULL, 'q' },
@@ -412,6 +432,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			    .vocab0 = 200000,
 			    .eval_n = 20000,
 			    .kills = 3,
+			    .ckpt_every = 1000,
 			    .lr_dense = 0.05,
 			    .lr_sparse = 0.05,
 			    .seed = 1 };
@@ -457,6 +478,12 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'r':
 			o->seed = strtoull(optarg, NULL, 10);
 			break;
+		case 'c':
+			o->ckpt_dir = optarg;
+			break;
+		case 'C':
+			o->ckpt_every = (unsigned)strtoul(optarg, NULL, 10);
+			break;
 		case 'k':
 			o->kill_every = strtod(optarg, NULL);
 			break;
@@ -481,7 +508,8 @@ static int parse(int argc, char **argv, struct opts *o)
 	if (!o->workers || !o->ps || o->ps > 16 || !o->epochs || !o->steps || !o->batch ||
 	    o->batch > RM_BATCH_MAX || o->vocab0 < 2 || o->vocab0 > RM_VOCAB_MAX ||
 	    o->eval_n < 100 || o->eval_n > 10000000 || !(o->lr_dense > 0) || !(o->lr_sparse > 0) ||
-	    (o->kill_every > 0 && !o->local) || !o->kills || o->kills > 1000 || optind != argc) {
+	    (o->kill_every > 0 && !o->local) || !o->kills || o->kills > 1000 || !o->ckpt_every ||
+	    optind != argc) {
 		fprintf(stderr, "recommender: bad option (see --help)\n");
 		return -1;
 	}
@@ -498,7 +526,7 @@ int main(int argc, char **argv)
 	static struct model m;
 	struct eval e0, e;
 	struct opts o;
-	uint64_t end = 0;
+	uint64_t start = 0, end = 0;
 	char *json = NULL;
 	double t0;
 	int r = 0;
@@ -517,8 +545,15 @@ int main(int argc, char **argv)
 	co.transport = o.transport;
 	co.inproc_workers = o.workers;
 	co.inproc_ps = o.ps;
+	if (o.ckpt_dir) {
+		r = ex_ckpt_dir(o.ckpt_dir, ckpt_abs);
+		if (r < 0)
+			goto out;
+		o.ckpt_dir = ckpt_abs;
+	}
 	if (o.local) {
-		json = ex_local_start("librec_fns.so", o.local, o.ps, NULL);
+		json = ex_local_start("librec_fns.so", o.local, o.ps,
+				      ckpt_abs[0] ? ckpt_abs : NULL);
 		r = json ? coord_spec_parse(json, &spec, &err) : -1;
 	} else if (o.spec) {
 		r = coord_spec_from_arg(o.spec, &spec, NULL, &err);
@@ -541,6 +576,11 @@ int main(int argc, char **argv)
 		       coord_num_workers(c), coord_num_ps(c), o.transport, RM_F,
 		       (unsigned long long)rows, RM_D, o.batch);
 	}
+	/* Whole or not at all, onto however many ps tasks run now. */
+	if (o.ckpt_dir && ex_ckpt_resume(c, o.ckpt_dir, &start, o.quiet, &err) < 0) {
+		r = -1;
+		goto out;
+	}
 	r = create_vars(c, &o, &m, &err);
 	if (r == 0)
 		r = evaluate(c, &m, o.eval_n, &e0, &err);
@@ -554,7 +594,7 @@ int main(int argc, char **argv)
 		       e0.auc, e0.logloss, e0.ceiling_auc, e0.ceiling_logloss, 100 * e0.ctr);
 	e = e0;
 	t0 = ex_now_s();
-	r = train(c, &o, &m, &e, &end, &err);
+	r = train(c, &o, &m, &e, start, &end, &err);
 	if (r < 0) {
 		fprintf(stderr, "recommender: %s\n", err.msg);
 		goto out;
@@ -562,7 +602,7 @@ int main(int argc, char **argv)
 	printf("after:  held-out AUC %.4f of a ceiling of %.4f (%.1f%% of the way from 0.5), "
 	       "log loss %.4f (ceiling %.4f) (%.1f s, %llu steps)\n",
 	       e.auc, e.ceiling_auc, 100 * (e.auc - 0.5) / (e.ceiling_auc - 0.5), e.logloss,
-	       e.ceiling_logloss, ex_now_s() - t0, (unsigned long long)end);
+	       e.ceiling_logloss, ex_now_s() - t0, (unsigned long long)(end - start));
 out:
 	coord_destroy(c);
 	coord_spec_destroy(spec);

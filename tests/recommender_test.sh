@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/recommender_test.sh RECOMMENDER - the recommender example end to end,
 # small (5,000-row tables): in-process, over tcp with local server processes,
-# and with workers killed and restarted.  It must learn: held-out AUC from
+# with workers killed and restarted, and checkpointed and resumed onto other
+# numbers of ps tasks.  It must learn: held-out AUC from
 # about 0.5 to above 0.62 (about 0.69 of a ceiling of 0.84 at this size), and
 # the kill demo ends with every killed worker lost and recovered.
 set -euo pipefail
@@ -29,4 +30,26 @@ check "$dir/kill.log" kill
 tail -n 2 "$dir/kill.log" | grep -q "workers 2/2 up (2 lost, 2 recovered)" ||
 	{ cat "$dir/kill.log"; echo "kill: not 2 lost and recovered at the end"; exit 1; }
 "$rec" --vocab 1 >/dev/null 2>&1 && { echo "--vocab 1 was taken"; exit 1; }
-echo "recommender: ok (inproc, tcp, kill demo)"
+
+# Checkpoint over tcp, resume onto 3 ps tasks, then in-process onto 1: each
+# run starts from the model the one before saved (its held-out figures).
+before() { sed -n 's/^before: *\(held-out AUC [0-9.]*, log loss [0-9.]*\);.*/\1/p' "$1"; }
+after() { sed -n 's/^after: *\(held-out AUC [0-9.]*\) of a .*, \(log loss [0-9.]*\) .*/\1, \2/p' "$1"; }
+timeout 300 "$rec" "${small[@]}" --local 2 --epochs 2 --ckpt-dir "$dir/ck" >"$dir/ck1.log" 2>&1 ||
+	{ cat "$dir/ck1.log"; exit 1; }
+grep -q "checkpoint: step 200 saved" "$dir/ck1.log" || { cat "$dir/ck1.log"; exit 1; }
+prev=$dir/ck1.log
+epochs=2
+for run in "--local 2 --ps 3" "--ps 1"; do
+	epochs=$((epochs + 1))
+	# shellcheck disable=SC2086
+	timeout 300 "$rec" "${small[@]}" $run --epochs $epochs --ckpt-dir "$dir/ck" >"$dir/ck$epochs.log" 2>&1 ||
+		{ cat "$dir/ck$epochs.log"; exit 1; }
+	grep -q "resumed from the checkpoint of step $(((epochs - 1) * 100)) .*re-placed onto" \
+		"$dir/ck$epochs.log" || { cat "$dir/ck$epochs.log"; echo "$run: no resume"; exit 1; }
+	[ "$(before "$dir/ck$epochs.log")" = "$(after "$prev")" ] || {
+		cat "$prev" "$dir/ck$epochs.log"; echo "$run: not the saved model"; exit 1; }
+	grep -q "(.* s, 100 steps)" "$dir/ck$epochs.log" || { cat "$dir/ck$epochs.log"; exit 1; }
+	prev=$dir/ck$epochs.log
+done
+echo "recommender: ok (inproc, tcp, kill demo, checkpoint and resume onto 3 and 1 ps tasks)"
