@@ -205,6 +205,8 @@ void ex_kills_tick(struct ex_kills *k, struct coord *c)
 	    !ex_all_back(c, k->done))
 		return;
 	ex_kill_one_worker(k->quiet);
+	if (k->done < sizeof(k->at) / sizeof(k->at[0]))
+		k->at[k->done] = ex_now_s();
 	k->done++;
 	k->next = ex_now_s() + k->every;
 }

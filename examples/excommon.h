@@ -51,6 +51,7 @@ struct ex_kills {
 	double every, next, until;
 	unsigned done, want;
 	int demo, quiet;
+	double at[64]; /* when the first kills were made (ex_now_s()) */
 };
 
 void ex_kills_init(struct ex_kills *k, double every, unsigned want, int demo, double grace,

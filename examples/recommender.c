@@ -43,7 +43,7 @@
 static char ckpt_abs[PATH_MAX];
 
 struct opts {
-	const char *transport, *spec, *ckpt_dir;
+	const char *transport, *spec, *ckpt_dir, *plot;
 	unsigned workers, ps, local, epochs, steps, batch, vocab0, eval_n, kills, ckpt_every;
 	int epochs_set, quiet;
 	double lr_dense, lr_sparse, kill_every;
@@ -197,6 +197,71 @@ static int evaluate(struct coord *c, struct model *m, unsigned n, struct eval *e
 
 /* ---- training ------------------------------------------------------------------ */
 
+/* What --plot draws: a point per epoch, and the kills. */
+#define MAX_POINTS 4096
+struct series {
+	unsigned n;
+	struct point {
+		double t, loss, auc, rate;
+		uint64_t step;
+	} p[MAX_POINTS];
+};
+
+/*
+ * --plot FILE: the points in FILE.dat, then gnuplot (Debian's gnuplot-nox)
+ * draws held-out AUC (and its ceiling) and training loss over time above,
+ * steps/s below, the kills as red lines in both.  Return: 0, or -1 with the
+ * reason printed (the data file stays).
+ */
+static int plot(const char *png, const struct series *s, double ceiling, const struct ex_kills *k,
+		double t0)
+{
+	char dat[4096];
+	FILE *f, *gp;
+	unsigned nk = k->done < 64 ? k->done : 64;
+
+	snprintf(dat, sizeof(dat), "%s.dat", png);
+	f = fopen(dat, "w");
+	if (!f) {
+		fprintf(stderr, "recommender: --plot: %s: %s\n", dat, strerror(errno));
+		return -1;
+	}
+	fprintf(f, "# t_s step train_loss heldout_auc steps_per_s\n");
+	for (unsigned i = 0; i < s->n; i++)
+		fprintf(f, "%.3f %llu %.5f %.5f %.1f\n", s->p[i].t,
+			(unsigned long long)s->p[i].step, s->p[i].loss, s->p[i].auc, s->p[i].rate);
+	fclose(f);
+	gp = popen("gnuplot", "w");
+	if (!gp) {
+		fprintf(stderr,
+			"recommender: --plot: no gnuplot (apt install gnuplot-nox); data "
+			"in %s\n",
+			dat);
+		return -1;
+	}
+	fprintf(gp,
+		"set terminal png size 1000,750\nset output '%s'\nset multiplot layout 2,1\n"
+		"set grid\nset key bottom right\nset xlabel 'seconds'\nset xrange [0:*]\n",
+		png);
+	for (unsigned i = 0; i < nk; i++)
+		fprintf(gp, "set arrow from %.3f, graph 0 to %.3f, graph 1 nohead lc rgb 'red'\n",
+			k->at[i] - t0, k->at[i] - t0);
+	fprintf(gp,
+		"set title 'held-out AUC against the generating model (red: a worker killed)'\n"
+		"set ylabel 'AUC'\nset y2label 'train log loss'\nset ytics nomirror\n"
+		"set y2tics\nplot '%s' u 1:4 w lp t 'AUC', %.5f w l dt 2 t 'ceiling %.4f', "
+		"'%s' u 1:3 axes x1y2 w l t 'train loss'\n"
+		"unset y2tics\nunset y2label\nset title 'steps/s (per epoch)'\n"
+		"set ylabel 'steps/s'\nset yrange [0:*]\nplot '%s' u 1:5 w fsteps t 'steps/s'\n"
+		"unset multiplot\n",
+		dat, ceiling, ceiling, dat, dat);
+	if (pclose(gp) != 0) {
+		fprintf(stderr, "recommender: --plot: gnuplot failed; data in %s\n", dat);
+		return -1;
+	}
+	return 0;
+}
+
 enum { F_EPOCH, F_STEP, F_LOSS, F_AUC, F_RATE, F_UP, F_LOST, F_RT, NFIELDS };
 
 struct progress {
@@ -274,6 +339,9 @@ static void account(struct progress *pg, struct coord_rv *rv)
 static int train(struct coord *c, const struct opts *o, struct model *m, struct eval *e,
 		 uint64_t start_step, uint64_t *end_step, struct coord_error *err)
 {
+	static struct series ser;
+	double t_epoch = ex_now_s();
+	uint64_t s_epoch = start_step;
 	struct rm_step_args a = { .v = m->v,
 				  .batch = o->batch,
 				  .lr_dense = (float)o->lr_dense,
@@ -299,6 +367,9 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 				.epochs = o->epochs,
 				.auc = e->auc,
 				.ceiling = e->ceiling_auc };
+	/* The first point: the model before this run's steps. */
+	ser.p[0] = (struct point){ .step = start_step, .loss = NAN, .auc = e->auc, .rate = 0 };
+	ser.n = 1;
 	r = coord_fn_lookup(c, "rec_step", &call.fn, err);
 	if (r == 0)
 		r = coord_per_worker_create(c, "rec_data", &da, sizeof(da), &data, err);
@@ -335,6 +406,18 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 		if (r == 0)
 			r = evaluate(c, m, o->eval_n, e, err);
 		pg.auc = e->auc;
+		if (r == 0 && ser.n < MAX_POINTS) {
+			double now = ex_now_s();
+
+			ser.p[ser.n++] = (struct point){ .t = now - pg.t0,
+							 .step = step,
+							 .loss = pg.n ? pg.loss / pg.n : 0,
+							 .auc = e->auc,
+							 .rate = (double)(step - s_epoch) /
+								 (now - t_epoch) };
+			t_epoch = now;
+			s_epoch = step;
+		}
 		if (r == 0 && step >= pg.total && ex_kills_more(&kills, c)) {
 			pg.total += o->steps; /* one more epoch */
 			pg.epochs++;
@@ -348,6 +431,9 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 		}
 	}
 	*end_step = step;
+	if (r == 0 && o->plot && plot(o->plot, &ser, e->ceiling_auc, &kills, pg.t0) == 0 &&
+	    !o->quiet)
+		printf("plot: %s (data in %s.dat)\n", o->plot, o->plot);
 	while (nwin) {
 		coord_rv_put(win[head]);
 		head = (head + 1) % WINDOW;
@@ -365,7 +451,7 @@ static void usage(FILE *f)
 		"usage: recommender [--transport inproc|tcp] [--local N] [--spec SPEC]\n"
 		"                   [--workers N] [--ps N] [--epochs E] [--steps S] [--batch B]\n"
 		"                   [--vocab V] [--lr LR] [--lr-sparse LR] [--eval N] [--seed N]\n"
-		"                   [--ckpt-dir DIR] [--ckpt-every STEPS]\n"
+		"                   [--ckpt-dir DIR] [--ckpt-every STEPS] [--plot FILE.png]\n"
 		"                   [--kill-worker-every SEC [--kills N]] [--quiet]\n"
 		"\n"
 		"Train a wide & deep click model (%d categorical fields, embeddings of %d, %d "
@@ -386,6 +472,8 @@ static void usage(FILE *f)
 		"  --ckpt-dir DIR  checkpoint there every --ckpt-every steps (1000) and at the\n"
 		"                  end; a run given the same DIR resumes from the last one,\n"
 		"                  also onto another --ps (the tables are re-placed, whole)\n"
+		"  --plot FILE     at the end, a PNG of held-out AUC, loss and steps/s over\n"
+		"                  time with the kills marked (gnuplot; the data in FILE.dat)\n"
 		"  --kill-worker-every SEC  with --local: SIGKILL a random worker every SEC\n"
 		"                  seconds and restart it; without --epochs, training goes on\n"
 		"                  by whole epochs until --kills workers (3) were killed and\n"
@@ -394,8 +482,7 @@ static void usage(FILE *f)
 		"A first version.  It waits for: partitioned variables (a table split by rows\n"
 		"over the ps tasks; today each table is whole on one task) and gather /\n"
 		"scatter_add across shards (today one READ op per row); tables of 1M x 16\n"
-		"by default once those land (and resume re-sharding them); a PNG of loss / AUC /\n"
-		"steps/s over time with the kills marked.\n",
+		"by default once those land (and resume re-sharding them).\n",
 		RM_F, RM_D, RM_H);
 }
 
@@ -416,6 +503,7 @@ static int parse(int argc, char **argv, struct opts *o)
 					    { "seed", required_argument, NULL, 'r' },
 					    { "ckpt-dir", required_argument, NULL, 'c' },
 					    { "ckpt-every", required_argument, NULL, 'C' },
+					    { "plot", required_argument, NULL, 'P' },
 					    { "kill-worker-every", required_argument, NULL, 'k' },
 					    { "kills", required_argument, NULL, 'K' },
 					    { "quiet", no_argument, NULL, 'q' },
@@ -480,6 +568,9 @@ static int parse(int argc, char **argv, struct opts *o)
 			break;
 		case 'c':
 			o->ckpt_dir = optarg;
+			break;
+		case 'P':
+			o->plot = optarg;
 			break;
 		case 'C':
 			o->ckpt_every = (unsigned)strtoul(optarg, NULL, 10);

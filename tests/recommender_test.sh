@@ -24,10 +24,17 @@ timeout 300 "$rec" "${small[@]}" --epochs 3 >"$dir/inproc.log" 2>&1 || { cat "$d
 check "$dir/inproc.log" inproc
 timeout 300 "$rec" "${small[@]}" --local 2 --epochs 3 >"$dir/tcp.log" 2>&1 || { cat "$dir/tcp.log"; exit 1; }
 check "$dir/tcp.log" tcp
-timeout 300 "$rec" "${small[@]}" --local 2 --kill-worker-every 0.3 --kills 2 >"$dir/kill.log" 2>&1 ||
-	{ cat "$dir/kill.log"; exit 1; }
+plot=()
+command -v gnuplot >/dev/null && plot=(--plot "$dir/rec.png")
+timeout 300 "$rec" "${small[@]}" --local 2 --kill-worker-every 0.3 --kills 2 "${plot[@]}" \
+	>"$dir/kill.log" 2>&1 || { cat "$dir/kill.log"; exit 1; }
+if [ ${#plot[@]} -gt 0 ]; then # a PNG, and a point per epoch plus the start
+	[ "$(head -c 8 "$dir/rec.png" | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ] ||
+		{ cat "$dir/kill.log"; echo "--plot: no PNG"; exit 1; }
+	[ "$(grep -vc '^#' "$dir/rec.png.dat")" -ge 3 ] || { cat "$dir/rec.png.dat"; exit 1; }
+fi
 check "$dir/kill.log" kill
-tail -n 2 "$dir/kill.log" | grep -q "workers 2/2 up (2 lost, 2 recovered)" ||
+grep "^epoch" "$dir/kill.log" | tail -n 1 | grep -q "workers 2/2 up (2 lost, 2 recovered)" ||
 	{ cat "$dir/kill.log"; echo "kill: not 2 lost and recovered at the end"; exit 1; }
 "$rec" --vocab 1 >/dev/null 2>&1 && { echo "--vocab 1 was taken"; exit 1; }
 
@@ -52,4 +59,4 @@ for run in "--local 2 --ps 3" "--ps 1"; do
 	grep -q "(.* s, 100 steps)" "$dir/ck$epochs.log" || { cat "$dir/ck$epochs.log"; exit 1; }
 	prev=$dir/ck$epochs.log
 done
-echo "recommender: ok (inproc, tcp, kill demo, checkpoint and resume onto 3 and 1 ps tasks)"
+echo "recommender: ok (inproc, tcp, kill demo${plot:+ and its plot}, checkpoint and resume onto 3 and 1 ps tasks)"
