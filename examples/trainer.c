@@ -19,186 +19,41 @@
  * A run given the same --ckpt-dir resumes from its last checkpoint, whole
  * (also onto another --ps: the variables are re-placed, and it says so), or
  * stops with the reason and leaves that checkpoint as it is.  Local coord-ps
- * tasks get the checkpoint dir as their --ckpt-root.
+ * tasks get the checkpoint dir as their --ckpt-root.  --kill-worker-every
+ * SIGKILLs and restarts local workers; without --epochs the run goes on by
+ * whole epochs until --kills of them were lost and are back.  On a terminal
+ * the progress line is redrawn in place and never wider than it (no wrap,
+ * nothing stale); the latency figures are coord_metrics() percentiles.
  */
 #include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <coord/var.h>
 
+#include "excommon.h"
 #include "trainer_model.h"
 
-#define MAX_PROCS 64
-#define WINDOW 64 /* steps in flight */
+#define MAX_PROCS 64 /* local processes */
+#define WINDOW 64    /* steps in flight */
+
+/* --ckpt-dir, absolute: the local coord-ps tasks' checkpoint root too. */
+static char ckpt_abs[PATH_MAX];
 
 struct opts {
 	const char *transport, *spec, *ckpt_dir;
-	unsigned workers, ps, local, epochs, steps, batch, ckpt_every;
+	unsigned workers, ps, local, epochs, steps, batch, ckpt_every, kills;
+	int epochs_set; /* --epochs given: no longer for --kill-worker-every */
 	double lr, kill_every;
 	uint64_t seed;
 	int quiet;
 };
-
-/* ---- local server processes (--local) ----------------------------------------- */
-
-struct proc {
-	pid_t pid;
-	unsigned port;
-	int is_ps;
-	unsigned task;
-};
-
-static struct proc procs[MAX_PROCS];
-static unsigned nprocs;
-static char worker_bin[PATH_MAX], ps_bin[PATH_MAX], fns_lib[PATH_MAX];
-/* --ckpt-dir, absolute: the local coord-ps tasks' checkpoint root too. */
-static char ckpt_abs[PATH_MAX];
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Paths of the servers: $COORD_WORKER_BIN etc., else beside this binary. */
-static void find_binaries(void)
-{
-	char self[PATH_MAX], *dir;
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-
-	self[n > 0 ? n : 0] = 0;
-	dir = dirname(self);
-	snprintf(worker_bin, sizeof(worker_bin), "%s",
-		 getenv("COORD_WORKER_BIN") ? getenv("COORD_WORKER_BIN") : "");
-	if (!worker_bin[0])
-		snprintf(worker_bin, sizeof(worker_bin), "%s/../tools/coord-worker", dir);
-	snprintf(ps_bin, sizeof(ps_bin), "%s",
-		 getenv("COORD_PS_BIN") ? getenv("COORD_PS_BIN") : "");
-	if (!ps_bin[0])
-		snprintf(ps_bin, sizeof(ps_bin), "%s/../tools/coord-ps", dir);
-	snprintf(fns_lib, sizeof(fns_lib), "%s/libtrainer_fns.so", dir);
-}
-
-/* Start a server; wait for its "... listening on port P" line. */
-static int spawn(struct proc *p, unsigned port)
-{
-	char listen[32], task[16], line[128], fmt[64];
-	int fds[2];
-	FILE *f;
-
-	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
-	snprintf(task, sizeof(task), "%u", p->task);
-	if (pipe(fds) < 0)
-		return -1;
-	p->pid = fork();
-	if (p->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the trainer */
-		dup2(fds[1], 1);
-		close(fds[0]);
-		close(fds[1]);
-		if (p->is_ps && ckpt_abs[0])
-			execl(ps_bin, ps_bin, "--listen", listen, "--task", task, "--log", "error",
-			      "--ckpt-root", ckpt_abs, (char *)NULL);
-		else if (p->is_ps)
-			execl(ps_bin, ps_bin, "--listen", listen, "--task", task, "--log", "error",
-			      (char *)NULL);
-		else
-			execl(worker_bin, worker_bin, "--fns", fns_lib, "--listen", listen, "--log",
-			      "error", (char *)NULL);
-		fprintf(stderr, "trainer: cannot run %s: %s\n", p->is_ps ? ps_bin : worker_bin,
-			strerror(errno));
-		_exit(127);
-	}
-	close(fds[1]);
-	f = fdopen(fds[0], "r");
-	snprintf(fmt, sizeof(fmt), "%s listening on port %%u",
-		 p->is_ps ? "coord-ps" : "coord-worker");
-	if (p->pid < 0 || !f || !fgets(line, sizeof(line), f) || sscanf(line, fmt, &p->port) != 1) {
-		if (p->pid > 0)
-			kill(p->pid, SIGKILL);
-		if (f)
-			fclose(f);
-		return -1;
-	}
-	fclose(f);
-	return 0;
-}
-
-static void stop_all(void)
-{
-	for (unsigned i = 0; i < nprocs; i++)
-		if (procs[i].pid > 0)
-			kill(procs[i].pid, SIGTERM);
-	for (unsigned i = 0; i < nprocs; i++)
-		if (procs[i].pid > 0)
-			waitpid(procs[i].pid, NULL, 0);
-	nprocs = 0;
-}
-
-/* Start @nw workers and @nps ps tasks; the spec of that cluster as JSON. */
-static char *start_local(unsigned nw, unsigned nps)
-{
-	size_t cap = 64 + 32 * (size_t)(nw + nps), off = 0;
-	char *json = malloc(cap);
-
-	find_binaries();
-	for (unsigned i = 0; i < nw + nps && i < MAX_PROCS; i++) {
-		struct proc *p = &procs[nprocs];
-
-		p->is_ps = i >= nw;
-		p->task = p->is_ps ? i - nw : i;
-		if (spawn(p, 0) < 0) {
-			fprintf(stderr, "trainer: could not start %s (build it: ninja -C build)\n",
-				p->is_ps ? ps_bin : worker_bin);
-			stop_all();
-			free(json);
-			return NULL;
-		}
-		nprocs++;
-	}
-	off += (size_t)snprintf(json + off, cap - off, "{\"worker\": [");
-	for (unsigned i = 0; i < nw; i++)
-		off += (size_t)snprintf(json + off, cap - off, "%s\"127.0.0.1:%u\"", i ? ", " : "",
-					procs[i].port);
-	off += (size_t)snprintf(json + off, cap - off, "], \"ps\": [");
-	for (unsigned i = 0; i < nps; i++)
-		off += (size_t)snprintf(json + off, cap - off, "%s\"127.0.0.1:%u\"", i ? ", " : "",
-					procs[nw + i].port);
-	snprintf(json + off, cap - off, "]}");
-	return json;
-}
-
-/* --kill-worker-every: SIGKILL a random worker, restart it on its port. */
-static void kill_one_worker(unsigned nw, int quiet)
-{
-	struct proc *p = &procs[(unsigned)rand() % nw];
-	pid_t old = p->pid;
-
-	kill(old, SIGKILL);
-	waitpid(old, NULL, 0);
-	if (spawn(p, p->port) < 0) {
-		p->pid = -1;
-		fprintf(stderr, "\ntrainer: worker %u killed; restart on port %u failed\n", p->task,
-			p->port);
-		return;
-	}
-	if (!quiet)
-		fprintf(stderr, "\ntrainer: killed worker %u (pid %d), restarted on port %u\n",
-			p->task, (int)old, p->port);
-}
 
 /* ---- the training loop ------------------------------------------------------------- */
 
@@ -244,41 +99,66 @@ static int evaluate(struct coord *c, const struct vars *v, double *loss, double 
 struct progress {
 	struct coord *c;
 	int tty, quiet;
-	double t0, last_draw;
+	double t0, last_draw, last_line;
 	uint64_t total, done, start;
 	double loss, correct, n; /* since the last line */
 	unsigned epoch, epochs;
+	struct ex_window rt; /* step round trips of the last 1-2 s */
 };
 
+/* The fields of the line, in their order. */
+enum { F_EPOCH, F_STEP, F_LOSS, F_ACC, F_RATE, F_UP, F_LOST, F_RT, NFIELDS };
+
 /* The bar (or a line per epoch): steps, loss, accuracy, and what the
- * coordinator's metrics say (B7): closures/s, workers up, recoveries, the
- * median round trip of a step. */
+ * coordinator's metrics say (B7): steps/s, workers up, losses and
+ * recoveries, the median and 99th percentile round trip of a step (from
+ * schedule to its value) over the last second or two. */
 static void draw(struct progress *pg, int final)
 {
-	double t = now_s(),
+	double t = ex_now_s(),
 	       rate = (double)(pg->done - pg->start) / (t - pg->t0 > 1e-9 ? t - pg->t0 : 1e-9);
 	double loss = pg->n ? pg->loss / pg->n : 0, acc = pg->n ? 100 * pg->correct / pg->n : 0;
-	int width = 24, fill = (int)(width * (double)pg->done / (pg->total ? pg->total : 1));
-	struct coord_metrics m;
+	static struct coord_metrics m; /* 11 KiB: the histograms */
+	char f[NFIELDS][48], line[512];
+	const char *fp[NFIELDS];
+	int keep;
+	/* Losses come before latency once there are some (--kill-worker-every). */
+	int prio[NFIELDS] = { [F_EPOCH] = 0, [F_LOSS] = 1, [F_ACC] = 2, [F_UP] = 3,
+			      [F_RT] = 5,    [F_STEP] = 7, [F_RATE] = 8 };
 
 	if (pg->quiet || coord_metrics(pg->c, &m, NULL, 0) < 0)
 		return;
+	/* An epoch's end keeps its line at most once a second, and the last. */
+	keep = final && (t - pg->last_line >= 1 || pg->done >= pg->total);
+	if (keep)
+		pg->last_line = t;
+	ex_window_update(&pg->rt, &m.round_trip_ns, t);
+	prio[F_LOST] = m.losses ? 4 : 6;
+	snprintf(f[F_EPOCH], sizeof(f[0]), "epoch %u/%u", pg->epoch, pg->epochs);
+	snprintf(f[F_STEP], sizeof(f[0]), "step %llu/%llu", (unsigned long long)pg->done,
+		 (unsigned long long)pg->total);
+	snprintf(f[F_LOSS], sizeof(f[0]), "loss %.4f", loss);
+	snprintf(f[F_ACC], sizeof(f[0]), "acc %.1f%%", acc);
+	snprintf(f[F_RATE], sizeof(f[0]), "%.0f steps/s", rate);
+	snprintf(f[F_UP], sizeof(f[0]), "workers %u/%u up", m.workers_up, m.workers);
+	snprintf(f[F_LOST], sizeof(f[0]), "%llu lost, %llu recovered", (unsigned long long)m.losses,
+		 (unsigned long long)m.recoveries);
+	snprintf(f[F_RT], sizeof(f[0]), "rt p50 %.2f p99 %.2f ms",
+		 coord_hist_percentile(&pg->rt.win, 50) / 1e6,
+		 coord_hist_percentile(&pg->rt.win, 99) / 1e6);
+	if (!pg->rt.win.count)
+		f[F_RT][0] = 0; /* no sample yet: left out */
 	if (pg->tty) {
-		printf("\r[%.*s%*s] epoch %u/%u step %llu/%llu loss %.4f acc %5.1f%% %.0f steps/s "
-		       "workers %u/%u up, %llu recovered, p50 %.2f ms ",
-		       fill, "########################", width - fill, "", pg->epoch, pg->epochs,
-		       (unsigned long long)pg->done, (unsigned long long)pg->total, loss, acc, rate,
-		       m.workers_up, m.workers, (unsigned long long)m.recoveries,
-		       coord_hist_percentile(&m.round_trip_ns, 50) / 1e6);
-		if (final)
-			printf("\n");
+		/* \r, the line, then erase what a longer line left (EL, \033[K). */
+		for (int i = 0; i < NFIELDS; i++)
+			fp[i] = f[i];
+		ex_fit_line(line, sizeof(line), ex_term_cols(),
+			    (double)pg->done / (pg->total ? pg->total : 1), fp, prio, NFIELDS);
+		printf("\r%s\033[K%s", line, keep ? "\n" : "");
 		fflush(stdout);
-	} else if (final) {
-		printf("epoch %u/%u  step %llu/%llu  train loss %.4f  acc %.1f%%  %.0f steps/s  "
-		       "workers %u/%u up, %llu lost, %llu recovered\n",
-		       pg->epoch, pg->epochs, (unsigned long long)pg->done,
-		       (unsigned long long)pg->total, loss, acc, rate, m.workers_up, m.workers,
-		       (unsigned long long)m.losses, (unsigned long long)m.recoveries);
+	} else if (keep) {
+		printf("%s  %s  train %s  %s  %s  %s (%s)  %s\n", f[F_EPOCH], f[F_STEP], f[F_LOSS],
+		       f[F_ACC], f[F_RATE], f[F_UP], f[F_LOST], f[F_RT]);
 		fflush(stdout);
 	}
 	pg->last_draw = t;
@@ -299,8 +179,13 @@ static void account(struct progress *pg, struct coord_rv *rv)
 	coord_rv_put(rv);
 }
 
+/*
+ * Train from @start_step to the end of --epochs; with --kill-worker-every
+ * and no --epochs, on by whole epochs until --kills workers were killed and
+ * are back (at most a minute more).  @end_step: where it stopped.
+ */
 static int train(struct coord *c, const struct opts *o, uint64_t start_step, const struct vars *v,
-		 struct coord_error *err)
+		 uint64_t *end_step, struct coord_error *err)
 {
 	struct tm_step_args a = { .w1 = v->w1,
 				  .b1 = v->b1,
@@ -313,13 +198,13 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 	struct progress pg = { .c = c,
 			       .tty = isatty(1),
 			       .quiet = o->quiet,
-			       .t0 = now_s(),
+			       .t0 = ex_now_s(),
 			       .total = (uint64_t)o->epochs * o->steps,
 			       .epochs = o->epochs };
 	struct coord_pw *dataset;
 	struct coord_call call = { .args = &a, .len = sizeof(a), .npw = 1 };
 	uint64_t step = start_step, last_ckpt = start_step;
-	double next_kill = o->kill_every > 0 ? now_s() + o->kill_every : 0;
+	struct ex_kills kills;
 	unsigned head = 0, nwin = 0;
 	int r;
 
@@ -329,8 +214,9 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 	if (r < 0)
 		return r;
 	call.pw = &dataset;
+	ex_kills_init(&kills, o->kill_every, o->kills, !o->epochs_set, 60, o->quiet);
 	pg.done = pg.start = start_step;
-	pg.t0 = now_s();
+	pg.t0 = ex_now_s();
 	while (step < pg.total && r == 0) {
 		uint64_t epoch_end = (step / o->steps + 1) * o->steps;
 
@@ -345,12 +231,9 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 			r = coord_schedule_call(c, &call, &win[(head + nwin) % WINDOW], err);
 			if (r == 0)
 				nwin++;
-			if (pg.tty && now_s() - pg.last_draw > 0.1)
+			if (pg.tty && ex_now_s() - pg.last_draw > 0.1)
 				draw(&pg, 0);
-			if (next_kill && now_s() >= next_kill) {
-				kill_one_worker(nprocs - o->ps, o->quiet);
-				next_kill = now_s() + o->kill_every;
-			}
+			ex_kills_tick(&kills, c);
 		}
 		while (nwin) {
 			account(&pg, win[head]);
@@ -360,17 +243,19 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 		}
 		if (r == 0)
 			r = coord_join(c, err); /* the epoch: every step applied */
+		if (r == 0 && step >= pg.total && ex_kills_more(&kills, c)) {
+			pg.total += o->steps; /* one more epoch */
+			pg.epochs++;
+		}
 		draw(&pg, 1);
 		pg.loss = pg.correct = pg.n = 0;
 		if (r == 0 && o->ckpt_dir &&
 		    (step - last_ckpt >= o->ckpt_every || step == pg.total)) {
-			r = coord_checkpoint_save(c, o->ckpt_dir, step, err);
-			if (r == 0 && !o->quiet)
-				printf("checkpoint: step %llu saved to %s\n",
-				       (unsigned long long)step, o->ckpt_dir);
+			r = ex_ckpt_save(c, o->ckpt_dir, step, o->quiet, err);
 			last_ckpt = step;
 		}
 	}
+	*end_step = step;
 	while (nwin) {
 		coord_rv_put(win[head]);
 		head = (head + 1) % WINDOW;
@@ -385,7 +270,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: trainer [--transport inproc|tcp] [--local N] [--spec SPEC]\n"
 		   "               [--workers N] [--ps N] [--epochs E] [--steps S] [--batch B]\n"
 		   "               [--lr LR] [--seed N] [--ckpt-dir DIR] [--ckpt-every STEPS]\n"
-		   "               [--kill-worker-every SEC] [--quiet]\n"
+		   "               [--kill-worker-every SEC [--kills N]] [--quiet]\n"
 		   "\n"
 		   "Train a 16-32-1 MLP on a synthetic classification task by asynchronous SGD,\n"
 		   "the parameters on parameter servers, one closure per mini-batch step.\n"
@@ -402,7 +287,9 @@ static void usage(FILE *f)
 		   "  --ckpt-dir DIR  checkpoint there every --ckpt-every steps (500) and at the\n"
 		   "                  end; a run given the same DIR resumes from the last one\n"
 		   "  --kill-worker-every SEC  with --local: SIGKILL a random worker every SEC\n"
-		   "                  seconds and restart it on its port (preemption, live)\n");
+		   "                  seconds and restart it on its port (preemption, live);\n"
+		   "                  without --epochs, training goes on by whole epochs until\n"
+		   "                  --kills workers (3) were killed and are back\n");
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -420,6 +307,7 @@ static int parse(int argc, char **argv, struct opts *o)
 					    { "ckpt-dir", required_argument, NULL, 'c' },
 					    { "ckpt-every", required_argument, NULL, 'C' },
 					    { "kill-worker-every", required_argument, NULL, 'k' },
+					    { "kills", required_argument, NULL, 'K' },
 					    { "quiet", no_argument, NULL, 'q' },
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
@@ -432,6 +320,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			    .steps = 200,
 			    .batch = 64,
 			    .ckpt_every = 500,
+			    .kills = 3,
 			    .lr = 0.1,
 			    .seed = 1 };
 	while ((ch = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
@@ -453,6 +342,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			break;
 		case 'e':
 			o->epochs = (unsigned)strtoul(optarg, NULL, 10);
+			o->epochs_set = 1;
 			break;
 		case 'S':
 			o->steps = (unsigned)strtoul(optarg, NULL, 10);
@@ -475,6 +365,9 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'k':
 			o->kill_every = strtod(optarg, NULL);
 			break;
+		case 'K':
+			o->kills = (unsigned)strtoul(optarg, NULL, 10);
+			break;
 		case 'q':
 			o->quiet = 1;
 			break;
@@ -492,7 +385,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		o->transport = "tcp";
 	if (!o->workers || !o->ps || o->ps > 16 || !o->epochs || !o->steps || !o->batch ||
 	    o->batch > TM_BATCH_MAX || o->local + o->ps > MAX_PROCS || !(o->lr > 0) ||
-	    (o->kill_every > 0 && !o->local)) {
+	    (o->kill_every > 0 && !o->local) || !o->kills || o->kills > 1000) {
 		fprintf(stderr, "trainer: bad option (see --help)\n");
 		return -1;
 	}
@@ -508,7 +401,7 @@ int main(int argc, char **argv)
 	struct coord_error err = { 0 };
 	struct vars v;
 	struct opts o;
-	uint64_t start = 0;
+	uint64_t start = 0, end = 0;
 	double loss0, acc0, loss, acc, t0;
 	char *json = NULL;
 	int r;
@@ -516,6 +409,8 @@ int main(int argc, char **argv)
 	if (parse(argc, argv, &o) < 0)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
+	if (isatty(1) && !o.quiet)
+		coord_set_log_fn(ex_log_over_progress, NULL);
 	if (coord_registry_create(&reg) || tm_register(reg)) {
 		fprintf(stderr, "trainer: cannot register the functions\n");
 		return 1;
@@ -527,17 +422,14 @@ int main(int argc, char **argv)
 	co.inproc_ps = o.ps;
 	r = 0;
 	if (o.ckpt_dir) {
-		mkdir(o.ckpt_dir, 0755);
-		if (!realpath(o.ckpt_dir, ckpt_abs)) {
-			fprintf(stderr, "trainer: --ckpt-dir %s: %s\n", o.ckpt_dir,
-				strerror(errno));
-			r = -1;
+		r = ex_ckpt_dir(o.ckpt_dir, ckpt_abs);
+		if (r < 0)
 			goto out;
-		}
 		o.ckpt_dir = ckpt_abs;
 	}
 	if (o.local) {
-		json = start_local(o.local, o.ps);
+		json = ex_local_start("libtrainer_fns.so", o.local, o.ps,
+				      ckpt_abs[0] ? ckpt_abs : NULL);
 		r = json ? coord_spec_parse(json, &spec, &err) : -1;
 	} else if (o.spec) {
 		r = coord_spec_from_arg(o.spec, &spec, NULL, &err);
@@ -553,24 +445,10 @@ int main(int argc, char **argv)
 		       "batch %u, lr %g\n",
 		       coord_num_workers(c), coord_num_ps(c), o.transport, TM_D, TM_H, o.batch,
 		       o.lr);
-	if (o.ckpt_dir) {
-		/* Whole or not at all, onto however many ps tasks run now. */
-		r = coord_checkpoint_restore(c, o.ckpt_dir, &start, &err);
-		if (r == -ENOENT) {
-			r = 0;
-			start = 0;
-		} else if (r < 0) {
-			fprintf(stderr,
-				"trainer: cannot resume from %s: %s\n"
-				"trainer: nothing was restored and the checkpoint is left as it "
-				"is\n",
-				o.ckpt_dir, err.msg);
-			goto out;
-		} else if (!o.quiet) {
-			printf("resumed from the checkpoint of step %llu in %s%s%s\n",
-			       (unsigned long long)start, o.ckpt_dir, err.msg[0] ? ": " : "",
-			       err.msg);
-		}
+	/* Whole or not at all, onto however many ps tasks run now. */
+	if (o.ckpt_dir && ex_ckpt_resume(c, o.ckpt_dir, &start, o.quiet, &err) < 0) {
+		r = -1;
+		goto out;
 	}
 	if (r == 0)
 		r = create_vars(c, o.seed, &v, &err);
@@ -582,8 +460,8 @@ int main(int argc, char **argv)
 	}
 	if (!o.quiet)
 		printf("before: held-out loss %.4f, accuracy %.1f%%\n", loss0, 100 * acc0);
-	t0 = now_s();
-	r = train(c, &o, start, &v, &err);
+	t0 = ex_now_s();
+	r = train(c, &o, start, &v, &end, &err);
 	if (r == 0)
 		r = evaluate(c, &v, &loss, &acc, &err);
 	if (r < 0) {
@@ -591,12 +469,12 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	printf("after:  held-out loss %.4f, accuracy %.1f%% (%.1f s, %llu steps)\n", loss,
-	       100 * acc, now_s() - t0, (unsigned long long)((uint64_t)o.epochs * o.steps - start));
+	       100 * acc, ex_now_s() - t0, (unsigned long long)(end - start));
 out:
 	coord_destroy(c);
 	coord_spec_destroy(spec);
 	coord_registry_destroy(reg);
-	stop_all();
+	ex_local_stop();
 	free(json);
 	return r < 0 ? 1 : 0;
 }

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/core/coord_pvt.h"
 #include "runtime/core/internal.h"
 #include "transport/rdma/rdma_chan.h"
 #include "helpers.h"
@@ -2340,6 +2342,197 @@ static void test_b7_metrics(void **state)
 	assert_int_equal(coord_hist_percentile(&(struct coord_hist){ 0 }, 50), 0);
 }
 
+/* A deterministic generator (splitmix64) and its uniform double in (0, 1). */
+static uint64_t mix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double unif(uint64_t *s)
+{
+	return ((double)(mix64(s) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * B7: percentiles of known distributions, recorded the way a dispatcher
+ * records (hist_record()) and summed the way coord_metrics() sums, are
+ * within 1/32 of the exact nearest-rank percentile of the same samples:
+ * constant, uniform, exponential, log-normal (a heavy tail over six decades)
+ * and a bimodal mix; from nanoseconds to hours.  Deterministic samples.
+ */
+static void test_b7_hist_percentiles_known(void **state)
+{
+	enum { N = 20000, KINDS = 7 };
+	static const double ps[] = { 0.1, 1, 10, 25, 50, 75, 90, 99, 99.9, 100 };
+	static const char *const names[KINDS] = { "constant 7 ns",    "constant 1 ms",
+						  "uniform 1..1e6",   "exponential 2 ms",
+						  "lognormal(12, 2)", "bimodal 50 us | 8 ms",
+						  "uniform 1 h..2 h" };
+	struct coord_dhist *d = malloc(sizeof(*d));
+	struct coord_hist *h = malloc(sizeof(*h)), *h2 = malloc(sizeof(*h2));
+	uint64_t *v = malloc(N * sizeof(*v)), seed = 42;
+
+	(void)state;
+	assert_non_null(d);
+	assert_non_null(h);
+	assert_non_null(h2);
+	assert_non_null(v);
+	for (int k = 0; k < KINDS; k++) {
+		double worst = 0;
+		uint64_t sum = 0;
+
+		memset(d, 0, sizeof(*d));
+		memset(h, 0, sizeof(*h));
+		for (int i = 0; i < N; i++) {
+			double u = unif(&seed), x;
+
+			switch (k) {
+			case 0:
+				x = 7;
+				break;
+			case 1:
+				x = 1e6;
+				break;
+			case 2:
+				x = 1 + u * 999999;
+				break;
+			case 3:
+				x = -2e6 * log(u);
+				break;
+			case 4: {
+				double z = sqrt(-2 * log(u)) * cos(2 * M_PI * unif(&seed));
+
+				x = exp(12 + 2 * z);
+				break;
+			}
+			case 5:
+				x = (u < 0.7 ? 5e4 : 8e6) * (0.9 + 0.2 * unif(&seed));
+				break;
+			default:
+				x = 3.6e12 * (1 + u);
+				break;
+			}
+			v[i] = (uint64_t)x;
+			sum += v[i];
+			hist_record(d, v[i]);
+		}
+		coord_hist_add(h, d);
+		assert_int_equal(h->count, N);
+		assert_int_equal(h->sum, sum);
+		qsort(v, N, sizeof(*v), cmp_u64);
+		assert_int_equal(h->max, v[N - 1]);
+		for (unsigned j = 0; j < sizeof(ps) / sizeof(ps[0]); j++) {
+			double r = ps[j] / 100 * N;
+			size_t rank = (size_t)r + ((double)(size_t)r < r);
+			uint64_t exact = v[rank - 1], got = coord_hist_percentile(h, ps[j]);
+			double err = fabs((double)got - (double)exact) / (double)exact;
+
+			if (err > 1.0 / 32)
+				print_message("%s p%g: %llu, exact %llu (%.2f%%)\n", names[k],
+					      ps[j], (unsigned long long)got,
+					      (unsigned long long)exact, 100 * err);
+			assert_true(err <= 1.0 / 32);
+			worst = err > worst ? err : worst;
+			if (exact < 2 * COORD_HIST_SUB)
+				assert_int_equal(got, exact);
+		}
+		print_message("%-22s p0.1..p100: largest error %.2f%%\n", names[k], 100 * worst);
+		/* The same samples twice, less the first time: the first again. */
+		coord_hist_add(h2, d);
+		memcpy(h2, h, sizeof(*h));
+		coord_hist_add(h2, d);
+		assert_int_equal(coord_hist_sub(h2, h2, h), 0);
+		assert_int_equal(h2->count, N);
+		assert_int_equal(h2->sum, sum);
+		assert_int_equal(coord_hist_percentile(h2, 50), coord_hist_percentile(h, 50));
+		assert_int_equal(coord_hist_sub(h2, h, h2), 0); /* h - h: empty */
+		assert_int_equal(h2->count, 0);
+		assert_int_equal(coord_hist_percentile(h2, 50), 0);
+		h2->bucket[hist_bucket(v[0])] = 1;
+		assert_int_equal(coord_hist_sub(h2, h2, h), COORD_EINVAL);
+	}
+	/* Out of range: p <= 0 is the smallest, p > 100 the largest; NULLs. */
+	assert_int_equal(coord_hist_percentile(h, 0), coord_hist_percentile(h, 1e-9));
+	assert_int_equal(coord_hist_percentile(h, 150), h->max);
+	assert_int_equal(coord_hist_percentile(NULL, 50), 0);
+	assert_int_equal(coord_hist_sub(NULL, h, h), COORD_EINVAL);
+	/* The open last bucket reads as the largest sample. */
+	memset(d, 0, sizeof(*d));
+	memset(h, 0, sizeof(*h));
+	hist_record(d, UINT64_MAX / 3);
+	coord_hist_add(h, d);
+	assert_int_equal(coord_hist_percentile(h, 50), UINT64_MAX / 3);
+	free(v);
+	free(h2);
+	free(h);
+	free(d);
+}
+
+/*
+ * B7 through coord_metrics(): closures that sleep 2 ms run at least that
+ * long, so the median execution and round trip read at least 2 ms less
+ * 1/32 (only the lower bound: a loaded machine runs them longer).
+ */
+static void test_b7_metrics_percentile_of_sleeps(void **state)
+{
+	struct t_fx *f = *state;
+	uint32_t sl = t_fn(f->c, "sleep_us"), us = 2000;
+	struct coord_metrics m0, m;
+	struct coord_hist d;
+
+	assert_int_equal(coord_metrics(f->c, &m0, NULL, 0), 0);
+	for (int i = 0; i < 256; i++)
+		assert_int_equal(coord_schedule(f->c, sl, &us, sizeof(us), NULL, NULL), 0);
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(coord_metrics(f->c, &m, NULL, 0), 0);
+	assert_int_equal(m.size, sizeof(m));
+	assert_int_equal(coord_hist_sub(&d, &m.exec_ns, &m0.exec_ns), 0);
+	assert_true(d.count >= 2); /* every 64th of 256 from this thread */
+	assert_true(coord_hist_percentile(&d, 50) >= 2000000 - 2000000 / 32);
+	assert_true(coord_hist_percentile(&d, 1) >= 2000000 - 2000000 / 32);
+	assert_true(d.sum >= d.count * 2000000);
+	assert_true(m.exec_ns.max >= 2000000);
+	assert_int_equal(coord_hist_sub(&d, &m.round_trip_ns, &m0.round_trip_ns), 0);
+	assert_true(coord_hist_percentile(&d, 50) >= 2000000 - 2000000 / 32);
+}
+
+/*
+ * struct coord_metrics grows through its size (runtime/util/abi.h): an older
+ * program's smaller struct is refused below the first published size; a
+ * newer program's larger one gets zeros past what this library fills, and
+ * @size says how much that was.
+ */
+static void test_b7_metrics_size(void **state)
+{
+	struct t_fx *f = *state;
+	struct {
+		struct coord_metrics m;
+		unsigned char tail[64];
+	} big;
+
+	memset(&big, 0xa5, sizeof(big));
+	assert_int_equal(coord_metrics_size(f->c, &big.m, sizeof(big), NULL, 0), 0);
+	assert_int_equal(big.m.size, sizeof(big.m));
+	assert_int_equal(big.m.workers, 2);
+	for (size_t i = 0; i < sizeof(big.tail); i++)
+		assert_int_equal(big.tail[i], 0);
+	assert_int_equal(
+		coord_metrics_size(f->c, &big.m, offsetof(struct coord_metrics, parked), NULL, 0),
+		COORD_EINVAL);
+	assert_int_equal(coord_metrics_size(f->c, &big.m, 0, NULL, 0), COORD_EINVAL);
+}
+
 /* ---- W1: adaptive spin (runtime/rv.c) ------------------------------------------ */
 
 /* @n one-at-a-time round trips of sleep_us(@us) on a 1-worker coordinator
@@ -2475,7 +2668,8 @@ int main(void)
 		T(test_b8_closure_id_is_rv_id), cmocka_unit_test(test_s13_stagger_observed),       \
 		cmocka_unit_test(test_s13_stagger_spreads), cmocka_unit_test(test_s14_unbounded),  \
 		T(test_s15_unknown_function_refused), T(test_b8_attempt_visible),                  \
-		T(test_b7_metrics), cmocka_unit_test(test_w1_short_waits_spin),                    \
+		T(test_b7_metrics), T(test_b7_metrics_percentile_of_sleeps),                       \
+		cmocka_unit_test(test_w1_short_waits_spin),                                        \
 		cmocka_unit_test(test_w1_long_waits_sleep),                                        \
 		cmocka_unit_test(test_destroy_with_queued_work_values_outlive),                    \
 		T(test_b1_chain_10000), T(test_b1_fan_in_1000), T(test_b1_values_right),           \
@@ -2492,6 +2686,8 @@ int main(void)
 		cmocka_unit_test(test_each_code_prints_its_own_text),
 		T(test_null_handles_refused),
 		cmocka_unit_test(test_spec_sizes_cluster),
+		cmocka_unit_test(test_b7_hist_percentiles_known),
+		T(test_b7_metrics_size),
 	};
 	/* Worker processes (coord-worker) only: what the server side reports. */
 #define SERVER_TESTS                                                                               \

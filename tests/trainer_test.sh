@@ -54,4 +54,28 @@ fi
 grep -q "cannot resume from .*checksum mismatch" "$dir/bad.log" || { cat "$dir/bad.log"; exit 1; }
 [ "$(cd "$dir/ckpt" && find . -type f -exec md5sum {} + | sort)" = "$sum0" ] ||
 	{ echo "the refused resume changed the checkpoint"; exit 1; }
-echo "trainer: ok (inproc and tcp, checkpoint and resume, resume onto 1 and 3 ps tasks)"
+# The live-kill demo: without --epochs it trains on until the workers it
+# killed were lost and are back, and still learns.
+timeout 120 "$trainer" --local 2 --kill-worker-every 0.2 --kills 2 >"$dir/kill.log" 2>&1 ||
+	{ cat "$dir/kill.log"; exit 1; }
+tail -n 2 "$dir/kill.log" | grep -q "workers 2/2 up (2 lost, 2 recovered)" ||
+	{ cat "$dir/kill.log"; echo "kill demo: not 2 lost and recovered at the end"; exit 1; }
+[ "$(grep -c "trainer: killed worker" "$dir/kill.log")" -eq 2 ] || { cat "$dir/kill.log"; exit 1; }
+a=$(acc "$dir/kill.log")
+[ -n "$a" ] && [ "$a" -ge 75 ] || { cat "$dir/kill.log"; echo "kill demo: accuracy '$a'"; exit 1; }
+
+# On an 80-column terminal (a pty from script(1)) every draw of the progress
+# line fits in 79 columns, and each erases what a longer one left (EL).
+if command -v script >/dev/null; then
+	timeout 120 script -qec "stty cols 80; $trainer --epochs 2 --steps 150" /dev/null \
+		>"$dir/tty.log" 2>&1 || { cat "$dir/tty.log"; exit 1; }
+	tr '\r' '\n' <"$dir/tty.log" | grep -a "epoch [0-9]" >"$dir/draws" || true
+	[ -s "$dir/draws" ] || { cat -v "$dir/tty.log"; echo "tty: no progress line"; exit 1; }
+	if grep -av $'\033\\[K$' "$dir/draws" | grep -q .; then
+		cat -v "$dir/draws"; echo "tty: a draw without EL"; exit 1
+	fi
+	long=$(sed $'s/\033\\[K$//' "$dir/draws" | awk 'length($0) > 79' | head -n 1)
+	[ -z "$long" ] || { echo "tty: wider than 79 columns: $long"; exit 1; }
+fi
+echo "trainer: ok (inproc and tcp, checkpoint and resume, resume onto 1 and 3 ps tasks," \
+	"kill demo, 80 columns)"

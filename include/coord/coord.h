@@ -206,12 +206,27 @@ enum coord_worker_state {
 	COORD_WORKER_DROPPED = 2, /* not back within opts.recovery_limit_ms */
 };
 
-/* Log2 buckets: bucket i counts durations in [2^i, 2^(i+1)) ns (0: < 2 ns). */
-#define COORD_HIST_BUCKETS 48
+/*
+ * Latency histograms are log-linear, the HdrHistogram way: below
+ * 2 * COORD_HIST_SUB ns one bucket per nanosecond; above, every power of two
+ * is split into COORD_HIST_SUB equal buckets.  Bucket i >= 2 * COORD_HIST_SUB
+ * holds [m << k, (m + 1) << k) ns with k = i / COORD_HIST_SUB - 1 and
+ * m = COORD_HIST_SUB + i % COORD_HIST_SUB, so a bucket is at most 1/16 of its
+ * lower edge wide and its midpoint within 1/32 (3.1%) of any value in it.
+ * The last bucket also takes everything from 31 << 40 ns (9.4 h) up.
+ */
+#define COORD_HIST_SUB 16
+#define COORD_HIST_BUCKETS 672
 
-/** struct coord_hist - a latency histogram; @count is the sum of @bucket. */
+/**
+ * struct coord_hist - a latency histogram (ns).
+ * @count:  the sum of @bucket.
+ * @sum:    the sum of the samples (mean: @sum / @count).
+ * @max:    the largest sample.
+ * @bucket: counts by the log-linear buckets above.
+ */
 struct coord_hist {
-	uint64_t count;
+	uint64_t count, sum, max;
 	uint64_t bucket[COORD_HIST_BUCKETS];
 };
 
@@ -225,6 +240,10 @@ struct coord_worker_metrics {
 
 /**
  * struct coord_metrics - a snapshot (coord_metrics()).
+ * @size:        the bytes coord_metrics() filled: the smaller of the struct
+ *               the program was compiled with and the library's.  The
+ *               struct grows only at its end; a field past @size (a library
+ *               older than the headers) reads 0.
  * @now_ns:      CLOCK_MONOTONIC when taken: rates are differences of two
  *               snapshots over the difference of their @now_ns.
  * @queued:      closures waiting in the queue.
@@ -250,6 +269,7 @@ struct coord_worker_metrics {
  * a snapshot is consistent only to within the closures completing meanwhile.
  */
 struct coord_metrics {
+	size_t size;
 	uint64_t now_ns;
 	uint64_t queued, in_flight, outstanding;
 	uint64_t completed, failed, cancelled, put_back;
@@ -260,21 +280,56 @@ struct coord_metrics {
 };
 
 /**
+ * coord_metrics_size() - take a snapshot of @c's metrics into the first
+ * @size bytes at @m; what coord_metrics() calls.
+ * @size: sizeof(*@m) as the caller was compiled; at least the first
+ *        published size of struct coord_metrics (0.2.0).
+ *
+ * Return: 0; COORD_EINVAL for a NULL @c or @m or a @size too small.
+ */
+COORD_API COORD_NODISCARD int coord_metrics_size(struct coord *c, struct coord_metrics *m,
+						 size_t size, struct coord_worker_metrics *w,
+						 unsigned nw);
+
+/**
  * coord_metrics() - take a snapshot of @c's metrics.
- * @m:  filled.
+ * @m:  filled (all of it: @m->size says how much the library knew).
  * @w:  optional: per-worker counters for the first @nw workers.
+ *
+ * An inline function, so that the size is the one the caller was compiled
+ * with (struct coord_metrics.size).
  *
  * Concurrency: any thread, any time between create and destroy; takes no
  * lock and stops nothing.  Return: 0; COORD_EINVAL for a NULL @c or @m.
  */
-COORD_API COORD_NODISCARD int coord_metrics(struct coord *c, struct coord_metrics *m,
-					    struct coord_worker_metrics *w, unsigned nw);
+static inline COORD_NODISCARD int coord_metrics(struct coord *c, struct coord_metrics *m,
+						struct coord_worker_metrics *w, unsigned nw)
+{
+	return coord_metrics_size(c, m, sizeof(*m), w, nw);
+}
 
 /**
- * coord_hist_percentile() - the upper bound (ns) of the bucket holding the
- * @p-th percentile (0 < @p <= 100) of @h; 0 for an empty histogram.
+ * coord_hist_percentile() - the @p-th percentile (0 < @p <= 100) of @h, in
+ * ns: the midpoint of the bucket holding the sample of that rank (the
+ * nearest-rank definition), at most @h->max; so within 1/32 (3.1%) of that
+ * sample, exact below 2 * COORD_HIST_SUB ns.  @p <= 0 reads as the
+ * smallest sample's bucket, @p > 100 as 100.
+ *
+ * Concurrency: any thread; reads @h only.
+ * Return: the value; 0 for a NULL or empty @h.
  */
 COORD_API uint64_t coord_hist_percentile(const struct coord_hist *h, double p);
+
+/**
+ * coord_hist_sub() - @out = @a - @b bucket by bucket: the samples taken
+ * between two snapshots @b and @a of the same histogram (@out->max is
+ * @a->max, an upper bound).  @out may be @a or @b.
+ *
+ * Concurrency: any thread.  Return: 0; COORD_EINVAL for a NULL argument or
+ * an @a with fewer samples than @b in some bucket (not a later snapshot).
+ */
+COORD_API COORD_NODISCARD int coord_hist_sub(struct coord_hist *out, const struct coord_hist *a,
+					     const struct coord_hist *b);
 
 /**
  * coord_fn_lookup() - resolve a registered name once (S15).

@@ -360,10 +360,28 @@ static inline int closure_fill_args(struct coord *c, struct coord_closure *cl, u
 	return 0;
 }
 
+/* The log-linear bucket of @ns (coord.h, struct coord_hist). */
 static inline unsigned hist_bucket(uint64_t ns)
 {
-	unsigned b = 63u - (unsigned)__builtin_clzll(ns | 1);
+	unsigned e, i;
 
-	return b < COORD_HIST_BUCKETS ? b : COORD_HIST_BUCKETS - 1;
+	if (ns < 2 * COORD_HIST_SUB)
+		return (unsigned)ns;
+	e = 63u - (unsigned)__builtin_clzll(ns); /* >= 5: 2^e <= ns < 2^(e+1) */
+	i = (e - 4u) * COORD_HIST_SUB + (unsigned)(ns >> (e - 4u));
+	return i < COORD_HIST_BUCKETS ? i : COORD_HIST_BUCKETS - 1;
+}
+
+/* Add dispatcher histogram @d to snapshot @h (any thread; metrics.c). */
+COORD_HIDDEN void coord_hist_add(struct coord_hist *h, struct coord_dhist *d);
+
+/* One sample of @ns into dispatcher histogram @h (its thread only). */
+static inline void hist_record(struct coord_dhist *h, uint64_t ns)
+{
+	dm_inc(&h->b[hist_bucket(ns)], 1);
+	dm_inc(&h->sum, ns);
+	/* Relaxed: single writer, as dm_inc(); readers want a recent value. */
+	if (ns > atomic_load_explicit(&h->max, memory_order_relaxed))
+		atomic_store_explicit(&h->max, ns, memory_order_relaxed);
 }
 #endif /* COORD_RUNTIME_CORE_COORD_PVT_H */

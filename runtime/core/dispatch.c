@@ -314,8 +314,8 @@ void coord_dispatch_complete_slow(struct coord_dispatcher *d, struct coord_closu
 	if (unlikely(coord_sampled(cl))) {
 		uint64_t now = coord_now_ns();
 
-		dm_inc(&d->m.exec[hist_bucket(now - cl->t_take)], 1);
-		dm_inc(&d->m.rt[hist_bucket(now - cl->t_sched)], 1);
+		hist_record(&d->m.exec, now - cl->t_take);
+		hist_record(&d->m.rt, now - cl->t_sched);
 	}
 	/* V4 (rv.c): a closure nobody holds a handle on, with no inputs to
 	 * drop, has no reader of its state: no fetcher, no waiter to wake, no

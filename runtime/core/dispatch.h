@@ -20,9 +20,14 @@
  * (relaxed load + store, no RMW), read by coord_metrics() from any thread;
  * put_back (also from a stopping transport) uses an RMW.
  */
+struct coord_dhist {
+	_Atomic uint64_t sum, max;
+	_Atomic uint64_t b[COORD_HIST_BUCKETS];
+};
+
 struct coord_dmetrics {
 	_Atomic uint64_t finished, failed, put_back;
-	_Atomic uint64_t exec[COORD_HIST_BUCKETS], rt[COORD_HIST_BUCKETS];
+	struct coord_dhist exec, rt;
 };
 
 /* The coordinator's view of one worker. */

@@ -1,6 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
  * runtime/core/metrics.c - coord_metrics() and the latency histograms (B7).
+ *
+ * Each dispatcher keeps its own counters and log-linear histograms (struct
+ * coord_dmetrics; one writer, relaxed stores: hist_record() in coord_pvt.h);
+ * a snapshot sums them without a lock.  struct coord_metrics is filled by
+ * the library and can grow (runtime/util/abi.h): the caller's compiled size
+ * comes through coord_metrics()'s inline wrapper.  coord_hist_percentile()
+ * keeps its answer within 1/32 of the sample of that rank (coord.h).
  */
 #include <errno.h>
 #include <sched.h>
@@ -9,11 +16,37 @@
 #include <string.h>
 
 #include "runtime/core/coord_pvt.h"
+#include "runtime/util/abi.h"
 
-int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_metrics *w,
-		  unsigned nw)
+#define offsetofend(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+
+/* The size first published (0.2.0): never change it. */
+#define METRICS_SIZE_0 offsetofend(struct coord_metrics, parked)
+
+_Static_assert(COORD_HIST_SUB == 16, "hist_bucket() takes 4 bits below the leading one");
+_Static_assert(COORD_HIST_BUCKETS % COORD_HIST_SUB == 0, "whole powers of two");
+
+void coord_hist_add(struct coord_hist *h, struct coord_dhist *d)
 {
-	if (!c || !m)
+	uint64_t mx = stat_rd(&d->max);
+
+	h->sum += stat_rd(&d->sum);
+	if (mx > h->max)
+		h->max = mx;
+	for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
+		uint64_t n = stat_rd(&d->b[b]);
+
+		h->bucket[b] += n;
+		h->count += n;
+	}
+}
+
+int coord_metrics_size(struct coord *c, struct coord_metrics *out, size_t size,
+		       struct coord_worker_metrics *w, unsigned nw)
+{
+	struct coord_metrics mm, *m = &mm;
+
+	if (!c || !out || size < METRICS_SIZE_0)
 		return COORD_EINVAL;
 	memset(m, 0, sizeof(*m));
 	m->now_ns = coord_now_ns();
@@ -30,14 +63,8 @@ int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_
 		m->completed += stat_rd(&dm->finished);
 		m->failed += stat_rd(&dm->failed);
 		m->put_back += stat_rd(&dm->put_back);
-		for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
-			m->exec_ns.bucket[b] += stat_rd(&dm->exec[b]);
-			m->round_trip_ns.bucket[b] += stat_rd(&dm->rt[b]);
-		}
-	}
-	for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
-		m->exec_ns.count += m->exec_ns.bucket[b];
-		m->round_trip_ns.count += m->round_trip_ns.bucket[b];
+		coord_hist_add(&m->exec_ns, &dm->exec);
+		coord_hist_add(&m->round_trip_ns, &dm->rt);
 	}
 	m->workers = c->nworkers;
 	for (unsigned i = 0; i < c->nworkers; i++) {
@@ -58,22 +85,71 @@ int coord_metrics(struct coord *c, struct coord_metrics *m, struct coord_worker_
 			w[i].recoveries = re;
 		}
 	}
-	return 0;
+	return coord_struct_out(out, size, m, sizeof(*m), METRICS_SIZE_0, "coord_metrics", NULL);
+}
+
+/* Bucket @b's lowest value and width (coord.h, struct coord_hist). */
+static void bucket_bounds(unsigned b, uint64_t *lo, uint64_t *width)
+{
+	unsigned k;
+
+	if (b < 2 * COORD_HIST_SUB) {
+		*lo = b;
+		*width = 1;
+		return;
+	}
+	k = b / COORD_HIST_SUB - 1;
+	*lo = (uint64_t)(COORD_HIST_SUB + b % COORD_HIST_SUB) << k;
+	*width = 1ull << k;
 }
 
 uint64_t coord_hist_percentile(const struct coord_hist *h, double p)
 {
-	uint64_t need, seen = 0;
+	uint64_t need, seen = 0, lo, width, v;
+	unsigned b;
 
-	if (!h || h->count == 0 || !(p > 0))
+	if (!h || h->count == 0)
 		return 0;
-	need = (uint64_t)((p >= 100 ? 1.0 : p / 100.0) * (double)h->count);
-	if (need == 0)
+	if (!(p > 0)) /* also NaN */
 		need = 1;
-	for (unsigned b = 0; b < COORD_HIST_BUCKETS; b++) {
+	else if (p >= 100)
+		need = h->count;
+	else {
+		double r = p / 100.0 * (double)h->count;
+
+		need = (uint64_t)r;
+		need += (double)need < r; /* nearest rank: ceil */
+		if (need == 0)
+			need = 1;
+	}
+	for (b = 0; b < COORD_HIST_BUCKETS - 1; b++) {
 		seen += h->bucket[b];
 		if (seen >= need)
-			return b >= 63 ? UINT64_MAX : (2ull << b) - 1;
+			break;
 	}
-	return UINT64_MAX;
+	bucket_bounds(b, &lo, &width);
+	v = lo + width / 2;
+	/* The last bucket is open; a snapshot's max may trail its buckets. */
+	if (h->max >= lo && (v > h->max || b == COORD_HIST_BUCKETS - 1))
+		v = h->max;
+	return v;
+}
+
+int coord_hist_sub(struct coord_hist *out, const struct coord_hist *a, const struct coord_hist *b)
+{
+	uint64_t count = 0;
+
+	if (!out || !a || !b || a->sum < b->sum)
+		return COORD_EINVAL;
+	for (unsigned i = 0; i < COORD_HIST_BUCKETS; i++)
+		if (a->bucket[i] < b->bucket[i])
+			return COORD_EINVAL;
+	for (unsigned i = 0; i < COORD_HIST_BUCKETS; i++) {
+		out->bucket[i] = a->bucket[i] - b->bucket[i];
+		count += out->bucket[i];
+	}
+	out->sum = a->sum - b->sum;
+	out->max = a->max;
+	out->count = count;
+	return 0;
 }

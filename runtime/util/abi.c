@@ -2,7 +2,8 @@
 /*
  * runtime/abi.c - the public option structs that can grow: filling the
  * caller's bytes of one (its _init_size()) and reading what a caller passes
- * (runtime/abi.h says the rules).  Used by runtime/opts.c and spec_slurm.c.
+ * (runtime/abi.h says the rules), and filling one the library returns.
+ * Used by runtime/opts.c, spec_slurm.c and metrics.c.
  */
 #include <string.h>
 
@@ -40,5 +41,22 @@ int coord_struct_in(void *out, size_t osize, const void *in, size_t min, const c
 				what, i, size, COORD_VERSION_STRING);
 	memcpy(out, in, size < osize ? size : osize);
 	memcpy(out, &osize, sizeof(osize));
+	return 0;
+}
+
+int coord_struct_out(void *out, size_t size, const void *src, size_t ssize, size_t min,
+		     const char *what, struct coord_error *err)
+{
+	size_t n = size < ssize ? size : ssize;
+
+	if (size < min)
+		return coord_seterr(
+			err, COORD_EINVAL,
+			"struct %s of %zu bytes: smaller than any libcoord %s has filled", what,
+			size, what);
+	memcpy(out, src, n);
+	if (size > n)
+		memset((char *)out + n, 0, size - n);
+	memcpy(out, &n, sizeof(n));
 	return 0;
 }

@@ -9,7 +9,9 @@
  * taking one reads it through coord_opts_in(): a smaller struct (an older
  * program) gets this library's defaults for the fields it lacks; a larger
  * one (a newer program) is accepted only if every byte this library does not
- * know is zero.  Fields are only ever appended; the first published size of
+ * know is zero.  A struct the library fills (coord_metrics) is passed with
+ * the caller's sizeof by an inline wrapper: the library fills the common
+ * prefix, zeroes the rest and says in its leading size how much it filled.  Fields are only ever appended; the first published size of
  * each struct (opts.c, spec_slurm.c) is the smallest accepted.
  */
 #ifndef COORD_RUNTIME_ABI_H
@@ -36,6 +38,16 @@ COORD_HIDDEN void coord_struct_init(void *o, size_t size, const void *d, size_t 
  */
 COORD_HIDDEN int coord_struct_in(void *out, size_t osize, const void *in, size_t min,
 				 const char *what, struct coord_error *err);
+
+/*
+ * coord_struct_out() - copy this library's filled struct @src (@ssize bytes)
+ * to the caller's @out of @size bytes (its compiled sizeof): the common
+ * prefix, zeros past it, and that prefix's length in @out's leading size
+ * field.  Return: 0; COORD_EINVAL (message names struct @what) for a @size
+ * below @min (the first published one).
+ */
+COORD_HIDDEN int coord_struct_out(void *out, size_t size, const void *src, size_t ssize, size_t min,
+				  const char *what, struct coord_error *err);
 
 /* The defaults of each struct, this library's whole size (no size set). */
 COORD_HIDDEN void coord_opts_defaults(struct coord_opts *o);
