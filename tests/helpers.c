@@ -902,18 +902,28 @@ static int t_sh_cmd(const char *fmt, ...)
 
 int t_netns_create(struct t_netns *n, unsigned idx)
 {
-	unsigned id = ((unsigned)getpid() * 7 + idx) % 250 + 1;
+	unsigned first = ((unsigned)getpid() * 7 + idx) % 250, id = 0;
 
 	memset(n, 0, sizeof(*n));
 	if (geteuid() != 0 || t_sh_cmd("ip netns list >/dev/null 2>&1") < 0)
 		return -1;
-	snprintf(n->name, sizeof(n->name), "coordt%d_%u", (int)getpid(), idx);
-	snprintf(n->veth_host, sizeof(n->veth_host), "cth%u_%u", (unsigned)getpid() % 10000, idx);
-	snprintf(n->veth_ns, sizeof(n->veth_ns), "ctn%u_%u", (unsigned)getpid() % 10000, idx);
+	/* The subnet 10.231.<id>.0/24 and the names are claimed by making the
+	 * namespace named after <id> (`ip netns add` fails if it exists), so
+	 * test processes running at once never share a subnet or a veth name;
+	 * bounded: 250 ids at most. */
+	for (unsigned k = 0; k < 250 && !id; k++) {
+		unsigned c = (first + k) % 250 + 1;
+
+		snprintf(n->name, sizeof(n->name), "coordt_s%u", c);
+		if (t_sh_cmd("ip netns add %s 2>/dev/null", n->name) == 0)
+			id = c;
+	}
+	if (!id)
+		return -1;
+	snprintf(n->veth_host, sizeof(n->veth_host), "cth%u", id);
+	snprintf(n->veth_ns, sizeof(n->veth_ns), "ctn%u", id);
 	snprintf(n->host_ip, sizeof(n->host_ip), "10.231.%u.1", id);
 	snprintf(n->ns_ip, sizeof(n->ns_ip), "10.231.%u.2", id);
-	if (t_sh_cmd("ip netns add %s", n->name) < 0)
-		return -1;
 	n->made = 1;
 	if (t_sh_cmd("ip link add %s type veth peer name %s", n->veth_host, n->veth_ns) < 0 ||
 	    t_sh_cmd("ip link set %s netns %s", n->veth_ns, n->name) < 0 ||
