@@ -152,6 +152,12 @@ struct psc_conn {
 	/* Serialises connect / reconnect / teardown; never held by the reader. */
 	pthread_mutex_t conn_lock;
 	bool reader_started; /* under conn_lock */
+	/* Redialling (under conn_lock): connected before (a redial is bounded
+	 * by the heartbeat); after a failed dial, none before retry_at (the
+	 * requests meanwhile fail at once, with dial_why). */
+	bool was_up;
+	uint64_t retry_at;
+	char dial_why[COORD_ERRMSG_LEN];
 	pthread_t reader;
 	/* Everything below: under lock. */
 	pthread_mutex_t lock;
@@ -447,8 +453,9 @@ static int first_sync(struct psc_conn *k, int fd, struct coord_error *err)
 static int conn_up(struct psc_conn *k, struct coord_error *err)
 {
 	struct coord_frame_reader rd;
+	int fd = -1, r, tmo = k->p->connect_timeout_ms;
+	uint64_t now;
 	bool up;
-	int fd = -1, r;
 
 	pthread_mutex_lock(&k->conn_lock);
 	pthread_mutex_lock(&k->lock);
@@ -457,6 +464,25 @@ static int conn_up(struct psc_conn *k, struct coord_error *err)
 	if (up) {
 		pthread_mutex_unlock(&k->conn_lock);
 		return 0;
+	}
+	/* A partitioned ps fails its requests at once, not after a dial each:
+	 * one dial per ping interval, each bounded by half the heartbeat's
+	 * silence once we were connected (a lost ps is noticed by the
+	 * heartbeat, not by partition length x connect timeouts). */
+	now = coord_now_ns();
+	if (now < k->retry_at) {
+		r = coord_seterr(err, COORD_EUNAVAILABLE, "ps task %u unreachable: %s", k->task,
+				 k->dial_why);
+		pthread_mutex_unlock(&k->conn_lock);
+		return r;
+	}
+	if (k->was_up && k->p->dead_ns) {
+		int half = (int)(k->p->dead_ns / 2000000u);
+
+		if (half < 100)
+			half = 100;
+		if (half < tmo)
+			tmo = half;
 	}
 	if (k->reader_started) { /* a lost connection: its reader has ended */
 		pthread_join(k->reader, NULL);
@@ -479,7 +505,7 @@ static int conn_up(struct psc_conn *k, struct coord_error *err)
 		struct coord_psr *pr;
 
 		r = coord_psr_connect(k->addr, &k->p->key, k->p->role, k->task, k->p->max_frame,
-				      k->p->connect_timeout_ms, &pr, err);
+				      tmo, &pr, err);
 		if (r == 0) {
 			pthread_rwlock_wrlock(&k->use_lock);
 			pthread_mutex_lock(&k->lock);
@@ -488,13 +514,13 @@ static int conn_up(struct psc_conn *k, struct coord_error *err)
 			pthread_rwlock_unlock(&k->use_lock);
 		}
 	} else {
-		r = coord_sock_connect(k->addr, k->p->connect_timeout_ms, &fd, err);
+		r = coord_sock_connect(k->addr, tmo, &fd, err);
 	}
 	if (r == 0 && !k->p->rdma) {
 		r = coord_frame_reader_init(&rd, fd, k->p->max_frame);
 		if (r == 0) {
 			r = coord_handshake_client(&rd, &k->p->key, k->p->role, COORD_ROLE_PS,
-						   k->task, k->p->connect_timeout_ms, k->addr, err);
+						   k->task, tmo, k->addr, err);
 			coord_frame_reader_fini(&rd);
 		}
 		if (r == 0 && k->p->window_ns)
@@ -503,13 +529,16 @@ static int conn_up(struct psc_conn *k, struct coord_error *err)
 	if (r < 0) {
 		if (fd >= 0)
 			close(fd);
-		char why[COORD_ERRMSG_LEN];
-
-		snprintf(why, sizeof(why), "%s", err && err->msg[0] ? err->msg : strerror(-r));
+		snprintf(k->dial_why, sizeof(k->dial_why), "%s",
+			 err && err->msg[0] ? err->msg : strerror(-r));
+		k->retry_at = k->p->ping_ns ? coord_now_ns() + k->p->ping_ns : 0;
+		r = coord_seterr(err, COORD_EUNAVAILABLE, "ps task %u unreachable: %s", k->task,
+				 k->dial_why);
 		pthread_mutex_unlock(&k->conn_lock);
-		return coord_seterr(err, COORD_EUNAVAILABLE, "ps task %u unreachable: %s", k->task,
-				    why);
+		return r;
 	}
+	k->was_up = true;
+	k->retry_at = 0;
 	pthread_rwlock_wrlock(&k->use_lock);
 	pthread_mutex_lock(&k->lock);
 	k->fd = fd;
