@@ -107,6 +107,7 @@ static void cluster_stop(void)
 			t_reap(wk_pid[i]);
 	if (ps_pid > 0)
 		t_reap(ps_pid);
+	ps_pid = wk_pid[0] = wk_pid[1] = 0;
 	t_netns_destroy(&ns);
 	unlink(key);
 }
@@ -434,6 +435,7 @@ int main(int argc, char **argv)
 	 * TARGET */
 	if (argc >= 4 && !strcmp(argv[1], "measure")) {
 		reg = t_registry();
+		atexit(cluster_stop); /* a failed assertion exits: leave nothing behind */
 		if (cluster_start() < 0)
 			return 77;
 		argv++;
@@ -443,7 +445,6 @@ int main(int argc, char **argv)
 			      argc > 3 ? (unsigned)atoi(argv[3]) : 1,
 			      argc > 4 ? atoi(argv[4]) : 1000, argc > 5 ? atoi(argv[5]) : 3, 30000,
 			      argc > 6 ? strtoull(argv[6], NULL, 10) : 20000);
-		cluster_stop();
 		return 0;
 	}
 	t_watchdog(600);

@@ -189,6 +189,8 @@ struct psc_conn {
 	 * the count the last VAR_SYNC queued named, and when that frame came;
 	 * the last echo token. */
 	uint64_t rx_count, rx_ns, synced, synced_ns, ping_seq;
+	/* lost to silence: not dialled again before this (under lock) */
+	uint64_t quiet_until;
 };
 
 /* A variable as this connection may read it one-sided. */
@@ -369,9 +371,12 @@ static void *reader_main(void *arg)
 		uint64_t tok;
 
 		r = reader_next(k, &rd, &b, &h, &payload);
-		if (r == -ETIMEDOUT && !k->r) {
+		if (r == -ETIMEDOUT && !k->r && k->p->dead_ns) {
 			snprintf(why, sizeof(why), "nothing from the ps for %llu ms (heartbeat)",
 				 (unsigned long long)(k->p->dead_ns / 1000000u));
+			pthread_mutex_lock(&k->lock);
+			k->quiet_until = coord_now_ns() + k->p->ping_ns;
+			pthread_mutex_unlock(&k->lock);
 			break;
 		}
 		if (r < 0) {
@@ -460,16 +465,21 @@ static int conn_up(struct psc_conn *k, struct coord_error *err)
 	pthread_mutex_lock(&k->conn_lock);
 	pthread_mutex_lock(&k->lock);
 	up = k->up;
+	now = coord_now_ns();
+	if (!up && now < k->quiet_until) { /* it just proved silent: no dial yet */
+		snprintf(k->dial_why, sizeof(k->dial_why), "%s", k->why);
+		k->retry_at = k->quiet_until;
+	}
 	pthread_mutex_unlock(&k->lock);
 	if (up) {
 		pthread_mutex_unlock(&k->conn_lock);
 		return 0;
 	}
 	/* A partitioned ps fails its requests at once, not after a dial each:
-	 * one dial per ping interval, each bounded by half the heartbeat's
-	 * silence once we were connected (a lost ps is noticed by the
-	 * heartbeat, not by partition length x connect timeouts). */
-	now = coord_now_ns();
+	 * one dial per ping interval (the first a ping interval after the
+	 * silence), each bounded by half the heartbeat's silence once we were
+	 * connected (a lost ps is noticed by the heartbeat, not by partition
+	 * length x connect timeouts). */
 	if (now < k->retry_at) {
 		r = coord_seterr(err, COORD_EUNAVAILABLE, "ps task %u unreachable: %s", k->task,
 				 k->dial_why);
