@@ -286,7 +286,7 @@ static void test_partition_sums_exactly(void **state)
 	(void)state;
 	if (!ns.made)
 		skip();
-	partition_run(INBOUND, 2000, 3, 200, 3, 30000, 100000);
+	partition_run(INBOUND, 3000, 3, 500, 3, 30000, 100000);
 }
 
 /* The link down and up: noticed within the heartbeat, work resumes. */
@@ -295,7 +295,7 @@ static void test_partition_link(void **state)
 	(void)state;
 	if (!ns.made)
 		skip();
-	partition_run(LINK, 2000, 3, 200, 3, 30000, 30000);
+	partition_run(LINK, 3000, 3, 500, 3, 30000, 30000);
 }
 
 /* ---- the ps's side of give-up, with a raw client ------------------------------------ */
