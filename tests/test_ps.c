@@ -1275,7 +1275,8 @@ static void test_stage_dies_with_connection(void **state)
 	c = lay_make(1);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", lay_port[0]);
 	assert_int_equal(coord_psc_create(addrs, 1, COORD_ROLE_COORDINATOR, NULL,
-					  COORD_WIRE_MAX_FRAME_DEFAULT, 5000, 30000, &ps, &err),
+					  COORD_WIRE_MAX_FRAME_DEFAULT, 5000, 30000, 1000, 3, &ps,
+					  &err),
 			 0);
 	memset(&op, 0, sizeof(op));
 	op.op = COORD_PS_PREPARE;

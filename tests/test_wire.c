@@ -595,6 +595,45 @@ static void test_wire_var_and_ps_table(void **state)
 	assert_string_equal(coord_wire_type_name(COORD_WIRE_VAR_RES), "VAR_RES");
 }
 
+/* VAR_SYNC and PS_OPTS (the ps heartbeat and give-up clock) round trip;
+ * wrong sizes, the wrong type and PS_OPTS's reserved field are refused. */
+static void test_wire_sync_ps_opts(void **state)
+{
+	struct coord_wire_sync y = { .seq = (1ull << 63) | 7,
+				     .seen = 123456789012ull,
+				     .window_ms = 3000,
+				     .hb_ms = 750 },
+			       y2;
+	struct coord_wire_ps_opts o = { .timeout_ms = 30000, .hb_ms = 1000, .misses = 3 }, o2;
+	struct coord_wire_writer w;
+	struct coord_wire_hdr h;
+	uint8_t b[128];
+
+	(void)state;
+	coord_wire_writer_init(&w, b, sizeof(b));
+	assert_int_equal(coord_wire_put_sync(&w, &y), 0);
+	assert_int_equal(coord_wire_put_ps_opts(&w, &o), 0);
+	assert_int_equal(w.len, 2 * COORD_WIRE_HDR + 24 + 16);
+	assert_int_equal(coord_wire_parse_hdr(b, w.len, 1 << 20, &h), 0);
+	assert_int_equal(h.type, COORD_WIRE_VAR_SYNC);
+	assert_int_equal(coord_wire_get_sync(&h, b + COORD_WIRE_HDR, &y2), 0);
+	assert_memory_equal(&y, &y2, sizeof(y));
+	assert_int_equal(coord_wire_get_ps_opts(&h, b + COORD_WIRE_HDR, &o2), -EPROTO);
+	assert_int_equal(coord_wire_parse_hdr(b + 40, w.len - 40, 1 << 20, &h), 0);
+	assert_int_equal(h.type, COORD_WIRE_PS_OPTS);
+	assert_int_equal(coord_wire_get_ps_opts(&h, b + 40 + COORD_WIRE_HDR, &o2), 0);
+	assert_memory_equal(&o, &o2, sizeof(o));
+	b[40 + COORD_WIRE_HDR + 12] = 1; /* reserved */
+	assert_int_equal(coord_wire_get_ps_opts(&h, b + 40 + COORD_WIRE_HDR, &o2), -EPROTO);
+	h.len = 12;
+	assert_int_equal(coord_wire_get_ps_opts(&h, b + 40 + COORD_WIRE_HDR, &o2), -EPROTO);
+	h.type = COORD_WIRE_VAR_SYNC;
+	h.len = 16;
+	assert_int_equal(coord_wire_get_sync(&h, b + COORD_WIRE_HDR, &y2), -EPROTO);
+	assert_string_equal(coord_wire_type_name(COORD_WIRE_VAR_SYNC), "VAR_SYNC");
+	assert_string_equal(coord_wire_type_name(COORD_WIRE_PS_OPTS), "PS_OPTS");
+}
+
 /* The writer reports a full buffer instead of overflowing it. */
 static void test_wire_writer_full(void **state)
 {
@@ -625,6 +664,7 @@ int main(void)
 		cmocka_unit_test(test_wire_req_rv_id),
 		cmocka_unit_test(test_wire_pw_free),
 		cmocka_unit_test(test_wire_res_fn_ping_error_round_trip),
+		cmocka_unit_test(test_wire_sync_ps_opts),
 		cmocka_unit_test(test_wire_hello_round_trip_and_magic),
 		cmocka_unit_test(test_wire_every_truncation),
 		cmocka_unit_test(test_wire_inconsistent_lengths_refused),

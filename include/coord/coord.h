@@ -81,7 +81,9 @@ struct coord_pw;
  * @inproc_ps:       ps tasks of the inproc transport when @spec has no "ps"
  *                   job (default 1); see coord/var.h.
  * @ps_timeout_ms:   tcp: how long a variable operation waits for its ps
- *                   (default 30000), then fails with COORD_ETIMEDOUT.
+ *                   (default 30000), then fails with COORD_ETIMEDOUT; the
+ *                   workers' operations too (the coordinator tells them).
+ *                   Never applied after that (docs/guarantees.md).
  * @ps_failure_threshold: S11: a closure that fails because a ps task cannot
  *                   be reached is put back (run again) for the first K such
  *                   failures of that ps task; after K, the failure is
@@ -97,7 +99,10 @@ struct coord_pw;
  *                   long is pinged (default 1000) ...
  * @heartbeat_misses: ... and one silent for heartbeat_ms * this (default 3;
  *                   at least 1), a PING to it unanswered meanwhile, is a
- *                   lost worker (a stopped or partitioned machine).
+ *                   lost worker (a stopped or partitioned machine).  tcp:
+ *                   the coordinator's and the workers' connections to the
+ *                   ps tasks are watched the same way (a lost one fails
+ *                   its operations with COORD_EUNAVAILABLE).
  * @closure_timeout_ms: B6: a closure running longer than this counts as a
  *                   failure of its worker (0, the default: no deadline).
  * @affinity_fallback_ms: B4: a closure with preferred affinity that waited

@@ -261,13 +261,16 @@ struct coord_key;
  * coord_psc_create() - a client of the ps tasks at @addrs[0..@nps).
  * @role: COORD_ROLE_COORDINATOR or COORD_ROLE_WORKER (what we say at HELLO).
  * @key:  copied; NULL or unset = no cluster key.
+ * @op_timeout_ms: a request gives up after this (COORD_ETIMEDOUT).
+ * @hb_ms/@misses: tcp: a connection silent for @hb_ms x @misses is lost
+ *        (its requests fail with COORD_EUNAVAILABLE); <= 0: never.
  * Connections are opened lazily, on first use, and again after a loss.
  * Return: 0; COORD_EINVAL; COORD_ENOMEM.
  */
 COORD_HIDDEN int coord_psc_create(const char *const *addrs, unsigned nps, uint8_t role,
 				  const struct coord_key *key, uint32_t max_frame,
-				  int connect_timeout_ms, int op_timeout_ms, struct coord_ps **out,
-				  struct coord_error *err);
+				  int connect_timeout_ms, int op_timeout_ms, int hb_ms, int misses,
+				  struct coord_ps **out, struct coord_error *err);
 COORD_HIDDEN void coord_psc_destroy(struct coord_psc *p);
 COORD_HIDDEN int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
 			       struct coord_error *err);
@@ -291,7 +294,14 @@ COORD_HIDDEN uint32_t coord_ps_failure(struct coord_ps *ps, unsigned task);
  * use) reaches its tasks over rdma: frame channels, and one-sided READs
  * (transport/psclient/ps_client.c, ps_rdma.h). */
 COORD_HIDDEN void coord_psc_use_rdma(struct coord_ps *ps);
-/* coord_psc_addr() - the address of task @i (for PS_TABLE frames). */
-COORD_HIDDEN const char *coord_psc_addr(const struct coord_psc *p, unsigned i);
+/*
+ * coord_psc_put_table() - what a coordinator tells a worker of its ps
+ * tasks: a PS_OPTS frame (its ps timeout and heartbeat) and a PS_TABLE
+ * frame, appended to @w, which has coord_psc_table_len() bytes of room.
+ * Nothing (0 bytes) unless @ps is remote with tasks.
+ */
+struct coord_wire_writer;
+COORD_HIDDEN size_t coord_psc_table_len(const struct coord_ps *ps);
+COORD_HIDDEN void coord_psc_put_table(struct coord_wire_writer *w, const struct coord_ps *ps);
 
 #endif /* COORD_RUNTIME_PS_H */

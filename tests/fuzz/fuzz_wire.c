@@ -133,6 +133,22 @@ static void check_frame(const struct coord_wire_hdr *h, const uint8_t *frame)
 			abort();
 		return (void)(r == 0 && memcmp(out, frame, w.len) ? abort(), 0 : 0);
 	}
+	case COORD_WIRE_VAR_SYNC: {
+		struct coord_wire_sync y;
+
+		r = coord_wire_get_sync(h, payload, &y);
+		if (r == 0 && coord_wire_put_sync(&w, &y) < 0)
+			abort();
+		return (void)(r == 0 && memcmp(out, frame, w.len) ? abort(), 0 : 0);
+	}
+	case COORD_WIRE_PS_OPTS: {
+		struct coord_wire_ps_opts o;
+
+		r = coord_wire_get_ps_opts(h, payload, &o);
+		if (r == 0 && coord_wire_put_ps_opts(&w, &o) < 0)
+			abort();
+		return (void)(r == 0 && memcmp(out, frame, w.len) ? abort(), 0 : 0);
+	}
 	default: {
 		int32_t code;
 		const char *msg;

@@ -17,6 +17,46 @@
  * batch is done, wakes it on a futex.  A lost connection fails its pending
  * requests with COORD_EUNAVAILABLE.
  *
+ * Heartbeat (tcp).  The reader sends a VAR_SYNC asking for an echo every
+ * ping interval (at most the heartbeat, a third of heartbeat x misses and a
+ * quarter of the window below), without ever blocking: queued behind a
+ * sender at work, else sent with MSG_DONTWAIT under k->lock, what does not
+ * fit left queued in order.  The ps answers with a PONG; while a long op
+ * holds the connection, its watchdog sends keepalive PONGs (tcp_server.c
+ * P5; the VAR_SYNC tells it the interval).  A connection on which no byte
+ * came for heartbeat_ms x heartbeat_misses is lost: its requests fail with
+ * COORD_EUNAVAILABLE at once (not after the op timeout, nor after TCP's own
+ * retransmissions), it is closed with a reset (nothing queued goes out
+ * late), and the next request dials again.  A worker's client takes the
+ * heartbeat and the op timeout from its coordinator (PS_OPTS, wire.h).
+ *
+ * Give-up: a request the client gave up on is never applied.  The ps counts
+ * the frames it sends that we count (VAR_RES frames, echoes of our
+ * VAR_SYNC: a PONG whose token has bit 63; frame 0 is the handshake), and a
+ * VAR_SYNC names how many we had received when we wrote it (first on every
+ * connection: 0; then each ping, and before a request when the last named
+ * frame is older than a quarter window and newer ones came).  The ps
+ * applies a request only if it starts less than the window after it sent
+ * the frame the last VAR_SYNC before it names (srv_proto.c "Give-up").  We
+ * give up on a request only
+ *   - at its timeout: op_timeout after it was queued, which is after that
+ *     VAR_SYNC was queued, which is after the frame it names came;
+ *   - when the connection is lost to silence: heartbeat x misses after the
+ *     last byte came, which is no earlier than that frame;
+ *   - when the ps closed or reset the connection (EOF, ECONNRESET, EPIPE: it
+ *     reads nothing more of it), or the kernel gave up on it (its own
+ *     retransmission limit, minutes) - never on our own initiative sooner;
+ * so window = min(op_timeout, heartbeat x misses) after receiving the frame
+ * always comes before we give up, and the ps, which sent that frame before
+ * we received it, never applies a request after we gave up.  Each side
+ * measures a duration on its own clock: the hosts' clocks are never
+ * compared, and may differ by any amount (the ps keeps 1/16 of the window
+ * for rates that differ).  A ps that breaks the protocol (a malformed
+ * frame) is outside this.  Not covered: a request the ps applied whose
+ * reply is lost with the connection; its closure fails (or is put back)
+ * though its update was made.  rdma: no heartbeat or VAR_SYNC yet (the ps
+ * does not judge a connection that never sent one).
+ *
  * Over rdma (coord_psc_use_rdma(): the coordinator or worker itself runs
  * over rdma, and so do the ps tasks) a connection is a frame channel
  * (ps_rdma.h) in place of the socket, and a READ goes one-sided when it
@@ -24,12 +64,14 @@
  * its address and rkeys), then read with RDMA READs that the ps CPU takes no
  * part in (runtime/store/varstore.c SNAP1-SNAP3: a snapshot between two writes, or a
  * retry; after COORD_PSR_TRIES, or on any failure, the READ goes two-sided
- * as before).  use_lock keeps the channel alive under a one-sided reader or
- * a sender while conn_up() replaces a lost one.
+ * as before).  use_lock keeps the socket or channel open under a sender or
+ * a one-sided reader while conn_up() closes or replaces a lost one.
  *
  * Why a mutex here when the closure path has none: a variable op is a round
  * trip to another process (tens of microseconds); the mutex covers a copy
- * into the frame buffer and the pending table, never a system call. *
+ * into the frame buffer and the pending table, never a blocking system
+ * call (the reader's ping is a send with MSG_DONTWAIT).
+ *
  * Synchronization: who writes each shared field, who reads it, and what
  * orders the two.  Callers are any threads in coord_psc_run(); the reader
  * is a connection's reader thread (reader_main()).
@@ -42,19 +84,19 @@
  *   w (the writer),
  *   slots[], freel,
  *   nfree, why,
- *   maps, nmaps, gen
- *   k->fd            conn_up() (under conn_lock;     the sender in flush()   conn_lock serialises
- *                    the store that goes with up =   (no lock), conn_down()  the writers.  Open:
- *                    true under k->lock too; the     (k->lock), destroy      the sender's read is
- *                    close and -1 before a                                   not ordered with a
- *                    reconnect under conn_lock                               reconnect's close (a
- *                    only)                                                   sender stalled after
- *                                                                            its check of up)
- *   k->r             conn_up() (under conn_lock and  senders and one-sided   use_lock; the reader
- *                    use_lock for writing)           readers (use_lock for   is joined before a
- *                                                    reading); the reader    replacement;
- *                                                    (no lock); conn_down()  conn_down() only
- *                                                    (k->lock, when up)      while up (set after)
+ *   maps, nmaps,
+ *   rx_count, rx_ns,
+ *   synced, synced_ns,
+ *   ping_seq
+ *   k->fd, k->r,     conn_up() (under conn_lock,     senders in flush()      either lock excludes
+ *   k->gen           use_lock for writing and        (use_lock for reading), the writers; a
+ *                    k->lock: the close, the         conn_down(), the        sender sends only
+ *                    replacement, gen + 1)           reader's ping, destroy  if gen is still the
+ *                                                    (k->lock); one-sided    one it read with the
+ *                                                    readers (use_lock); the bytes, under
+ *                                                    reader (no lock: it is  k->lock: never
+ *                                                    joined before a         another connection's
+ *                                                    replacement)            (was Open: fixed)
  *   k->reader,       conn_up() (under conn_lock)     conn_up(), destroy      conn_lock; destroy
  *   reader_started                                                           has no caller inside
  *   w->left          the caller (relaxed: init,      the caller (acquire     slot_done()'s
@@ -110,6 +152,12 @@ struct psc_conn {
 	/* Serialises connect / reconnect / teardown; never held by the reader. */
 	pthread_mutex_t conn_lock;
 	bool reader_started; /* under conn_lock */
+	/* Redialling (under conn_lock): connected before (a redial is bounded
+	 * by the heartbeat); after a failed dial, none before retry_at (the
+	 * requests meanwhile fail at once, with dial_why). */
+	bool was_up;
+	uint64_t retry_at;
+	char dial_why[COORD_ERRMSG_LEN];
 	pthread_t reader;
 	/* Everything below: under lock. */
 	pthread_mutex_t lock;
@@ -133,7 +181,16 @@ struct psc_conn {
 	 * forgotten when the connection is replaced (a restarted ps). */
 	struct psc_map *maps;
 	uint32_t nmaps;
-	uint32_t gen; /* connections made (under lock): a map is of one of them */
+	/* connections made (under lock and use_lock for writing): a map, a
+	 * sender's buffer, are of one of them */
+	uint32_t gen;
+	/* Give-up (tcp, under lock): frames counted on this connection (each
+	 * VAR_RES frame, each PONG echoing our VAR_SYNC), when the newest came;
+	 * the count the last VAR_SYNC queued named, and when that frame came;
+	 * the last echo token. */
+	uint64_t rx_count, rx_ns, synced, synced_ns, ping_seq;
+	/* lost to silence: not dialled again before this (under lock) */
+	uint64_t quiet_until;
 };
 
 /* A variable as this connection may read it one-sided. */
@@ -152,14 +209,15 @@ struct coord_psc {
 	uint32_t max_frame;
 	int connect_timeout_ms;
 	int op_timeout_ms;
+	int hb_ms, misses; /* the heartbeat: as coord_opts heartbeat_ms, _misses */
+	/* Give-up (tcp): silent this long, a connection is lost (0: never);
+	 * window: the least time from receiving the frame a VAR_SYNC names to
+	 * giving up on a request after it (0: no VAR_SYNC); ping: VAR_SYNC
+	 * with an echo this often (0: never). */
+	uint64_t dead_ns, window_ns, ping_ns;
 	bool rdma; /* the ps tasks are served over rdma (coord_psc_use_rdma()) */
 	struct psc_conn *conns;
 };
-
-const char *coord_psc_addr(const struct coord_psc *p, unsigned i)
-{
-	return i < p->nps ? p->conns[i].addr : NULL;
-}
 
 /* ---- completing requests (under k->lock) ---------------------------------------- */
 
@@ -201,6 +259,13 @@ static void fail_pending(struct psc_conn *k, int code, const char *why)
 		slot_done(k, i);
 	}
 }
+
+/* The reader's clock (tcp): bytes seen, when the last came, the next ping. */
+struct psc_beat {
+	uint64_t rx_bytes, rx_ns, ping_at;
+};
+
+static void sync_ping(struct psc_conn *k);
 
 /* The connection is lost: fail what is pending, wake the reader. */
 static void conn_down(struct psc_conn *k, const char *why)
@@ -249,15 +314,52 @@ static int on_result(struct psc_conn *k, const struct coord_wire_vres *res)
 	return 0;
 }
 
+/* The reader's next frame; over tcp, it pings and judges silence
+ * between frames (Give-up): -ETIMEDOUT when nothing came for dead_ns. */
+static int reader_next(struct psc_conn *k, struct coord_frame_reader *rd, struct psc_beat *b,
+		       struct coord_wire_hdr *h, const uint8_t **payload)
+{
+	const struct coord_psc *p = k->p;
+
+	if (k->r) /* k->r is not replaced while this reader runs (conn_up() joins it first) */
+		return coord_psr_next(k->r, h, payload);
+	for (;;) {
+		uint64_t now = coord_now_ns(), until = UINT64_MAX;
+		int r, wait = -1;
+
+		if (rd->rx_total != b->rx_bytes) { /* any byte is a sign of life */
+			b->rx_bytes = rd->rx_total;
+			b->rx_ns = now;
+		}
+		if (p->dead_ns && now - b->rx_ns >= p->dead_ns)
+			return -ETIMEDOUT;
+		if (p->ping_ns && now >= b->ping_at) {
+			sync_ping(k);
+			b->ping_at = now + p->ping_ns;
+		}
+		if (p->ping_ns)
+			until = b->ping_at;
+		if (p->dead_ns && b->rx_ns + p->dead_ns < until)
+			until = b->rx_ns + p->dead_ns;
+		if (until != UINT64_MAX)
+			wait = (int)((until - now) / 1000000u) + 1;
+		r = coord_frame_read(rd, wait, wait < 0 ? 10000 : wait, h, payload);
+		if (r != -ETIMEDOUT || until == UINT64_MAX)
+			return r;
+	}
+}
+
 static void *reader_main(void *arg)
 {
 	struct psc_conn *k = arg;
 	struct coord_frame_reader rd;
+	struct psc_beat b = { .rx_ns = coord_now_ns() };
 	struct coord_wire_hdr h;
 	const uint8_t *payload;
-	const char *why = "connection closed";
+	char why[96] = "connection closed";
 	int r;
 
+	b.ping_at = b.rx_ns + k->p->ping_ns;
 	if (!k->r && coord_frame_reader_init(&rd, k->fd, k->p->max_frame) < 0) {
 		pthread_mutex_lock(&k->lock);
 		conn_down(k, "no memory");
@@ -267,25 +369,44 @@ static void *reader_main(void *arg)
 	for (;;) {
 		struct coord_wire_iter it;
 		struct coord_wire_vres res;
+		uint64_t tok;
 
-		/* k->r is not replaced while this reader runs (conn_up() joins it first). */
-		r = k->r ? coord_psr_next(k->r, &h, &payload)
-			 : coord_frame_read(&rd, -1, 10000, &h, &payload);
-		if (r < 0) {
-			why = r == -EPIPE ? "connection closed by the ps"
-					  : "read failed or bad frame";
+		r = reader_next(k, &rd, &b, &h, &payload);
+		if (r == -ETIMEDOUT && !k->r && k->p->dead_ns) {
+			snprintf(why, sizeof(why), "nothing from the ps for %llu ms (heartbeat)",
+				 (unsigned long long)(k->p->dead_ns / 1000000u));
+			pthread_mutex_lock(&k->lock);
+			k->quiet_until = coord_now_ns() + k->p->ping_ns;
+			pthread_mutex_unlock(&k->lock);
 			break;
 		}
+		if (r < 0) {
+			snprintf(why, sizeof(why), "%s",
+				 r == -EPIPE ? "connection closed by the ps"
+					     : "read failed or bad frame");
+			break;
+		}
+		if (h.type == COORD_WIRE_PONG && coord_wire_get_ping(&h, payload, &tok) == 0) {
+			if (tok >> 63) { /* the echo of our VAR_SYNC: counted */
+				pthread_mutex_lock(&k->lock);
+				k->rx_count++;
+				k->rx_ns = coord_now_ns();
+				pthread_mutex_unlock(&k->lock);
+			}
+			continue; /* else a keepalive (tcp_server.c P5): alive */
+		}
 		if (h.type == COORD_WIRE_ERROR) {
-			why = "the ps sent ERROR and closed";
+			snprintf(why, sizeof(why), "the ps sent ERROR and closed");
 			break;
 		}
 		if (h.type != COORD_WIRE_VAR_RES) {
-			why = "unexpected frame from the ps";
+			snprintf(why, sizeof(why), "unexpected frame from the ps");
 			break;
 		}
 		coord_wire_iter_init(&it, &h, payload);
 		pthread_mutex_lock(&k->lock);
+		k->rx_count++;
+		k->rx_ns = coord_now_ns();
 		while ((r = coord_wire_next_vres(&it, &res)) == 1)
 			if (on_result(k, &res) < 0) {
 				r = -EPROTO;
@@ -293,7 +414,7 @@ static void *reader_main(void *arg)
 			}
 		pthread_mutex_unlock(&k->lock);
 		if (r < 0) {
-			why = "malformed VAR_RES frame";
+			snprintf(why, sizeof(why), "malformed VAR_RES frame");
 			break;
 		}
 	}
@@ -307,83 +428,150 @@ static void *reader_main(void *arg)
 
 /* ---- connecting ------------------------------------------------------------------------ */
 
+/* Close @fd with a reset: bytes still queued are dropped, never sent late. */
+static void sock_abort(int fd)
+{
+	struct linger l = { .l_onoff = 1, .l_linger = 0 };
+
+	if (fd < 0)
+		return;
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+	close(fd);
+}
+
+/* Give-up: the first frame of a new tcp connection, before any request:
+ * VAR_SYNC naming frame 0 (the handshake), no echo. */
+static int first_sync(struct psc_conn *k, int fd, struct coord_error *err)
+{
+	const struct coord_psc *p = k->p;
+	struct coord_wire_sync y = { .window_ms = (uint32_t)(p->window_ns / 1000000u),
+				     .hb_ms = (uint32_t)(p->ping_ns / 1000000u) };
+	uint8_t b[COORD_WIRE_HDR + 24];
+	struct coord_wire_writer w;
+	int r;
+
+	coord_wire_writer_init(&w, b, sizeof(b));
+	(void)coord_wire_put_sync(&w, &y);
+	r = coord_sock_send_all(fd, b, w.len);
+	return r < 0 ? coord_seterr(err, r, "%s: %s", k->addr, strerror(-r)) : 0;
+}
+
 static int conn_up(struct psc_conn *k, struct coord_error *err)
 {
 	struct coord_frame_reader rd;
+	int fd = -1, r, tmo = k->p->connect_timeout_ms;
+	uint64_t now;
 	bool up;
-	int fd = -1, r;
 
 	pthread_mutex_lock(&k->conn_lock);
 	pthread_mutex_lock(&k->lock);
 	up = k->up;
+	now = coord_now_ns();
+	if (!up && now < k->quiet_until) { /* it just proved silent: no dial yet */
+		snprintf(k->dial_why, sizeof(k->dial_why), "%s", k->why);
+		k->retry_at = k->quiet_until;
+	}
 	pthread_mutex_unlock(&k->lock);
 	if (up) {
 		pthread_mutex_unlock(&k->conn_lock);
 		return 0;
 	}
+	/* A partitioned ps fails its requests at once, not after a dial each:
+	 * one dial per ping interval (the first a ping interval after the
+	 * silence), each bounded by half the heartbeat's silence once we were
+	 * connected (a lost ps is noticed by the heartbeat, not by partition
+	 * length x connect timeouts). */
+	if (now < k->retry_at) {
+		r = coord_seterr(err, COORD_EUNAVAILABLE, "ps task %u unreachable: %s", k->task,
+				 k->dial_why);
+		pthread_mutex_unlock(&k->conn_lock);
+		return r;
+	}
+	if (k->was_up && k->p->dead_ns) {
+		int half = (int)(k->p->dead_ns / 2000000u);
+
+		if (half < 100)
+			half = 100;
+		if (half < tmo)
+			tmo = half;
+	}
 	if (k->reader_started) { /* a lost connection: its reader has ended */
 		pthread_join(k->reader, NULL);
 		k->reader_started = false;
-		if (k->fd >= 0)
-			close(k->fd);
+		/* No one-sided reader or sender on it (use_lock); fd, r and gen
+		 * change under both locks, so either one reads them. */
+		pthread_rwlock_wrlock(&k->use_lock);
+		pthread_mutex_lock(&k->lock);
+		sock_abort(k->fd);
 		k->fd = -1;
-		pthread_rwlock_wrlock(&k->use_lock); /* no one-sided reader or sender on it */
 		coord_psr_destroy(k->r);
 		k->r = NULL;
-		pthread_rwlock_unlock(&k->use_lock);
-		pthread_mutex_lock(&k->lock);
 		if (k->maps)
 			memset(k->maps, 0, k->nmaps * sizeof(*k->maps)); /* a new ps: map again */
 		k->gen++;
 		pthread_mutex_unlock(&k->lock);
+		pthread_rwlock_unlock(&k->use_lock);
 	}
 	if (k->p->rdma) {
 		struct coord_psr *pr;
 
 		r = coord_psr_connect(k->addr, &k->p->key, k->p->role, k->task, k->p->max_frame,
-				      k->p->connect_timeout_ms, &pr, err);
+				      tmo, &pr, err);
 		if (r == 0) {
 			pthread_rwlock_wrlock(&k->use_lock);
+			pthread_mutex_lock(&k->lock);
 			k->r = pr;
+			pthread_mutex_unlock(&k->lock);
 			pthread_rwlock_unlock(&k->use_lock);
 		}
 	} else {
-		r = coord_sock_connect(k->addr, k->p->connect_timeout_ms, &fd, err);
+		r = coord_sock_connect(k->addr, tmo, &fd, err);
 	}
 	if (r == 0 && !k->p->rdma) {
 		r = coord_frame_reader_init(&rd, fd, k->p->max_frame);
 		if (r == 0) {
 			r = coord_handshake_client(&rd, &k->p->key, k->p->role, COORD_ROLE_PS,
-						   k->task, k->p->connect_timeout_ms, k->addr, err);
+						   k->task, tmo, k->addr, err);
 			coord_frame_reader_fini(&rd);
 		}
+		if (r == 0 && k->p->window_ns)
+			r = first_sync(k, fd, err);
 	}
 	if (r < 0) {
 		if (fd >= 0)
 			close(fd);
-		char why[COORD_ERRMSG_LEN];
-
-		snprintf(why, sizeof(why), "%s", err && err->msg[0] ? err->msg : strerror(-r));
+		snprintf(k->dial_why, sizeof(k->dial_why), "%s",
+			 err && err->msg[0] ? err->msg : strerror(-r));
+		k->retry_at = k->p->ping_ns ? coord_now_ns() + k->p->ping_ns : 0;
+		r = coord_seterr(err, COORD_EUNAVAILABLE, "ps task %u unreachable: %s", k->task,
+				 k->dial_why);
 		pthread_mutex_unlock(&k->conn_lock);
-		return coord_seterr(err, COORD_EUNAVAILABLE, "ps task %u unreachable: %s", k->task,
-				    why);
+		return r;
 	}
+	k->was_up = true;
+	k->retry_at = 0;
+	pthread_rwlock_wrlock(&k->use_lock);
 	pthread_mutex_lock(&k->lock);
 	k->fd = fd;
 	k->up = true;
 	k->open = false;
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
+	k->rx_count = k->synced = 0; /* frame 0: the handshake */
+	k->rx_ns = k->synced_ns = coord_now_ns();
 	pthread_mutex_unlock(&k->lock);
+	pthread_rwlock_unlock(&k->use_lock);
 	if (pthread_create(&k->reader, NULL, reader_main, k) != 0) {
+		pthread_rwlock_wrlock(&k->use_lock);
 		pthread_mutex_lock(&k->lock);
 		k->up = false;
-		pthread_mutex_unlock(&k->lock);
+		fail_pending(k, COORD_EUNAVAILABLE, "cannot start a ps reader thread");
 		if (fd >= 0)
 			close(fd);
 		k->fd = -1;
-		pthread_rwlock_wrlock(&k->use_lock);
 		coord_psr_destroy(k->r);
 		k->r = NULL;
+		k->gen++;
+		pthread_mutex_unlock(&k->lock);
 		pthread_rwlock_unlock(&k->use_lock);
 		pthread_mutex_unlock(&k->conn_lock);
 		return coord_seterr(err, COORD_ENOMEM, "cannot start a ps reader thread");
@@ -439,6 +627,60 @@ static int out_room(struct psc_conn *k, size_t need)
 	return 0;
 }
 
+/*
+ * Give-up: queue a VAR_SYNC naming the frames counted so far (under
+ * k->lock, tcp); @echo: ask for a PONG (the reader's ping, which also
+ * keeps an idle connection's count moving).  Ends the open frame.
+ */
+static int put_sync(struct psc_conn *k, bool echo)
+{
+	const struct coord_psc *p = k->p;
+	struct coord_wire_sync y = { .seen = k->rx_count,
+				     .window_ms = (uint32_t)(p->window_ns / 1000000u),
+				     .hb_ms = (uint32_t)(p->ping_ns / 1000000u) };
+	int r;
+
+	if (k->open)
+		coord_wire_end(&k->w);
+	k->open = false;
+	r = out_room(k, COORD_WIRE_HDR + 24);
+	if (r < 0)
+		return r;
+	if (echo)
+		y.seq = (1ull << 63) | ++k->ping_seq; /* bit 63: not a keepalive PONG */
+	(void)coord_wire_put_sync(&k->w, &y);	      /* room was made above */
+	k->synced = k->rx_count;
+	k->synced_ns = k->rx_ns;
+	return 0;
+}
+
+/*
+ * Send what is queued without blocking (under k->lock, tcp, no sender at
+ * work: nobody else writes the socket); what does not fit stays queued,
+ * in order, for the next sender or the next ping.
+ */
+static void drain_nb(struct psc_conn *k)
+{
+	ssize_t n = send(k->fd, k->out, k->w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	if (n < 0) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			conn_down(k, "send failed");
+		return;
+	}
+	memmove(k->out, k->out + n, k->w.len - (size_t)n);
+	k->w.len -= (size_t)n;
+}
+
+/* The reader's ping (tcp): a VAR_SYNC asking for an echo; never blocks. */
+static void sync_ping(struct psc_conn *k)
+{
+	pthread_mutex_lock(&k->lock);
+	if (k->up && put_sync(k, true) == 0 && !k->flushing)
+		drain_nb(k);
+	pthread_mutex_unlock(&k->lock);
+}
+
 static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait *w, uint32_t *slot)
 {
 	struct coord_wire_vreq q = { .op = op->op,
@@ -492,6 +734,7 @@ static void flush(struct psc_conn *k)
 	while (k->up && k->w.len > 0) {
 		uint8_t *b = k->out;
 		size_t len, cap = k->outcap;
+		uint32_t gen = k->gen; /* the connection these bytes are for */
 		int r;
 
 		if (k->open)
@@ -504,15 +747,19 @@ static void flush(struct psc_conn *k)
 		k->sparecap = cap;
 		coord_wire_writer_init(&k->w, k->out, k->outcap);
 		pthread_mutex_unlock(&k->lock);
-		if (k->p->rdma) {
-			pthread_rwlock_rdlock(&k->use_lock);
+		/* use_lock: the fd or channel is not closed or replaced while
+		 * we send; gen: it is still the connection of these bytes
+		 * (never the next one: its requests were failed). */
+		pthread_rwlock_rdlock(&k->use_lock);
+		if (k->gen != gen)
+			r = -EPIPE;
+		else if (k->p->rdma)
 			r = k->r ? coord_psr_send(k->r, b, len) : -EPIPE;
-			pthread_rwlock_unlock(&k->use_lock);
-		} else {
+		else
 			r = coord_sock_send_all(k->fd, b, len);
-		}
+		pthread_rwlock_unlock(&k->use_lock);
 		pthread_mutex_lock(&k->lock);
-		if (r < 0)
+		if (r < 0 && k->gen == gen)
 			conn_down(k, "send failed");
 	}
 	k->flushing = false;
@@ -650,6 +897,12 @@ static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *op
 		return;
 	r = conn_up(k, &e);
 	pthread_mutex_lock(&k->lock);
+	/* Give-up: the last VAR_SYNC names a frame received long ago (a
+	 * quarter window) while newer ones came: name the newest before
+	 * these requests, so the ps does not take them for given up. */
+	if (r == 0 && k->up && !p->rdma && p->window_ns && k->rx_count != k->synced &&
+	    coord_now_ns() - k->synced_ns >= p->window_ns / 4 && put_sync(k, false) < 0)
+		r = coord_seterr(&e, COORD_ENOMEM, "no memory for a variable operation");
 	for (unsigned i = 0; i < n; i++) {
 		if (ops[i].task != t || slot[i] == SLOT_DONE)
 			continue;
@@ -754,7 +1007,8 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 
 int coord_psc_create(const char *const *addrs, unsigned nps, uint8_t role,
 		     const struct coord_key *key, uint32_t max_frame, int connect_timeout_ms,
-		     int op_timeout_ms, struct coord_ps **out, struct coord_error *err)
+		     int op_timeout_ms, int hb_ms, int misses, struct coord_ps **out,
+		     struct coord_error *err)
 {
 	struct coord_ps *ps = calloc(1, sizeof(*ps));
 	struct coord_psc *p = calloc(1, sizeof(*p));
@@ -772,6 +1026,24 @@ int coord_psc_create(const char *const *addrs, unsigned nps, uint8_t role,
 	p->max_frame = max_frame;
 	p->connect_timeout_ms = connect_timeout_ms;
 	p->op_timeout_ms = op_timeout_ms;
+	p->hb_ms = hb_ms > 0 ? hb_ms : 0;
+	p->misses = misses > 0 ? misses : 1;
+	/* Give-up: silent for heartbeat x misses, a connection is lost; a
+	 * request is given up no sooner than that or the op timeout after
+	 * the frame its VAR_SYNC names; ping well within both. */
+	p->dead_ns = (uint64_t)p->hb_ms * (uint64_t)p->misses * 1000000u;
+	p->window_ns = op_timeout_ms > 0 ? (uint64_t)op_timeout_ms * 1000000u : p->dead_ns;
+	if (p->dead_ns && p->dead_ns < p->window_ns)
+		p->window_ns = p->dead_ns;
+	if (p->window_ns > 3600000000000ull)
+		p->window_ns = 3600000000000ull;
+	p->ping_ns = p->window_ns / 4;
+	if (p->hb_ms && (uint64_t)p->hb_ms * 1000000u < p->ping_ns)
+		p->ping_ns = (uint64_t)p->hb_ms * 1000000u;
+	if (p->dead_ns && p->dead_ns / 3 < p->ping_ns)
+		p->ping_ns = p->dead_ns / 3;
+	if (p->ping_ns && p->ping_ns < 1000000u)
+		p->ping_ns = 1000000u;
 	for (unsigned i = 0; i < nps; i++) {
 		struct psc_conn *k = &p->conns[i];
 
@@ -845,6 +1117,35 @@ void coord_psc_destroy(struct coord_psc *p)
 
 /* ---- the coordinator's ps tasks --------------------------------------------------------- */
 
+size_t coord_psc_table_len(const struct coord_ps *ps)
+{
+	size_t n = 2 * COORD_WIRE_HDR + 16;
+
+	if (!ps || !ps->remote || !ps->nps)
+		return 0;
+	for (unsigned i = 0; i < ps->nps; i++)
+		n += 6 + strlen(ps->remote->conns[i].addr);
+	return n;
+}
+
+void coord_psc_put_table(struct coord_wire_writer *w, const struct coord_ps *ps)
+{
+	const struct coord_psc *p;
+	struct coord_wire_ps_opts o;
+
+	if (!ps || !ps->remote || !ps->nps)
+		return;
+	p = ps->remote;
+	o.timeout_ms = (uint32_t)p->op_timeout_ms;
+	o.hb_ms = (uint32_t)p->hb_ms;
+	o.misses = (uint32_t)p->misses;
+	coord_wire_put_ps_opts(w, &o);
+	coord_wire_begin(w, COORD_WIRE_PS_TABLE);
+	for (unsigned i = 0; i < ps->nps; i++)
+		coord_wire_put_addr(w, i, p->conns[i].addr);
+	coord_wire_end(w);
+}
+
 static int ps_remote_setup(struct coord *c, const struct coord_spec *spec, struct coord_error *err)
 {
 	struct coord_view *v = coord_view(c);
@@ -869,8 +1170,8 @@ static int ps_remote_setup(struct coord *c, const struct coord_spec *spec, struc
 	r = coord_key_load(v->opts.key_file, &key, err);
 	if (r == 0) {
 		r = coord_psc_create(addrs, nps, COORD_ROLE_COORDINATOR, &key, v->opts.max_frame,
-				     v->opts.connect_timeout_ms, v->opts.ps_timeout_ms, &v->ps,
-				     err);
+				     v->opts.connect_timeout_ms, v->opts.ps_timeout_ms,
+				     v->opts.heartbeat_ms, v->opts.heartbeat_misses, &v->ps, err);
 		coord_key_wipe(&key);
 		if (r == 0 && (v->tp->caps & COORD_TP_PS_RDMA))
 			coord_psc_use_rdma(v->ps); /* the ps tasks serve rdma too */

@@ -873,8 +873,7 @@ static int conn_dial(struct rdma_tp *t, struct rdma_conn *k, struct coord_rdma_c
 		goto fail;
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		fcap += 6 + strlen(c->reg->fns[i].name);
-	for (unsigned i = 0; c->ps && c->ps->remote && i < c->ps->nps; i++)
-		fcap += 6 + strlen(coord_psc_addr(c->ps->remote, i));
+	fcap += coord_psc_table_len(c->ps);
 	fb = malloc(fcap + 3 * COORD_WIRE_HDR + 8);
 	if (!fb) {
 		r = coord_seterr(err, COORD_ENOMEM, "no memory");
@@ -885,12 +884,7 @@ static int conn_dial(struct rdma_tp *t, struct rdma_conn *k, struct coord_rdma_c
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		coord_wire_put_fn(&fw, i, c->reg->fns[i].name);
 	coord_wire_end(&fw);
-	if (c->ps && c->ps->remote && c->ps->nps) {
-		coord_wire_begin(&fw, COORD_WIRE_PS_TABLE);
-		for (unsigned i = 0; i < c->ps->nps; i++)
-			coord_wire_put_addr(&fw, i, coord_psc_addr(c->ps->remote, i));
-		coord_wire_end(&fw);
-	}
+	coord_psc_put_table(&fw, c->ps); /* PS_OPTS, PS_TABLE */
 	if (c->opts.heartbeat_ms > 0)
 		coord_wire_put_ping(&fw, COORD_WIRE_PING, (uint64_t)c->opts.heartbeat_ms);
 	r = coord_rdma_chan_send(ch, fb, fw.len, c->opts.connect_timeout_ms);

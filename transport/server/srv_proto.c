@@ -7,6 +7,25 @@
  * batched into RES / VAR_RES frames and flushed early when a closure ran
  * long.  The tcp server (tcp_server.c) and the rdma server
  * (rdma_server.c) drive it; their headers say how they hold a connection.
+ *
+ * Give-up (wire.h VAR_SYNC; the client's side: transport/psclient/ps_client.c
+ * "Give-up").  A ps never applies a request after its sender has given up
+ * on it, so a closure run again after a ps timeout never doubles an update.
+ * Every frame a ps connection sends that the client counts (each VAR_RES
+ * frame, each PONG that echoes a VAR_SYNC) has a number, 1, 2, ...; frame 0
+ * is the handshake.  The connection keeps marks (n, t): frame n was about
+ * to be sent at t on our clock (a mark at most every window / 32, the last
+ * COORD_SRV_SYNC_MARKS of them, and the accept for frame 0).  A VAR_SYNC
+ * names @seen, the frames its client had counted when it wrote it; the
+ * newest mark at or before @seen gives ref, a time no later than the
+ * moment frame @seen left here (and none: ref 0).  A VAR_REQ record is
+ * applied only if it starts less than window - window / 16 after ref, on
+ * our clock; else it is answered COORD_ETIMEDOUT, not applied.  The client
+ * gives up on a request only when window has passed since it received
+ * frame @seen of the last VAR_SYNC before the request (ps_client.c), so an
+ * applied request always started before its sender could have given up.
+ * Both sides measure durations on their own clock: no two clocks are
+ * compared, and only their rates must agree (within 1/16 over a window).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -57,12 +76,86 @@ static uint16_t frame_type(const struct coord_srv_conn *k)
 	return k->s->role == COORD_ROLE_PS ? COORD_WIRE_VAR_RES : COORD_WIRE_RES;
 }
 
+/* Give-up: a frame the client counts is about to leave: number it, and
+ * mark when (at most every window / 32). */
+static void sync_sent(struct coord_srv_conn *k)
+{
+	struct coord_srv_sync *y = &k->sync;
+	uint64_t now;
+	unsigned i;
+
+	y->sent++;
+	if (!y->window_ns)
+		return; /* never judged before the first VAR_SYNC */
+	now = coord_now_ns();
+	if (y->nmark && now - y->last_ns < y->window_ns / 32)
+		return;
+	i = y->nmark++ % COORD_SRV_SYNC_MARKS;
+	y->mark_n[i] = y->sent;
+	y->mark_ns[i] = now;
+	y->last_ns = now;
+}
+
+/* Give-up: no later than when frame @seen left; 0 when no mark says. */
+static uint64_t sync_ref(const struct coord_srv_sync *y, uint64_t seen)
+{
+	unsigned n = y->nmark < COORD_SRV_SYNC_MARKS ? y->nmark : COORD_SRV_SYNC_MARKS;
+	uint64_t best = 0, ref = 0;
+
+	if (seen == 0)
+		return y->accept_ns;
+	if (seen > y->sent)
+		return 0; /* frames we never sent */
+	for (unsigned i = 0; i < n; i++)
+		if (y->mark_n[i] <= seen && y->mark_n[i] >= best) {
+			best = y->mark_n[i];
+			ref = y->mark_ns[i];
+		}
+	return ref;
+}
+
+/* Give-up: may a request start now, or has its sender given up? */
+static bool sync_stale(const struct coord_srv_conn *k)
+{
+	const struct coord_srv_sync *y = &k->sync;
+
+	return y->window_ns && coord_now_ns() - y->ref_ns >= y->window_ns - y->window_ns / 16;
+}
+
+static int on_sync(struct coord_srv_conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
+{
+	struct coord_srv_sync *y = &k->sync;
+	struct coord_wire_sync q;
+	uint8_t b[COORD_WIRE_HDR + 8];
+	struct coord_wire_writer w;
+	int r = coord_wire_get_sync(h, payload, &q);
+
+	if (r < 0)
+		return r;
+	/* An echo token has bit 63 set: the client tells it from a keepalive PONG. */
+	if (q.window_ms == 0 || q.window_ms > 3600000 || (q.seq && !(q.seq >> 63)))
+		return -EPROTO;
+	y->window_ns = (uint64_t)q.window_ms * 1000000ull;
+	y->ref_ns = sync_ref(y, q.seen);
+	if (q.hb_ms >= 1 && q.hb_ms <= 3600000)
+		/* Relaxed (P5): a hint for the watchdog's keepalive. */
+		atomic_store_explicit(&k->hb_ms, q.hb_ms, memory_order_relaxed);
+	if (!q.seq)
+		return 0;
+	coord_wire_writer_init(&w, b, sizeof(b));
+	coord_wire_put_ping(&w, COORD_WIRE_PONG, q.seq);
+	sync_sent(k);
+	return k->io.send(k->io.ctx, b, w.len);
+}
+
 static int flush(struct coord_srv_conn *k)
 {
 	int r;
 
 	if (k->w.count == 0)
 		return 0;
+	if (k->s->role == COORD_ROLE_PS)
+		sync_sent(k);
 	coord_wire_end(&k->w);
 	r = k->io.send(k->io.ctx, k->out, k->w.len);
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
@@ -188,6 +281,7 @@ static int on_ps_table(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		       const uint8_t *payload)
 {
 	struct coord_srv *s = k->s;
+	struct coord_wire_ps_opts o = k->ps_opts;
 	struct coord_wire_iter it;
 	const char *addrs[MAX_PS_TASKS];
 	char *key, *p, *copy;
@@ -200,7 +294,10 @@ static int on_ps_table(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 
 	if (h->count == 0 || h->count > MAX_PS_TASKS)
 		return -EPROTO;
-	key = malloc(h->len + 1);
+	/* The coordinator's options (PS_OPTS), else the defaults of coord_opts. */
+	if (k->ps_opts.timeout_ms == 0)
+		o = (struct coord_wire_ps_opts){ .timeout_ms = 30000, .hb_ms = 1000, .misses = 3 };
+	key = malloc(h->len + 1 + 40);
 	copy = malloc(h->len + h->count);
 	if (!key || !copy) {
 		free(key);
@@ -208,7 +305,8 @@ static int on_ps_table(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		return -ENOMEM;
 	}
 	p = copy;
-	key[0] = 0;
+	/* Clients are shared by the same tasks with the same options. */
+	total = 1 + (size_t)snprintf(key, 41, "%u/%u/%u ", o.timeout_ms, o.hb_ms, o.misses);
 	coord_wire_iter_init(&it, h, payload);
 	while ((r = coord_wire_next_addr(&it, &task, &addrs[n], &len)) == 1) {
 		if (task != n) {
@@ -219,7 +317,7 @@ static int on_ps_table(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		p[len] = 0;
 		addrs[n] = p;
 		p += len + 1;
-		total += snprintf(key + total - 1, h->len + 2 - total, "%s%s", n ? "," : "",
+		total += snprintf(key + total - 1, h->len + 42 - total, "%s%s", n ? "," : "",
 				  addrs[n]);
 		n++;
 	}
@@ -237,7 +335,8 @@ static int on_ps_table(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 	if (!sp) {
 		sp = calloc(1, sizeof(*sp));
 		r = sp ? coord_psc_create(addrs, n, COORD_ROLE_WORKER, &s->key, s->o->max_frame,
-					  5000, 30000, &sp->ps, &err)
+					  5000, (int)o.timeout_ms, (int)o.hb_ms, (int)o.misses,
+					  &sp->ps, &err)
 		       : -ENOMEM;
 		if (r == 0 && s->o->transport && !strcmp(s->o->transport, "rdma"))
 			coord_psc_use_rdma(sp->ps); /* a worker over rdma reaches ps over rdma */
@@ -351,11 +450,17 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 					  .src_len = q.len };
 		struct vres_sink v = { .k = k, .rid = q.rid };
 		struct coord_error err = { 0 };
-		int code;
+		int code = 0;
 
 		k->scratch.room = room_vres;
+		if (unlikely(sync_stale(k)))
+			code = coord_seterr(&err, COORD_ETIMEDOUT,
+					    "not applied: it reached ps task %u after its "
+					    "sender's deadline",
+					    task);
 		/* A stale handle's id is not ours to map or unmap. */
-		code = k->s->vs ? coord_ps_handle_check(k->s->vs, task, &op, &err) : 0;
+		else if (k->s->vs)
+			code = coord_ps_handle_check(k->s->vs, task, &op, &err);
 		if (code == 0 && q.op == COORD_PS_DELETE && k->s->unmap_var)
 			k->s->unmap_var(k->s, q.var); /* no remote read of freed memory */
 		if (code == 0)
@@ -538,10 +643,13 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 	int r;
 
 	/* Each role takes its own frames; anything else is refused. */
-	switch (k->s->role == COORD_ROLE_PS && h->type != COORD_WIRE_VAR_REQ &&
-				h->type != COORD_WIRE_PING && h->type != COORD_WIRE_ERROR
-			? 0
-			: h->type) {
+	switch (k->s->role == COORD_ROLE_PS
+			? (h->type == COORD_WIRE_VAR_REQ || h->type == COORD_WIRE_PING ||
+					   h->type == COORD_WIRE_ERROR ||
+					   h->type == COORD_WIRE_VAR_SYNC
+				   ? h->type
+				   : 0)
+			: (h->type == COORD_WIRE_VAR_SYNC ? 0 : h->type)) {
 	case COORD_WIRE_FN_TABLE:
 		return on_fn_table(k, h, payload);
 	case COORD_WIRE_PS_TABLE:
@@ -560,6 +668,10 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 	}
 	case COORD_WIRE_VAR_REQ:
 		return k->s->role == COORD_ROLE_PS ? on_var_req(k, h, payload) : -EPROTO;
+	case COORD_WIRE_VAR_SYNC:
+		return on_sync(k, h, payload);
+	case COORD_WIRE_PS_OPTS:
+		return coord_wire_get_ps_opts(h, payload, &k->ps_opts);
 	case COORD_WIRE_PING: {
 		uint64_t tok;
 		uint8_t b[COORD_WIRE_HDR + 8];
@@ -626,6 +738,7 @@ int coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
 {
 	k->s = s;
 	k->io = *io;
+	k->sync.accept_ns = coord_now_ns(); /* before the handshake's HELLO_ACK (tcp) */
 	k->outcap = 64 * 1024;
 	k->out = malloc(k->outcap);
 	return k->out ? 0 : -ENOMEM;

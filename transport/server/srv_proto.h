@@ -31,6 +31,9 @@
 
 struct coord_srv_ps;
 
+/* Marks of (frame count, send time) a ps connection keeps (srv_proto.c "Give-up"). */
+#define COORD_SRV_SYNC_MARKS 64
+
 /**
  * struct coord_srv - what every connection of one server shares.
  * @o:    the options (borrowed for the server's life).
@@ -103,6 +106,20 @@ struct coord_srv_conn {
 	 * started, once @cancelled.  The driving thread's. */
 	uint32_t min_gen;
 	bool cancelled;
+	/* worker: the coordinator's PS_OPTS (zero: none came). */
+	struct coord_wire_ps_opts ps_opts;
+	/* ps: the client's give-up clock (wire.h VAR_SYNC; srv_proto.c
+	 * "Give-up").  @accept_ns by coord_srv_conn_init(), the rest by the
+	 * driving thread. */
+	struct coord_srv_sync {
+		uint64_t accept_ns; /* frame 0: before the handshake (tcp) */
+		uint64_t sent;	    /* frames counted (VAR_RES, VAR_SYNC echoes) */
+		uint64_t ref_ns;    /* when frame @seen of the last VAR_SYNC left, or earlier */
+		uint64_t window_ns; /* 0: not judged (no VAR_SYNC yet) */
+		uint64_t last_ns;   /* the newest mark's time */
+		uint64_t mark_n[COORD_SRV_SYNC_MARKS], mark_ns[COORD_SRV_SYNC_MARKS];
+		unsigned nmark; /* marks made (the ring's next: nmark % MARKS) */
+	} sync;
 };
 
 /* S3: a CANCEL of generation @gen arrived (or was read ahead) on @k. */

@@ -749,8 +749,7 @@ static int conn_dial(struct tcp *t, struct tcp_conn *k, int *fd, struct coord_er
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		fcap += 6 + strlen(c->reg->fns[i].name);
 	/* Then where the ps tasks are (runtime/ps.h), if there are any. */
-	for (unsigned i = 0; c->ps && c->ps->remote && i < c->ps->nps; i++)
-		fcap += 6 + strlen(coord_psc_addr(c->ps->remote, i));
+	fcap += coord_psc_table_len(c->ps);
 	fb = malloc(fcap + 3 * COORD_WIRE_HDR + 8);
 	if (!fb) {
 		r = coord_seterr(err, COORD_ENOMEM, "no memory");
@@ -761,12 +760,7 @@ static int conn_dial(struct tcp *t, struct tcp_conn *k, int *fd, struct coord_er
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		coord_wire_put_fn(&fw, i, c->reg->fns[i].name);
 	coord_wire_end(&fw);
-	if (c->ps && c->ps->remote && c->ps->nps) {
-		coord_wire_begin(&fw, COORD_WIRE_PS_TABLE);
-		for (unsigned i = 0; i < c->ps->nps; i++)
-			coord_wire_put_addr(&fw, i, coord_psc_addr(c->ps->remote, i));
-		coord_wire_end(&fw);
-	}
+	coord_psc_put_table(&fw, c->ps); /* PS_OPTS, PS_TABLE */
 	if (c->opts.heartbeat_ms > 0)
 		coord_wire_put_ping(&fw, COORD_WIRE_PING, (uint64_t)c->opts.heartbeat_ms);
 	r = coord_sock_send_all(*fd, fb, fw.len);

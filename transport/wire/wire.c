@@ -96,6 +96,9 @@ static size_t min_record(uint16_t type)
 		return 8;
 	case COORD_WIRE_CANCEL:
 		return 4;
+	case COORD_WIRE_VAR_SYNC:
+	case COORD_WIRE_PS_OPTS:
+		return 16;
 	default:
 		return 0;
 	}
@@ -405,6 +408,33 @@ int coord_wire_get_cancel(const struct coord_wire_hdr *h, const void *payload, u
 	if (h->type != COORD_WIRE_CANCEL || h->len != 4)
 		return -EPROTO;
 	*gen = get32(payload);
+	return 0;
+}
+
+int coord_wire_get_sync(const struct coord_wire_hdr *h, const void *payload,
+			struct coord_wire_sync *s)
+{
+	const uint8_t *p = payload;
+
+	if (h->type != COORD_WIRE_VAR_SYNC || h->len != 24)
+		return -EPROTO;
+	s->seq = get64(p);
+	s->seen = get64(p + 8);
+	s->window_ms = get32(p + 16);
+	s->hb_ms = get32(p + 20);
+	return 0;
+}
+
+int coord_wire_get_ps_opts(const struct coord_wire_hdr *h, const void *payload,
+			   struct coord_wire_ps_opts *o)
+{
+	const uint8_t *p = payload;
+
+	if (h->type != COORD_WIRE_PS_OPTS || h->len != 16 || get32(p + 12) != 0)
+		return -EPROTO;
+	o->timeout_ms = get32(p);
+	o->hb_ms = get32(p + 4);
+	o->misses = get32(p + 8);
 	return 0;
 }
 
@@ -729,6 +759,34 @@ int coord_wire_put_cancel(struct coord_wire_writer *w, uint32_t gen)
 	return 0;
 }
 
+int coord_wire_put_sync(struct coord_wire_writer *w, const struct coord_wire_sync *s)
+{
+	uint8_t *p = single(w, COORD_WIRE_VAR_SYNC, 24);
+
+	if (!p)
+		return -ENOSPC;
+	put64(p, s->seq);
+	put64(p + 8, s->seen);
+	put32(p + 16, s->window_ms);
+	put32(p + 20, s->hb_ms);
+	coord_wire_end(w);
+	return 0;
+}
+
+int coord_wire_put_ps_opts(struct coord_wire_writer *w, const struct coord_wire_ps_opts *o)
+{
+	uint8_t *p = single(w, COORD_WIRE_PS_OPTS, 16);
+
+	if (!p)
+		return -ENOSPC;
+	put32(p, o->timeout_ms);
+	put32(p + 4, o->hb_ms);
+	put32(p + 8, o->misses);
+	put32(p + 12, 0);
+	coord_wire_end(w);
+	return 0;
+}
+
 int coord_wire_put_error(struct coord_wire_writer *w, int32_t code, const char *msg)
 {
 	size_t n = strnlen(msg, 1024);
@@ -748,7 +806,8 @@ const char *coord_wire_type_name(uint16_t type)
 	static const char *const names[] = { "?",	 "HELLO",   "HELLO_ACK", "AUTH",
 					     "FN_TABLE", "REQ",	    "RES",	 "PING",
 					     "PONG",	 "ERROR",   "PS_TABLE",	 "VAR_REQ",
-					     "VAR_RES",	 "PW_FREE", "CANCEL" };
+					     "VAR_RES",	 "PW_FREE", "CANCEL",	 "VAR_SYNC",
+					     "PS_OPTS" };
 
 	return type <= COORD_WIRE_TYPE_MAX ? names[type] : "?";
 }

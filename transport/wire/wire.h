@@ -39,6 +39,21 @@
  *              COORD_ECANCELLED ("not started"), the only pair that means so.
  *              It applies to requests sent before it as well as after: a
  *              worker may read ahead for it while a long closure runs.
+ *   VAR_SYNC   worker or coordinator -> ps: u64 seq, u64 seen, u32 window_ms,
+ *              u32 hb_ms (count 1): a ps client's give-up clock
+ *              (transport/psclient/ps_client.c "Give-up"): the ps answers
+ *              PONG with token @seq and notes when; a VAR_REQ after it is
+ *              applied only if it starts less than @window_ms after the ps
+ *              sent the PONG of @seen (0: the connection's accept), else it
+ *              is answered COORD_ETIMEDOUT, not applied.  @hb_ms: the
+ *              client's ping interval (a keepalive hint, tcp_server.c P5).
+ *              Sent first on every connection of a client that uses it, and
+ *              then every ping interval; a connection without one is never
+ *              judged (older clients, rdma).
+ *   PS_OPTS    coordinator -> worker: u32 timeout_ms, u32 hb_ms, u32 misses,
+ *              u32 reserved (count 1), before PS_TABLE: the coordinator's
+ *              ps_timeout_ms, heartbeat_ms and heartbeat_misses, which the
+ *              worker's client of the ps tasks uses too.
  *   PW_FREE    coordinator -> worker: count x { u64 uid }: per-worker
  *              resources whose last handle was put (S9); the worker destroys
  *              its component of each, after every REQ before this frame and
@@ -125,7 +140,9 @@ enum coord_wire_type {
 	COORD_WIRE_VAR_RES = 12,
 	COORD_WIRE_PW_FREE = 13,
 	COORD_WIRE_CANCEL = 14,
-	COORD_WIRE_TYPE_MAX = 14,
+	COORD_WIRE_VAR_SYNC = 15,
+	COORD_WIRE_PS_OPTS = 16,
+	COORD_WIRE_TYPE_MAX = 16,
 };
 
 enum coord_wire_role {
@@ -226,6 +243,21 @@ struct coord_wire_vres {
 	const void *data;
 };
 
+/* VAR_SYNC (above). */
+struct coord_wire_sync {
+	uint64_t seq;
+	uint64_t seen;
+	uint32_t window_ms;
+	uint32_t hb_ms;
+};
+
+/* PS_OPTS (above). */
+struct coord_wire_ps_opts {
+	uint32_t timeout_ms;
+	uint32_t hb_ms;
+	uint32_t misses;
+};
+
 struct coord_wire_hello {
 	uint32_t magic;
 	uint16_t vmin, vmax; /* HELLO; in HELLO_ACK vmin is the chosen version */
@@ -286,6 +318,10 @@ COORD_HIDDEN int coord_wire_get_cancel(const struct coord_wire_hdr *h, const voi
 				       uint32_t *gen);
 COORD_HIDDEN int coord_wire_get_error(const struct coord_wire_hdr *h, const void *payload,
 				      int32_t *code, const char **msg, uint16_t *len);
+COORD_HIDDEN int coord_wire_get_sync(const struct coord_wire_hdr *h, const void *payload,
+				     struct coord_wire_sync *s);
+COORD_HIDDEN int coord_wire_get_ps_opts(const struct coord_wire_hdr *h, const void *payload,
+					struct coord_wire_ps_opts *o);
 
 /*
  * Encoding into a caller's buffer: begin a frame, add records until one
@@ -330,6 +366,9 @@ COORD_HIDDEN int coord_wire_put_auth(struct coord_wire_writer *w,
 				     const uint8_t mac[COORD_WIRE_MAC]);
 COORD_HIDDEN int coord_wire_put_ping(struct coord_wire_writer *w, uint16_t type, uint64_t token);
 COORD_HIDDEN int coord_wire_put_cancel(struct coord_wire_writer *w, uint32_t gen);
+COORD_HIDDEN int coord_wire_put_sync(struct coord_wire_writer *w, const struct coord_wire_sync *s);
+COORD_HIDDEN int coord_wire_put_ps_opts(struct coord_wire_writer *w,
+					const struct coord_wire_ps_opts *o);
 /* Is request generation @gen before @min (a CANCEL's), in serial order? */
 static inline int coord_wire_gen_before(uint32_t gen, uint32_t min)
 {

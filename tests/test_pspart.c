@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_pspart.c - a ps task cut off from its workers and its
+ * coordinator by a real partition (its own network namespace, the veth
+ * link taken down and up again; root and iproute2, else skipped): the
+ * heartbeat on the ps connections notices it, the job gets UNAVAILABLE
+ * within a bound the heartbeat sets, work resumes soon after the link
+ * returns, and no update is applied twice (transport/psclient/ps_client.c
+ * and transport/server/srv_proto.c "Give-up").
+ *
+ * Its own suite (pspart): it takes a while and must not share the machine's
+ * few cores with timing-sensitive tests.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <coord/var.h>
+
+#include "runtime/ps/ps.h"
+#include "transport/wire/sock.h"
+#include "helpers.h"
+
+static struct coord_registry *reg;
+static struct t_netns ns;
+static char key[64];
+static pid_t ps_pid, wk_pid[2];
+static unsigned ps_port, wk_port[2];
+static int connect_ms = 1000; /* measure: coord_opts's default */
+
+static const char *ip_bin(void)
+{
+	return access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/sbin/ip";
+}
+
+/* coord-ps in the namespace, two coord-workers outside; 0, or -1 to skip. */
+static int cluster_start(void)
+{
+	const char *wbin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
+	const char *pbin = getenv("COORD_PS_BIN");
+	const char *lvl = getenv("T_SERVER_LOG") ? getenv("T_SERVER_LOG") : "error";
+	char listen[48];
+	FILE *f;
+
+	snprintf(key, sizeof(key), "/tmp/coord-test-pspart-key-%d", (int)getpid());
+	if (t_netns_create(&ns, 0) < 0) {
+		t_netns_destroy(&ns);
+		return -1; /* needs root and iproute2 */
+	}
+	f = fopen(key, "w");
+	assert_non_null(f);
+	fprintf(f, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n");
+	fclose(f);
+	chmod(key, 0600);
+	snprintf(listen, sizeof(listen), "%s:0", ns.ns_ip);
+	{
+		char *argv[] = { (char *)ip_bin(), "netns", "exec",  ns.name, (char *)pbin,
+				 "--listen",	   listen,  "--key", key,     "--log",
+				 "error",	   NULL };
+
+		ps_pid = t_spawn(argv, "coord-ps", &ps_port);
+	}
+	for (unsigned i = 0; i < 2; i++) {
+		char *argv[] = { (char *)wbin, "--fns", (char *)fns, "--listen",  "127.0.0.1:0",
+				 "--key",      key,	"--log",     (char *)lvl, NULL };
+
+		wk_pid[i] = t_spawn(argv, "coord-worker", &wk_port[i]);
+	}
+	assert_true(ps_pid > 0 && wk_pid[0] > 0 && wk_pid[1] > 0);
+	return 0;
+}
+
+/*
+ * The partition: LINK takes the veth link down (nothing passes either
+ * way); INBOUND drops what enters the ps's namespace (iptables there:
+ * what the ps sends still arrives, so no reply of an applied request is
+ * lost, and exactly what was sent into the cut is at stake).
+ */
+enum cut { LINK, INBOUND };
+
+static void cut_set(enum cut kind, int on)
+{
+	char cmd[160];
+
+	if (kind == LINK) {
+		assert_int_equal(t_netns_link(&ns, !on), 0);
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "%s netns exec %s iptables -%c INPUT -p tcp -j DROP", ip_bin(),
+		 ns.name, on ? 'A' : 'D');
+	assert_int_equal(system(cmd), 0);
+}
+
+static void cluster_stop(void)
+{
+	for (unsigned i = 0; i < 2; i++)
+		if (wk_pid[i] > 0)
+			t_reap(wk_pid[i]);
+	if (ps_pid > 0)
+		t_reap(ps_pid);
+	ps_pid = wk_pid[0] = wk_pid[1] = 0;
+	t_netns_destroy(&ns);
+	unlink(key);
+}
+
+static struct coord *make(int hb_ms, int misses, int ps_timeout_ms)
+{
+	struct coord_spec *sp = NULL;
+	struct coord_error err;
+	struct coord_opts o;
+	struct coord *c = NULL;
+	char spec[256];
+
+	snprintf(spec, sizeof(spec),
+		 "{\"worker\": [\"127.0.0.1:%u\", \"127.0.0.1:%u\"], \"ps\": [\"%s:%u\"]}",
+		 wk_port[0], wk_port[1], ns.ns_ip, ps_port);
+	coord_opts_init(&o);
+	o.registry = reg;
+	o.transport = "tcp";
+	o.key_file = key;
+	o.heartbeat_ms = hb_ms;
+	o.heartbeat_misses = misses;
+	o.ps_timeout_ms = ps_timeout_ms;
+	o.ps_failure_threshold = 3;
+	o.connect_timeout_ms = connect_ms;
+	assert_int_equal(coord_spec_parse(spec, &sp, &err), 0);
+	if (coord_create(sp, &o, &c, &err) != 0)
+		fail_msg("coord_create: %s", err.msg);
+	coord_spec_destroy(sp);
+	return c;
+}
+
+/* What a run of assign_add closures saw. */
+struct run {
+	uint64_t ok, failed, joins;
+	uint64_t cut_ns, heal_ns; /* the current cut, and its heal (0: not yet) */
+	uint64_t err_ns, ok_ns;	  /* its first failure, the first success after its heal */
+	uint64_t err_max, ok_max; /* the longest delays over the cuts, ns */
+	unsigned noticed, resumed;
+};
+
+/*
+ * Run one batch of @n closures that each add 1 to @var and fetch them all:
+ * successes and failures into @r, and the first failure after a cut and
+ * the first success after its heal.
+ */
+static void batch(struct coord *c, coord_var_t var, unsigned n, struct run *r)
+{
+	struct t_var_args a = { .var = var, .off = 0, .n = 1, .val = 1.0f };
+	static struct coord_rv *rv[1024];
+	struct coord_error err;
+	unsigned m = 0;
+
+	for (; m < n; m++)
+		if (coord_schedule(c, t_fn(c, "var_add"), &a, sizeof(a), &rv[m], &err) != 0) {
+			if (coord_join(c, &err) == 0) /* the error is taken: schedule again */
+				t_sleep_ns(1000000);
+			break;
+		}
+	for (unsigned i = 0; i < m; i++) {
+		int e = coord_rv_fetch_timeout(rv[i], 60000000000ll, NULL, NULL, &err);
+		uint64_t now = t_now_ns();
+
+		assert_int_not_equal(e, -ETIMEDOUT); /* every closure ends */
+		if (e == 0) {
+			r->ok++;
+			if (r->heal_ns && !r->ok_ns)
+				r->ok_ns = now;
+		} else {
+			r->failed++;
+			if (r->cut_ns && !r->heal_ns && !r->err_ns)
+				r->err_ns = now;
+		}
+		coord_rv_put(rv[i]);
+	}
+	if (coord_join(c, &err) != 0) /* take any error (S3), so the next batch runs */
+		r->joins++;
+}
+
+/* Close the books on one cut: its delays. */
+static void cut_done(struct run *r)
+{
+	if (r->err_ns) {
+		r->noticed++;
+		if (r->err_ns - r->cut_ns > r->err_max)
+			r->err_max = r->err_ns - r->cut_ns;
+	}
+	if (r->ok_ns) {
+		r->resumed++;
+		if (r->ok_ns - r->heal_ns > r->ok_max)
+			r->ok_max = r->ok_ns - r->heal_ns;
+	}
+	r->cut_ns = r->heal_ns = r->err_ns = r->ok_ns = 0;
+}
+
+/*
+ * @target successful assign_add(+1) closures over two workers, with the ps
+ * partitioned @ncuts times for @cut_ms each, evenly spread: the variable
+ * ends at exactly the number of closures that succeeded.  A closure that
+ * failed (cancelled, or UNAVAILABLE after the threshold) applied nothing;
+ * one that was put back (a request given up, run again) applied its update
+ * once.  Every cut is noticed (the job's error) and work resumes after
+ * each heal.  The loop is bounded in time.
+ */
+static void partition_run(enum cut kind, int cut_ms, unsigned ncuts, int hb_ms, int misses,
+			  int ps_timeout_ms, uint64_t target)
+{
+	uint64_t dims[1] = { 1 }, until;
+	struct coord_error err;
+	struct run r = { 0 };
+	unsigned cuts = 0;
+	coord_var_t var;
+	struct coord *c;
+	float sum = -1;
+	char name[32];
+
+	c = make(hb_ms, misses, ps_timeout_ms);
+	snprintf(name, sizeof(name), "pspart/%d/%d/%u", (int)kind, cut_ms, ncuts);
+	if (coord_var_create(c, name, 1, dims, NULL, &var, &err) != 0)
+		fail_msg("create: %s", err.msg);
+	until = t_now_ns() + 400000000000ull; /* the whole run: at most 400 s */
+	while ((r.ok < target || r.cut_ns) && t_now_ns() < until) {
+		uint64_t left = r.ok < target ? target - r.ok : 1;
+
+		if (r.heal_ns && r.ok_ns)
+			cut_done(&r); /* resumed: ready for the next cut */
+		if (!r.cut_ns && cuts < ncuts && r.ok >= target * (cuts + 1) / (ncuts + 1)) {
+			cut_set(kind, 1); /* the partition */
+			r.cut_ns = t_now_ns();
+			cuts++;
+		}
+		if (r.cut_ns && !r.heal_ns &&
+		    t_now_ns() - r.cut_ns >= (uint64_t)cut_ms * 1000000ull) {
+			cut_set(kind, 0); /* healed */
+			r.heal_ns = t_now_ns();
+		}
+		batch(c, var, left < 512 ? (unsigned)left : 512, &r);
+		if (r.cut_ns && !r.heal_ns && r.err_ns)
+			t_sleep_ns(20000000); /* errors come fast meanwhile: do not spin */
+	}
+	if (r.cut_ns && !r.heal_ns)
+		cut_set(kind, 0);
+	if (r.cut_ns)
+		cut_done(&r);
+	for (int i = 0; i < 200; i++) { /* the coordinator's own connection redials */
+		if (coord_var_read(c, var, 0, 1, &sum, &err) == 0)
+			break;
+		t_sleep_ns(50000000);
+	}
+	printf("# %u %s partitions of %d ms, heartbeat %d ms x %d, ps timeout %d ms: error at most "
+	       "%.2f s after a cut, completions at most %.2f s after a heal; %llu ok, %llu "
+	       "failed, sum %.0f\n",
+	       cuts, kind == LINK ? "link" : "inbound", cut_ms, hb_ms, misses, ps_timeout_ms,
+	       (double)r.err_max / 1e9, (double)r.ok_max / 1e9, (unsigned long long)r.ok,
+	       (unsigned long long)r.failed, (double)sum);
+	fflush(stdout);
+	assert_true(r.ok >= target);
+	assert_int_equal(cuts, ncuts);
+	assert_int_equal(r.noticed, ncuts); /* every partition was noticed */
+	assert_int_equal(r.resumed, ncuts); /* and work resumed after it */
+	/* Float counts are exact up to 2^24.  LINK: a request the ps applied
+	 * just as the link went down loses its reply, and its closure fails or
+	 * is put back though its update was made (ps_client.c "Give-up": not
+	 * covered; measured: 2 in 100 cuts); at most one per worker and cut,
+	 * and never an update lost. */
+	if ((uint64_t)sum < r.ok || (uint64_t)sum > r.ok + 2 * ncuts ||
+	    (kind == INBOUND && (uint64_t)sum != r.ok))
+		fail_msg("sum %.0f after %llu successful closures", (double)sum,
+			 (unsigned long long)r.ok);
+	coord_destroy(c);
+}
+
+/* The issue's test: what was sent into a partition, given up, its closure
+ * put back and run again, is never applied too when the partition heals. */
+static void test_partition_sums_exactly(void **state)
+{
+	(void)state;
+	if (!ns.made)
+		skip();
+	partition_run(INBOUND, 3000, 3, 500, 3, 30000, 100000);
+}
+
+/* The link down and up: noticed within the heartbeat, work resumes. */
+static void test_partition_link(void **state)
+{
+	(void)state;
+	if (!ns.made)
+		skip();
+	partition_run(LINK, 3000, 3, 500, 3, 30000, 30000);
+}
+
+/* ---- the ps's side of give-up, with a raw client ------------------------------------ */
+
+static void raw_send(int fd, uint16_t type, const struct coord_wire_vreq *q,
+		     const struct coord_wire_sync *y)
+{
+	uint8_t b[256];
+	struct coord_wire_writer w;
+
+	coord_wire_writer_init(&w, b, sizeof(b));
+	if (y) {
+		assert_int_equal(coord_wire_put_sync(&w, y), 0);
+	} else {
+		assert_int_equal(coord_wire_begin(&w, type), 0);
+		assert_int_equal(coord_wire_put_vreq(&w, q), 0);
+		coord_wire_end(&w);
+	}
+	assert_int_equal(coord_sock_send_all(fd, b, w.len), 0);
+}
+
+/* The one VAR_RES record of the next frame: its code; its bytes to @out. */
+static int raw_result(struct coord_frame_reader *rd, void *out, size_t cap)
+{
+	struct coord_wire_hdr h;
+	struct coord_wire_iter it;
+	struct coord_wire_vres res;
+	const uint8_t *payload;
+
+	assert_int_equal(coord_frame_read(rd, 10000, 10000, &h, &payload), 0);
+	assert_int_equal(h.type, COORD_WIRE_VAR_RES);
+	coord_wire_iter_init(&it, &h, payload);
+	assert_int_equal(coord_wire_next_vres(&it, &res), 1);
+	if (res.code == 0 && res.len <= cap && res.len)
+		memcpy(out, res.data, res.len);
+	return res.code;
+}
+
+/*
+ * A request that starts later than the window after the frame its
+ * VAR_SYNC names is answered COORD_ETIMEDOUT and not applied; one after a
+ * VAR_SYNC naming a newer frame is applied; an echo is a PONG with the
+ * token.  Frames: 0 the handshake, 1.. the ps's VAR_RES and echoes.
+ */
+static void test_ps_drops_given_up_requests(void **state)
+{
+	char *argv[] = {
+		getenv("COORD_PS_BIN"), "--listen", "127.0.0.1:0", "--log", "error", NULL
+	};
+	uint8_t shape[16] = { 1, 0, 0, 0, 0, 0, 0, 0, 1 }, info[COORD_PS_INFO_MAX];
+	float one = 1.0f, got = -1.0f;
+	struct coord_wire_sync y = { .window_ms = 300 };
+	struct coord_wire_vreq q = { .op = COORD_PS_CREATE, .name = "gu/x", .name_len = 4 };
+	struct coord_frame_reader rd;
+	struct coord_key nokey = { 0 };
+	struct coord_error err;
+	struct coord_wire_hdr h;
+	const uint8_t *payload;
+	char addr[32];
+	unsigned port;
+	uint64_t tok;
+	uint32_t id;
+	pid_t pid;
+	int fd;
+
+	(void)state;
+	pid = t_spawn(argv, "coord-ps", &port);
+	assert_true(pid > 0);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+	assert_int_equal(coord_sock_connect(addr, 5000, &fd, &err), 0);
+	assert_int_equal(coord_frame_reader_init(&rd, fd, 1u << 20), 0);
+	assert_int_equal(coord_handshake_client(&rd, &nokey, COORD_ROLE_COORDINATOR, COORD_ROLE_PS,
+						0, 5000, addr, &err),
+			 0);
+	raw_send(fd, 0, NULL, &y); /* seen 0: the handshake */
+	q.data = shape;
+	q.len = sizeof(shape);
+	raw_send(fd, COORD_WIRE_VAR_REQ, &q, NULL);
+	assert_int_equal(raw_result(&rd, info, sizeof(info)), 0); /* frame 1 */
+	memcpy(&id, info, 4);
+	t_sleep_ns(400000000); /* past the window: the client would have given up */
+	q = (struct coord_wire_vreq){ .op = COORD_PS_ASSIGN_ADD, .var = id, .n = 1 };
+	q.data = &one;
+	q.len = 4;
+	raw_send(fd, COORD_WIRE_VAR_REQ, &q, NULL);
+	assert_int_equal(raw_result(&rd, NULL, 0), COORD_ETIMEDOUT); /* frame 2: dropped */
+	y.seen = 2;						     /* received just now */
+	y.seq = (1ull << 63) | 9;
+	raw_send(fd, 0, NULL, &y);
+	assert_int_equal(coord_frame_read(&rd, 10000, 10000, &h, &payload), 0); /* frame 3 */
+	assert_int_equal(h.type, COORD_WIRE_PONG);
+	assert_int_equal(coord_wire_get_ping(&h, payload, &tok), 0);
+	assert_true(tok == y.seq);
+	raw_send(fd, COORD_WIRE_VAR_REQ, &q, NULL);
+	assert_int_equal(raw_result(&rd, NULL, 0), 0); /* frame 4: applied */
+	y.seen = 99; /* frames never sent: everything after is given up */
+	y.seq = 0;
+	raw_send(fd, 0, NULL, &y);
+	raw_send(fd, COORD_WIRE_VAR_REQ, &q, NULL);
+	assert_int_equal(raw_result(&rd, NULL, 0), COORD_ETIMEDOUT);
+	y.seen = 4;
+	raw_send(fd, 0, NULL, &y);
+	q = (struct coord_wire_vreq){ .op = COORD_PS_READ, .var = id, .n = 1 };
+	raw_send(fd, COORD_WIRE_VAR_REQ, &q, NULL);
+	assert_int_equal(raw_result(&rd, &got, sizeof(got)), 0);
+	assert_true(got == 1.0f); /* one add of three */
+	coord_frame_reader_fini(&rd);
+	close(fd);
+	t_reap(pid);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	if (cluster_start() < 0)
+		ns.made = 0;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	cluster_stop();
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ps_drops_given_up_requests),
+		cmocka_unit_test(test_partition_sums_exactly),
+		cmocka_unit_test(test_partition_link),
+	};
+	int failed;
+
+	/* Measure (not a test): test_pspart measure link|inbound CUT_MS NCUTS HB_MS MISSES
+	 * TARGET */
+	if (argc >= 4 && !strcmp(argv[1], "measure")) {
+		reg = t_registry();
+		atexit(cluster_stop); /* a failed assertion exits: leave nothing behind */
+		if (cluster_start() < 0)
+			return 77;
+		argv++;
+		argc--;
+		connect_ms = 5000;
+		partition_run(strcmp(argv[1], "link") ? INBOUND : LINK, atoi(argv[2]),
+			      argc > 3 ? (unsigned)atoi(argv[3]) : 1,
+			      argc > 4 ? atoi(argv[4]) : 1000, argc > 5 ? atoi(argv[5]) : 3, 30000,
+			      argc > 6 ? strtoull(argv[6], NULL, 10) : 20000);
+		return 0;
+	}
+	t_watchdog(600);
+	reg = t_registry();
+	failed = cmocka_run_group_tests_name("pspart/tcp", tests, setup, teardown);
+	coord_registry_destroy(reg);
+	return failed;
+}
