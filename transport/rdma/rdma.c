@@ -9,8 +9,11 @@
  * its timer (D6).
  *
  * Moving bytes.  A connection's output is posted as one chain of SENDs as
- * far as credits allow (coord_rdma_chan_send_some(); the rest goes when
- * credits come back, after its frames are read); frames are read in place
+ * far as credits allow, whole frames only (coord_rdma_chan_send_min(); the
+ * rest goes when credits come back, after its frames are read), keeping one
+ * credit besides rdma_chan.c C2's for a CANCEL, which goes before the REQ
+ * frames still waiting (S3: hoist_cancel()) and may take the last (C4);
+ * frames are read in place
  * from the receive buffers (zero copy for frames within one buffer), at
  * most a window of them per connection per round.  A failed channel leaves
  * the epoll set and is shut down at once (its worker sees that); it has no
@@ -74,11 +77,13 @@
 
 #define DRIVE_MAX_NS 2000000ull /* a waiter's spin, at most, while results are due (D2) */
 #define TIMER_MIN_NS 100000ull	/* D6's timer, at least */
+#define REQ_MIN_CREDITS 3u	/* rdma_chan.c C4: one kept for a CANCEL */
 
 struct rdma_conn {
 	COORD_CONN_EMBED;
 	struct coord_rdma_chan *ch, *admit_ch; /* admit_ch: dialled again */
 	size_t ooff;			       /* bytes [ooff, ow.len) of obuf are not posted yet */
+	size_t fend; /* the end of a frame too large to post whole (postable()), or 0 */
 };
 
 struct rdma_loop {
@@ -103,19 +108,103 @@ static inline struct rdma_loop *rl(struct coord_eloop *l)
 
 /* ---- moving bytes ---------------------------------------------------------------- */
 
-/* ops->send: post what the output holds, as far as credits allow. */
+/* The length of the frame at @p, one of ours (well formed). */
+static size_t frame_len(const uint8_t *p, size_t avail, uint8_t *type)
+{
+	struct coord_wire_hdr h = { 0 };
+
+	(void)coord_wire_parse_hdr(p, avail, COORD_WIRE_MAX_FRAME_LIMIT, &h);
+	*type = h.type;
+	return COORD_WIRE_HDR + (size_t)h.len;
+}
+
+/*
+ * How much of @k's output to post within @room bytes: whole frames only,
+ * so that what waits for credits starts at a frame (hoist_cancel()); a
+ * frame larger than @most, which no room ever holds, as it fits (fend).
+ */
+static size_t postable(struct rdma_conn *k, size_t room, size_t most)
+{
+	size_t off = k->ooff;
+	uint8_t t;
+
+	if (k->fend)
+		return k->fend - off < room ? k->fend - off : room;
+	while (off < k->ow.len) {
+		size_t f = frame_len(k->obuf + off, k->ow.len - off, &t);
+
+		if (off + f - k->ooff > room) {
+			if (off == k->ooff && f > most) {
+				k->fend = off + f;
+				return room;
+			}
+			break;
+		}
+		off += f;
+	}
+	return off - k->ooff;
+}
+
+/*
+ * S3: the CANCEL just written at the end of @k's output goes before the REQ
+ * frames that wait for credits there (the worker drops those of an older
+ * generation all the same: srv_proto.h min_gen), so that it does not wait
+ * behind them for the credits a worker whose receives all hold REQ frames
+ * it has not started never returns.  They leave two credits for it (C4).
+ */
+static void hoist_cancel(struct rdma_conn *k)
+{
+	size_t off = k->ooff, last = off, n = k->ow.len;
+	uint8_t tmp[COORD_WIRE_HDR + 8], t = 0;
+
+	while (off < n) {
+		last = off;
+		off += frame_len(k->obuf + off, n - off, &t);
+	}
+	if (last == k->ooff || t != COORD_WIRE_CANCEL || n - last > sizeof(tmp))
+		return;
+	memcpy(tmp, k->obuf + last, n - last);
+	memmove(k->obuf + k->ooff + (n - last), k->obuf + k->ooff, last - k->ooff);
+	memcpy(k->obuf + k->ooff, tmp, n - last);
+}
+
+/* Post @len bytes from k->ooff while credits >= @min (rdma_chan.c C4);
+ * false if the channel failed. */
+static bool post(struct rdma_conn *k, size_t len, uint32_t min)
+{
+	size_t sent = 0;
+
+	if (coord_rdma_chan_send_min(k->ch, k->obuf + k->ooff, len, min, &sent) < 0) {
+		coord_eng_fail(&k->conn, 0, "the channel closed");
+		return false;
+	}
+	k->ooff += sent;
+	if (k->fend && k->ooff >= k->fend)
+		k->fend = 0;
+	return true;
+}
+
+/* ops->send: post what the output holds, as far as credits allow, a
+ * CANCEL first (hoist_cancel()). */
 static bool rdma_send(struct coord_conn *ck)
 {
 	struct rdma_conn *k = rk(ck);
-	size_t sent = 0;
+	size_t most, room;
+	uint8_t t = 0;
 
 	if (k->ow.frame != SIZE_MAX)
 		coord_wire_end(&k->ow);
-	if (coord_rdma_chan_send_some(k->ch, k->obuf + k->ooff, k->ow.len - k->ooff, &sent) < 0) {
-		coord_eng_fail(ck, 0, "the channel closed");
-		return true;
+	if (k->urgent && !k->fend)
+		hoist_cancel(k);
+	if (!k->fend && k->ooff < k->ow.len) {
+		size_t f = frame_len(k->obuf + k->ooff, k->ow.len - k->ooff, &t);
+
+		if (t == COORD_WIRE_CANCEL && !post(k, f, 1)) /* C4: the credit kept */
+			return true;
 	}
-	k->ooff += sent;
+	room = coord_rdma_chan_room(k->ch, REQ_MIN_CREDITS, &most);
+	if (k->ooff < k->ow.len && !post(k, postable(k, room, most), REQ_MIN_CREDITS))
+		return true;
 	if (k->ooff == k->ow.len) {
 		coord_wire_writer_init(&k->ow, k->obuf, k->ocap);
 		k->ooff = 0;
@@ -434,7 +523,7 @@ static bool rdma_install(struct coord_conn *ck)
 	coord_rdma_chan_destroy(k->ch); /* failed: out of epoll, shut down */
 	k->ch = k->admit_ch;
 	k->admit_ch = NULL;
-	k->ooff = 0;
+	k->ooff = k->fend = 0;
 	return true;
 }
 
