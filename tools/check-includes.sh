@@ -31,8 +31,6 @@ transport
 private='runtime/core/internal.h runtime/core/coord_pvt.h'
 private_ok='
 transport/transports.c
-transport/tcp/tcp.c
-transport/rdma/rdma.c
 '
 
 declare -A rank

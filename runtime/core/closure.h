@@ -34,7 +34,7 @@
  * before it frees the pools.  A closure scheduled without a handle is not
  * made final at all when it succeeds (V4 in rv.c): no reader of its state
  * exists, and the transports complete only what they find in a slot they
- * own (tcp.c, rdma.c), so a late frame cannot complete it a second time.
+ * own (transport/engine/conn.c), so a late frame cannot complete it twice.
  */
 #ifndef COORD_RUNTIME_CORE_CLOSURE_H
 #define COORD_RUNTIME_CORE_CLOSURE_H

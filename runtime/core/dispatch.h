@@ -360,6 +360,10 @@ struct coord_tp_ops {
  * Any thread.
  */
 COORD_HIDDEN void coord_worker_lost(struct coord *c, struct coord_worker *w, const char *why);
+/* coord_hq_worker_up() - a worker came back (H2, runtime/core/sched.c): the
+ * recovery thread, or the loop that installs its connection again (the
+ * duty ops->room names).  Any thread. */
+COORD_HIDDEN void coord_hq_worker_up(struct coord *c);
 
 /* coord_tp_ops.caps: */
 /* The dispatchers run functions in this process: small calls travel inline

@@ -146,8 +146,7 @@ COORD_HIDDEN unsigned coord_hq_take(struct coord_dispatcher *d, struct coord_clo
 COORD_HIDDEN bool coord_hq_work(struct coord_dispatcher *d);
 /* Cancel hinted closures of a generation older than @g (S3). */
 COORD_HIDDEN void coord_hq_drain(struct coord *c, uint64_t g);
-/* The recovery thread: a worker came back / was dropped (H2, H3). */
-COORD_HIDDEN void coord_hq_worker_up(struct coord *c);
+/* The recovery thread: a worker was dropped (H3); back: dispatch.h. */
 COORD_HIDDEN void coord_hq_worker_dropped(struct coord *c, unsigned w);
 COORD_HIDDEN void coord_hq_destroy(struct coord *c);
 

@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * transport/engine/conn.h - what the coordinator's tcp and rdma transports share
- * about a connection to a worker: its in-flight slots, its output buffer of
- * REQ frames, the handling of the results that come back, and the liveness
- * verdict.  The transports keep what differs (how bytes move, placement,
- * corking, driving).
+ * transport/engine/conn.h - a coordinator's connection to a worker, as the
+ * connection engine (engine.h) keeps it: its in-flight slots, its output
+ * buffer of REQ frames, the handling of the results that come back, and
+ * the liveness verdict.  The backends keep how bytes move.
  *
- * A transport embeds the fields with COORD_CONN_EMBED as the first member of
+ * A backend embeds the fields with COORD_CONN_EMBED as the first member of
  * its connection: it names them directly (k->nfree), as before, and passes
  * &k->conn to the functions below (the union is Linux's struct_group_tagged
  * idiom).
@@ -19,7 +18,7 @@
  * travels beside it in the record's ID field (wire.h).
  *
  * Synchronization: none.  A connection belongs to its loop (whoever holds
- * the loop, rdma.c D1); nothing here is shared between threads.
+ * the loop's tok, engine.h E1); nothing here is shared between threads.
  */
 #ifndef COORD_TRANSPORT_CONN_H
 #define COORD_TRANSPORT_CONN_H
@@ -30,6 +29,8 @@
 
 #include "runtime/core/dispatch.h"
 #include "transport/wire/wire.h"
+
+struct coord_eloop;
 
 #define COORD_CONN_MEMBERS                                                                         \
 	struct coord_worker *w;                                                                    \
@@ -53,6 +54,14 @@
 	uint32_t *run;                                                                             \
 	uint64_t backlog_ns, busy_ns;                                                              \
 	unsigned nlong;                                                                            \
+	/* the engine's (engine.h): its loop; on the loop's lists of outputs */                    \
+	/* to send and of re-admissions; output that must go now (a PING or */                     \
+	/* a CANCEL, never corked); corking: REQ frames and closures in the */                     \
+	/* output, REQ frames sent and not yet answered (engine.c "Frames") */                     \
+	struct coord_eloop *loop;                                                                  \
+	struct coord_conn *dirty_next, *admit_next;                                                \
+	bool dirty, urgent;                                                                        \
+	unsigned ow_reqs, ow_cl, reqs_out;                                                         \
 	char peer[80]; /* its address, for messages */
 
 struct coord_conn {
@@ -115,7 +124,7 @@ COORD_HIDDEN void coord_conn_pw_release(struct coord_dispatcher *d,
 					unsigned nconns, void (*flush)(struct coord_conn *));
 
 /* Empty every slot of @k and put its closure back on the queue (S2, once
- * each: rdma.c L2); how many. */
+ * each: engine.h E2); how many. */
 COORD_HIDDEN unsigned coord_conn_put_back_all(struct coord_conn *k, struct coord_dispatcher *d);
 
 /*

@@ -34,6 +34,13 @@
  *       credit-only message.
  *   C3  A credit-only message is sent when owed >= T (T = max(2, nrecv/4),
  *       and nrecv >= 4 > T) and data does not carry them sooner.
+ *   C4  A caller may ask for more than C2 (coord_rdma_chan_send_min()):
+ *       the coordinator's REQ frames leave two credits, so that a CANCEL
+ *       can always reach a worker whose receives all hold REQ frames it has
+ *       not started and so returns no credit (transport/rdma/rdma.c, S3).
+ *       The CANCEL, one SEND, may take the last credit: like a credit-only
+ *       message it carries every owed credit, and in the argument below it
+ *       counts as one (its peer reads it as it reads everything).
  *   No deadlock: say side X has data to send and credits_X <= 1, nothing is
  *   in flight and both applications read what they got.  Then the peer Y
  *   holds nrecv_Y - credits_X >= nrecv_Y - 1 >= T owed credits (C3: Y wants
@@ -258,6 +265,29 @@ static void maybe_return_credits(struct coord_rdma_chan *ch)
 
 int coord_rdma_chan_send_some(struct coord_rdma_chan *ch, const void *buf, size_t len, size_t *sent)
 {
+	return coord_rdma_chan_send_min(ch, buf, len, 2, sent); /* C2 */
+}
+
+size_t coord_rdma_chan_room(struct coord_rdma_chan *ch, uint32_t min, size_t *mostp)
+{
+	uint32_t sends, slots, peer_t, most;
+
+	if (ch->credits < min || ch->sq_head - ch->sq_done >= ch->o.nsend)
+		poll_cq(ch);
+	sends = ch->credits >= min ? ch->credits - min + 1 : 0; /* C4 */
+	slots = ch->o.nsend - (uint32_t)(ch->sq_head - ch->sq_done);
+	/* The peer returns credits once it owes T (C3, its T): a wait for
+	 * more than peer_nrecv - T of them may never end. */
+	peer_t = ch->peer_nrecv / 4 > 2 ? ch->peer_nrecv / 4 : 2;
+	most = ch->peer_nrecv + 1 > min + peer_t ? ch->peer_nrecv + 1 - min - peer_t : 1;
+	most = most < ch->o.nsend ? most : ch->o.nsend; /* and send slots */
+	*mostp = (size_t)most * ch->chunk;
+	return (size_t)(sends < slots ? sends : slots) * ch->chunk;
+}
+
+int coord_rdma_chan_send_min(struct coord_rdma_chan *ch, const void *buf, size_t len, uint32_t min,
+			     size_t *sent)
+{
 	const uint8_t *p = buf;
 	unsigned k = 0;
 	size_t done = 0;
@@ -269,13 +299,14 @@ int coord_rdma_chan_send_some(struct coord_rdma_chan *ch, const void *buf, size_
 	r = repost_flush(ch); /* so the owed credits we return are real */
 	if (r < 0)
 		return -EPIPE;
-	if (len && (ch->credits < 2 || ch->sq_head - ch->sq_done >= ch->o.nsend))
+	if (len && (ch->credits < min || ch->sq_head - ch->sq_done >= ch->o.nsend))
 		poll_cq(ch);
 	while (done < len) {
 		uint32_t n = len - done < ch->chunk ? (uint32_t)(len - done) : ch->chunk;
 		uint64_t seq = ch->sq_head + k;
 
-		if (ch->credits < 2) { /* C2: the last one is for credit-only messages */
+		/* C2: the last one is for credit-only messages; C4: @min */
+		if (ch->credits < min) {
 			ch->st.credit_waits++;
 			break;
 		}

@@ -212,6 +212,17 @@ COORD_HIDDEN int coord_rdma_chan_send(struct coord_rdma_chan *ch, const void *bu
  */
 COORD_HIDDEN int coord_rdma_chan_send_some(struct coord_rdma_chan *ch, const void *buf, size_t len,
 					   size_t *sent);
+/* coord_rdma_chan_send_some() posting a SEND only while credits >= @min
+ * (2 there: rdma_chan.c C2; C4 for the others). */
+COORD_HIDDEN int coord_rdma_chan_send_min(struct coord_rdma_chan *ch, const void *buf, size_t len,
+					  uint32_t min, size_t *sent);
+/*
+ * coord_rdma_chan_room() - how many bytes coord_rdma_chan_send_min(@min)
+ * would post now, in whole SENDs (a call starts a new SEND), after taking
+ * in the completions there are; *@most: the most it can count on posting
+ * at once however long it waits (more: post part of it, C3).
+ */
+COORD_HIDDEN size_t coord_rdma_chan_room(struct coord_rdma_chan *ch, uint32_t min, size_t *most);
 
 /**
  * coord_rdma_chan_read() - the next whole frame.

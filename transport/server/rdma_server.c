@@ -88,7 +88,7 @@ struct rconn {
 	/* Q3: since when the thread serves a frame (0: it does not), and
 	 * when a frame was last sent; hints for the acceptor's keepalive. */
 	_Atomic uint64_t busy_since, last_sent_ns;
-	uint64_t peek_ns; /* S3: when the serving thread last looked for a CANCEL */
+	uint64_t peek_ns; /* S3: when the serving thread last scanned for a CANCEL */
 	struct rconn *next;
 };
 
@@ -176,10 +176,10 @@ static void serve_frames(struct rconn *k)
 			refuse(k, r == -ETIMEDOUT ? -EPROTO : r, why);
 			return;
 		}
-		/* Relaxed (Q3): a hint for the keepalive; the read just looked
-		 * at the channel (S3: no scan needed for a while). */
-		k->peek_ns = coord_now_ns();
-		atomic_store_explicit(&k->busy_since, k->peek_ns, memory_order_relaxed);
+		/* Relaxed (Q3): a hint for the keepalive.  The read says nothing
+		 * of the frames behind this one: a CANCEL may wait there (S3,
+		 * rdma_io_peek()). */
+		atomic_store_explicit(&k->busy_since, coord_now_ns(), memory_order_relaxed);
 		r = coord_srv_conn_frame(&k->p, &h, payload);
 		/* Relaxed (Q3): as above; a stale read costs one PONG. */
 		atomic_store_explicit(&k->busy_since, 0, memory_order_relaxed);
@@ -385,7 +385,7 @@ static void unmap_var(struct coord_srv *s, uint32_t id)
 	pthread_mutex_unlock(&rs->map_lock);
 }
 
-/* S3: a look this recent (a frame just read, or a scan) needs no other. */
+/* S3: a scan this recent needs no other. */
 #define PEEK_NS 20000ull
 
 static void peek_cancel(void *arg, const struct coord_wire_hdr *h, const uint8_t *payload)

@@ -59,7 +59,7 @@
  *       unsolicited PONG every half interval while it is held and nothing
  *       else was sent; every send on a connection takes its send_lock, so
  *       frames never interleave.  The interval is the token of the PING
- *       the coordinator sends at connect (tcp.c conn_dial()).
+ *       the coordinator sends at connect (engine.c coord_eng_greet()).
  *   P4  A started frame must be whole within partial_ms: the holder records
  *       the deadline, the watchdog shuts the read side when it passes, and
  *       the holder, reading EOF with `stalled` set, sends the ERROR frame
