@@ -357,7 +357,7 @@ static void test_ps_drops_given_up_requests(void **state)
 	char addr[32];
 	unsigned port;
 	uint64_t tok;
-	uint32_t id;
+	uint32_t id, tag;
 	pid_t pid;
 	int fd;
 
@@ -376,8 +376,9 @@ static void test_ps_drops_given_up_requests(void **state)
 	raw_send(fd, COORD_WIRE_VAR_REQ, &q, NULL);
 	assert_int_equal(raw_result(&rd, info, sizeof(info)), 0); /* frame 1 */
 	memcpy(&id, info, 4);
-	t_sleep_ns(400000000); /* past the window: the client would have given up */
-	q = (struct coord_wire_vreq){ .op = COORD_PS_ASSIGN_ADD, .var = id, .n = 1 };
+	memcpy(&tag, info + 16, 4); /* after u32 id, u32 ndim, u64 dims[1] (ps.h) */
+	t_sleep_ns(400000000);	    /* past the window: the client would have given up */
+	q = (struct coord_wire_vreq){ .op = COORD_PS_ASSIGN_ADD, .var = id, .tag = tag, .n = 1 };
 	q.data = &one;
 	q.len = 4;
 	raw_send(fd, COORD_WIRE_VAR_REQ, &q, NULL);
@@ -398,7 +399,7 @@ static void test_ps_drops_given_up_requests(void **state)
 	assert_int_equal(raw_result(&rd, NULL, 0), COORD_ETIMEDOUT);
 	y.seen = 4;
 	raw_send(fd, 0, NULL, &y);
-	q = (struct coord_wire_vreq){ .op = COORD_PS_READ, .var = id, .n = 1 };
+	q = (struct coord_wire_vreq){ .op = COORD_PS_READ, .var = id, .tag = tag, .n = 1 };
 	raw_send(fd, COORD_WIRE_VAR_REQ, &q, NULL);
 	assert_int_equal(raw_result(&rd, &got, sizeof(got)), 0);
 	assert_true(got == 1.0f); /* one add of three */
