@@ -756,16 +756,34 @@ static uint16_t next_frame(struct coord_frame_reader *rd, struct coord_wire_hdr 
 	}
 }
 
+/* Send a PING with @token on @fd and read its PONG (or what came instead). */
+static uint16_t ping(int fd, struct coord_frame_reader *rd, uint64_t token)
+{
+	struct coord_wire_writer w;
+	struct coord_wire_hdr h;
+	const uint8_t *payload;
+	uint8_t b[64];
+
+	coord_wire_writer_init(&w, b, sizeof(b));
+	assert_int_equal(coord_wire_put_ping(&w, COORD_WIRE_PING, token), 0);
+	send_raw(fd, b, w.len);
+	assert_int_equal(coord_frame_read(rd, 5000, 5000, &h, &payload), 0);
+	return h.type;
+}
+
 /*
- * I1: with --idle-ms 300, an authenticated connection that sends nothing
- * is closed with an ERROR frame saying so; one that pings (a 100 ms
- * heartbeat) stays open well past it; a closure that runs longer than the
- * limit (nothing received meanwhile) still returns its result; and a real
- * coordinator (heartbeat 100 ms) idle for 1.5 s loses no worker.
+ * I1: with --idle-ms 2000, an authenticated connection that sends nothing
+ * is closed with an ERROR frame saying so, after the limit; one that pings
+ * every 100 ms stays open for 4 s; one that announced a 1 s heartbeat (its
+ * limit: 4 s) is still open after 3 s of silence; a closure that runs 2.5 s
+ * (nothing received meanwhile) still returns its result; and a real
+ * coordinator (400 ms heartbeats) idle for 4 s loses no worker.  Margins of
+ * seconds against pauses of 100-400 ms: a loaded machine does not stall a
+ * process that long.
  */
 static void test_idle_connections_closed(void **state)
 {
-	static const char *const opts[] = { "--idle-ms", "300", NULL };
+	static const char *const opts[] = { "--idle-ms", "2000", NULL };
 	struct coord_registry *reg = t_registry();
 	struct coord_frame_reader rd;
 	struct coord_wire_writer w;
@@ -777,37 +795,39 @@ static void test_idle_connections_closed(void **state)
 	struct coord_rv *rv;
 	unsigned port;
 	pid_t pid = srv_spawn(&port, "warn", NULL, opts);
-	uint64_t t0 = t_now_ns();
+	uint64_t t0;
 	uint8_t b[256];
 	char json[128];
 	struct coord_spec *spec;
 	struct coord_error err;
 	int fd;
 
-	/* silent: closed after about 300 ms */
+	/* silent: closed after about 2 s */
 	fd = dial_port(port);
+	t0 = t_now_ns();
 	raw_coordinator(fd, &rd);
 	assert_int_equal(next_frame(&rd, &h, &payload), COORD_WIRE_ERROR);
-	assert_true(t_now_ns() - t0 >= 250000000ull);
+	assert_true(t_now_ns() - t0 >= 1900000000ull);
 	assert_int_equal(next_frame(&rd, &h, &payload), 0);
 	coord_frame_reader_fini(&rd);
 	close(fd);
 	assert_int_equal(log_count("idle"), 1);
 
-	/* pinging every 100 ms: open after 1.2 s */
+	/* pinging every 100 ms: open after 4 s */
 	fd = dial_port(port);
 	raw_coordinator(fd, &rd);
-	for (int i = 0; i < 12; i++) {
-		coord_wire_writer_init(&w, b, sizeof(b));
-		assert_int_equal(coord_wire_put_ping(&w, COORD_WIRE_PING, 100), 0);
-		send_raw(fd, b, w.len);
-		assert_int_equal(coord_frame_read(&rd, 5000, 5000, &h, &payload), 0);
-		assert_int_equal(h.type, COORD_WIRE_PONG);
+	for (int i = 0; i < 40; i++) {
+		assert_int_equal(ping(fd, &rd, 100), COORD_WIRE_PONG);
 		t_sleep_ns(100000000);
 	}
-	/* then a 700 ms closure with nothing sent meanwhile: its result */
+	/* a 1 s heartbeat announced: 3 s of silence are within its limit */
+	assert_int_equal(ping(fd, &rd, 1000), COORD_WIRE_PONG);
+	t_sleep_ns(3000000000ull);
+	assert_int_equal(ping(fd, &rd, 1000), COORD_WIRE_PONG);
+	/* then a 2.5 s closure with nothing sent meanwhile: its result (the
+	 * server's keepalive PONGs may come first) */
 	{
-		uint32_t us = 700000;
+		uint32_t us = 2500000;
 		struct coord_wire_req q = {
 			.closure_id = 1, .attempt = 1, .fn = 0, .len = sizeof(us), .args = &us
 		};
@@ -834,9 +854,10 @@ static void test_idle_connections_closed(void **state)
 	coord_opts_init(&o);
 	o.registry = reg;
 	o.transport = "tcp";
-	o.heartbeat_ms = 100;
+	o.heartbeat_ms = 400;
+	o.heartbeat_misses = 10;
 	assert_int_equal(coord_create(spec, &o, &c, &err), 0);
-	t_sleep_ns(1500000000);
+	t_sleep_ns(4000000000ull);
 	assert_int_equal(coord_schedule(c, t_fn(c, "attempt"), NULL, 0, &rv, NULL), 0);
 	assert_int_equal(coord_rv_fetch_timeout(rv, 5000000000ll, NULL, NULL, NULL), 0);
 	coord_rv_put(rv);
