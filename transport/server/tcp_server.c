@@ -68,7 +68,9 @@
  *       round trip, a send to a peer that does not read) while no thread is
  *       left in epoll_wait gets relief from the watchdog (the acceptor
  *       thread, ticking every 1 ms while a pool thread is busy): it unparks
- *       a spare or starts a new thread.  So a closure waits behind a long
+ *       a spare or starts a new thread, unless the stuck thread only waits
+ *       for a CPU (relief_helps(): runnable and not running; a loaded
+ *       machine preempted it, and a new thread would wait as well).  So a closure waits behind a long
  *       one of another connection at most about STUCK_NS + 1 ms.  Threads
  *       beyond the target park when they are done.
  *   P3  A finished connection is freed by the acceptor only after its
@@ -127,6 +129,10 @@
  *   nthreads,                                        joins (acceptor)
  *   capthreads
  *   t->busy_since    its pool thread (relaxed)       the watchdog (relaxed)  none: a hint (P2)
+ *   t->tid           its pool thread, at start       the watchdog (relaxed)  none: 0 = unknown
+ *                    (relaxed)                                               (P2)
+ *   t->seen_wall,    the watchdog                    the watchdog            one thread
+ *   seen_cpu
  *   s->waiting       pool threads (relaxed RMW)      the watchdog, pool      none: a hint (P2);
  *                                                    threads (relaxed)       epoll hands over
  *   s->parked,       park(), pool_spawn() (under     the same                park_lock (and
@@ -210,9 +216,12 @@ struct conn {
 struct pool_thread {
 	struct srv *s;
 	pthread_t thread;
-	/* CLOCK_MONOTONIC ns since which it serves one connection, 0 = idle
+	/* CLOCK_MONOTONIC ns since which it serves one frame, 0 = idle
 	 * (the watchdog reads it, P2) */
 	_Atomic uint64_t busy_since;
+	_Atomic int tid; /* its thread id, for the watchdog (P2); 0 until known */
+	/* the watchdog's last look at it: when, and its CPU time then (P2) */
+	uint64_t seen_wall, seen_cpu;
 };
 
 struct srv {
@@ -561,6 +570,8 @@ static void *pool_main(void *arg)
 	struct pool_thread *t = arg;
 	struct srv *s = t->s;
 
+	/* Relaxed (P2): a hint for the watchdog (0: unknown). */
+	atomic_store_explicit(&t->tid, (int)gettid(), memory_order_relaxed);
 	for (;;) {
 		struct epoll_event ev;
 		int n;
@@ -680,21 +691,78 @@ static bool idle_over(struct conn *k, uint64_t now)
 	return now > last && now - last > limit * 1000000ull;
 }
 
+/* The scheduler state of pool thread @t ('R' runnable, 'S' sleeping, ...);
+ * 0 if unknown. */
+static char thread_state(struct pool_thread *t)
+{
+	/* Relaxed (P2): set once by the thread; 0 until then (unknown). */
+	int tid = atomic_load_explicit(&t->tid, memory_order_relaxed);
+	char path[64], buf[256], *p, st = 0;
+	ssize_t n;
+	int fd;
+
+	if (!tid)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')'); /* "pid (comm) S ..." */
+	if (p && p[1] == ' ')
+		st = p[2];
+	return st;
+}
+
+/*
+ * P2: would another thread relieve pool thread @t, held by one frame past
+ * STUCK_NS?  Yes if it is blocked (a sleep, a ps round trip, a send to a
+ * peer that does not read) or ran on a CPU for at least half the time
+ * since the last look (a long closure); not while it waits for a CPU (a
+ * loaded machine preempted it): another thread would wait too, and each
+ * one added keeps its stack and malloc arena for good.  Unknown: yes.
+ */
+static bool relief_helps(struct pool_thread *t, uint64_t busy_since, uint64_t now)
+{
+	uint64_t cpu, dwall = now - t->seen_wall, dcpu;
+	bool fresh = t->seen_wall < busy_since; /* no look yet at this frame */
+	struct timespec ts;
+	clockid_t cid;
+	char st = thread_state(t);
+
+	if (pthread_getcpuclockid(t->thread, &cid) != 0 || clock_gettime(cid, &ts) != 0)
+		return true;
+	cpu = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	dcpu = cpu - t->seen_cpu;
+	t->seen_wall = now;
+	t->seen_cpu = cpu;
+	/* Runnable: running, or waiting for a CPU; its CPU time since the
+	 * last look tells which (a first look: the next tick says). */
+	return st != 'R' || (!fresh && 2 * dcpu >= dwall);
+}
+
 static bool watch(struct srv *s)
 {
 	uint64_t now = coord_now_ns();
 	bool busy = false, stuck = false;
 
+	/* Relaxed (P2): a hint; a stale value costs one tick. */
+	bool waiter = atomic_load_explicit(&s->waiting, memory_order_relaxed) > 0;
+
 	for (unsigned i = 0; i < s->nthreads; i++) {
-		/* Relaxed (P2): a hint; a stale value costs one tick. */
-		uint64_t b = atomic_load_explicit(&s->threads[i]->busy_since, memory_order_relaxed);
+		struct pool_thread *t = s->threads[i];
+		/* Relaxed (P2): as above. */
+		uint64_t b = atomic_load_explicit(&t->busy_since, memory_order_relaxed);
 
 		busy |= b != 0;
-		stuck |= b != 0 && now - b > STUCK_NS;
+		if (!waiter && !stuck && b != 0 && now - b > STUCK_NS)
+			stuck = relief_helps(t, b, now);
 	}
-	/* Relaxed (P2): as above. */
-	if (stuck && atomic_load_explicit(&s->waiting, memory_order_relaxed) <= 0 &&
-	    s->nthreads < MAX_POOL_THREADS && pool_spawn(s) < 0)
+	if (stuck && s->nthreads < MAX_POOL_THREADS && pool_spawn(s) < 0)
 		coord_log(COORD_LOG_ERROR, "cannot add a serving thread");
 	pthread_mutex_lock(&s->base.lock);
 	for (struct conn *k = s->conns; k; k = k->next) {
