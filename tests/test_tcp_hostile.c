@@ -43,6 +43,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <coord/var.h>
+
 #include "transport/wire/auth.h"
 #include "transport/wire/sock.h"
 #include "transport/wire/wire.h"
@@ -870,6 +872,89 @@ static void test_idle_connections_closed(void **state)
 	t_reap(pid);
 }
 
+/* Schedule @fn(@a) and fetch it (10 s); its code (the value into @out). */
+static int run_var(struct coord *c, const char *fn, const struct t_var_args *a, float *out)
+{
+	struct coord_rv *rv;
+	const void *v = NULL;
+	size_t len = 0;
+	int r;
+
+	assert_int_equal(coord_schedule(c, t_fn(c, fn), a, sizeof(*a), &rv, NULL), 0);
+	r = coord_rv_fetch_timeout(rv, 10000000000ll, &v, &len, NULL);
+	if (r == 0 && out && len == sizeof(*out))
+		memcpy(out, v, sizeof(*out));
+	coord_rv_put(rv);
+	return r;
+}
+
+/*
+ * I1 at a ps (--idle-ms 1000): the coordinator's and the worker's
+ * connections to it carry no heartbeat and are closed while idle; the next
+ * variable operation of each dials again and succeeds: nothing fails, the
+ * sum is exact.
+ */
+static void test_idle_ps_connections_redialled(void **state)
+{
+	const char *argv[] = { getenv("COORD_PS_BIN"),
+			       "--listen",
+			       "127.0.0.1:0",
+			       "--task",
+			       "0",
+			       "--log",
+			       "warn",
+			       "--idle-ms",
+			       "1000",
+			       "--ckpt-root",
+			       "/tmp",
+			       NULL };
+	struct coord_registry *reg = t_registry();
+	struct t_var_args a = { .off = 0, .n = 1, .val = 1.0f };
+	struct coord_spec *spec;
+	struct coord_error err;
+	struct coord_opts o;
+	struct coord *c;
+	uint64_t dims[1] = { 4 };
+	unsigned port;
+	char json[160];
+	float got = 0;
+	pid_t pid;
+
+	snprintf(srv_log, sizeof(srv_log), "/tmp/coord_hostile_%d.log", (int)getpid());
+	unlink(srv_log);
+	setenv("T_SERVER_STDERR", srv_log, 1);
+	pid = t_spawn((char *const *)argv, "coord-ps", &port);
+	unsetenv("T_SERVER_STDERR");
+	assert_true(pid > 0);
+	snprintf(json, sizeof(json), "{\"worker\": [\"127.0.0.1:%u\"], \"ps\": [\"127.0.0.1:%u\"]}",
+		 t_worker_port(0), port);
+	assert_int_equal(coord_spec_parse(json, &spec, &err), 0);
+	coord_opts_init(&o);
+	o.registry = reg;
+	o.transport = "tcp";
+	o.ps_failure_threshold = 0; /* any ps failure would be returned */
+	assert_int_equal(coord_create(spec, &o, &c, &err), 0);
+	assert_int_equal(coord_var_create(c, "idle", 1, dims, NULL, &a.var, &err), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(run_var(c, "var_add", &a, NULL), 0);
+		t_sleep_ns(2500000000ull); /* both connections to the ps closed */
+	}
+	assert_int_equal(run_var(c, "var_read", &a, &got), 0);
+	assert_true(got == 3.0f);
+	{
+		float v[4];
+
+		assert_int_equal(coord_var_read(c, a.var, 0, 4, v, &err), 0);
+		assert_true(v[0] == 3.0f);
+	}
+	assert_int_equal(coord_join(c, &err), 0);
+	assert_true(log_count("idle") >= 2);
+	coord_destroy(c);
+	coord_spec_destroy(spec);
+	coord_registry_destroy(reg);
+	t_reap(pid);
+}
+
 static int group_setup(void **state)
 {
 	t_transport = "tcp";
@@ -894,6 +979,7 @@ int main(void)
 		cmocka_unit_test(test_server_raises_descriptor_limit),
 		cmocka_unit_test(test_coordinator_descriptor_limit),
 		cmocka_unit_test(test_idle_connections_closed),
+		cmocka_unit_test(test_idle_ps_connections_redialled),
 	};
 
 	t_watchdog(180);
