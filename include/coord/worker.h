@@ -202,8 +202,12 @@ COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
  * @idle_ms:    tcp: an authenticated connection that has received nothing
  *              for this long, with nothing of its running, is closed with an
  *              ERROR frame saying so (default 300000; 0: never).  A
- *              coordinator's heartbeats keep its connections open: the limit
- *              is at least 4 times the heartbeat interval it announced.
+ *              coordinator's heartbeats (heartbeat_ms, default 1000) keep
+ *              its connections open: the limit is at least 4 times the
+ *              interval it announced.  With heartbeats off, a coordinator
+ *              idle that long loses the connection and reconnects (S10);
+ *              a worker's or coordinator's ps connection dials again on
+ *              its next use.
  */
 struct coord_server_opts {
 	size_t size;
