@@ -6,6 +6,13 @@
  * only when nothing is there, so a frame that is already waiting costs one
  * system call, not poll + recv.  coord_frame_try_read() is the same without
  * any wait, for the servers' event-driven pool (tcp_server.c).
+ *
+ * Handshake: the server side is a state machine fed one frame at a time
+ * (coord_hs_server_frame()), so the tcp server's pool runs thousands at
+ * once without a thread each, and coord_handshake_server_io() is the same
+ * machine over a blocking read.  Until the peer is proven, either side
+ * takes frames of at most COORD_WIRE_HS_MAX_FRAME (4 KiB), checked from
+ * the header before the reader's buffer grows.
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -10,7 +10,8 @@
  *   C -> S  AUTH      { MAC_K('C', Ns, Nc) }   (zeros if S's proof was wrong)
  * With no key on a side its MACs are zeros and it accepts only zeros: a
  * keyed and an unkeyed peer never talk.  Every step has a deadline; a
- * refusal is logged with the peer's address and the reason.
+ * refusal is logged with the peer's address and the reason.  Frames of the
+ * handshake may not exceed COORD_WIRE_HS_MAX_FRAME (wire.h).
  */
 #ifndef COORD_TRANSPORT_SOCK_H
 #define COORD_TRANSPORT_SOCK_H
