@@ -294,6 +294,47 @@ static void test_long_closures_do_not_block_other_connections(void **state)
 	t_reset_counters();
 }
 
+/*
+ * P2 with closures on a CPU (not asleep): three that spin for 3 s on three
+ * connections of the worker process (more than its pool's threads on a
+ * 2-CPU machine) do not hold back a short closure on a fourth: the watchdog
+ * adds a thread once a stuck one has run on a CPU (relief_helps()), so the
+ * short one completes while they still spin.
+ */
+static void test_spinning_closures_do_not_block_other_connections(void **state)
+{
+	struct coord_registry *reg = t_registry();
+	struct coord_rv *g[3], *rv;
+	struct coord_opts o;
+	struct coord *c;
+	uint32_t us = 3000000;
+	uint64_t until = t_now_ns() + 10000000000ull;
+	const void *v;
+	size_t len;
+
+	t_reset_counters();
+	t_opts(&o, reg);
+	assert_int_equal(t_create(&o, 4, &c, NULL), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(
+			coord_schedule(c, t_fn(c, "spin_us"), &us, sizeof(us), &g[i], NULL), 0);
+	while (atomic_load(&t_entered) < 3 && t_now_ns() < until)
+		t_sleep_ns(1000000);
+	assert_int_equal(atomic_load(&t_entered), 3);
+	assert_int_equal(coord_schedule(c, t_fn(c, "attempt"), NULL, 0, &rv, NULL), 0);
+	assert_int_equal(coord_rv_fetch_timeout(rv, 10000000000ll, &v, &len, NULL), 0);
+	assert_int_equal(atomic_load(&t_exited), 1); /* the spinning ones still run */
+	coord_rv_put(rv);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(coord_rv_fetch(g[i], &v, &len, NULL), 0);
+		coord_rv_put(g[i]);
+	}
+	assert_int_equal(coord_join(c, NULL), 0);
+	coord_destroy(c);
+	coord_registry_destroy(reg);
+	t_reset_counters();
+}
+
 /* One REQ frame of @n sleep_us(@us) calls of generation @gen, ids from @id. */
 static size_t req_frame(uint8_t *b, size_t cap, uint64_t id, unsigned n, uint32_t us, uint32_t gen)
 {
@@ -997,6 +1038,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hostile_peers_refused_healthy_served),
 		cmocka_unit_test(test_long_closures_do_not_block_other_connections),
+		cmocka_unit_test(test_spinning_closures_do_not_block_other_connections),
 		cmocka_unit_test(test_cancel_drops_what_has_not_started),
 		cmocka_unit_test(test_handshake_frames_limited),
 		cmocka_unit_test(test_handshakes_pending_bounded),

@@ -69,7 +69,7 @@
  *       left in epoll_wait gets relief from the watchdog (the acceptor
  *       thread, ticking every 1 ms while a pool thread is busy): it unparks
  *       a spare or starts a new thread, unless the stuck thread only waits
- *       for a CPU (relief_helps(): runnable and not running; a loaded
+ *       for a CPU (relief_helps(): runnable and barely running; a loaded
  *       machine preempted it, and a new thread would wait as well).  So a closure waits behind a long
  *       one of another connection at most about STUCK_NS + 1 ms.  Threads
  *       beyond the target park when they are done.
@@ -131,7 +131,7 @@
  *   t->busy_since    its pool thread (relaxed)       the watchdog (relaxed)  none: a hint (P2)
  *   t->tid           its pool thread, at start       the watchdog (relaxed)  none: 0 = unknown
  *                    (relaxed)                                               (P2)
- *   t->seen_wall,    the watchdog                    the watchdog            one thread
+ *   t->seen_busy,    the watchdog                    the watchdog            one thread
  *   seen_cpu
  *   s->waiting       pool threads (relaxed RMW)      the watchdog, pool      none: a hint (P2);
  *                                                    threads (relaxed)       epoll hands over
@@ -220,8 +220,9 @@ struct pool_thread {
 	 * (the watchdog reads it, P2) */
 	_Atomic uint64_t busy_since;
 	_Atomic int tid; /* its thread id, for the watchdog (P2); 0 until known */
-	/* the watchdog's last look at it: when, and its CPU time then (P2) */
-	uint64_t seen_wall, seen_cpu;
+	/* the watchdog's first look at its current stuck frame: the frame's
+	 * busy_since, and the thread's CPU time then (P2) */
+	uint64_t seen_busy, seen_cpu;
 };
 
 struct srv {
@@ -719,30 +720,33 @@ static char thread_state(struct pool_thread *t)
 }
 
 /*
- * P2: would another thread relieve pool thread @t, held by one frame past
- * STUCK_NS?  Yes if it is blocked (a sleep, a ps round trip, a send to a
- * peer that does not read) or ran on a CPU for at least half the time
- * since the last look (a long closure); not while it waits for a CPU (a
- * loaded machine preempted it): another thread would wait too, and each
- * one added keeps its stack and malloc arena for good.  Unknown: yes.
+ * P2: would another thread relieve pool thread @t, held by one frame (since
+ * @busy_since) past STUCK_NS?  Yes if it is blocked (a sleep, a ps round
+ * trip, a send to a peer that does not read), or once it has run STUCK_NS / 2
+ * on a CPU since the watchdog first saw it stuck (a long closure; under
+ * load that takes longer, but it comes).  Not while it is runnable and has
+ * barely run: a loaded machine preempted it in a short frame, another
+ * thread would wait for a CPU as well, and each one added keeps its stack
+ * and malloc arena for good.  Unknown: yes.
  */
-static bool relief_helps(struct pool_thread *t, uint64_t busy_since, uint64_t now)
+static bool relief_helps(struct pool_thread *t, uint64_t busy_since)
 {
-	uint64_t cpu, dwall = now - t->seen_wall, dcpu;
-	bool fresh = t->seen_wall < busy_since; /* no look yet at this frame */
 	struct timespec ts;
 	clockid_t cid;
+	uint64_t cpu;
 	char st = thread_state(t);
 
-	if (pthread_getcpuclockid(t->thread, &cid) != 0 || clock_gettime(cid, &ts) != 0)
+	if (!st || pthread_getcpuclockid(t->thread, &cid) != 0 || clock_gettime(cid, &ts) != 0)
+		return true;
+	if (st != 'R')
 		return true;
 	cpu = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	dcpu = cpu - t->seen_cpu;
-	t->seen_wall = now;
-	t->seen_cpu = cpu;
-	/* Runnable: running, or waiting for a CPU; its CPU time since the
-	 * last look tells which (a first look: the next tick says). */
-	return st != 'R' || (!fresh && 2 * dcpu >= dwall);
+	if (t->seen_busy != busy_since) { /* the first look at this frame */
+		t->seen_busy = busy_since;
+		t->seen_cpu = cpu;
+		return false;
+	}
+	return cpu - t->seen_cpu >= STUCK_NS / 2;
 }
 
 static bool watch(struct srv *s)
@@ -760,7 +764,7 @@ static bool watch(struct srv *s)
 
 		busy |= b != 0;
 		if (!waiter && !stuck && b != 0 && now - b > STUCK_NS)
-			stuck = relief_helps(t, b, now);
+			stuck = relief_helps(t, b);
 	}
 	if (stuck && s->nthreads < MAX_POOL_THREADS && pool_spawn(s) < 0)
 		coord_log(COORD_LOG_ERROR, "cannot add a serving thread");
