@@ -6,6 +6,7 @@
  *   echo      result = args
  *   add       args two int64 -> their sum
  *   sleep_us  args one uint32 microseconds; sleeps, result = worker index (int32)
+ *   spin_us   the same, on a CPU (a busy loop on the clock)
  *   fail      fails with -EIO and a message
  *   gated     spins until t_gate != 0 (bounded 20 s), then returns worker index,
  *             or fails with -EIO if it was given any argument bytes
@@ -195,6 +196,21 @@ static int f_sleep_us(struct coord_ctx *ctx, const void *args, size_t len)
 	if (len == sizeof(us))
 		memcpy(&us, args, sizeof(us));
 	t_sleep_ns((uint64_t)us * 1000);
+	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
+}
+
+static int f_spin_us(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	uint32_t us = 0;
+	int32_t w = coord_ctx_worker(ctx);
+	uint64_t until;
+
+	ENTER();
+	if (len == sizeof(us))
+		memcpy(&us, args, sizeof(us));
+	until = t_now_ns() + (uint64_t)us * 1000;
+	while (t_now_ns() < until)
+		;
 	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
 }
 
@@ -699,7 +715,8 @@ int t_register(struct coord_registry *r)
 		return -1;
 	if (coord_registry_add(r, "echo", f_echo) || coord_registry_add(r, "add", f_add) ||
 	    coord_registry_add(r, "sleep_us", f_sleep_us) ||
-	    coord_registry_add(r, "fail", f_fail) || coord_registry_add(r, "gated", f_gated) ||
+	    coord_registry_add(r, "spin_us", f_spin_us) || coord_registry_add(r, "fail", f_fail) ||
+	    coord_registry_add(r, "gated", f_gated) ||
 	    coord_registry_add(r, "attempt", f_attempt) ||
 	    coord_registry_add(r, "add_where", f_add_where) ||
 	    coord_registry_add(r, "stamp", f_stamp) || coord_registry_add(r, "order", f_order) ||

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,20 @@ int cli_opt(struct cli *cl, int c, const char *arg, void (*usage)(FILE *))
 		if (number(cl, "--partial-ms", arg, 3600000, &v) < 0)
 			return -1;
 		cl->o.partial_ms = (int)v;
+		return 1;
+	case 'I':
+		if (number(cl, "--idle-ms", arg, INT32_MAX, &v) < 0)
+			return -1;
+		cl->o.idle_ms = (int)v;
+		return 1;
+	case 'H':
+		if (number(cl, "--max-handshakes", arg, 1048576, &v) < 0)
+			return -1;
+		if (v == 0) {
+			fprintf(stderr, "%s: --max-handshakes wants 1..1048576\n", cl->name);
+			return -1;
+		}
+		cl->o.max_handshakes = (unsigned)v;
 		return 1;
 	case 'v':
 		for (int i = 0; i < (int)(sizeof(levels) / sizeof(levels[0])); i++)

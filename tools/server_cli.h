@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tools/server_cli.h - what coord-worker and coord-ps share: the common
- * options (--spec --task --listen --key --max-frame --partial-ms --log
- * --transport --version --help),
+ * options (--spec --task --listen --key --max-frame --partial-ms
+ * --idle-ms --max-handshakes --log --transport --version --help),
  * the listen address from a spec, the "listening on port P" line, and a
  * clean stop on SIGTERM / SIGINT.
  */
@@ -21,6 +21,8 @@
 		{ "key", required_argument, NULL, 'k' },                                           \
 		{ "max-frame", required_argument, NULL, 'm' },                                     \
 		{ "partial-ms", required_argument, NULL, 'p' },                                    \
+		{ "idle-ms", required_argument, NULL, 'I' },                                       \
+		{ "max-handshakes", required_argument, NULL, 'H' },                                \
 		{ "log", required_argument, NULL, 'v' },                                           \
 		{ "transport", required_argument, NULL, 'T' },                                     \
 		{ "version", no_argument, NULL, 'V' },                                             \

@@ -178,9 +178,14 @@ static inline void coord_opts_init(struct coord_opts *o)
  * @opts: copied before return.
  * @out:  on success the coordinator; free with coord_destroy().
  *
+ * Over tcp or rdma it raises the process's soft descriptor limit
+ * (RLIMIT_NOFILE) to the hard one (logged).
+ *
  * Return: 0; COORD_EINVAL (bad option, unknown transport, no worker,
  * @opts not filled by coord_opts_init(), or an option this library does not
- * know set to other than its default); COORD_ENOMEM; a thread-creation error.
+ * know set to other than its default); COORD_ENOMEM; a thread-creation error;
+ * -EMFILE when even the hard descriptor limit cannot hold a connection per
+ * worker (the message says how many are needed and how to raise it).
  */
 COORD_API COORD_NODISCARD int coord_create(const struct coord_spec *spec,
 					   const struct coord_opts *opts, struct coord **out,

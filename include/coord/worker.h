@@ -194,6 +194,20 @@ COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
  *              a host without an RDMA device).
  * @ckpt_root:  coord_ps_serve() only: the directory checkpoints must lie
  *              under (coord/var.h); NULL (default): the working directory.
+ * @max_handshakes: tcp: peers that may be in the handshake at once (default
+ *              1024); a connection beyond them is refused at once (an ERROR
+ *              frame saying so; logged at most once a second).  A peer in
+ *              the handshake holds at most a few KiB of the server's memory:
+ *              its frames may not exceed 4 KiB until it is authenticated.
+ * @idle_ms:    tcp: an authenticated connection that has received nothing
+ *              for this long, with nothing of its running, is closed with an
+ *              ERROR frame saying so (default 300000; 0: never).  A
+ *              coordinator's heartbeats (heartbeat_ms, default 1000) keep
+ *              its connections open: the limit is at least 4 times the
+ *              interval it announced.  With heartbeats off, a coordinator
+ *              idle that long loses the connection and reconnects (S10);
+ *              a worker's or coordinator's ps connection dials again on
+ *              its next use.
  */
 struct coord_server_opts {
 	size_t size;
@@ -209,6 +223,8 @@ struct coord_server_opts {
 	int task;
 	const char *transport;
 	const char *ckpt_root;
+	unsigned max_handshakes;
+	int idle_ms;
 };
 
 /**
@@ -241,8 +257,10 @@ static inline void coord_server_opts_init(struct coord_server_opts *o)
  * server keeps serving everyone else.
  *
  * Concurrency: blocks the calling thread until @o->stop_fd is readable; a
- * short-lived thread per handshake, then a small pool (one thread per CPU,
- * more while closures run long) serves every connection.  Return: 0 after a
+ * small pool (one thread per CPU, more while closures run long) runs every
+ * handshake and serves every connection, and the calling thread accepts
+ * them.  At start the process's soft descriptor limit (RLIMIT_NOFILE) is
+ * raised to its hard limit (logged).  Return: 0 after a
  * stop; COORD_EINVAL for bad options (as coord_create()); a negative code if
  * it cannot listen.
  */

@@ -20,6 +20,7 @@
 
 #include "runtime/core/coord_pvt.h"
 #include "runtime/util/abi.h"
+#include "runtime/util/fdlimit.h"
 
 /* ---- options --------------------------------------------------------------- */
 
@@ -211,6 +212,31 @@ static int opts_check(const struct coord_spec *spec, const struct coord_opts *op
 	return 0;
 }
 
+/*
+ * Descriptors (issue 27): a networked coordinator holds one per worker
+ * connection over tcp (an rdma connection: its event and completion
+ * channels and a spare), one per ps task, and some of its own (event loops,
+ * eventfds, the recovery thread's dials, the user's files): raise the soft
+ * limit to the hard one, and fail now, saying what to do, rather than with
+ * EMFILE at the thousandth connection.
+ */
+#define FD_SLACK 64u
+
+static int fd_check(const struct coord_spec *spec, const char *transport, unsigned nw,
+		    struct coord_error *err)
+{
+	unsigned per = !strcmp(transport, "tcp") ? 1 : !strcmp(transport, "rdma") ? 3 : 0;
+	unsigned nps = spec ? (unsigned)coord_spec_num_tasks(spec, "ps") : 0;
+	char what[96];
+
+	if (!per)
+		return 0; /* in process: no descriptor per worker */
+	snprintf(what, sizeof(what), "%u %s worker connections, %u ps tasks, %u of its own", nw,
+		 transport, nps, FD_SLACK);
+	return coord_fd_limit_need((unsigned long)per * nw + nps + FD_SLACK, "the coordinator",
+				   what, err);
+}
+
 /* The TF_* environment variables, for the options left at -1. */
 static void opts_from_env(struct coord_opts *o)
 {
@@ -377,6 +403,8 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 				    "unknown transport '%s' (known: inproc, tcp, rdma)",
 				    opts->transport);
 	r = opts_check(spec, opts, &nw, err);
+	if (r == 0)
+		r = fd_check(spec, t->name, nw, err);
 	if (r < 0)
 		return r;
 	r = coord_alloc(t, opts, nw, &c, err);

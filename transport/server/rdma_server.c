@@ -209,9 +209,8 @@ static void *conn_main(void *arg)
 	coord_rdma_chan_io(&io, k->ch);
 	r = coord_handshake_server_io(&io, &s->key, s->role, &task, o->handshake_ms, k->p.peer,
 				      &err);
-	if (r == 0 && s->role == COORD_ROLE_PS && o->task >= 0 && task != (uint32_t)o->task)
-		r = coord_seterr(&err, -EPROTO, "%s asked for ps task %u, this is ps task %d",
-				 k->p.peer, task, o->task);
+	if (r == 0)
+		r = coord_srv_conn_start(&k->p, task, " over rdma", &err);
 	if (r < 0) {
 		coord_log(COORD_LOG_WARN, "refused %s", err.msg);
 		if (r != -EPIPE && r != -EACCES) /* -EACCES already said so */
@@ -219,9 +218,6 @@ static void *conn_main(void *arg)
 		pthread_mutex_unlock(&k->chan_lock);
 	} else {
 		pthread_mutex_unlock(&k->chan_lock);
-		coord_srv_conn_start(&k->p, task);
-		coord_log(COORD_LOG_INFO, "%s connected to %s %u over rdma", k->p.peer,
-			  s->role == COORD_ROLE_PS ? "ps task" : "worker", task);
 		serve_frames(k);
 	}
 	coord_srv_conn_drop_ps(&k->p);
@@ -432,14 +428,12 @@ static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
 	}
 	k = calloc(1, sizeof(*k));
 	io.ctx = k;
-	if (!k || coord_srv_conn_init(&k->p, rs->base, &io) < 0) {
+	if (!k) {
 		coord_log(COORD_LOG_ERROR, "out of memory for a connection");
-		if (k)
-			coord_srv_conn_fini(&k->p);
-		free(k);
 		coord_rdma_chan_destroy(ch);
 		return;
 	}
+	coord_srv_conn_init(&k->p, rs->base, &io);
 	pthread_mutex_init(&k->chan_lock, NULL);
 	k->s = rs;
 	k->ch = ch;

@@ -733,23 +733,34 @@ void coord_srv_fini(struct coord_srv *s)
 	coord_key_wipe(&s->key);
 }
 
-int coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
-			const struct coord_srv_io *io)
+void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
+			 const struct coord_srv_io *io)
 {
 	k->s = s;
 	k->io = *io;
 	k->sync.accept_ns = coord_now_ns(); /* before the handshake's HELLO_ACK (tcp) */
-	k->outcap = 64 * 1024;
-	k->out = malloc(k->outcap);
-	return k->out ? 0 : -ENOMEM;
 }
 
-void coord_srv_conn_start(struct coord_srv_conn *k, uint32_t task)
+int coord_srv_conn_start(struct coord_srv_conn *k, uint32_t task, const char *how,
+			 struct coord_error *err)
 {
-	k->env.reg = k->s->o->registry;
+	const struct coord_server_opts *o = k->s->o;
+
+	if (k->s->role == COORD_ROLE_PS && o->task >= 0 && task != (uint32_t)o->task)
+		return coord_seterr(err, -EPROTO, "%s asked for ps task %u, this is ps task %d",
+				    k->peer, task, o->task);
+	/* Only now: a peer not authenticated holds no result buffer. */
+	k->outcap = 64 * 1024;
+	k->out = malloc(k->outcap);
+	if (!k->out)
+		return coord_seterr(err, COORD_ENOMEM, "%s: no memory for a connection", k->peer);
+	k->env.reg = o->registry;
 	k->env.worker = (int)task;
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
 	coord_wire_begin(&k->w, frame_type(k));
+	coord_log(COORD_LOG_INFO, "%s connected to %s %u%s", k->peer,
+		  k->s->role == COORD_ROLE_PS ? "ps task" : "worker", task, how);
+	return 0;
 }
 
 void coord_srv_conn_drop_ps(struct coord_srv_conn *k)

@@ -136,15 +136,21 @@ COORD_HIDDEN int coord_srv_init(struct coord_srv *s, const struct coord_server_o
 COORD_HIDDEN void coord_srv_fini(struct coord_srv *s);
 
 /**
- * coord_srv_conn_init() - a new connection's state, before its handshake.
+ * coord_srv_conn_init() - a new connection's state, before its handshake;
+ * allocates nothing (an unauthenticated peer holds no buffer here).
  * @k: zeroed by the caller, then filled in; @s: its server; @io: its send
  *     interface (copied).
- * Return: 0; -ENOMEM.
  */
-COORD_HIDDEN int coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
-				     const struct coord_srv_io *io);
-/* coord_srv_conn_start() - the handshake named @task: serve frames from now. */
-COORD_HIDDEN void coord_srv_conn_start(struct coord_srv_conn *k, uint32_t task);
+COORD_HIDDEN void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
+				      const struct coord_srv_io *io);
+/**
+ * coord_srv_conn_start() - the handshake named @task: check it (a ps
+ * started with a task takes no other), set up to serve frames from now and
+ * log the connection (@how: appended, "" or " over rdma").
+ * Return: 0, or < 0 refused with the reason in @err.
+ */
+COORD_HIDDEN int coord_srv_conn_start(struct coord_srv_conn *k, uint32_t task, const char *how,
+				      struct coord_error *err);
 /**
  * coord_srv_conn_frame() - serve one frame of an established connection.
  * @k: the connection; @h/@payload: the frame (borrowed for the call).

@@ -29,30 +29,52 @@
  * ready list: 9-10 us and 12-15 us.  Rates rose from ~30 K/s to ~40 K/s on a
  * shared, loaded machine.  One frame per closure is still the floor there.
  *
- *   P1  A connection is held by at most one thread: its handshake thread
- *       (blocking, with deadlines, as before: every hostile-handshake case
- *       keeps its behaviour), which serves the frames that came with the
- *       handshake and then adds it to the epoll set EPOLLONESHOT; after
- *       that, the pool thread whose epoll_wait returned it.  That thread
- *       reads without blocking (coord_frame_try_read()), serves at most 64
- *       whole frames in order and re-arms it with EPOLL_CTL_MOD as its last
- *       touch.  Frames of one connection are therefore served in order by
- *       one thread at a time.  The kernel orders the hand-over; `held`
+ *   P1  A connection is held by at most one thread: the pool thread whose
+ *       epoll_wait returned it (the acceptor adds it to the epoll set,
+ *       EPOLLONESHOT, right after accept).  That thread reads without
+ *       blocking (coord_frame_try_read()), serves at most 64 whole frames
+ *       in order and re-arms it with EPOLL_CTL_MOD as its last touch.
+ *       Frames of one connection are therefore served in order by one
+ *       thread at a time.  The kernel orders the hand-over; `held`
  *       (exchanged with acquire on taking, stored with release right after
- *       the re-arm) states that edge for TSan, which does not model epoll;
- *       a new holder that comes in between waits those few instructions.
+ *       the re-arm, and by the acceptor before the first arm) states that
+ *       edge for TSan, which does not model epoll; a new holder that comes
+ *       in between waits those few instructions.
+ *   H1  The handshake runs on the same pool, one frame at a time
+ *       (coord_hs_server_frame()), not on a thread of its own: a peer in
+ *       it holds a struct conn and a reader buffer of 256 bytes that may
+ *       grow to COORD_WIRE_HS_MAX_FRAME (4 KiB, checked from the header:
+ *       a peer declaring 16 MiB is refused before any buffer grows), and
+ *       nothing else (the result buffer comes with authentication).  At
+ *       most o->max_handshakes are in it at once (`pending`); the acceptor
+ *       refuses the connections beyond with an ERROR frame and a log line
+ *       at most once a second.  The whole handshake has handshake_ms from
+ *       accept (the watchdog's deadline, as P4's).
+ *   A1  accept never spins: the listener is non-blocking and drained up to
+ *       ACCEPT_BURST connections per wake-up; when descriptors run out
+ *       (EMFILE, ENFILE) or memory (ENOBUFS, ENOMEM) the acceptor stops
+ *       polling the listener for ACCEPT_PAUSE_MS and tries again, logging
+ *       once per episode (pending peers wait in the listen backlog).  At
+ *       start the soft descriptor limit is raised to the hard one.
+ *   I1  Idle: an authenticated connection that received nothing for
+ *       idle_ms (at least 4 heartbeat intervals of its coordinator, P5)
+ *       while not held is closed by the watchdog as P4 does, with an ERROR
+ *       frame saying so.  `last_active` is when its holder last let go of
+ *       it (after serving what arrived, or a closure that ran long).
  *   P2  pool.target threads (one per CPU, at most 4) wait in epoll_wait,
  *       one event each, so a ready connection never waits behind another's
  *       frames on a busy thread while a thread is waiting.  A thread that
- *       holds one connection for longer than STUCK_NS (a long closure, a ps
+ *       serves one frame for longer than STUCK_NS (a long closure, a ps
  *       round trip, a send to a peer that does not read) while no thread is
  *       left in epoll_wait gets relief from the watchdog (the acceptor
  *       thread, ticking every 1 ms while a pool thread is busy): it unparks
- *       a spare or starts a new thread.  So a closure waits behind a long
+ *       a spare or starts a new thread, unless the stuck thread only waits
+ *       for a CPU (relief_helps(): runnable and barely running; a loaded
+ *       machine preempted it, and a new thread would wait as well).  So a closure waits behind a long
  *       one of another connection at most about STUCK_NS + 1 ms.  Threads
  *       beyond the target park when they are done.
  *   P3  A finished connection is freed by the acceptor only after its
- *       handshake thread was joined and its holder published `done`.
+ *       holder published `done`.
  *   P5  Keepalive: a connection held longer than half the coordinator's
  *       heartbeat interval (a long closure, a slow ps round trip) cannot
  *       answer the coordinator's PINGs, so the watchdog sends it an
@@ -70,14 +92,19 @@
  * the two.  The holder is the one thread that serves a connection now (P1);
  * the acceptor thread is also the watchdog (P2, P4, P5).
  *   field            written by (how)                read by (how)           order
- *   k->fd, k->s      accept_one(), before the        everyone (plain)        thread creation;
- *                    handshake thread starts                                 immutable after
+ *   k->fd, k->s      conn_new(), before the first    everyone (plain)        held's release
+ *                    arm                                                     (P1); immutable
  *   k->rd, k->p,     the holder (plain)              the holder              P1: held's release
- *   k->polled                                                                -> acquire (epoll
+ *   k->hs, k->authed                                                         -> acquire (epoll
  *                                                                            hands it over)
  *   k->held          the holder (acquire exchange    the next holder         P1
  *                    to take, release store after
- *                    the re-arm)
+ *                    the re-arm); conn_new()
+ *                    (release, before the first arm)
+ *   k->open          the holder, once authenticated  the watchdog (relaxed)  none: a hint (I1)
+ *                    (relaxed)
+ *   k->last_active   conn_new(), the holder          the watchdog (relaxed)  none: a hint (I1)
+ *                    (relaxed)
  *   k->held_since    the holder (relaxed)            the watchdog (relaxed)  none: a hint (P5;
  *                                                                            a stale read costs
  *                                                                            one PONG)
@@ -89,17 +116,23 @@
  *   socket writes    the holder and the watchdog     -                       send_lock (P5)
  *   k->partial_      the holder (relaxed)            the watchdog (relaxed)  none: a hint; the
  *   deadline                                                                 holder decides (P4)
- *   k->stalled       the watchdog (relaxed           the holder (relaxed),   the kernel: the
- *                    exchange, then shutdown(RD))    after it reads EOF      shutdown before EOF
- *   k->hs_done       the handshake thread (release)  reap() (acquire)        P3; then the join
+ *   k->stalled       the watchdog (relaxed CAS       the holder (relaxed),   the kernel: the
+ *                    from 0 to the reason, then      after it reads EOF      shutdown before EOF
+ *                    shutdown(RD))
  *   k->done          conn_finish() (release)         reap() (acquire)        P3
- *   k->next,         accept_one(), reap() (under     watch(), reap() (under  s->base.lock
+ *   k->next,         conn_new(), reap() (under       watch(), reap() (under  s->base.lock
  *   s->conns         s->base.lock)                   s->base.lock)
- *   k->joined        reap() (acceptor)               reap()                  one thread
+ *   s->pending       conn_new() (relaxed +), the     the acceptor (relaxed)  none: a count (H1);
+ *                    holder (relaxed -, once)                                one more or less
+ *                                                                            for a moment
  *   s->threads,      pool_spawn() (acceptor)         watch(), serve()'s      one thread
  *   nthreads,                                        joins (acceptor)
  *   capthreads
  *   t->busy_since    its pool thread (relaxed)       the watchdog (relaxed)  none: a hint (P2)
+ *   t->tid           its pool thread, at start       the watchdog (relaxed)  none: 0 = unknown
+ *                    (relaxed)                                               (P2)
+ *   t->seen_busy,    the watchdog                    the watchdog            one thread
+ *   seen_cpu
  *   s->waiting       pool threads (relaxed RMW)      the watchdog, pool      none: a hint (P2);
  *                                                    threads (relaxed)       epoll hands over
  *   s->parked,       park(), pool_spawn() (under     the same                park_lock (and
@@ -116,6 +149,7 @@
  * server or another connection.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -126,6 +160,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -133,28 +168,40 @@
 
 #include "runtime/ps/ps.h"
 #include "runtime/util/abi.h"
+#include "runtime/util/fdlimit.h"
 #include "transport/wire/sock.h"
 #include "transport/server/srv_proto.h"
 
 #define STUCK_NS 1000000ull /* a pool thread held one connection this long: add one */
 #define WATCH_IDLE_MS 20    /* the watchdog's tick while every pool thread is idle */
 #define MAX_POOL_THREADS 4096u
+#define ACCEPT_BURST 64u	   /* connections accepted per wake-up of the listener (A1) */
+#define ACCEPT_PAUSE_MS 100	   /* no descriptor or memory for a new one: wait (A1) */
+#define HS_BUF 256		   /* a new peer's first reader buffer (H1) */
+#define CONN_BUF (64 * 1024u)	   /* an authenticated connection's reader buffer */
+#define IDLE_HB_MULT 4u		   /* I1: the idle limit is at least this many heartbeats */
+#define TRIM_QUIET_NS 100000000ull /* M1: no connection freed this long: trim */
+#define TRIM_MANY 4096u		   /* M1: ... or this many were */
+
+/* Why the watchdog shut a connection's read side (k->stalled). */
+enum { STALL_NONE, STALL_PARTIAL, STALL_HANDSHAKE, STALL_IDLE };
 
 struct srv;
 
 struct conn {
 	struct srv *s;
 	int fd;
-	pthread_t thread;    /* the handshake */
-	bool joined;	     /* acceptor only */
-	bool polled;	     /* registered with the pool's epoll (serving thread only) */
-	_Atomic int held;    /* a thread serves it now (P1) */
-	_Atomic int hs_done; /* the handshake thread has finished (P3) */
-	_Atomic int done;    /* finished: the acceptor may free it (P3) */
-	/* CLOCK_MONOTONIC ns by which a started frame must be whole, 0 = none;
-	 * the watchdog closes the connection after it (P4) */
+	bool polled;	  /* registered with the pool's epoll (serving thread only) */
+	bool authed;	  /* the handshake is done (the holder's, H1) */
+	_Atomic int open; /* authed, for the watchdog (I1) */
+	_Atomic int held; /* a thread serves it now (P1) */
+	_Atomic int done; /* finished: the acceptor may free it (P3) */
+	/* CLOCK_MONOTONIC ns by which a started frame (or the handshake) must
+	 * be whole, 0 = none; the watchdog closes the connection after it (P4) */
 	_Atomic uint64_t partial_deadline;
-	_Atomic int stalled; /* the watchdog shut the read side (P4) */
+	_Atomic uint64_t last_active; /* when its holder last let go (I1) */
+	_Atomic int stalled;	      /* why the watchdog shut the read side (STALL_*) */
+	struct coord_hs_server hs;    /* the handshake (H1) */
 	/* Keepalive (P5): since when a thread holds us, and when we last
 	 * sent (the coordinator's heartbeat interval is p.hb_ms). */
 	_Atomic uint64_t held_since, last_sent_ns;
@@ -169,15 +216,27 @@ struct conn {
 struct pool_thread {
 	struct srv *s;
 	pthread_t thread;
-	/* CLOCK_MONOTONIC ns since which it serves one connection, 0 = idle
+	/* CLOCK_MONOTONIC ns since which it serves one frame, 0 = idle
 	 * (the watchdog reads it, P2) */
 	_Atomic uint64_t busy_since;
+	_Atomic int tid; /* its thread id, for the watchdog (P2); 0 until known */
+	/* the watchdog's first look at its current stuck frame: the frame's
+	 * busy_since, and the thread's CPU time then (P2) */
+	uint64_t seen_busy, seen_cpu;
 };
 
 struct srv {
 	struct coord_srv base; /* base.lock guards conns too */
 	_Atomic int stopping;
 	struct conn *conns;
+	unsigned nconns;	  /* in conns (under base.lock) */
+	_Atomic unsigned pending; /* connections in the handshake (H1) */
+	/* the acceptor's (A1, H1) */
+	uint64_t accept_paused_until, refused_logged_ns;
+	unsigned refused;
+	bool out_of_fds;
+	unsigned freed;	   /* connections freed since the last trim (M1) */
+	uint64_t freed_ns; /* when the last was */
 	/* the serving pool (P1, P2) */
 	int epfd, stop_efd;
 	unsigned target;	      /* threads that wait in epoll_wait at once */
@@ -199,6 +258,8 @@ void coord_server_opts_defaults(struct coord_server_opts *o)
 	o->stop_fd = -1;
 	o->task = -1;
 	o->transport = "tcp";
+	o->max_handshakes = 1024;
+	o->idle_ms = 300000;
 }
 
 /* Every send on a serving connection (P5: never interleaved). */
@@ -279,6 +340,9 @@ static void conn_error(struct conn *k, int code, const char *why)
 /* The connection is over: nothing touches it after this but the acceptor. */
 static void conn_finish(struct conn *k)
 {
+	if (!k->authed)
+		/* Relaxed (H1): a count; the acceptor reads it as a limit. */
+		atomic_fetch_sub_explicit(&k->s->pending, 1, memory_order_relaxed);
 	if (k->polled)
 		epoll_ctl(k->s->epfd, EPOLL_CTL_DEL, k->fd, NULL);
 	/* Here, not in conn_free(): reap() holds s->lock, ps_release takes it. */
@@ -289,38 +353,120 @@ static void conn_finish(struct conn *k)
 	atomic_store_explicit(&k->done, 1, memory_order_release);
 }
 
+/* The handshake's answers (H1) go out as every send does (P5). */
+static int hs_io_write(void *ctx, const void *b, size_t len)
+{
+	return conn_send(ctx, b, len);
+}
+
 /*
- * Serve what @k has to read without blocking: every whole frame (at most a
- * bounded number, so one busy connection does not hold a thread while
- * others wait), then re-arm it in the pool's epoll (P1).  Called by the
- * one thread that holds @k (its handshake thread first, then the pool
- * thread whose epoll_wait returned it).
+ * H1: take the handshake frames @k has without blocking.  Return: 0 the
+ * peer is authenticated (what came after is served next); -EAGAIN wait
+ * for more; -1 refused (logged, told, finished).
  */
-static void conn_serve(struct conn *k)
+static int hs_serve(struct conn *k)
+{
+	struct srv *s = k->s;
+	const struct coord_server_opts *o = s->base.o;
+	struct coord_frame_io io = { .ctx = k, .write = hs_io_write };
+	struct coord_wire_hdr h;
+	const uint8_t *payload;
+	struct coord_error err;
+	int r;
+
+	do {
+		r = coord_frame_try_read(&k->rd, &h, &payload);
+		if (r == -EAGAIN)
+			return r;
+		/* P4 (relaxed): the watchdog only asks; the holder decides. */
+		if (r == -EPIPE && atomic_load_explicit(&k->stalled, memory_order_relaxed))
+			r = -ETIMEDOUT; /* the watchdog shut our read side (H1) */
+		if (r < 0) {
+			coord_handshake_read_error(r, k->hs.want, o->handshake_ms, k->p.peer, &err);
+			break;
+		}
+		r = coord_hs_server_frame(&k->hs, &io, &h, payload, k->p.peer, &err);
+	} while (r == 0);
+	if (r == 1)
+		r = coord_srv_conn_start(&k->p, k->hs.task, "", &err);
+	if (r == 0)
+		r = coord_frame_reader_open(&k->rd, o->max_frame, CONN_BUF) < 0
+			    ? coord_seterr(&err, COORD_ENOMEM, "%s: no memory for a connection",
+					   k->p.peer)
+			    : 0;
+	if (r == 0) {
+		k->authed = true;
+		/* Relaxed (H1): a count; the acceptor reads it as a limit. */
+		atomic_fetch_sub_explicit(&s->pending, 1, memory_order_relaxed);
+		/* Relaxed (I1): a hint for the watchdog. */
+		atomic_store_explicit(&k->open, 1, memory_order_relaxed);
+		/* Relaxed (P4): the handshake's deadline is over. */
+		atomic_store_explicit(&k->partial_deadline, 0, memory_order_relaxed);
+		return 0;
+	}
+	coord_log(COORD_LOG_WARN, "refused %s", err.msg);
+	if (r != -EPIPE && r != -EACCES) /* -EACCES already said so */
+		conn_error(k, r, err.msg);
+	conn_finish(k);
+	return -1;
+}
+
+/* Why the watchdog closed @k (P4, I1); the reason for its ERROR frame. */
+static const char *stall_why(struct conn *k, int *code)
+{
+	/* Relaxed (P4): read back by the holder after the EOF it caused. */
+	int why = atomic_load_explicit(&k->stalled, memory_order_relaxed);
+
+	*code = -ETIMEDOUT;
+	return why == STALL_IDLE ? "idle: nothing received for too long"
+				 : "stalled in the middle of a frame";
+}
+
+/*
+ * Serve what @k has to read without blocking: the handshake (H1), then
+ * every whole frame (at most a bounded number, so one busy connection does
+ * not hold a thread while others wait), then re-arm it in the pool's epoll
+ * (P1).  Called by the pool thread @t whose epoll_wait returned @k.
+ */
+static void conn_serve(struct pool_thread *t, struct conn *k)
 {
 	const struct coord_server_opts *o = k->s->base.o;
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = k };
 	struct coord_wire_hdr h;
 	const uint8_t *payload;
 	unsigned frames = 0;
-	bool add;
+	uint64_t now;
 	int r = 0;
 
 	/* P1 (acquire): pairs with the release below in the previous holder's
-	 * conn_serve(), which it makes right after its re-arm: everything it
-	 * did to @k (the re-arm too) happens-before ours.  The event can come
-	 * a few instructions before that store: wait for it, as for a ring
-	 * slot claimed and not yet published. */
+	 * conn_serve(), which it makes right after its re-arm (or conn_new()'s
+	 * before the first arm): everything it did to @k (the re-arm too)
+	 * happens-before ours.  The event can come a few instructions before
+	 * that store: wait for it, as for a ring slot claimed and not yet
+	 * published. */
 	for (unsigned i = 1; atomic_exchange_explicit(&k->held, 1, memory_order_acquire); i++)
 		coord_spin_pause(i);
 	/* Relaxed (P5): a hint for the watchdog. */
 	atomic_store_explicit(&k->held_since, coord_now_ns(), memory_order_relaxed);
 
-	for (; frames < 64; frames++) {
+	if (!k->authed) {
+		r = hs_serve(k);
+		if (r == -1)
+			return; /* finished */
+	}
+	for (; k->authed && frames < 64; frames++) {
 		r = coord_frame_try_read(&k->rd, &h, &payload);
 		if (r < 0)
 			break;
+		/* Relaxed (P2): read by the watchdog as a hint.  Only a frame's
+		 * service (a closure, a ps round trip, a send to a peer that
+		 * does not read) can hold a thread long: the handshake and the
+		 * reads are not timed, so a thread preempted there (a loaded
+		 * machine) does not make the watchdog add one. */
+		atomic_store_explicit(&t->busy_since, coord_now_ns(), memory_order_relaxed);
 		r = coord_srv_conn_frame(&k->p, &h, payload);
+		/* Relaxed (P2): as above. */
+		atomic_store_explicit(&t->busy_since, 0, memory_order_relaxed);
 		if (r == 1)
 			goto out;
 		if (r < 0) {
@@ -343,30 +489,38 @@ static void conn_serve(struct conn *k)
 	}
 	/* P4 (relaxed): the watchdog only asks; stalled is re-read here, by
 	 * the thread that holds the connection. */
-	if (r == -EPIPE && atomic_load_explicit(&k->stalled, memory_order_relaxed))
-		r = -ETIMEDOUT; /* the watchdog shut our read side (P4) */
+	if (r == -EPIPE && atomic_load_explicit(&k->stalled, memory_order_relaxed)) {
+		int code;
+		const char *why = stall_why(k, &code);
+
+		coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
+		conn_error(k, code, why);
+		goto out;
+	}
 	if (r == -EPIPE) {
 		coord_log(COORD_LOG_INFO, "%s: closed by the coordinator", k->p.peer);
 		goto out;
 	}
 	if (r < 0 && r != -EAGAIN) {
-		const char *why = r == -ETIMEDOUT  ? "stalled in the middle of a frame"
-				  : r == -EMSGSIZE ? "frame larger than the limit"
-				  : r == -EPROTO   ? "malformed frame header"
-						   : strerror(-r);
+		const char *why = r == -EMSGSIZE ? "frame larger than the limit"
+				  : r == -EPROTO ? "malformed frame header"
+						 : strerror(-r);
 
 		coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
 		conn_error(k, r, why);
 		goto out;
 	}
-	if (k->rd.len > k->rd.off) {
+	now = coord_now_ns();
+	if (!k->authed) {
+		/* H1: the handshake's deadline, set at accept, stands. */
+	} else if (k->rd.len > k->rd.off) {
 		/* A frame started: it has partial_ms from its first bytes (a
 		 * frame completed here means the buffered rest is a new one).
 		 * Relaxed (P4): ours; the watchdog reads it as a hint. */
 		if (frames || !atomic_load_explicit(&k->partial_deadline, memory_order_relaxed))
 			/* Relaxed (P4): as above. */
 			atomic_store_explicit(&k->partial_deadline,
-					      coord_now_ns() + (uint64_t)o->partial_ms * 1000000ull,
+					      now + (uint64_t)o->partial_ms * 1000000ull,
 					      memory_order_relaxed);
 	} else {
 		/* Relaxed (P4): as above. */
@@ -375,52 +529,19 @@ static void conn_serve(struct conn *k)
 	/* Relaxed: a poll flag; stop also wakes every pool thread. */
 	if (atomic_load_explicit(&k->s->stopping, memory_order_relaxed))
 		goto out;
-	add = !k->polled;
-	k->polled = true;
+	/* Relaxed (I1): a hint for the watchdog. */
+	atomic_store_explicit(&k->last_active, now, memory_order_relaxed);
 	/* Relaxed (P5): not held from here; a stale read costs one PONG. */
 	atomic_store_explicit(&k->held_since, 0, memory_order_relaxed);
-	if (epoll_ctl(k->s->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, k->fd, &ev) == 0) {
+	if (epoll_ctl(k->s->epfd, EPOLL_CTL_MOD, k->fd, &ev) == 0) {
 		/* P1 (release): pairs with the acquire above in the next
 		 * holder; the last touch of @k. */
 		atomic_store_explicit(&k->held, 0, memory_order_release);
 		return;
 	}
-	k->polled = !add;
 	coord_log(COORD_LOG_ERROR, "%s: epoll_ctl: %s", k->p.peer, strerror(errno));
 out:
 	conn_finish(k);
-}
-
-/* The handshake, blocking with deadlines; then the pool serves the connection. */
-static void *hs_main(void *arg)
-{
-	struct conn *k = arg;
-	const struct coord_server_opts *o = k->s->base.o;
-	struct coord_error err;
-	uint32_t task = 0;
-	int r;
-
-	r = coord_handshake_server(&k->rd, &k->s->base.key, k->s->base.role, &task, o->handshake_ms,
-				   k->p.peer, &err);
-	if (r == 0 && k->s->base.role == COORD_ROLE_PS && o->task >= 0 && task != (uint32_t)o->task)
-		r = coord_seterr(&err, -EPROTO, "%s asked for ps task %u, this is ps task %d",
-				 k->p.peer, task, o->task);
-	if (r < 0) {
-		coord_log(COORD_LOG_WARN, "refused %s", err.msg);
-		if (r != -EPIPE && r != -EACCES) /* -EACCES already said so */
-			coord_send_error(k->fd, r, err.msg);
-		conn_finish(k);
-	} else {
-		coord_srv_conn_start(&k->p, task);
-		coord_log(COORD_LOG_INFO, "%s connected to %s %u", k->p.peer,
-			  k->s->base.role == COORD_ROLE_PS ? "ps task" : "worker", task);
-		/* Frames that came with the handshake are served here; the
-		 * EPOLL_CTL_ADD at its end hands the connection to the pool. */
-		conn_serve(k);
-	}
-	/* P3 (release): pairs with the acquire in reap(), which joins us. */
-	atomic_store_explicit(&k->hs_done, 1, memory_order_release);
-	return NULL;
 }
 
 /* ---- the serving pool ------------------------------------------------------------ */
@@ -450,6 +571,8 @@ static void *pool_main(void *arg)
 	struct pool_thread *t = arg;
 	struct srv *s = t->s;
 
+	/* Relaxed (P2): a hint for the watchdog (0: unknown). */
+	atomic_store_explicit(&t->tid, (int)gettid(), memory_order_relaxed);
 	for (;;) {
 		struct epoll_event ev;
 		int n;
@@ -464,11 +587,7 @@ static void *pool_main(void *arg)
 			continue; /* EINTR */
 		if (!ev.data.ptr)
 			break; /* the stop eventfd: level-triggered, every thread sees it */
-		/* Relaxed (P2): read by the watchdog as a hint. */
-		atomic_store_explicit(&t->busy_since, coord_now_ns(), memory_order_relaxed);
-		conn_serve(ev.data.ptr);
-		/* Relaxed (P2): as above. */
-		atomic_store_explicit(&t->busy_since, 0, memory_order_relaxed);
+		conn_serve(t, ev.data.ptr);
 		/* More threads than the target waiting (a spare called in for a
 		 * long closure, now back): park instead of crowding epoll.
 		 * Relaxed (P2): a hint; parking one too many only delays. */
@@ -551,32 +670,122 @@ static void keepalive(struct conn *k, uint64_t now)
 	pthread_mutex_unlock(&k->send_lock);
 }
 
+/* I1: has authenticated @k received nothing, and run nothing, for longer
+ * than its idle limit? */
+static bool idle_over(struct conn *k, uint64_t now)
+{
+	const struct coord_server_opts *o = k->s->base.o;
+	/* Relaxed (I1, P5): hints; a stale one delays the close by a tick. */
+	uint64_t last = atomic_load_explicit(&k->last_active, memory_order_relaxed);
+	/* Relaxed (P5): as above. */
+	uint64_t hb = atomic_load_explicit(&k->p.hb_ms, memory_order_relaxed);
+	uint64_t limit = (uint64_t)o->idle_ms;
+
+	if (!o->idle_ms ||
+	    /* Relaxed (I1): as above. */
+	    !atomic_load_explicit(&k->open, memory_order_relaxed) ||
+	    /* Relaxed (P5): as above; a held connection is never idle. */
+	    atomic_load_explicit(&k->held_since, memory_order_relaxed))
+		return false;
+	if (limit < IDLE_HB_MULT * hb)
+		limit = IDLE_HB_MULT * hb;
+	return now > last && now - last > limit * 1000000ull;
+}
+
+/* The scheduler state of pool thread @t ('R' runnable, 'S' sleeping, ...);
+ * 0 if unknown. */
+static char thread_state(struct pool_thread *t)
+{
+	/* Relaxed (P2): set once by the thread; 0 until then (unknown). */
+	int tid = atomic_load_explicit(&t->tid, memory_order_relaxed);
+	char path[64], buf[256], *p, st = 0;
+	ssize_t n;
+	int fd;
+
+	if (!tid)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')'); /* "pid (comm) S ..." */
+	if (p && p[1] == ' ')
+		st = p[2];
+	return st;
+}
+
+/*
+ * P2: would another thread relieve pool thread @t, held by one frame (since
+ * @busy_since) past STUCK_NS?  Yes if it is blocked (a sleep, a ps round
+ * trip, a send to a peer that does not read), or once it has run STUCK_NS / 2
+ * on a CPU since the watchdog first saw it stuck (a long closure; under
+ * load that takes longer, but it comes).  Not while it is runnable and has
+ * barely run: a loaded machine preempted it in a short frame, another
+ * thread would wait for a CPU as well, and each one added keeps its stack
+ * and malloc arena for good.  Unknown: yes.
+ */
+static bool relief_helps(struct pool_thread *t, uint64_t busy_since)
+{
+	struct timespec ts;
+	clockid_t cid;
+	uint64_t cpu;
+	char st = thread_state(t);
+
+	if (!st || pthread_getcpuclockid(t->thread, &cid) != 0 || clock_gettime(cid, &ts) != 0)
+		return true;
+	if (st != 'R')
+		return true;
+	cpu = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (t->seen_busy != busy_since) { /* the first look at this frame */
+		t->seen_busy = busy_since;
+		t->seen_cpu = cpu;
+		return false;
+	}
+	return cpu - t->seen_cpu >= STUCK_NS / 2;
+}
+
 static bool watch(struct srv *s)
 {
 	uint64_t now = coord_now_ns();
 	bool busy = false, stuck = false;
 
+	/* Relaxed (P2): a hint; a stale value costs one tick. */
+	bool waiter = atomic_load_explicit(&s->waiting, memory_order_relaxed) > 0;
+
 	for (unsigned i = 0; i < s->nthreads; i++) {
-		/* Relaxed (P2): a hint; a stale value costs one tick. */
-		uint64_t b = atomic_load_explicit(&s->threads[i]->busy_since, memory_order_relaxed);
+		struct pool_thread *t = s->threads[i];
+		/* Relaxed (P2): as above. */
+		uint64_t b = atomic_load_explicit(&t->busy_since, memory_order_relaxed);
 
 		busy |= b != 0;
-		stuck |= b != 0 && now - b > STUCK_NS;
+		if (!waiter && !stuck && b != 0 && now - b > STUCK_NS)
+			stuck = relief_helps(t, b);
 	}
-	/* Relaxed (P2): as above. */
-	if (stuck && atomic_load_explicit(&s->waiting, memory_order_relaxed) <= 0 &&
-	    s->nthreads < MAX_POOL_THREADS && pool_spawn(s) < 0)
+	if (stuck && s->nthreads < MAX_POOL_THREADS && pool_spawn(s) < 0)
 		coord_log(COORD_LOG_ERROR, "cannot add a serving thread");
 	pthread_mutex_lock(&s->base.lock);
 	for (struct conn *k = s->conns; k; k = k->next) {
 		/* Relaxed (P4): a hint; the holder re-checks stalled. */
 		uint64_t d = atomic_load_explicit(&k->partial_deadline, memory_order_relaxed);
+		int why = STALL_NONE, none = STALL_NONE;
 
 		keepalive(k, now);
-		if (!d || now < d)
-			continue;
+		if (d && now >= d)
+			/* Relaxed (H1): a hint, as above. */
+			why = atomic_load_explicit(&k->open, memory_order_relaxed)
+				      ? STALL_PARTIAL
+				      : STALL_HANDSHAKE;
+		else if (idle_over(k, now))
+			why = STALL_IDLE;
 		/* Relaxed (P4): read back by the thread that sees the EOF. */
-		if (!atomic_exchange_explicit(&k->stalled, 1, memory_order_relaxed))
+		if (why && atomic_compare_exchange_strong_explicit(&k->stalled, &none, why,
+								   memory_order_relaxed,
+								   memory_order_relaxed))
 			shutdown(k->fd, SHUT_RD); /* its holder reads EOF: closes (P4) */
 	}
 	pthread_mutex_unlock(&s->base.lock);
@@ -592,27 +801,20 @@ static void conn_free(struct conn *k)
 	free(k);
 }
 
-/* Join finished handshakes, free finished connections; with @all, every
- * connection (the pool has stopped). */
+/* Free finished connections; with @all, every connection (the pool has
+ * stopped). */
 static void reap(struct srv *s, bool all)
 {
 	struct conn **pp, *k, *dead = NULL;
 
 	pthread_mutex_lock(&s->base.lock);
 	for (pp = &s->conns; (k = *pp);) {
-		/* P3 (acquire): pairs with the release in hs_main(). */
-		if (!k->joined &&
-		    (all || atomic_load_explicit(&k->hs_done, memory_order_acquire))) {
-			if (all)
-				shutdown(k->fd, SHUT_RDWR);
-			pthread_join(k->thread, NULL);
-			k->joined = true;
-		}
 		/* P3 (acquire): pairs with the release in conn_finish(). */
-		if (k->joined && (all || atomic_load_explicit(&k->done, memory_order_acquire))) {
+		if (all || atomic_load_explicit(&k->done, memory_order_acquire)) {
 			*pp = k->next;
 			k->next = dead;
 			dead = k;
+			s->nconns--;
 		} else {
 			pp = &k->next;
 		}
@@ -625,42 +827,145 @@ static void reap(struct srv *s, bool all)
 		if (!atomic_load_explicit(&k->done, memory_order_relaxed))
 			coord_srv_conn_drop_ps(&k->p);
 		conn_free(k);
+		s->freed++;
+		s->freed_ns = coord_now_ns();
 	}
 }
 
-static void accept_one(struct srv *s, int lfd)
+/* M1: connections were freed and none for TRIM_QUIET_NS (or very many):
+ * give the pages malloc keeps of them back (the acceptor's, between polls). */
+static void trim(struct srv *s)
 {
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	struct coord_srv_io io = { .send = tcp_io_send, .peek = tcp_io_peek };
-	struct conn *k;
-	int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC), one = 1;
-
-	if (fd < 0)
+	if (!s->freed || (s->freed < TRIM_MANY && coord_now_ns() - s->freed_ns < TRIM_QUIET_NS))
 		return;
+	malloc_trim(0);
+	s->freed = 0;
+}
+
+/* H1: a new connection, in the handshake, handed to the pool; 0 or -errno. */
+static int conn_new(struct srv *s, int fd, const char *peer)
+{
+	struct coord_srv_io io = { .send = tcp_io_send, .peek = tcp_io_peek };
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT };
+	uint64_t now = coord_now_ns();
+	struct conn *k;
+	int one = 1;
+
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	k = calloc(1, sizeof(*k));
-	if (!k || coord_frame_reader_init(&k->rd, fd, s->base.o->max_frame) < 0) {
-		coord_log(COORD_LOG_ERROR, "out of memory for a connection");
+	if (!k || coord_frame_reader_init_cap(&k->rd, fd, COORD_WIRE_HS_MAX_FRAME, HS_BUF) < 0) {
 		free(k);
-		close(fd);
-		return;
+		return -ENOMEM;
 	}
 	k->s = s;
 	k->fd = fd;
 	pthread_mutex_init(&k->send_lock, NULL);
 	io.ctx = k;
-	coord_sock_name((struct sockaddr *)&ss, len, k->p.peer, sizeof(k->p.peer));
-	if (coord_srv_conn_init(&k->p, &s->base, &io) < 0 ||
-	    pthread_create(&k->thread, NULL, hs_main, k) != 0) {
-		coord_log(COORD_LOG_ERROR, "cannot start a thread for %s", k->p.peer);
-		conn_free(k);
-		return;
-	}
+	snprintf(k->p.peer, sizeof(k->p.peer), "%s", peer);
+	coord_srv_conn_init(&k->p, &s->base, &io);
+	coord_hs_server_init(&k->hs, &s->base.key, s->base.role);
+	/* Relaxed (H1, I1): hints for the watchdog; the release below
+	 * publishes them to the first holder too. */
+	atomic_store_explicit(&k->partial_deadline,
+			      now + (uint64_t)s->base.o->handshake_ms * 1000000ull,
+			      memory_order_relaxed);
+	/* Relaxed (I1): as above. */
+	atomic_store_explicit(&k->last_active, now, memory_order_relaxed);
+	/* Relaxed (H1): a count; the acceptor reads it as a limit. */
+	atomic_fetch_add_explicit(&s->pending, 1, memory_order_relaxed);
+	k->polled = true;
 	pthread_mutex_lock(&s->base.lock);
 	k->next = s->conns;
 	s->conns = k;
+	s->nconns++;
 	pthread_mutex_unlock(&s->base.lock);
+	/* P1 (release): pairs with the first holder's acquire in
+	 * conn_serve(): everything above happens-before it (epoll orders it
+	 * too, which TSan does not see). */
+	atomic_store_explicit(&k->held, 0, memory_order_release);
+	ev.data.ptr = k;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		int r = -errno;
+
+		k->polled = false;
+		conn_finish(k); /* reap() frees it */
+		return r;
+	}
+	return 0;
+}
+
+/* H1: too many handshakes: say so to the peer, close, log at most once a
+ * second (with how many were refused). */
+static void refuse(struct srv *s, int fd, const char *peer, unsigned pending)
+{
+	char m[96];
+	uint64_t now = coord_now_ns();
+
+	snprintf(m, sizeof(m), "server busy: %u connections in the handshake", pending);
+	coord_send_error(fd, -EBUSY, m);
+	close(fd);
+	s->refused++;
+	if (now - s->refused_logged_ns >= 1000000000ull) {
+		coord_log(COORD_LOG_WARN,
+			  "refused %u connection%s in the last second (the last from %s): %u "
+			  "in the handshake, the limit (max_handshakes) is %u",
+			  s->refused, s->refused == 1 ? "" : "s", peer, pending,
+			  s->base.o->max_handshakes);
+		s->refused_logged_ns = now;
+		s->refused = 0;
+	}
+}
+
+/* A1: accept what is waiting, up to ACCEPT_BURST; on running out of
+ * descriptors or memory, pause the listener (logged once per episode). */
+static void accept_some(struct srv *s, int lfd)
+{
+	for (unsigned i = 0; i < ACCEPT_BURST; i++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC), r;
+		unsigned pending;
+		char peer[80];
+
+		if (fd < 0) {
+			r = errno;
+			if (r == EMFILE || r == ENFILE || r == ENOBUFS || r == ENOMEM) {
+				s->accept_paused_until = coord_now_ns() +
+							 ACCEPT_PAUSE_MS * 1000000ull;
+				if (!s->out_of_fds)
+					coord_log(COORD_LOG_WARN,
+						  "cannot accept: %s with %u connections open; "
+						  "not accepting for %d ms at a time until one "
+						  "closes (descriptor limit: %lu, ulimit -n)",
+						  strerror(r), s->nconns, ACCEPT_PAUSE_MS,
+						  coord_fd_limit());
+				s->out_of_fds = true;
+				return;
+			}
+			if (r == EAGAIN || r == EWOULDBLOCK)
+				return;
+			continue; /* ECONNABORTED, EINTR, a peer's error: the next */
+		}
+		if (s->out_of_fds) {
+			coord_log(COORD_LOG_WARN, "accepting again (%u connections open)",
+				  s->nconns);
+			s->out_of_fds = false;
+		}
+		coord_sock_name((struct sockaddr *)&ss, len, peer, sizeof(peer));
+		/* Relaxed (H1): a count; one more or less for a moment is fine. */
+		pending = atomic_load_explicit(&s->pending, memory_order_relaxed);
+		if (pending >= s->base.o->max_handshakes) {
+			refuse(s, fd, peer, pending);
+			continue;
+		}
+		r = conn_new(s, fd, peer);
+		if (r == -ENOMEM) {
+			coord_log(COORD_LOG_ERROR, "out of memory for a connection from %s", peer);
+			close(fd);
+		} else if (r < 0) {
+			coord_log(COORD_LOG_ERROR, "%s: epoll_ctl: %s", peer, strerror(-r));
+		}
+	}
 }
 
 /* Threads that wait for connections at once: one per CPU, at most 4. */
@@ -694,11 +999,13 @@ static int serve(const struct coord_server_opts *o, uint8_t role, struct coord_v
 		coord_srv_fini(&s.base);
 		return r;
 	}
+	coord_fd_limit_raise(role == COORD_ROLE_PS ? "coord_ps_serve" : "coord_worker_serve");
 	r = coord_sock_listen(o->listen, &s.base.key, &lfd, &port, err);
 	if (r < 0) {
 		coord_srv_fini(&s.base);
 		return r;
 	}
+	fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK); /* A1: accept_some() drains it */
 	pthread_mutex_init(&s.park_lock, NULL);
 	pthread_cond_init(&s.park_cv, NULL);
 	s.target = pool_target();
@@ -726,20 +1033,23 @@ static int serve(const struct coord_server_opts *o, uint8_t role, struct coord_v
 	if (o->on_listen)
 		o->on_listen(port, o->arg);
 	for (;;) {
-		struct pollfd p[2] = { { .fd = lfd, .events = POLLIN },
+		/* A1: a paused listener is left out of the poll (fd -1). */
+		bool paused = s.accept_paused_until > coord_now_ns();
+		struct pollfd p[2] = { { .fd = paused ? -1 : lfd, .events = POLLIN },
 				       { .fd = o->stop_fd, .events = POLLIN } };
 
 		/* The watchdog's tick: fine while a pool thread is busy (a
 		 * stuck one is relieved within about STUCK_NS + 1 ms), coarse
 		 * when all are idle (partial frames: partial_ms). */
-		if (poll(p, o->stop_fd >= 0 ? 2 : 1, busy ? 1 : WATCH_IDLE_MS) > 0) {
-			if (o->stop_fd >= 0 && (p[1].revents & (POLLIN | POLLHUP)))
+		if (poll(p, 2, busy ? 1 : WATCH_IDLE_MS) > 0) {
+			if (p[1].revents & (POLLIN | POLLHUP))
 				break;
 			if (p[0].revents & POLLIN)
-				accept_one(&s, lfd);
+				accept_some(&s, lfd);
 		}
 		busy = watch(&s);
 		reap(&s, false);
+		trim(&s);
 	}
 	r = 0;
 out:
@@ -778,10 +1088,11 @@ int coord_worker_serve(const struct coord_server_opts *o, struct coord_error *er
 		return COORD_EINVAL;
 	o = o ? &so : NULL;
 	if (!o || !o->registry || !o->listen || o->max_frame < 4096 ||
-	    o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
+	    o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT || !o->max_handshakes || o->idle_ms < 0)
 		return coord_seterr(err, COORD_EINVAL,
 				    "coord_worker_serve: a registry, a listen "
-				    "address and a max_frame of 4 KiB..1 GiB are required");
+				    "address, a max_frame of 4 KiB..1 GiB, max_handshakes >= 1 "
+				    "and idle_ms >= 0 are required");
 	return serve(o, COORD_ROLE_WORKER, NULL, err);
 }
 
@@ -794,10 +1105,12 @@ int coord_ps_serve(const struct coord_server_opts *o, struct coord_error *err)
 	if (o && coord_server_opts_in(&so, o, err) < 0)
 		return COORD_EINVAL;
 	o = o ? &so : NULL;
-	if (!o || !o->listen || o->max_frame < 4096 || o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT)
+	if (!o || !o->listen || o->max_frame < 4096 || o->max_frame > COORD_WIRE_MAX_FRAME_LIMIT ||
+	    !o->max_handshakes || o->idle_ms < 0)
 		return coord_seterr(err, COORD_EINVAL,
-				    "coord_ps_serve: a listen address and a max_frame of "
-				    "4 KiB..1 GiB are required");
+				    "coord_ps_serve: a listen address, a max_frame of "
+				    "4 KiB..1 GiB, max_handshakes >= 1 and idle_ms >= 0 are "
+				    "required");
 	r = coord_varstore_create(NULL, &vs, err);
 	if (r < 0)
 		return r;

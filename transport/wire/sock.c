@@ -6,6 +6,13 @@
  * only when nothing is there, so a frame that is already waiting costs one
  * system call, not poll + recv.  coord_frame_try_read() is the same without
  * any wait, for the servers' event-driven pool (tcp_server.c).
+ *
+ * Handshake: the server side is a state machine fed one frame at a time
+ * (coord_hs_server_frame()), so the tcp server's pool runs thousands at
+ * once without a thread each, and coord_handshake_server_io() is the same
+ * machine over a blocking read.  Until the peer is proven, either side
+ * takes frames of at most COORD_WIRE_HS_MAX_FRAME (4 KiB), checked from
+ * the header before the reader's buffer grows.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -95,7 +102,7 @@ int coord_sock_listen(const char *hostport, const struct coord_key *key, int *fd
 	if (s < 0)
 		return coord_seterr(err, -errno, "socket: %s", strerror(errno));
 	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(s, (struct sockaddr *)&ss, len) < 0 || listen(s, 256) < 0) {
+	if (bind(s, (struct sockaddr *)&ss, len) < 0 || listen(s, 1024) < 0) {
 		r = -errno;
 		close(s);
 		return coord_seterr(err, r, "cannot listen on %s: %s", hostport, strerror(-r));
@@ -167,14 +174,41 @@ int coord_sock_send_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-int coord_frame_reader_init(struct coord_frame_reader *rd, int fd, uint32_t max_frame)
+int coord_frame_reader_init_cap(struct coord_frame_reader *rd, int fd, uint32_t max_frame,
+				size_t cap)
 {
 	memset(rd, 0, sizeof(*rd));
 	rd->fd = fd;
 	rd->max_frame = max_frame;
-	rd->cap = 64 * 1024;
+	rd->cap = cap < COORD_WIRE_HDR ? COORD_WIRE_HDR : cap;
 	rd->buf = malloc(rd->cap);
 	return rd->buf ? 0 : -ENOMEM;
+}
+
+int coord_frame_reader_init(struct coord_frame_reader *rd, int fd, uint32_t max_frame)
+{
+	return coord_frame_reader_init_cap(rd, fd, max_frame, 64 * 1024);
+}
+
+int coord_frame_reader_open(struct coord_frame_reader *rd, uint32_t max_frame, size_t cap)
+{
+	rd->max_frame = max_frame;
+	if (rd->cap >= cap)
+		return 0;
+	if (rd->off > 0) { /* what is unread moves to the front */
+		memmove(rd->buf, rd->buf + rd->off, rd->len - rd->off);
+		rd->len -= rd->off;
+		rd->off = 0;
+	}
+	{
+		uint8_t *b = realloc(rd->buf, cap);
+
+		if (!b)
+			return -ENOMEM;
+		rd->buf = b;
+		rd->cap = cap;
+	}
+	return 0;
 }
 
 void coord_frame_reader_fini(struct coord_frame_reader *rd)
@@ -400,6 +434,36 @@ static bool proof_ok(const struct coord_key *key, uint8_t label, const uint8_t *
 	return all_zero(mac, COORD_WIRE_MAC);
 }
 
+int coord_handshake_read_error(int r, uint16_t type, int timeout_ms, const char *peer,
+			       struct coord_error *err)
+{
+	if (r == -ETIMEDOUT)
+		return coord_seterr(err, r, "%s: no %s within %d ms", peer,
+				    coord_wire_type_name(type), timeout_ms);
+	if (r == -EMSGSIZE)
+		return coord_seterr(err, r, "%s: handshake frame larger than %u bytes", peer,
+				    COORD_WIRE_HS_MAX_FRAME);
+	return coord_seterr(err, r, "%s: handshake failed: %s", peer, strerror(-r));
+}
+
+/* Is the frame @h of the handshake the @type expected?  0, or why not. */
+static int check_frame(uint16_t type, const struct coord_wire_hdr *h, const uint8_t *payload,
+		       const char *peer, struct coord_error *err)
+{
+	if (h->type == COORD_WIRE_ERROR) {
+		int32_t code;
+		const char *msg = "";
+		uint16_t len = 0;
+
+		coord_wire_get_error(h, payload, &code, &msg, &len);
+		return coord_seterr(err, -ECONNREFUSED, "%s refused: %.*s", peer, (int)len, msg);
+	}
+	if (h->type != type)
+		return coord_seterr(err, -EPROTO, "%s: expected %s, got %s", peer,
+				    coord_wire_type_name(type), coord_wire_type_name(h->type));
+	return 0;
+}
+
 /* Read one frame of @type within @timeout_ms, or fail with a reason. */
 static int read_expect(const struct coord_frame_io *io, uint16_t type, int timeout_ms,
 		       struct coord_wire_hdr *h, const uint8_t **payload, const char *peer,
@@ -407,23 +471,9 @@ static int read_expect(const struct coord_frame_io *io, uint16_t type, int timeo
 {
 	int r = io->read(io->ctx, timeout_ms, timeout_ms, h, payload);
 
-	if (r == -ETIMEDOUT)
-		return coord_seterr(err, r, "%s: no %s within %d ms", peer,
-				    coord_wire_type_name(type), timeout_ms);
 	if (r < 0)
-		return coord_seterr(err, r, "%s: handshake failed: %s", peer, strerror(-r));
-	if (h->type == COORD_WIRE_ERROR) {
-		int32_t code;
-		const char *msg = "";
-		uint16_t len = 0;
-
-		coord_wire_get_error(h, *payload, &code, &msg, &len);
-		return coord_seterr(err, -ECONNREFUSED, "%s refused: %.*s", peer, (int)len, msg);
-	}
-	if (h->type != type)
-		return coord_seterr(err, -EPROTO, "%s: expected %s, got %s", peer,
-				    coord_wire_type_name(type), coord_wire_type_name(h->type));
-	return 0;
+		return coord_handshake_read_error(r, type, timeout_ms, peer, err);
+	return check_frame(type, h, *payload, peer, err);
 }
 
 static const char *role_name(uint8_t role)
@@ -482,27 +532,31 @@ int coord_handshake_client_io(const struct coord_frame_io *io, const struct coor
 	return 0;
 }
 
-int coord_handshake_server_io(const struct coord_frame_io *io, const struct coord_key *key,
-			      uint8_t my_role, uint32_t *task, int timeout_ms, const char *peer,
-			      struct coord_error *err)
+void coord_hs_server_init(struct coord_hs_server *hs, const struct coord_key *key, uint8_t my_role)
 {
-	struct coord_wire_hello hello,
-		ack = { .magic = COORD_WIRE_MAGIC, .vmin = COORD_WIRE_VERSION, .role = my_role };
-	struct coord_wire_hdr h;
-	const uint8_t *payload;
-	uint8_t mac[COORD_WIRE_MAC];
+	memset(hs, 0, sizeof(*hs));
+	hs->key = key;
+	hs->my_role = my_role;
+	hs->want = COORD_WIRE_HELLO;
+}
+
+/* HELLO: answer with HELLO_ACK (our proof), or refuse the version or role. */
+static int hs_hello(struct coord_hs_server *hs, const struct coord_frame_io *io,
+		    const struct coord_wire_hdr *h, const uint8_t *payload, const char *peer,
+		    struct coord_error *err)
+{
+	struct coord_wire_hello hello, ack = { .magic = COORD_WIRE_MAGIC,
+					       .vmin = COORD_WIRE_VERSION,
+					       .role = hs->my_role };
 	int r;
 
-	r = read_expect(io, COORD_WIRE_HELLO, timeout_ms, &h, &payload, peer, err);
-	if (r < 0)
-		return r;
-	r = coord_wire_get_hello(&h, payload, &hello);
+	r = coord_wire_get_hello(h, payload, &hello);
 	if (r < 0)
 		return coord_seterr(err, r, "%s: not a coord peer (bad HELLO)", peer);
 	ack.task = hello.task;
 	if (hello.vmin > COORD_WIRE_VERSION || hello.vmax < COORD_WIRE_VERSION ||
 	    !(hello.role == COORD_ROLE_COORDINATOR ||
-	      (my_role == COORD_ROLE_PS && hello.role == COORD_ROLE_WORKER))) {
+	      (hs->my_role == COORD_ROLE_PS && hello.role == COORD_ROLE_WORKER))) {
 		bool ver = hello.vmin > COORD_WIRE_VERSION || hello.vmax < COORD_WIRE_VERSION;
 
 		ack.status = ver ? COORD_WIRE_BAD_VERSION : COORD_WIRE_BAD_ROLE;
@@ -515,22 +569,60 @@ int coord_handshake_server_io(const struct coord_frame_io *io, const struct coor
 				    hello.role);
 	}
 	coord_auth_nonce(ack.nonce);
-	proof(key, COORD_AUTH_SERVER, hello.nonce, ack.nonce, ack.mac);
+	proof(hs->key, COORD_AUTH_SERVER, hello.nonce, ack.nonce, ack.mac);
 	r = send_frame_hello(io, COORD_WIRE_HELLO_ACK, &ack);
 	if (r < 0)
 		return coord_seterr(err, r, "%s: cannot send HELLO_ACK: %s", peer, strerror(-r));
-	r = read_expect(io, COORD_WIRE_AUTH, timeout_ms, &h, &payload, peer, err);
+	memcpy(hs->cnonce, hello.nonce, sizeof(hs->cnonce));
+	memcpy(hs->snonce, ack.nonce, sizeof(hs->snonce));
+	hs->task = hello.task;
+	hs->want = COORD_WIRE_AUTH;
+	return 0;
+}
+
+int coord_hs_server_frame(struct coord_hs_server *hs, const struct coord_frame_io *io,
+			  const struct coord_wire_hdr *h, const uint8_t *payload, const char *peer,
+			  struct coord_error *err)
+{
+	uint8_t mac[COORD_WIRE_MAC];
+	int r = check_frame(hs->want, h, payload, peer, err);
+
 	if (r < 0)
 		return r;
-	if (coord_wire_get_auth(&h, payload, mac) < 0)
+	if (hs->want == COORD_WIRE_HELLO)
+		return hs_hello(hs, io, h, payload, peer, err);
+	if (coord_wire_get_auth(h, payload, mac) < 0)
 		return coord_seterr(err, -EPROTO, "%s: bad AUTH frame", peer);
-	if (!proof_ok(key, COORD_AUTH_CLIENT, ack.nonce, hello.nonce, mac)) {
+	if (!proof_ok(hs->key, COORD_AUTH_CLIENT, hs->snonce, hs->cnonce, mac)) {
 		coord_send_error_io(io, -EACCES, "authentication failed");
 		return coord_seterr(err, -EACCES, "%s: authentication failed: %s", peer,
-				    key && key->set ? "it does not hold the cluster key"
-						    : "it sent a proof but this server has no key");
+				    hs->key && hs->key->set
+					    ? "it does not hold the cluster key"
+					    : "it sent a proof but this server has no key");
 	}
-	*task = hello.task;
+	hs->want = 0;
+	return 1;
+}
+
+int coord_handshake_server_io(const struct coord_frame_io *io, const struct coord_key *key,
+			      uint8_t my_role, uint32_t *task, int timeout_ms, const char *peer,
+			      struct coord_error *err)
+{
+	struct coord_hs_server hs;
+	struct coord_wire_hdr h;
+	const uint8_t *payload;
+	int r;
+
+	coord_hs_server_init(&hs, key, my_role);
+	do {
+		r = io->read(io->ctx, timeout_ms, timeout_ms, &h, &payload);
+		if (r < 0)
+			return coord_handshake_read_error(r, hs.want, timeout_ms, peer, err);
+		r = coord_hs_server_frame(&hs, io, &h, payload, peer, err);
+	} while (r == 0);
+	if (r < 0)
+		return r;
+	*task = hs.task;
 	return 0;
 }
 
@@ -539,17 +631,14 @@ int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key
 			   struct coord_error *err)
 {
 	struct coord_frame_io io;
+	uint32_t max = rd->max_frame;
+	int r;
 
+	/* A server not yet proven gets the handshake's limit (wire.h). */
+	if (rd->max_frame > COORD_WIRE_HS_MAX_FRAME)
+		rd->max_frame = COORD_WIRE_HS_MAX_FRAME;
 	coord_frame_io_sock(&io, rd);
-	return coord_handshake_client_io(&io, key, role, server_role, task, timeout_ms, peer, err);
-}
-
-int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key *key,
-			   uint8_t my_role, uint32_t *task, int timeout_ms, const char *peer,
-			   struct coord_error *err)
-{
-	struct coord_frame_io io;
-
-	coord_frame_io_sock(&io, rd);
-	return coord_handshake_server_io(&io, key, my_role, task, timeout_ms, peer, err);
+	r = coord_handshake_client_io(&io, key, role, server_role, task, timeout_ms, peer, err);
+	rd->max_frame = max;
+	return r;
 }

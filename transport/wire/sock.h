@@ -10,7 +10,8 @@
  *   C -> S  AUTH      { MAC_K('C', Ns, Nc) }   (zeros if S's proof was wrong)
  * With no key on a side its MACs are zeros and it accepts only zeros: a
  * keyed and an unkeyed peer never talk.  Every step has a deadline; a
- * refusal is logged with the peer's address and the reason.
+ * refusal is logged with the peer's address and the reason.  Frames of the
+ * handshake may not exceed COORD_WIRE_HS_MAX_FRAME (wire.h).
  */
 #ifndef COORD_TRANSPORT_SOCK_H
 #define COORD_TRANSPORT_SOCK_H
@@ -53,7 +54,19 @@ struct coord_frame_reader {
 	uint64_t rx_total; /* bytes received, ever (a look knows what is new) */
 };
 
+/* coord_frame_reader_init() - a reader of @fd, frames up to @max_frame, a
+ * 64 KiB buffer to start.  0 or -ENOMEM. */
 COORD_HIDDEN int coord_frame_reader_init(struct coord_frame_reader *rd, int fd, uint32_t max_frame);
+/* coord_frame_reader_init_cap() - the same with a buffer of @cap bytes to
+ * start (a server's handshake: a few hundred bytes, and frames up to
+ * COORD_WIRE_HS_MAX_FRAME, so a peer not yet authenticated holds little). */
+COORD_HIDDEN int coord_frame_reader_init_cap(struct coord_frame_reader *rd, int fd,
+					     uint32_t max_frame, size_t cap);
+/* coord_frame_reader_open() - the handshake is done: frames up to
+ * @max_frame from now, a buffer of at least @cap bytes; what is buffered
+ * stays.  0 or -ENOMEM. */
+COORD_HIDDEN int coord_frame_reader_open(struct coord_frame_reader *rd, uint32_t max_frame,
+					 size_t cap);
 COORD_HIDDEN void coord_frame_reader_fini(struct coord_frame_reader *rd);
 /*
  * coord_frame_read() - the next whole frame.  @idle_ms bounds the wait for
@@ -98,14 +111,57 @@ COORD_HIDDEN int coord_handshake_client_io(const struct coord_frame_io *io,
 					   uint8_t server_role, uint32_t task, int timeout_ms,
 					   const char *peer, struct coord_error *err);
 /**
- * coord_handshake_server_io() - coord_handshake_server() over any frame I/O.
- * @io: the connection (borrowed for the call).
- * The other parameters and the return value: coord_handshake_server().
+ * coord_handshake_server_io() - accept a peer over a blocking frame I/O
+ * (the rdma server's channels); a worker server accepts coordinators, a ps
+ * server coordinators and workers.
+ * @io: the connection (borrowed for the call); @key: ours (or none);
+ * @my_role: COORD_ROLE_WORKER or COORD_ROLE_PS; @task: the task the peer
+ * named; @timeout_ms: for each frame; @peer: for messages.
+ * Return: 0, or < 0 refused with the reason in @err (coord_hs_server_frame()).
  */
 COORD_HIDDEN int coord_handshake_server_io(const struct coord_frame_io *io,
 					   const struct coord_key *key, uint8_t my_role,
 					   uint32_t *task, int timeout_ms, const char *peer,
 					   struct coord_error *err);
+/**
+ * struct coord_hs_server - the server side of the handshake as a state
+ * machine, fed one frame at a time, so that an event loop can run many
+ * handshakes without a thread each (tcp_server.c) and a blocking reader
+ * can run one (coord_handshake_server_io()).
+ * @want: the frame type expected next (HELLO, then AUTH; 0 when done).
+ * @task: the task the peer named (valid once done).
+ * The rest is private to sock.c.
+ */
+struct coord_hs_server {
+	const struct coord_key *key;
+	uint8_t my_role;
+	uint16_t want;
+	uint32_t task;
+	uint8_t cnonce[COORD_WIRE_NONCE], snonce[COORD_WIRE_NONCE];
+};
+
+/* coord_hs_server_init() - a handshake of a server of @my_role holding @key
+ * (borrowed; NULL or unset: no key). */
+COORD_HIDDEN void coord_hs_server_init(struct coord_hs_server *hs, const struct coord_key *key,
+				       uint8_t my_role);
+/**
+ * coord_hs_server_frame() - take the next frame of the handshake.
+ * @hs: the handshake; @io: where answers go (only @io->write is used);
+ * @h/@payload: the frame (borrowed for the call); @peer: for messages.
+ * Return: 0 more frames are needed (@hs->want); 1 the peer is
+ * authenticated (@hs->task); < 0 refused, with the reason in @err (the
+ * answer the protocol gives, a refusing HELLO_ACK or an ERROR frame after a
+ * wrong proof, is sent; others are the caller's to send).
+ */
+COORD_HIDDEN int coord_hs_server_frame(struct coord_hs_server *hs, const struct coord_frame_io *io,
+				       const struct coord_wire_hdr *h, const uint8_t *payload,
+				       const char *peer, struct coord_error *err);
+/* coord_handshake_read_error() - the message for a read that failed with
+ * @r (-ETIMEDOUT: no frame of @type within @timeout_ms) in a handshake with
+ * @peer; returns @r. */
+COORD_HIDDEN int coord_handshake_read_error(int r, uint16_t type, int timeout_ms, const char *peer,
+					    struct coord_error *err);
+
 /**
  * coord_send_error_io() - best effort: an ERROR frame saying why we close.
  * @io: the connection; @code/@msg: the frame's contents (@msg cut at 255 bytes).
@@ -130,15 +186,6 @@ COORD_HIDDEN int coord_frame_try_read(struct coord_frame_reader *rd, struct coor
 COORD_HIDDEN int coord_handshake_client(struct coord_frame_reader *rd, const struct coord_key *key,
 					uint8_t role, uint8_t server_role, uint32_t task,
 					int timeout_ms, const char *peer, struct coord_error *err);
-/*
- * coord_handshake_server() - accept a peer; *@task gets the task it named.
- * A worker server accepts coordinators; a ps server accepts coordinators and
- * workers.
- */
-COORD_HIDDEN int coord_handshake_server(struct coord_frame_reader *rd, const struct coord_key *key,
-					uint8_t my_role, uint32_t *task, int timeout_ms,
-					const char *peer, struct coord_error *err);
-
 /* coord_send_error() - best effort: tell the peer why we close. */
 COORD_HIDDEN void coord_send_error(int fd, int code, const char *msg);
 

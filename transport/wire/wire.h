@@ -124,6 +124,10 @@
 #define COORD_WIRE_VREQ_FIXED 40
 #define COORD_WIRE_VRES_FIXED 16
 #define COORD_WIRE_ADDR_MAX 256 /* PS_TABLE address bytes, exclusive */
+/* The largest frame either side accepts before the handshake is done
+ * (HELLO, HELLO_ACK, AUTH, an ERROR saying why): checked from the header,
+ * so an unauthenticated peer never makes a buffer grow past it. */
+#define COORD_WIRE_HS_MAX_FRAME 4096u
 
 enum coord_wire_type {
 	COORD_WIRE_HELLO = 1,
