@@ -20,14 +20,8 @@
  * when a closure has run long enough that waiting for the rest of the batch
  * would hold its result back.
  *
- * Why (measured, bench_tcp scale row: 256 connections over 4 processes, one
- * closure in flight on each, 2 vCPUs): with a thread per connection every
- * closure woke its own sleeping thread, and the wake-up (an IPI on a VM) was
- * charged to the sender; CPU per closure was about 17 us in the coordinator
- * and 25-30 us in the workers.  With the pool, a burst of frames to one
- * process wakes at most its pool's threads and the rest queue on the epoll
- * ready list: 9-10 us and 12-15 us.  Rates rose from ~30 K/s to ~40 K/s on a
- * shared, loaded machine.  One frame per closure is still the floor there.
+ * Why a pool and not a thread per connection: docs/perf-history.md
+ * ("tcp_server.c: the serving pool").
  *
  *   P1  A connection is held by at most one thread: the pool thread whose
  *       epoll_wait returned it (the acceptor adds it to the epoll set,
