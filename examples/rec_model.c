@@ -211,8 +211,9 @@ struct scratch {
 	uint32_t slot[RM_BATCH_MAX][RM_F]; /* the example's row among its field's */
 	int64_t uid[RM_F][RM_BATCH_MAX];   /* distinct ids per field */
 	uint32_t nu[RM_F];
-	uint32_t cnt[RM_F][RM_BATCH_MAX];  /* examples using each distinct id */
-	uint32_t hkey[SLOTS], hval[SLOTS]; /* id + 1 -> its slot; 0 empty */
+	uint32_t cnt[RM_F][RM_BATCH_MAX];   /* examples using each distinct id */
+	uint32_t first[RM_F][RM_BATCH_MAX]; /* the first example using it */
+	uint32_t hkey[SLOTS], hval[SLOTS];  /* id + 1 -> its slot; 0 empty */
 	float e[RM_F][RM_BATCH_MAX * RM_D], w[RM_F][RM_BATCH_MAX];   /* per example */
 	float ge[RM_F][RM_BATCH_MAX * RM_D], gw[RM_F][RM_BATCH_MAX]; /* per distinct id */
 	struct rm_dense d, g;
@@ -261,6 +262,7 @@ static void dedup(struct scratch *s, uint32_t batch)
 				s->hkey[h] = id + 1;
 				s->hval[h] = s->nu[f];
 				s->cnt[f][s->nu[f]] = 0;
+				s->first[f][s->nu[f]] = b;
 				s->uid[f][s->nu[f]++] = id;
 			}
 			s->slot[b][f] = s->hval[h];
@@ -294,6 +296,44 @@ static int dense_batch(struct coord_ctx *ctx, struct scratch *s, const struct rm
 	return coord_ctx_var_batch(ctx, op, 4);
 }
 
+/*
+ * The update of one row from its gradients summed over the batch (@ge, RM_D
+ * floats; @gw[0]) into what scatter_add adds to the embedding row (@ge) and
+ * the wide row (@gw: weight, accumulators), given the wide row as gathered
+ * (@w: its accumulators) and the examples that used it (@cnt).
+ *
+ * Row-wise Adagrad: acc += mean of the squared gradient; the step is
+ * -lr * g / sqrt(acc), from an initial accumulator of 0.1 (TF's).  With
+ * other workers' updates landing in between, acc is the gathered value plus
+ * this step's: asynchronous, as the rows themselves.
+ */
+#define ACC0 0.1f
+static void sparse_update(const struct rm_step_args *a, float *ge, float *gw, const float *w,
+			  uint32_t cnt)
+{
+	if (a->adagrad) {
+		float ge2 = 0, acc_w, acc_e, g = gw[0];
+
+		for (unsigned j = 0; j < RM_D; j++)
+			ge2 += ge[j] * ge[j];
+		ge2 /= RM_D;
+		acc_w = ACC0 + (w[1] > 0 ? w[1] : 0) + g * g;
+		acc_e = ACC0 + (w[2] > 0 ? w[2] : 0) + ge2;
+		for (unsigned j = 0; j < RM_D; j++)
+			ge[j] *= -a->lr_sparse / sqrtf(acc_e);
+		gw[0] = -a->lr_sparse * g / sqrtf(acc_w);
+		gw[1] = g * g;
+		gw[2] = ge2;
+	} else {
+		float k = -a->lr_sparse / (float)cnt;
+
+		for (unsigned j = 0; j < RM_D; j++)
+			ge[j] *= k;
+		gw[0] *= k;
+		gw[1] = gw[2] = 0;
+	}
+}
+
 static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 {
 	struct rm_step_result out = { 0 };
@@ -314,7 +354,7 @@ static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 	for (unsigned f = 0; f < RM_F; f++)
 		if (a->vocab[f] == 0 || a->vocab[f] != a->v.emb[f].rows ||
 		    a->v.wide[f].rows != a->vocab[f] || a->v.emb[f].row_len != RM_D ||
-		    a->v.wide[f].row_len != 1)
+		    a->v.wide[f].row_len != RM_W)
 			return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: table %u's shape", f);
 	for (uint32_t b = 0; b < a->batch; b++)
 		rm_next(st, a->vocab, &s->ex[b]);
@@ -335,7 +375,7 @@ static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 	memset(&s->g, 0, sizeof(s->g));
 	for (unsigned f = 0; f < RM_F; f++) {
 		memset(s->ge[f], 0, s->nu[f] * RM_D * sizeof(float));
-		memset(s->gw[f], 0, s->nu[f] * sizeof(float));
+		memset(s->gw[f], 0, s->nu[f] * RM_W * sizeof(float));
 	}
 	for (uint32_t b = 0; b < a->batch; b++) {
 		const float *emb[RM_F];
@@ -343,7 +383,7 @@ static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 
 		for (unsigned f = 0; f < RM_F; f++) {
 			emb[f] = s->e[f] + (size_t)b * RM_D;
-			wide[f] = s->w[f][b];
+			wide[f] = s->w[f][b * RM_W];
 		}
 		z = forward(&s->d, emb, wide, x, h);
 		p = 1.0f / (1.0f + expf(-z));
@@ -367,7 +407,7 @@ static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 		for (unsigned f = 0; f < RM_F; f++) {
 			float *ge = s->ge[f] + s->slot[b][f] * RM_D;
 
-			s->gw[f][s->slot[b][f]] += dz;
+			s->gw[f][s->slot[b][f] * RM_W] += dz;
 			for (unsigned j = 0; j < RM_H; j++) {
 				const float *w = s->d.w1 + (size_t)j * RM_IN + f * RM_D;
 
@@ -378,8 +418,7 @@ static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 			}
 		}
 	}
-	/* -lr * gradient: the dense layers' mean over the batch, each row's mean
-	 * over the examples that use it (a tail row moves as far as a head row). */
+	/* -lr * gradient: the dense layers' mean over the batch. */
 	for (unsigned i = 0; i < RM_H * RM_IN; i++)
 		s->g.w1[i] *= -a->lr_dense / (float)a->batch;
 	for (unsigned j = 0; j < RM_H; j++) {
@@ -389,13 +428,9 @@ static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 	s->g.b2 *= -a->lr_dense / (float)a->batch;
 	/* One scatter_add per table, of its distinct rows. */
 	for (unsigned f = 0; f < RM_F; f++) {
-		for (uint32_t u = 0; u < s->nu[f]; u++) {
-			float k = -a->lr_sparse / (float)s->cnt[f][u];
-
-			for (unsigned j = 0; j < RM_D; j++)
-				s->ge[f][u * RM_D + j] *= k;
-			s->gw[f][u] *= k;
-		}
+		for (uint32_t u = 0; u < s->nu[f]; u++)
+			sparse_update(a, s->ge[f] + u * RM_D, s->gw[f] + u * RM_W,
+				      s->w[f] + s->first[f][u] * RM_W, s->cnt[f][u]);
 		r = coord_ctx_pvar_scatter_add(ctx, &a->v.emb[f], s->uid[f], s->nu[f], s->ge[f]);
 		if (r == 0)
 			r = coord_ctx_pvar_scatter_add(ctx, &a->v.wide[f], s->uid[f], s->nu[f],

@@ -21,8 +21,12 @@
  * by rows over the ps tasks.  Each step reads its mini-batch's rows with one
  * gather per table (the batch's ids as drawn: the library reads each
  * distinct row once, one request per ps task holding one) and the dense
- * layers in one batch, and adds the sparse gradients (one row per distinct
+ * layers in one batch, and adds the sparse updates (one row per distinct
  * id) with one scatter_add per table and the dense ones with ASSIGN_ADD.
+ * Rows learn by row-wise Adagrad (an accumulator of squared gradients per
+ * row, as TPU embeddings' RowWiseAdagrad): a tail row seen a few times
+ * moves as far as its few gradients say, a head row seen in every batch
+ * slows down; --sgd gives plain SGD of each row's mean gradient instead.
  */
 #ifndef COORD_EXAMPLES_REC_MODEL_H
 #define COORD_EXAMPLES_REC_MODEL_H
@@ -37,11 +41,15 @@
 #define RM_D 16		    /* the student's embedding dimensions */
 #define RM_H 64		    /* the student's hidden units */
 #define RM_IN (RM_F * RM_D) /* the deep part's input */
+#define RM_W 3		    /* a wide row: its weight, its and the embedding row's accumulators */
 #define RM_BATCH_MAX 1024
 #define RM_VOCAB_MAX 16000000 /* rows per table, at most */
 
-/* The variables: per field the partitioned "rec/wide<f>" [vocab, 1] and
- * "rec/emb<f>" [vocab, RM_D] (their shards spread over the ps tasks);
+/* The variables: per field the partitioned "rec/wide<f>" [vocab, RM_W] (the
+ * wide weight, then the row-wise Adagrad accumulators of that weight and of
+ * the embedding row: slot variables kept in the same row, so one gather
+ * reads them) and "rec/emb<f>" [vocab, RM_D] (their shards spread over the
+ * ps tasks);
  * "rec/w1" [RM_H, RM_IN], "rec/b1" [RM_H], "rec/w2" [RM_H], "rec/b2" scalar. */
 struct rm_vars {
 	struct coord_pvar wide[RM_F], emb[RM_F];
@@ -53,6 +61,7 @@ struct rm_step_args {
 	struct rm_vars v;
 	uint32_t vocab[RM_F];
 	uint32_t batch;
+	uint32_t adagrad; /* rows: row-wise Adagrad, else SGD of each row's mean gradient */
 	float lr_dense, lr_sparse;
 };
 

@@ -45,7 +45,7 @@ struct opts {
 	const char *transport, *spec, *ckpt_dir, *plot;
 	unsigned workers, ps, local, epochs, steps, batch, vocab0, eval_n, kills, ckpt_every,
 		shards;
-	int epochs_set, quiet;
+	int epochs_set, quiet, sgd;
 	double lr_dense, lr_sparse, kill_every;
 	uint64_t seed;
 };
@@ -57,8 +57,8 @@ struct model {
 	uint32_t vocab[RM_F];
 	struct rm_dense d; /* the coordinator's copy, for evaluation */
 	float *emb,
-		*wide; /* the held-out impressions' rows: [RM_F][eval_n][RM_D], [RM_F][eval_n] */
-	int64_t *ids;  /* their ids: [RM_F][eval_n] */
+		*wide; /* the held-out impressions' rows: [RM_F][eval_n][RM_D], [RM_F][eval_n][RM_W] */
+	int64_t *ids;	       /* their ids: [RM_F][eval_n] */
 	struct rm_example *ex; /* the held-out impressions */
 };
 
@@ -94,7 +94,7 @@ static int create_table(struct coord *c, const struct opts *o, const char *name,
 	struct coord_partitioner p = { .num_shards = o->shards < rows ? o->shards : rows };
 
 	r = coord_pvar_create(c, name, 2, dims, NULL, o->shards ? &p : NULL, pv, err);
-	for (uint64_t off = 0; r == 0 && width > 1 && off < n; off += CHUNK) {
+	for (uint64_t off = 0; r == 0 && width == RM_D && off < n; off += CHUNK) {
 		size_t k = n - off < CHUNK ? (size_t)(n - off) : CHUNK;
 
 		rm_emb_init(o->seed, f, off, buf, k);
@@ -115,14 +115,14 @@ static int create_vars(struct coord *c, const struct opts *o, struct model *m,
 	rm_vocab(o->vocab0, m->vocab);
 	for (unsigned f = 0; f < RM_F && r == 0; f++) {
 		snprintf(name, sizeof(name), "rec/wide%u", f);
-		r = create_table(c, o, name, f, m->vocab[f], 1, &m->v.wide[f], buf, err);
+		r = create_table(c, o, name, f, m->vocab[f], RM_W, &m->v.wide[f], buf, err);
 		snprintf(name, sizeof(name), "rec/emb%u", f);
 		if (r == 0)
 			r = create_table(c, o, name, f, m->vocab[f], RM_D, &m->v.emb[f], buf, err);
 	}
 	free(buf);
 	m->emb = malloc((size_t)RM_F * o->eval_n * RM_D * sizeof(float));
-	m->wide = malloc((size_t)RM_F * o->eval_n * sizeof(float));
+	m->wide = malloc((size_t)RM_F * o->eval_n * RM_W * sizeof(float));
 	m->ids = malloc((size_t)RM_F * o->eval_n * sizeof(int64_t));
 	m->ex = malloc((size_t)o->eval_n * sizeof(*m->ex));
 	if (r == 0 && (!m->emb || !m->wide || !m->ids || !m->ex))
@@ -174,7 +174,7 @@ static int evaluate(struct coord *c, struct model *m, unsigned n, struct eval *e
 				      m->emb + (size_t)f * n * RM_D, err);
 		if (r == 0)
 			r = coord_pvar_gather(c, &m->v.wide[f], m->ids + (size_t)f * n, n,
-					      m->wide + (size_t)f * n, err);
+					      m->wide + (size_t)f * n * RM_W, err);
 	}
 	if (r == 0)
 		r = coord_var_read(c, m->v.w1, 0, RM_H * RM_IN, m->d.w1, err);
@@ -191,7 +191,7 @@ static int evaluate(struct coord *c, struct model *m, unsigned n, struct eval *e
 
 		for (unsigned f = 0; f < RM_F; f++) {
 			emb[f] = m->emb + ((size_t)f * n + i) * RM_D;
-			wide[f] = m->wide[(size_t)f * n + i];
+			wide[f] = m->wide[((size_t)f * n + i) * RM_W];
 		}
 		score[i] = rm_predict(&m->d, emb, wide);
 		truth[i] = ex->p_true;
@@ -362,6 +362,7 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 	uint64_t s_epoch = start_step;
 	struct rm_step_args a = { .v = m->v,
 				  .batch = o->batch,
+				  .adagrad = !o->sgd,
 				  .lr_dense = (float)o->lr_dense,
 				  .lr_sparse = (float)o->lr_sparse };
 	struct rm_data_args da = { .seed = o->seed };
@@ -472,7 +473,7 @@ static void usage(FILE *f)
 		"N]\n"
 		"                   [--seed N] [--ckpt-dir DIR] [--ckpt-every STEPS] [--plot "
 		"FILE.png]\n"
-		"                   [--kill-worker-every SEC [--kills N]] [--quiet]\n"
+		"                   [--sgd] [--kill-worker-every SEC [--kills N]] [--quiet]\n"
 		"\n"
 		"Train a wide & deep click model (%d categorical fields, embeddings of %d, %d "
 		"relu\n"
@@ -484,10 +485,12 @@ static void usage(FILE *f)
 		"                  coord-ps processes on loopback; --spec SPEC: an existing "
 		"cluster\n"
 		"  --workers N     inproc workers (4); --ps N: ps tasks (2)\n"
-		"  --epochs E      epochs (10); --steps S: steps per epoch (200); --batch B (256)\n"
+		"  --epochs E      epochs (20); --steps S: steps per epoch (200); --batch B (256)\n"
 		"  --vocab V       rows of the largest tables (1000000; the 8 fields have\n"
 		"                  V, V, V/2, V/2, V/4, V/10, V/40, V/400)\n"
-		"  --lr LR         dense learning rate (0.05); --lr-sparse LR: rows' (0.05)\n"
+		"  --lr LR         dense learning rate (0.05); --lr-sparse LR: rows' (0.1)\n"
+		"  --sgd           rows learn by SGD of their mean gradient in the batch, not\n"
+		"                  by row-wise Adagrad (the default)\n"
 		"  --eval N        held-out impressions (20000)\n"
 		"  --shards N      split every table into N shards (default: as many as\n"
 		"                  ps tasks, each at least 256 KiB); a resumed run keeps the\n"
@@ -526,6 +529,7 @@ static int parse(int argc, char **argv, struct opts *o)
 					    { "kill-worker-every", required_argument, NULL, 'k' },
 					    { "kills", required_argument, NULL, 'K' },
 					    { "quiet", no_argument, NULL, 'q' },
+					    { "sgd", no_argument, NULL, 'G' },
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
 	int ch;
@@ -533,7 +537,7 @@ static int parse(int argc, char **argv, struct opts *o)
 	*o = (struct opts){ .transport = "inproc",
 			    .workers = 4,
 			    .ps = 2,
-			    .epochs = 10,
+			    .epochs = 20,
 			    .steps = 200,
 			    .batch = 256,
 			    .vocab0 = 1000000,
@@ -541,7 +545,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			    .kills = 3,
 			    .ckpt_every = 1000,
 			    .lr_dense = 0.05,
-			    .lr_sparse = 0.05,
+			    .lr_sparse = 0.1,
 			    .seed = 1 };
 	while ((ch = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
 		switch (ch) {
@@ -605,6 +609,9 @@ static int parse(int argc, char **argv, struct opts *o)
 			break;
 		case 'q':
 			o->quiet = 1;
+			break;
+		case 'G':
+			o->sgd = 1;
 			break;
 		case 'h':
 			usage(stdout);
