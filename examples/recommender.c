@@ -354,9 +354,12 @@ static void account(struct progress *pg, struct coord_rv *rv)
 	coord_rv_put(rv);
 }
 
+/* *@aside_s: the time spent evaluating and checkpointing, not stepping. */
 static int train(struct coord *c, const struct opts *o, struct model *m, struct eval *e,
-		 uint64_t start_step, uint64_t *end_step, struct coord_error *err)
+		 uint64_t start_step, uint64_t *end_step, double *aside_s, struct coord_error *err)
 {
+	double t_aside;
+
 	static struct series ser;
 	double t_epoch = ex_now_s();
 	uint64_t s_epoch = start_step;
@@ -422,6 +425,7 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 		}
 		if (r == 0)
 			r = coord_join(c, err);
+		t_aside = ex_now_s();
 		if (r == 0)
 			r = evaluate(c, m, o->eval_n, e, err);
 		pg.auc = e->auc;
@@ -448,6 +452,7 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 			r = ex_ckpt_save(c, o->ckpt_dir, step, o->quiet, err);
 			last_ckpt = step;
 		}
+		*aside_s += ex_now_s() - t_aside;
 	}
 	*end_step = step;
 	if (r == 0 && o->plot && plot(o->plot, &ser, e->ceiling_auc, &kills, pg.t0) == 0 &&
@@ -648,7 +653,7 @@ int main(int argc, char **argv)
 	struct opts o;
 	uint64_t start = 0, end = 0;
 	char *json = NULL;
-	double t0;
+	double t0, aside = 0;
 	int r = 0;
 
 	if (parse(argc, argv, &o) < 0)
@@ -724,15 +729,18 @@ int main(int argc, char **argv)
 		       e0.auc, e0.logloss, e0.ceiling_auc, e0.ceiling_logloss, 100 * e0.ctr);
 	e = e0;
 	t0 = ex_now_s();
-	r = train(c, &o, &m, &e, start, &end, &err);
+	r = train(c, &o, &m, &e, start, &end, &aside, &err);
 	if (r < 0) {
 		fprintf(stderr, "recommender: %s\n", err.msg);
 		goto out;
 	}
+	t0 = ex_now_s() - t0;
 	printf("after:  held-out AUC %.4f of a ceiling of %.4f (%.1f%% of the way from 0.5), "
-	       "log loss %.4f (ceiling %.4f) (%.1f s, %llu steps)\n",
+	       "log loss %.4f (ceiling %.4f) (%.1f s, %llu steps; %.0f steps/s between "
+	       "evaluations)\n",
 	       e.auc, e.ceiling_auc, 100 * (e.auc - 0.5) / (e.ceiling_auc - 0.5), e.logloss,
-	       e.ceiling_logloss, ex_now_s() - t0, (unsigned long long)(end - start));
+	       e.ceiling_logloss, t0, (unsigned long long)(end - start),
+	       t0 - aside > 0 ? (double)(end - start) / (t0 - aside) : 0.0);
 out:
 	coord_destroy(c);
 	coord_spec_destroy(spec);

@@ -60,7 +60,8 @@ for run in "--local 2 --ps 3" "--ps 1"; do
 		"$dir/ck$epochs.log" || { cat "$dir/ck$epochs.log"; echo "$run: no resume"; exit 1; }
 	[ "$(before "$dir/ck$epochs.log")" = "$(after "$prev")" ] || {
 		cat "$prev" "$dir/ck$epochs.log"; echo "$run: not the saved model"; exit 1; }
-	grep -q "(.* s, 100 steps)" "$dir/ck$epochs.log" || { cat "$dir/ck$epochs.log"; exit 1; }
+	grep -q "(.* s, 100 steps; [0-9]* steps/s between evaluations)" "$dir/ck$epochs.log" ||
+		{ cat "$dir/ck$epochs.log"; exit 1; }
 	grep -q "^tables: .* in 48 shards over ${run##* } ps tasks" "$dir/ck$epochs.log" ||
 		{ cat "$dir/ck$epochs.log"; echo "$run: shards?"; exit 1; }
 	prev=$dir/ck$epochs.log
