@@ -4,8 +4,9 @@
 # coord-worker / coord-ps processes), and its held-out AUC against the
 # generating model's ceiling; extra ARGS go to every run (default: 3 epochs
 # of 200 steps of 256 on the default 1 M-row tables).  Steps/s excludes the
-# evaluations between epochs.  Printed, not asserted; the load average is
-# printed with each row (the machine is shared).
+# evaluations between epochs.  REPEATS=N (default 3) runs each row N times
+# and prints the median and the range.  Printed, not asserted; the load
+# average is printed with each row (the machine is shared).
 set -euo pipefail
 build=${1:-build}
 [ $# -gt 0 ] && shift
@@ -14,7 +15,9 @@ rec=$build/examples/recommender
 export COORD_WORKER_BIN=${COORD_WORKER_BIN:-$build/tools/coord-worker}
 export COORD_PS_BIN=${COORD_PS_BIN:-$build/tools/coord-ps}
 args=(--epochs 3 --steps 200 "$@")
-printf '%-7s %7s %3s %9s %6s %8s %6s\n' transport workers ps "steps/s" AUC ceiling load
+repeats=${REPEATS:-3}
+printf '%-7s %7s %3s %9s %-13s %6s %8s %6s\n' transport workers ps "steps/s" "(min-max)" AUC \
+	ceiling load
 for t in inproc tcp; do
 	for ps in 1 2; do
 		for w in 1 2 4; do
@@ -23,12 +26,17 @@ for t in inproc tcp; do
 			else
 				run=(--local "$w" --ps "$ps")
 			fi
-			out=$("$rec" --quiet "${run[@]}" "${args[@]}" | tail -n 1)
-			rate=$(sed -n 's/.*; \([0-9]*\) steps\/s between.*/\1/p' <<<"$out")
+			rates=()
+			for ((i = 0; i < repeats; i++)); do
+				out=$("$rec" --quiet "${run[@]}" "${args[@]}" | tail -n 1)
+				rates+=("$(sed -n 's/.*; \([0-9]*\) steps\/s between.*/\1/p' <<<"$out")")
+			done
+			mapfile -t rates < <(printf '%s\n' "${rates[@]}" | sort -n)
 			auc=$(sed -n 's/^after: *held-out AUC \([0-9.]*\) of .*/\1/p' <<<"$out")
 			ceil=$(sed -n 's/.* of a ceiling of \([0-9.]*\) .*/\1/p' <<<"$out")
-			printf '%-7s %7s %3s %9s %6s %8s %6s\n' $t "$w" "$ps" "$rate" "$auc" "$ceil" \
-				"$(cut -d' ' -f1 /proc/loadavg)"
+			printf '%-7s %7s %3s %9s %-13s %6s %8s %6s\n' $t "$w" "$ps" \
+				"${rates[$((repeats / 2))]}" "(${rates[0]}-${rates[$((repeats - 1))]})" \
+				"$auc" "$ceil" "$(cut -d' ' -f1 /proc/loadavg)"
 		done
 	done
 done

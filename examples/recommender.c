@@ -368,7 +368,8 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 				  .adagrad = !o->sgd,
 				  .lr_dense = (float)o->lr_dense,
 				  .lr_sparse = (float)o->lr_sparse };
-	struct rm_data_args da = { .seed = o->seed };
+	/* A resumed run draws impressions it has not trained on yet. */
+	struct rm_data_args da = { .seed = o->seed + start_step * 0x9e3779b97f4a7c15ull };
 	static struct progress pg; /* its latency window: 16 KiB */
 	struct coord_call call = { .args = &a, .len = sizeof(a), .npw = 1 };
 	struct coord_rv *win[WINDOW];
