@@ -14,8 +14,8 @@
  * probabilities are the best possible scorer, so their AUC on held-out
  * impressions is the ceiling a student can reach.
  *
- * The student: wide (one weight per (field, id): table "rec/wide<f>" of
- * vocab[f] x 1) and deep (an embedding table "rec/emb<f>" of vocab[f] x RM_D
+ * The student: wide (one weight per (field, id): column 0 of table
+ * "rec/wide<f>" of vocab[f] x RM_W) and deep (an embedding table "rec/emb<f>" of vocab[f] x RM_D
  * per field, their concatenation through RM_H relu units to one logit),
  * trained by asynchronous SGD.  The tables are partitioned variables, split
  * by rows over the ps tasks.  Each step reads its mini-batch's rows with one
