@@ -83,8 +83,9 @@ static int create_table(struct coord *c, const struct opts *o, const char *name,
 		if (pv->rows == rows && pv->row_len == width)
 			return 0;
 		snprintf(err->msg, sizeof(err->msg),
-			 "'%s' exists with %llu rows x %llu (another --vocab?)", name,
-			 (unsigned long long)pv->rows, (unsigned long long)pv->row_len);
+			 "'%s' exists with %llu rows x %llu (another --vocab, or an older "
+			 "checkpoint?)",
+			 name, (unsigned long long)pv->rows, (unsigned long long)pv->row_len);
 		return err->code = -EEXIST;
 	}
 	if (r != -ENOENT) {
