@@ -95,9 +95,13 @@ void rm_next(struct rm_stream *st, const uint32_t vocab[RM_F], struct rm_example
 
 void rm_emb_init(uint64_t seed, unsigned f, uint64_t off, float *out, size_t n)
 {
+	/* Uniform on +-0.05 * sqrt(3) (sd 0.05): one hash per element, so a
+	 * table of 16 M elements takes a fraction of a second. */
 	for (size_t i = 0; i < n; i++)
-		out[i] = 0.05f * hgauss(row_key(seed, f, (uint32_t)((off + i) / RM_D),
-						100 + (unsigned)((off + i) % RM_D)));
+		out[i] = 0.0866f *
+			 (float)(2 * unif(mix64(row_key(seed, f, (uint32_t)((off + i) / RM_D),
+							100 + (unsigned)((off + i) % RM_D)))) -
+				 1);
 }
 
 void rm_dense_init(struct rm_dense *d, uint64_t seed)
@@ -203,15 +207,18 @@ static int data_create(struct coord_ctx *ctx, const void *args, size_t len, void
 /* One thread's scratch for a step (malloc'd once per thread). */
 struct scratch {
 	struct rm_example ex[RM_BATCH_MAX];
+	int64_t bid[RM_F][RM_BATCH_MAX];   /* the batch's ids per field, as drawn */
 	uint32_t slot[RM_BATCH_MAX][RM_F]; /* the example's row among its field's */
 	int64_t uid[RM_F][RM_BATCH_MAX];   /* distinct ids per field */
 	uint32_t nu[RM_F];
-	uint32_t cnt[RM_F][RM_BATCH_MAX];  /* examples using each distinct id */
-	uint32_t hkey[SLOTS], hval[SLOTS]; /* id + 1 -> its slot; 0 empty */
-	float e[RM_F][RM_BATCH_MAX * RM_D], w[RM_F][RM_BATCH_MAX];
-	float ge[RM_F][RM_BATCH_MAX * RM_D], gw[RM_F][RM_BATCH_MAX];
+	uint32_t cnt[RM_F][RM_BATCH_MAX];   /* examples using each distinct id */
+	uint32_t first[RM_F][RM_BATCH_MAX]; /* the first example using it */
+	uint32_t hkey[SLOTS], hval[SLOTS];  /* id + 1 -> its slot; 0 empty */
+	float e[RM_F][RM_BATCH_MAX * RM_D], w[RM_F][RM_BATCH_MAX];   /* per example */
+	float ge[RM_F][RM_BATCH_MAX * RM_D], gw[RM_F][RM_BATCH_MAX]; /* per distinct id */
 	struct rm_dense d, g;
-	struct coord_var_op ops[2 * RM_F * RM_BATCH_MAX + 4];
+	struct coord_var_op ops[4];
+	struct rm_step_args a;
 };
 
 static pthread_key_t scratch_key;
@@ -238,7 +245,8 @@ static struct scratch *scratch_get(void)
 	return s;
 }
 
-/* The ids of the batch per field, deduplicated: @s->uid, @s->nu, @s->slot. */
+/* The ids of the batch per field (@s->bid), and deduplicated for the
+ * update: @s->uid, @s->nu, @s->slot, @s->cnt. */
 static void dedup(struct scratch *s, uint32_t batch)
 {
 	for (unsigned f = 0; f < RM_F; f++) {
@@ -247,12 +255,14 @@ static void dedup(struct scratch *s, uint32_t batch)
 		for (uint32_t b = 0; b < batch; b++) {
 			uint32_t id = s->ex[b].id[f], h = (uint32_t)mix64(id) & (SLOTS - 1);
 
+			s->bid[f][b] = id;
 			while (s->hkey[h] && s->hkey[h] != id + 1)
 				h = (h + 1) & (SLOTS - 1);
 			if (!s->hkey[h]) {
 				s->hkey[h] = id + 1;
 				s->hval[h] = s->nu[f];
 				s->cnt[f][s->nu[f]] = 0;
+				s->first[f][s->nu[f]] = b;
 				s->uid[f][s->nu[f]++] = id;
 			}
 			s->slot[b][f] = s->hval[h];
@@ -261,75 +271,119 @@ static void dedup(struct scratch *s, uint32_t batch)
 	}
 }
 
+/* The dense layers: read (@op COORD_VAR_READ into @d) or add (@d). */
+static int dense_batch(struct coord_ctx *ctx, struct scratch *s, const struct rm_vars *v,
+		       unsigned opc, struct rm_dense *d)
+{
+	struct coord_var_op *op = s->ops;
+	int rd = opc == COORD_VAR_READ;
+
+	op[0] = (struct coord_var_op){ .op = opc, .var = v->w1, .n = RM_H * RM_IN };
+	op[1] = (struct coord_var_op){ .op = opc, .var = v->b1, .n = RM_H };
+	op[2] = (struct coord_var_op){ .op = opc, .var = v->w2, .n = RM_H };
+	op[3] = (struct coord_var_op){ .op = opc, .var = v->b2, .n = 1 };
+	if (rd) {
+		op[0].dst = d->w1;
+		op[1].dst = d->b1;
+		op[2].dst = d->w2;
+		op[3].dst = &d->b2;
+	} else {
+		op[0].src = d->w1;
+		op[1].src = d->b1;
+		op[2].src = d->w2;
+		op[3].src = &d->b2;
+	}
+	return coord_ctx_var_batch(ctx, op, 4);
+}
+
+/*
+ * The update of one row from its gradients summed over the batch (@ge, RM_D
+ * floats; @gw[0]) into what scatter_add adds to the embedding row (@ge) and
+ * the wide row (@gw: weight, accumulators), given the wide row as gathered
+ * (@w: its accumulators) and the examples that used it (@cnt).
+ *
+ * Row-wise Adagrad: acc += mean of the squared gradient; the step is
+ * -lr * g / sqrt(acc), from an initial accumulator of 0.1 (TF's).  With
+ * other workers' updates landing in between, acc is the gathered value plus
+ * this step's: asynchronous, as the rows themselves.
+ */
+#define ACC0 0.1f
+static void sparse_update(const struct rm_step_args *a, float *ge, float *gw, const float *w,
+			  uint32_t cnt)
+{
+	if (a->adagrad) {
+		float ge2 = 0, acc_w, acc_e, g = gw[0];
+
+		for (unsigned j = 0; j < RM_D; j++)
+			ge2 += ge[j] * ge[j];
+		ge2 /= RM_D;
+		acc_w = ACC0 + (w[1] > 0 ? w[1] : 0) + g * g;
+		acc_e = ACC0 + (w[2] > 0 ? w[2] : 0) + ge2;
+		for (unsigned j = 0; j < RM_D; j++)
+			ge[j] *= -a->lr_sparse / sqrtf(acc_e);
+		gw[0] = -a->lr_sparse * g / sqrtf(acc_w);
+		gw[1] = g * g;
+		gw[2] = ge2;
+	} else {
+		float k = -a->lr_sparse / (float)cnt;
+
+		for (unsigned j = 0; j < RM_D; j++)
+			ge[j] *= k;
+		gw[0] *= k;
+		gw[1] = gw[2] = 0;
+	}
+}
+
 static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	struct rm_step_args a;
 	struct rm_step_result out = { 0 };
 	struct rm_stream *st = coord_ctx_per_worker(ctx, 0);
 	struct scratch *s = scratch_get();
-	struct coord_var_op *op;
+	const struct rm_step_args *a;
 	float x[RM_IN], h[RM_H], dh[RM_H];
-	unsigned nops = 0;
 	int r;
 
-	if (len != sizeof(a) || !st)
+	if (len != sizeof(*a) || !st)
 		return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: want its args and a rec_data");
 	if (!s)
 		return coord_ctx_fail(ctx, COORD_ENOMEM, "rec_step: no memory");
-	memcpy(&a, args, sizeof(a));
-	if (a.batch == 0 || a.batch > RM_BATCH_MAX)
+	memcpy(&s->a, args, sizeof(s->a)); /* aligned, and ours */
+	a = &s->a;
+	if (a->batch == 0 || a->batch > RM_BATCH_MAX)
 		return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: batch 1..%d", RM_BATCH_MAX);
 	for (unsigned f = 0; f < RM_F; f++)
-		if (a.vocab[f] == 0 || a.vocab[f] > RM_VOCAB_MAX)
-			return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: vocabulary %u of %u",
-					      a.vocab[f], RM_VOCAB_MAX);
-	for (uint32_t b = 0; b < a.batch; b++)
-		rm_next(st, a.vocab, &s->ex[b]);
-	dedup(s, a.batch);
-	/* Every row this batch uses and the dense layers: one batch, one frame
-	 * per ps task. */
-	for (unsigned f = 0; f < RM_F; f++)
-		for (uint32_t u = 0; u < s->nu[f]; u++) {
-			s->ops[nops++] = (struct coord_var_op){ .op = COORD_VAR_READ,
-								.var = a.v.emb[f],
-								.off = (uint64_t)s->uid[f][u] *
-								       RM_D,
-								.n = RM_D,
-								.dst = s->e[f] + u * RM_D };
-			s->ops[nops++] = (struct coord_var_op){ .op = COORD_VAR_READ,
-								.var = a.v.wide[f],
-								.off = (uint64_t)s->uid[f][u],
-								.n = 1,
-								.dst = s->w[f] + u };
-		}
-	op = s->ops + nops;
-	op[0] = (struct coord_var_op){
-		.op = COORD_VAR_READ, .var = a.v.w1, .n = RM_H * RM_IN, .dst = s->d.w1
-	};
-	op[1] = (struct coord_var_op){
-		.op = COORD_VAR_READ, .var = a.v.b1, .n = RM_H, .dst = s->d.b1
-	};
-	op[2] = (struct coord_var_op){
-		.op = COORD_VAR_READ, .var = a.v.w2, .n = RM_H, .dst = s->d.w2
-	};
-	op[3] = (struct coord_var_op){
-		.op = COORD_VAR_READ, .var = a.v.b2, .n = 1, .dst = &s->d.b2
-	};
-	r = coord_ctx_var_batch(ctx, s->ops, nops + 4);
+		if (a->vocab[f] == 0 || a->vocab[f] != a->v.emb[f].rows ||
+		    a->v.wide[f].rows != a->vocab[f] || a->v.emb[f].row_len != RM_D ||
+		    a->v.wide[f].row_len != RM_W)
+			return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: table %u's shape", f);
+	for (uint32_t b = 0; b < a->batch; b++)
+		rm_next(st, a->vocab, &s->ex[b]);
+	dedup(s, a->batch);
+	/* One gather per table, the batch's ids as drawn (the library reads
+	 * each distinct row once, one request per ps task, and returns them in
+	 * the batch's order), and the dense layers in one batch. */
+	for (unsigned f = 0; f < RM_F; f++) {
+		r = coord_ctx_pvar_gather(ctx, &a->v.emb[f], s->bid[f], a->batch, s->e[f]);
+		if (r == 0)
+			r = coord_ctx_pvar_gather(ctx, &a->v.wide[f], s->bid[f], a->batch, s->w[f]);
+		if (r < 0)
+			return r;
+	}
+	r = dense_batch(ctx, s, &a->v, COORD_VAR_READ, &s->d);
 	if (r < 0)
 		return r;
 	memset(&s->g, 0, sizeof(s->g));
 	for (unsigned f = 0; f < RM_F; f++) {
 		memset(s->ge[f], 0, s->nu[f] * RM_D * sizeof(float));
-		memset(s->gw[f], 0, s->nu[f] * sizeof(float));
+		memset(s->gw[f], 0, s->nu[f] * RM_W * sizeof(float));
 	}
-	for (uint32_t b = 0; b < a.batch; b++) {
+	for (uint32_t b = 0; b < a->batch; b++) {
 		const float *emb[RM_F];
 		float wide[RM_F], z, p, dz, y = s->ex[b].y;
 
 		for (unsigned f = 0; f < RM_F; f++) {
-			emb[f] = s->e[f] + s->slot[b][f] * RM_D;
-			wide[f] = s->w[f][s->slot[b][f]];
+			emb[f] = s->e[f] + (size_t)b * RM_D;
+			wide[f] = s->w[f][b * RM_W];
 		}
 		z = forward(&s->d, emb, wide, x, h);
 		p = 1.0f / (1.0f + expf(-z));
@@ -353,7 +407,7 @@ static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 		for (unsigned f = 0; f < RM_F; f++) {
 			float *ge = s->ge[f] + s->slot[b][f] * RM_D;
 
-			s->gw[f][s->slot[b][f]] += dz;
+			s->gw[f][s->slot[b][f] * RM_W] += dz;
 			for (unsigned j = 0; j < RM_H; j++) {
 				const float *w = s->d.w1 + (size_t)j * RM_IN + f * RM_D;
 
@@ -364,55 +418,31 @@ static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 			}
 		}
 	}
-	/* -lr * gradient: the dense layers' mean over the batch, each row's mean
-	 * over the examples that use it (a tail row moves as far as a head row). */
+	/* -lr * gradient: the dense layers' mean over the batch. */
 	for (unsigned i = 0; i < RM_H * RM_IN; i++)
-		s->g.w1[i] *= -a.lr_dense / (float)a.batch;
+		s->g.w1[i] *= -a->lr_dense / (float)a->batch;
 	for (unsigned j = 0; j < RM_H; j++) {
-		s->g.b1[j] *= -a.lr_dense / (float)a.batch;
-		s->g.w2[j] *= -a.lr_dense / (float)a.batch;
+		s->g.b1[j] *= -a->lr_dense / (float)a->batch;
+		s->g.w2[j] *= -a->lr_dense / (float)a->batch;
 	}
-	s->g.b2 *= -a.lr_dense / (float)a.batch;
-	nops = 0;
+	s->g.b2 *= -a->lr_dense / (float)a->batch;
+	/* One scatter_add per table, of its distinct rows. */
 	for (unsigned f = 0; f < RM_F; f++) {
-		for (uint32_t u = 0; u < s->nu[f]; u++) {
-			float k = -a.lr_sparse / (float)s->cnt[f][u];
-
-			for (unsigned j = 0; j < RM_D; j++)
-				s->ge[f][u * RM_D + j] *= k;
-			s->gw[f][u] *= k;
-		}
-		s->ops[nops++] = (struct coord_var_op){ .op = COORD_VAR_SCATTER_ADD,
-							.var = a.v.emb[f],
-							.n = s->nu[f],
-							.src = s->ge[f],
-							.indices = s->uid[f],
-							.row_len = RM_D };
-		s->ops[nops++] = (struct coord_var_op){ .op = COORD_VAR_SCATTER_ADD,
-							.var = a.v.wide[f],
-							.n = s->nu[f],
-							.src = s->gw[f],
-							.indices = s->uid[f],
-							.row_len = 1 };
+		for (uint32_t u = 0; u < s->nu[f]; u++)
+			sparse_update(a, s->ge[f] + u * RM_D, s->gw[f] + u * RM_W,
+				      s->w[f] + s->first[f][u] * RM_W, s->cnt[f][u]);
+		r = coord_ctx_pvar_scatter_add(ctx, &a->v.emb[f], s->uid[f], s->nu[f], s->ge[f]);
+		if (r == 0)
+			r = coord_ctx_pvar_scatter_add(ctx, &a->v.wide[f], s->uid[f], s->nu[f],
+						       s->gw[f]);
+		if (r < 0)
+			return r;
 		out.rows += s->nu[f];
 	}
-	op = s->ops + nops;
-	op[0] = (struct coord_var_op){
-		.op = COORD_VAR_ASSIGN_ADD, .var = a.v.w1, .n = RM_H * RM_IN, .src = s->g.w1
-	};
-	op[1] = (struct coord_var_op){
-		.op = COORD_VAR_ASSIGN_ADD, .var = a.v.b1, .n = RM_H, .src = s->g.b1
-	};
-	op[2] = (struct coord_var_op){
-		.op = COORD_VAR_ASSIGN_ADD, .var = a.v.w2, .n = RM_H, .src = s->g.w2
-	};
-	op[3] = (struct coord_var_op){
-		.op = COORD_VAR_ASSIGN_ADD, .var = a.v.b2, .n = 1, .src = &s->g.b2
-	};
-	r = coord_ctx_var_batch(ctx, s->ops, nops + 4);
+	r = dense_batch(ctx, s, &a->v, COORD_VAR_ASSIGN_ADD, &s->g);
 	if (r < 0)
 		return r;
-	out.n = (float)a.batch;
+	out.n = (float)a->batch;
 	return coord_ctx_set_result(ctx, &out, sizeof(out));
 }
 

@@ -14,13 +14,19 @@
  * probabilities are the best possible scorer, so their AUC on held-out
  * impressions is the ceiling a student can reach.
  *
- * The student: wide (one weight per (field, id): table "rec/wide<f>" of
- * vocab[f]) and deep (an embedding table "rec/emb<f>" of vocab[f] x RM_D per
- * field, their concatenation through RM_H relu units to one logit), trained
- * by asynchronous SGD: each step reads the rows its mini-batch uses (its ids
- * deduplicated per field, one READ op per row, all in one batch: one frame
- * per ps task) and the dense layers, and applies the sparse gradients with
- * SCATTER_ADD and the dense ones with ASSIGN_ADD.
+ * The student: wide (one weight per (field, id): column 0 of table
+ * "rec/wide<f>" of vocab[f] x RM_W) and deep (an embedding table "rec/emb<f>" of vocab[f] x RM_D
+ * per field, their concatenation through RM_H relu units to one logit),
+ * trained by asynchronous SGD.  The tables are partitioned variables, split
+ * by rows over the ps tasks.  Each step reads its mini-batch's rows with one
+ * gather per table (the batch's ids as drawn: the library reads each
+ * distinct row once, one request per ps task holding one) and the dense
+ * layers in one batch, and adds the sparse updates (one row per distinct
+ * id) with one scatter_add per table and the dense ones with ASSIGN_ADD.
+ * Rows learn by row-wise Adagrad (an accumulator of squared gradients per
+ * row, as TPU embeddings' RowWiseAdagrad): a tail row seen a few times
+ * moves as far as its few gradients say, a head row seen in every batch
+ * slows down; --sgd gives plain SGD of each row's mean gradient instead.
  */
 #ifndef COORD_EXAMPLES_REC_MODEL_H
 #define COORD_EXAMPLES_REC_MODEL_H
@@ -35,13 +41,18 @@
 #define RM_D 16		    /* the student's embedding dimensions */
 #define RM_H 64		    /* the student's hidden units */
 #define RM_IN (RM_F * RM_D) /* the deep part's input */
+#define RM_W 3		    /* a wide row: its weight, its and the embedding row's accumulators */
 #define RM_BATCH_MAX 1024
-#define RM_VOCAB_MAX 4000000 /* rows per table, at most (COORD_VAR_MAX_ELEMS / RM_D) */
+#define RM_VOCAB_MAX 16000000 /* rows per table, at most */
 
-/* The variables: per field "rec/wide<f>" [vocab] and "rec/emb<f>" [vocab, RM_D];
+/* The variables: per field the partitioned "rec/wide<f>" [vocab, RM_W] (the
+ * wide weight, then the row-wise Adagrad accumulators of that weight and of
+ * the embedding row: slot variables kept in the same row, so one gather
+ * reads them) and "rec/emb<f>" [vocab, RM_D] (their shards spread over the
+ * ps tasks);
  * "rec/w1" [RM_H, RM_IN], "rec/b1" [RM_H], "rec/w2" [RM_H], "rec/b2" scalar. */
 struct rm_vars {
-	coord_var_t wide[RM_F], emb[RM_F];
+	struct coord_pvar wide[RM_F], emb[RM_F];
 	coord_var_t w1, b1, w2, b2;
 };
 
@@ -50,6 +61,7 @@ struct rm_step_args {
 	struct rm_vars v;
 	uint32_t vocab[RM_F];
 	uint32_t batch;
+	uint32_t adagrad; /* rows: row-wise Adagrad, else SGD of each row's mean gradient */
 	float lr_dense, lr_sparse;
 };
 
@@ -86,7 +98,7 @@ struct rm_dense {
 	float w1[RM_H * RM_IN], b1[RM_H], w2[RM_H], b2;
 };
 
-/* Initial values: embeddings N(0, 0.05^2) from @seed (@n floats of table @f
+/* Initial values: embeddings uniform with sd 0.05 from @seed (@n floats of table @f
  * from @off), wide 0, dense Xavier-scaled. */
 void rm_emb_init(uint64_t seed, unsigned f, uint64_t off, float *out, size_t n);
 void rm_dense_init(struct rm_dense *d, uint64_t seed);

@@ -9,17 +9,16 @@
  *   recommender --local 4            4 coord-worker and 2 coord-ps processes
  *   recommender --spec cluster.json  an existing cluster (tcp)
  *
- * The embedding tables (one per field, the largest --vocab rows x 16) and
- * the wide weights are whole variables, each placed on one ps task by its
- * name, so the tables spread over the ps tasks table by table.  Each step
- * is one closure: it reads the rows its mini-batch uses (deduplicated, one
- * READ op per row, all in one batch) and the dense layers, and applies
- * SCATTER_ADD to the rows and ASSIGN_ADD to the dense layers.  The
- * coordinator evaluates AUC at every epoch's end (after a join) by reading
- * the tables whole.  --kill-worker-every and --ckpt-dir (checkpoint, and
- * resume, also onto another --ps) as in the trainer.
- *
- * A first version: what it waits for is listed in its --help.
+ * The embedding tables (one per field, the largest --vocab rows x 16, 1 M
+ * by default) and the wide weights are partitioned variables: split by rows
+ * into shards spread over the ps tasks.  Each step is one closure: it reads
+ * the rows its mini-batch uses with one gather per table (ids deduplicated
+ * by the library, one request per ps task) and the dense layers, and adds
+ * its gradients with one scatter_add per table and ASSIGN_ADD.  The
+ * coordinator evaluates AUC at every epoch's end (after a join) by gathering
+ * the rows the held-out impressions use.  --kill-worker-every and
+ * --ckpt-dir (checkpoint, and resume, also onto another --ps: the restore
+ * re-places the shards) as in the trainer.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -44,8 +43,9 @@ static char ckpt_abs[PATH_MAX];
 
 struct opts {
 	const char *transport, *spec, *ckpt_dir, *plot;
-	unsigned workers, ps, local, epochs, steps, batch, vocab0, eval_n, kills, ckpt_every;
-	int epochs_set, quiet;
+	unsigned workers, ps, local, epochs, steps, batch, vocab0, eval_n, kills, ckpt_every,
+		shards;
+	int epochs_set, quiet, sgd;
 	double lr_dense, lr_sparse, kill_every;
 	uint64_t seed;
 };
@@ -55,26 +55,51 @@ struct opts {
 struct model {
 	struct rm_vars v;
 	uint32_t vocab[RM_F];
-	float *wide[RM_F], *emb[RM_F]; /* the coordinator's copy, for evaluation */
-	struct rm_dense d;
+	struct rm_dense d; /* the coordinator's copy, for evaluation */
+	float *emb,
+		*wide; /* the held-out impressions' rows: [RM_F][eval_n][RM_D], [RM_F][eval_n][RM_W] */
+	int64_t *ids;	       /* their ids: [RM_F][eval_n] */
+	struct rm_example *ex; /* the held-out impressions */
 };
 
-static int create_table(struct coord *c, const char *name, unsigned f, uint32_t rows,
-			unsigned width, uint64_t seed, coord_var_t *var, float *buf,
+/* The held-out impressions: the same for every evaluation and run. */
+#define EVAL_SEED 0xe7a1e7a1ull
+
+/*
+ * The table @name of @rows x @width, partitioned over the ps tasks: found
+ * (after a restore, with the shard count the checkpoint has), else created
+ * with zeros (the wide weights) or random rows (the embeddings), sent in
+ * chunks that keep frames small.
+ */
+static int create_table(struct coord *c, const struct opts *o, const char *name, unsigned f,
+			uint32_t rows, unsigned width, struct coord_pvar *pv, float *buf,
 			struct coord_error *err)
 {
 	uint64_t dims[2] = { rows, width }, n = (uint64_t)rows * width;
-	int restored = coord_var_lookup(c, name, var, NULL, err) == 0, r;
+	struct coord_error e = { 0 };
+	int r = coord_pvar_lookup(c, name, pv, &e);
 
-	/* Idempotent: after a restore this is the restored table. */
-	r = coord_var_create(c, name, width > 1 ? 2 : 1, dims, NULL, var, err);
-	/* Zeros (the wide weights), else random rows (the embeddings), sent
-	 * in chunks that keep frames small. */
-	for (uint64_t off = 0; r == 0 && !restored && width > 1 && off < n; off += CHUNK) {
+	if (r == 0) {
+		if (pv->rows == rows && pv->row_len == width)
+			return 0;
+		snprintf(err->msg, sizeof(err->msg),
+			 "'%s' exists with %llu rows x %llu (another --vocab, or an older "
+			 "checkpoint?)",
+			 name, (unsigned long long)pv->rows, (unsigned long long)pv->row_len);
+		return err->code = -EEXIST;
+	}
+	if (r != -ENOENT) {
+		*err = e;
+		return r;
+	}
+	struct coord_partitioner p = { .num_shards = o->shards < rows ? o->shards : rows };
+
+	r = coord_pvar_create(c, name, 2, dims, NULL, o->shards ? &p : NULL, pv, err);
+	for (uint64_t off = 0; r == 0 && width == RM_D && off < n; off += CHUNK) {
 		size_t k = n - off < CHUNK ? (size_t)(n - off) : CHUNK;
 
-		rm_emb_init(seed, f, off, buf, k);
-		r = coord_var_assign(c, *var, off, k, buf, err);
+		rm_emb_init(o->seed, f, off, buf, k);
+		r = coord_pvar_assign_add(c, pv, off, k, buf, err);
 	}
 	return r;
 }
@@ -84,23 +109,31 @@ static int create_vars(struct coord *c, const struct opts *o, struct model *m,
 {
 	uint64_t dh[2] = { RM_H, RM_IN }, d1[1] = { RM_H };
 	float *buf = malloc(CHUNK * sizeof(float));
+	struct rm_stream st;
 	char name[32];
 	int r = buf ? 0 : -ENOMEM;
 
 	rm_vocab(o->vocab0, m->vocab);
 	for (unsigned f = 0; f < RM_F && r == 0; f++) {
 		snprintf(name, sizeof(name), "rec/wide%u", f);
-		r = create_table(c, name, f, m->vocab[f], 1, o->seed, &m->v.wide[f], buf, err);
+		r = create_table(c, o, name, f, m->vocab[f], RM_W, &m->v.wide[f], buf, err);
 		snprintf(name, sizeof(name), "rec/emb%u", f);
 		if (r == 0)
-			r = create_table(c, name, f, m->vocab[f], RM_D, o->seed, &m->v.emb[f], buf,
-					 err);
-		m->wide[f] = malloc(m->vocab[f] * sizeof(float));
-		m->emb[f] = malloc((size_t)m->vocab[f] * RM_D * sizeof(float));
-		if (r == 0 && (!m->wide[f] || !m->emb[f]))
-			r = -ENOMEM;
+			r = create_table(c, o, name, f, m->vocab[f], RM_D, &m->v.emb[f], buf, err);
 	}
 	free(buf);
+	m->emb = malloc((size_t)RM_F * o->eval_n * RM_D * sizeof(float));
+	m->wide = malloc((size_t)RM_F * o->eval_n * RM_W * sizeof(float));
+	m->ids = malloc((size_t)RM_F * o->eval_n * sizeof(int64_t));
+	m->ex = malloc((size_t)o->eval_n * sizeof(*m->ex));
+	if (r == 0 && (!m->emb || !m->wide || !m->ids || !m->ex))
+		r = -ENOMEM;
+	rm_stream_init(&st, EVAL_SEED);
+	for (unsigned i = 0; r == 0 && i < o->eval_n; i++) {
+		rm_next(&st, m->vocab, &m->ex[i]);
+		for (unsigned f = 0; f < RM_F; f++)
+			m->ids[(size_t)f * o->eval_n + i] = m->ex[i].id[f];
+	}
 	rm_dense_init(&m->d, o->seed);
 	if (r == 0)
 		r = coord_var_create(c, "rec/w1", 2, dh, m->d.w1, &m->v.w1, err);
@@ -117,70 +150,56 @@ static int create_vars(struct coord *c, const struct opts *o, struct model *m,
 
 static void free_model(struct model *m)
 {
-	for (unsigned f = 0; f < RM_F; f++) {
-		free(m->wide[f]);
-		free(m->emb[f]);
-	}
-}
-
-/* Read a whole variable of @n floats into @dst, in chunks. */
-static int read_whole(struct coord *c, coord_var_t var, uint64_t n, float *dst,
-		      struct coord_error *err)
-{
-	int r = 0;
-
-	for (uint64_t off = 0; r == 0 && off < n; off += CHUNK)
-		r = coord_var_read(c, var, off, n - off < CHUNK ? n - off : CHUNK, dst + off, err);
-	return r;
+	free(m->emb);
+	free(m->wide);
+	free(m->ids);
+	free(m->ex);
 }
 
 struct eval {
 	double auc, logloss, ceiling_auc, ceiling_logloss, ctr;
 };
 
-/* The held-out impressions: the same for every evaluation and run. */
-#define EVAL_SEED 0xe7a1e7a1ull
-
+/* Held-out AUC and log loss: the rows the held-out impressions use,
+ * gathered per table (each distinct row read once), and the dense layers. */
 static int evaluate(struct coord *c, struct model *m, unsigned n, struct eval *e,
 		    struct coord_error *err)
 {
 	float *score = malloc(n * sizeof(float)), *truth = malloc(n * sizeof(float)),
 	      *y = malloc(n * sizeof(float));
-	struct rm_stream st;
 	double ll = 0, cll = 0, clicks = 0;
 	int r = score && truth && y ? 0 : -ENOMEM;
 
 	for (unsigned f = 0; f < RM_F && r == 0; f++) {
-		r = read_whole(c, m->v.wide[f], m->vocab[f], m->wide[f], err);
+		r = coord_pvar_gather(c, &m->v.emb[f], m->ids + (size_t)f * n, n,
+				      m->emb + (size_t)f * n * RM_D, err);
 		if (r == 0)
-			r = read_whole(c, m->v.emb[f], (uint64_t)m->vocab[f] * RM_D, m->emb[f],
-				       err);
+			r = coord_pvar_gather(c, &m->v.wide[f], m->ids + (size_t)f * n, n,
+					      m->wide + (size_t)f * n * RM_W, err);
 	}
 	if (r == 0)
-		r = read_whole(c, m->v.w1, RM_H * RM_IN, m->d.w1, err);
+		r = coord_var_read(c, m->v.w1, 0, RM_H * RM_IN, m->d.w1, err);
 	if (r == 0)
-		r = read_whole(c, m->v.b1, RM_H, m->d.b1, err);
+		r = coord_var_read(c, m->v.b1, 0, RM_H, m->d.b1, err);
 	if (r == 0)
-		r = read_whole(c, m->v.w2, RM_H, m->d.w2, err);
+		r = coord_var_read(c, m->v.w2, 0, RM_H, m->d.w2, err);
 	if (r == 0)
-		r = read_whole(c, m->v.b2, 1, &m->d.b2, err);
-	rm_stream_init(&st, EVAL_SEED);
+		r = coord_var_read(c, m->v.b2, 0, 1, &m->d.b2, err);
 	for (unsigned i = 0; i < n && r == 0; i++) {
-		struct rm_example ex;
+		const struct rm_example *ex = &m->ex[i];
 		const float *emb[RM_F];
 		float wide[RM_F];
 
-		rm_next(&st, m->vocab, &ex);
 		for (unsigned f = 0; f < RM_F; f++) {
-			emb[f] = m->emb[f] + (size_t)ex.id[f] * RM_D;
-			wide[f] = m->wide[f][ex.id[f]];
+			emb[f] = m->emb + ((size_t)f * n + i) * RM_D;
+			wide[f] = m->wide[((size_t)f * n + i) * RM_W];
 		}
 		score[i] = rm_predict(&m->d, emb, wide);
-		truth[i] = ex.p_true;
-		y[i] = ex.y;
-		clicks += ex.y;
-		ll += -(ex.y * log(score[i] + 1e-7) + (1 - ex.y) * log(1 - score[i] + 1e-7));
-		cll += -(ex.y * log(ex.p_true + 1e-7) + (1 - ex.y) * log(1 - ex.p_true + 1e-7));
+		truth[i] = ex->p_true;
+		y[i] = ex->y;
+		clicks += ex->y;
+		ll += -(ex->y * log(score[i] + 1e-7) + (1 - ex->y) * log(1 - score[i] + 1e-7));
+		cll += -(ex->y * log(ex->p_true + 1e-7) + (1 - ex->y) * log(1 - ex->p_true + 1e-7));
 	}
 	if (r == 0) {
 		e->auc = rm_auc(score, y, n);
@@ -336,17 +355,22 @@ static void account(struct progress *pg, struct coord_rv *rv)
 	coord_rv_put(rv);
 }
 
+/* *@aside_s: the time spent evaluating and checkpointing, not stepping. */
 static int train(struct coord *c, const struct opts *o, struct model *m, struct eval *e,
-		 uint64_t start_step, uint64_t *end_step, struct coord_error *err)
+		 uint64_t start_step, uint64_t *end_step, double *aside_s, struct coord_error *err)
 {
+	double t_aside;
+
 	static struct series ser;
 	double t_epoch = ex_now_s();
 	uint64_t s_epoch = start_step;
 	struct rm_step_args a = { .v = m->v,
 				  .batch = o->batch,
+				  .adagrad = !o->sgd,
 				  .lr_dense = (float)o->lr_dense,
 				  .lr_sparse = (float)o->lr_sparse };
-	struct rm_data_args da = { .seed = o->seed };
+	/* A resumed run draws impressions it has not trained on yet. */
+	struct rm_data_args da = { .seed = o->seed + start_step * 0x9e3779b97f4a7c15ull };
 	static struct progress pg; /* its latency window: 16 KiB */
 	struct coord_call call = { .args = &a, .len = sizeof(a), .npw = 1 };
 	struct coord_rv *win[WINDOW];
@@ -403,6 +427,7 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 		}
 		if (r == 0)
 			r = coord_join(c, err);
+		t_aside = ex_now_s();
 		if (r == 0)
 			r = evaluate(c, m, o->eval_n, e, err);
 		pg.auc = e->auc;
@@ -429,6 +454,7 @@ static int train(struct coord *c, const struct opts *o, struct model *m, struct 
 			r = ex_ckpt_save(c, o->ckpt_dir, step, o->quiet, err);
 			last_ckpt = step;
 		}
+		*aside_s += ex_now_s() - t_aside;
 	}
 	*end_step = step;
 	if (r == 0 && o->plot && plot(o->plot, &ser, e->ceiling_auc, &kills, pg.t0) == 0 &&
@@ -450,9 +476,11 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: recommender [--transport inproc|tcp] [--local N] [--spec SPEC]\n"
 		"                   [--workers N] [--ps N] [--epochs E] [--steps S] [--batch B]\n"
-		"                   [--vocab V] [--lr LR] [--lr-sparse LR] [--eval N] [--seed N]\n"
-		"                   [--ckpt-dir DIR] [--ckpt-every STEPS] [--plot FILE.png]\n"
-		"                   [--kill-worker-every SEC [--kills N]] [--quiet]\n"
+		"                   [--vocab V] [--shards N] [--lr LR] [--lr-sparse LR] [--eval "
+		"N]\n"
+		"                   [--seed N] [--ckpt-dir DIR] [--ckpt-every STEPS] [--plot "
+		"FILE.png]\n"
+		"                   [--sgd] [--kill-worker-every SEC [--kills N]] [--quiet]\n"
 		"\n"
 		"Train a wide & deep click model (%d categorical fields, embeddings of %d, %d "
 		"relu\n"
@@ -464,25 +492,25 @@ static void usage(FILE *f)
 		"                  coord-ps processes on loopback; --spec SPEC: an existing "
 		"cluster\n"
 		"  --workers N     inproc workers (4); --ps N: ps tasks (2)\n"
-		"  --epochs E      epochs (10); --steps S: steps per epoch (200); --batch B (256)\n"
-		"  --vocab V       rows of the largest tables (200000; the 8 fields have\n"
+		"  --epochs E      epochs (20); --steps S: steps per epoch (200); --batch B (256)\n"
+		"  --vocab V       rows of the largest tables (1000000; the 8 fields have\n"
 		"                  V, V, V/2, V/2, V/4, V/10, V/40, V/400)\n"
-		"  --lr LR         dense learning rate (0.05); --lr-sparse LR: rows' (0.05)\n"
+		"  --lr LR         dense learning rate (0.05); --lr-sparse LR: rows' (0.1)\n"
+		"  --sgd           rows learn by SGD of their mean gradient in the batch, not\n"
+		"                  by row-wise Adagrad (the default)\n"
 		"  --eval N        held-out impressions (20000)\n"
+		"  --shards N      split every table into N shards (default: as many as\n"
+		"                  ps tasks, each at least 256 KiB); a resumed run keeps the\n"
+		"                  checkpoint's\n"
 		"  --ckpt-dir DIR  checkpoint there every --ckpt-every steps (1000) and at the\n"
 		"                  end; a run given the same DIR resumes from the last one,\n"
-		"                  also onto another --ps (the tables are re-placed, whole)\n"
+		"                  also onto another --ps (the tables' shards are re-placed)\n"
 		"  --plot FILE     at the end, a PNG of held-out AUC, loss and steps/s over\n"
 		"                  time with the kills marked (gnuplot; the data in FILE.dat)\n"
 		"  --kill-worker-every SEC  with --local: SIGKILL a random worker every SEC\n"
 		"                  seconds and restart it; without --epochs, training goes on\n"
 		"                  by whole epochs until --kills workers (3) were killed and\n"
-		"                  are back\n"
-		"\n"
-		"A first version.  It waits for: partitioned variables (a table split by rows\n"
-		"over the ps tasks; today each table is whole on one task) and gather /\n"
-		"scatter_add across shards (today one READ op per row); tables of 1M x 16\n"
-		"by default once those land (and resume re-sharding them).\n",
+		"                  are back\n",
 		RM_F, RM_D, RM_H);
 }
 
@@ -503,10 +531,12 @@ static int parse(int argc, char **argv, struct opts *o)
 					    { "seed", required_argument, NULL, 'r' },
 					    { "ckpt-dir", required_argument, NULL, 'c' },
 					    { "ckpt-every", required_argument, NULL, 'C' },
+					    { "shards", required_argument, NULL, 'H' },
 					    { "plot", required_argument, NULL, 'P' },
 					    { "kill-worker-every", required_argument, NULL, 'k' },
 					    { "kills", required_argument, NULL, 'K' },
 					    { "quiet", no_argument, NULL, 'q' },
+					    { "sgd", no_argument, NULL, 'G' },
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
 	int ch;
@@ -514,15 +544,15 @@ static int parse(int argc, char **argv, struct opts *o)
 	*o = (struct opts){ .transport = "inproc",
 			    .workers = 4,
 			    .ps = 2,
-			    .epochs = 10,
+			    .epochs = 20,
 			    .steps = 200,
 			    .batch = 256,
-			    .vocab0 = 200000,
+			    .vocab0 = 1000000,
 			    .eval_n = 20000,
 			    .kills = 3,
 			    .ckpt_every = 1000,
 			    .lr_dense = 0.05,
-			    .lr_sparse = 0.05,
+			    .lr_sparse = 0.1,
 			    .seed = 1 };
 	while ((ch = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
 		switch (ch) {
@@ -575,6 +605,9 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'C':
 			o->ckpt_every = (unsigned)strtoul(optarg, NULL, 10);
 			break;
+		case 'H':
+			o->shards = (unsigned)strtoul(optarg, NULL, 10);
+			break;
 		case 'k':
 			o->kill_every = strtod(optarg, NULL);
 			break;
@@ -583,6 +616,9 @@ static int parse(int argc, char **argv, struct opts *o)
 			break;
 		case 'q':
 			o->quiet = 1;
+			break;
+		case 'G':
+			o->sgd = 1;
 			break;
 		case 'h':
 			usage(stdout);
@@ -600,7 +636,7 @@ static int parse(int argc, char **argv, struct opts *o)
 	    o->batch > RM_BATCH_MAX || o->vocab0 < 2 || o->vocab0 > RM_VOCAB_MAX ||
 	    o->eval_n < 100 || o->eval_n > 10000000 || !(o->lr_dense > 0) || !(o->lr_sparse > 0) ||
 	    (o->kill_every > 0 && !o->local) || !o->kills || o->kills > 1000 || !o->ckpt_every ||
-	    optind != argc) {
+	    o->shards > COORD_VAR_MAX_PARTS || optind != argc) {
 		fprintf(stderr, "recommender: bad option (see --help)\n");
 		return -1;
 	}
@@ -619,7 +655,7 @@ int main(int argc, char **argv)
 	struct opts o;
 	uint64_t start = 0, end = 0;
 	char *json = NULL;
-	double t0;
+	double t0, aside = 0;
 	int r = 0;
 
 	if (parse(argc, argv, &o) < 0)
@@ -679,21 +715,34 @@ int main(int argc, char **argv)
 		fprintf(stderr, "recommender: %s\n", err.msg);
 		goto out;
 	}
+	if (!o.quiet) {
+		unsigned shards = 0;
+
+		for (unsigned f = 0; f < RM_F; f++)
+			shards += m.v.emb[f].nparts + m.v.wide[f].nparts;
+		printf("tables: %d partitioned variables in %u shards over %u ps tasks (rec/emb0: "
+		       "%llu x %d in %u)\n",
+		       2 * RM_F, shards, coord_num_ps(c), (unsigned long long)m.v.emb[0].rows, RM_D,
+		       m.v.emb[0].nparts);
+	}
 	if (!o.quiet)
 		printf("before: held-out AUC %.4f, log loss %.4f; the generating model's: AUC "
 		       "%.4f (the ceiling), log loss %.4f; %.1f%% clicks\n",
 		       e0.auc, e0.logloss, e0.ceiling_auc, e0.ceiling_logloss, 100 * e0.ctr);
 	e = e0;
 	t0 = ex_now_s();
-	r = train(c, &o, &m, &e, start, &end, &err);
+	r = train(c, &o, &m, &e, start, &end, &aside, &err);
 	if (r < 0) {
 		fprintf(stderr, "recommender: %s\n", err.msg);
 		goto out;
 	}
+	t0 = ex_now_s() - t0;
 	printf("after:  held-out AUC %.4f of a ceiling of %.4f (%.1f%% of the way from 0.5), "
-	       "log loss %.4f (ceiling %.4f) (%.1f s, %llu steps)\n",
+	       "log loss %.4f (ceiling %.4f) (%.1f s, %llu steps; %.0f steps/s between "
+	       "evaluations)\n",
 	       e.auc, e.ceiling_auc, 100 * (e.auc - 0.5) / (e.ceiling_auc - 0.5), e.logloss,
-	       e.ceiling_logloss, ex_now_s() - t0, (unsigned long long)(end - start));
+	       e.ceiling_logloss, t0, (unsigned long long)(end - start),
+	       t0 - aside > 0 ? (double)(end - start) / (t0 - aside) : 0.0);
 out:
 	coord_destroy(c);
 	coord_spec_destroy(spec);

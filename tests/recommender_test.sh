@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # tests/recommender_test.sh RECOMMENDER - the recommender example end to end,
-# small (5,000-row tables): in-process, over tcp with local server processes,
-# with workers killed and restarted, and checkpointed and resumed onto other
-# numbers of ps tasks.  It must learn: held-out AUC from
+# small (5,000-row tables, each a partitioned variable of 3 shards):
+# in-process, over tcp with local server processes, with workers killed and
+# restarted, and checkpointed and resumed onto other numbers of ps tasks (the
+# restore re-places the shards; their count stays the checkpoint's).  It must learn: held-out AUC from
 # about 0.5 to above 0.62 (about 0.69 of a ceiling of 0.84 at this size), and
 # the kill demo ends with every killed worker lost and recovered.
 set -euo pipefail
 rec=$1
 dir=$(mktemp -d /tmp/coord-rec-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-small=(--vocab 5000 --steps 100 --batch 128 --eval 5000)
+small=(--vocab 5000 --shards 3 --steps 100 --batch 128 --eval 5000)
 
 # The held-out AUC after training, in thousandths.
 auc() { sed -n 's/^after: *held-out AUC 0\.\([0-9]\{3\}\).*/\1/p' "$1" | sed 's/^0*//'; }
@@ -22,6 +23,9 @@ check() { # LOG WHAT
 
 timeout 300 "$rec" "${small[@]}" --epochs 3 >"$dir/inproc.log" 2>&1 || { cat "$dir/inproc.log"; exit 1; }
 check "$dir/inproc.log" inproc
+# 7 tables of 3 shards, the smallest (12 rows) too
+grep -q "^tables: 16 partitioned variables in 48 shards over 2 ps tasks (rec/emb0: 5000 x 16 in 3)" \
+	"$dir/inproc.log" || { cat "$dir/inproc.log"; echo "inproc: not sharded"; exit 1; }
 timeout 300 "$rec" "${small[@]}" --local 2 --epochs 3 >"$dir/tcp.log" 2>&1 || { cat "$dir/tcp.log"; exit 1; }
 check "$dir/tcp.log" tcp
 plot=()
@@ -56,7 +60,10 @@ for run in "--local 2 --ps 3" "--ps 1"; do
 		"$dir/ck$epochs.log" || { cat "$dir/ck$epochs.log"; echo "$run: no resume"; exit 1; }
 	[ "$(before "$dir/ck$epochs.log")" = "$(after "$prev")" ] || {
 		cat "$prev" "$dir/ck$epochs.log"; echo "$run: not the saved model"; exit 1; }
-	grep -q "(.* s, 100 steps)" "$dir/ck$epochs.log" || { cat "$dir/ck$epochs.log"; exit 1; }
+	grep -q "(.* s, 100 steps; [0-9]* steps/s between evaluations)" "$dir/ck$epochs.log" ||
+		{ cat "$dir/ck$epochs.log"; exit 1; }
+	grep -q "^tables: .* in 48 shards over ${run##* } ps tasks" "$dir/ck$epochs.log" ||
+		{ cat "$dir/ck$epochs.log"; echo "$run: shards?"; exit 1; }
 	prev=$dir/ck$epochs.log
 done
 echo "recommender: ok (inproc, tcp, kill demo${plot:+ and its plot}, checkpoint and resume onto 3 and 1 ps tasks)"
