@@ -252,6 +252,6 @@ run_job kill kill
 grep -q "SIGKILLed worker task .* the trainer running" "$dir/job-kill.out" ||
 	fail "job kill: no worker was killed while the trainer ran"
 # the coordinator saw it: the last epoch's line counts a worker lost, 3 of 4 up
-grep -q "^epoch 10/10 .*workers 3/4 up, 1 lost" "$dir/job-kill.out" ||
+grep -q "^epoch 10/10 .*workers 3/4 up (1 lost" "$dir/job-kill.out" ||
 	fail "job kill: the trainer did not see one worker lost"
 echo "slurm.sh: ok in $(($(date +%s) - t0)) s"
