@@ -13,7 +13,7 @@
  * quarter of the window below), without ever blocking: queued behind a
  * sender at work, else sent with MSG_DONTWAIT under k->lock, what does not
  * fit left queued in order.  The ps answers with a PONG; while a long op
- * holds the connection, its watchdog sends keepalive PONGs (tcp_server.c
+ * holds the connection, its watchdog sends keepalive PONGs (tcp_pool.c
  * P5; the VAR_SYNC tells it the interval).  A connection on which no byte
  * came for heartbeat_ms x heartbeat_misses is lost: its requests fail with
  * COORD_EUNAVAILABLE at once (not after the op timeout, nor after TCP's own
@@ -215,7 +215,7 @@ static void *reader_main(void *arg)
 				k->rx_ns = coord_now_ns();
 				pthread_mutex_unlock(&k->lock);
 			}
-			continue; /* else a keepalive (tcp_server.c P5): alive */
+			continue; /* else a keepalive (tcp_pool.c P5): alive */
 		}
 		if (h.type == COORD_WIRE_ERROR) {
 			snprintf(why, sizeof(why), "the ps sent ERROR and closed");
