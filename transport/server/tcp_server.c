@@ -614,6 +614,24 @@ static void accept_some(struct srv *s, int lfd)
 	}
 }
 
+/* The log line that the server is up, and the on_listen callback. */
+static void say_serving(struct srv *s, unsigned port)
+{
+	const struct coord_server_opts *o = s->base.o;
+
+	if (s->base.role == COORD_ROLE_PS)
+		coord_log(COORD_LOG_INFO, "serving ps task %d on port %u (%s)", o->task, port,
+			  s->base.key.set ? "cluster key required"
+					  : "no cluster key: loopback only");
+	else
+		coord_log(COORD_LOG_INFO, "serving %u functions on port %u (%s)", o->registry->n,
+			  port,
+			  s->base.key.set ? "cluster key required"
+					  : "no cluster key: loopback only");
+	if (o->on_listen)
+		o->on_listen(port, o->arg);
+}
+
 static int serve(const struct coord_server_opts *o, uint8_t role, struct coord_varstore *vs,
 		 struct coord_error *err)
 {
@@ -659,17 +677,7 @@ static int serve(const struct coord_server_opts *o, uint8_t role, struct coord_v
 			r = coord_seterr(err, COORD_ENOMEM, "cannot start the serving pool");
 			goto out;
 		}
-	if (role == COORD_ROLE_PS)
-		coord_log(COORD_LOG_INFO, "serving ps task %d on port %u (%s)", o->task, port,
-			  s.base.key.set ? "cluster key required"
-					 : "no cluster key: loopback only");
-	else
-		coord_log(COORD_LOG_INFO, "serving %u functions on port %u (%s)", o->registry->n,
-			  port,
-			  s.base.key.set ? "cluster key required"
-					 : "no cluster key: loopback only");
-	if (o->on_listen)
-		o->on_listen(port, o->arg);
+	say_serving(&s, port);
 	for (;;) {
 		/* A1: a paused listener is left out of the poll (fd -1). */
 		bool paused = s.accept_paused_until > coord_now_ns();
