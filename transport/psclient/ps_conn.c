@@ -80,14 +80,68 @@
 #include "transport/wire/sock.h"
 #include "transport/psclient/ps_client_pvt.h"
 
+/* ---- the heartbeat and Give-up's VAR_SYNC ------------------------------------------- */
+
+/*
+ * Give-up: queue a VAR_SYNC naming the frames counted so far (under
+ * k->lock, tcp); @echo: ask for a PONG (the reader's ping, which also
+ * keeps an idle connection's count moving).  Ends the open frame.
+ */
+int put_sync(struct psc_conn *k, bool echo)
+{
+	const struct coord_psc *p = k->p;
+	struct coord_wire_sync y = { .seen = k->rx_count,
+				     .window_ms = (uint32_t)(p->window_ns / 1000000u),
+				     .hb_ms = (uint32_t)(p->ping_ns / 1000000u) };
+	int r;
+
+	if (k->open)
+		coord_wire_end(&k->w);
+	k->open = false;
+	r = out_room(k, COORD_WIRE_HDR + 24);
+	if (r < 0)
+		return r;
+	if (echo)
+		y.seq = (1ull << 63) | ++k->ping_seq; /* bit 63: not a keepalive PONG */
+	(void)coord_wire_put_sync(&k->w, &y);	      /* room was made above */
+	k->synced = k->rx_count;
+	k->synced_ns = k->rx_ns;
+	return 0;
+}
+
+/*
+ * Send what is queued without blocking (under k->lock, tcp, no sender at
+ * work: nobody else writes the socket); what does not fit stays queued,
+ * in order, for the next sender or the next ping.
+ */
+static void drain_nb(struct psc_conn *k)
+{
+	ssize_t n = send(k->fd, k->out, k->w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	if (n < 0) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			conn_down(k, "send failed");
+		return;
+	}
+	memmove(k->out, k->out + n, k->w.len - (size_t)n);
+	k->w.len -= (size_t)n;
+}
+
+/* The reader's ping (tcp): a VAR_SYNC asking for an echo; never blocks. */
+static void sync_ping(struct psc_conn *k)
+{
+	pthread_mutex_lock(&k->lock);
+	if (k->up && put_sync(k, true) == 0 && !k->flushing)
+		drain_nb(k);
+	pthread_mutex_unlock(&k->lock);
+}
+
 /* ---- the reader ------------------------------------------------------------------------ */
 
 /* The reader's clock (tcp): bytes seen, when the last came, the next ping. */
 struct psc_beat {
 	uint64_t rx_bytes, rx_ns, ping_at;
 };
-
-static void sync_ping(struct psc_conn *k);
 
 /* The connection is lost: fail what is pending, wake the reader. */
 void conn_down(struct psc_conn *k, const char *why)
@@ -430,61 +484,6 @@ int conn_up(struct psc_conn *k, struct coord_error *err)
 	return 0;
 }
 
-/* ---- the heartbeat and Give-up's VAR_SYNC (under k->lock) ------------------------------- */
-
-/*
- * Give-up: queue a VAR_SYNC naming the frames counted so far (under
- * k->lock, tcp); @echo: ask for a PONG (the reader's ping, which also
- * keeps an idle connection's count moving).  Ends the open frame.
- */
-int put_sync(struct psc_conn *k, bool echo)
-{
-	const struct coord_psc *p = k->p;
-	struct coord_wire_sync y = { .seen = k->rx_count,
-				     .window_ms = (uint32_t)(p->window_ns / 1000000u),
-				     .hb_ms = (uint32_t)(p->ping_ns / 1000000u) };
-	int r;
-
-	if (k->open)
-		coord_wire_end(&k->w);
-	k->open = false;
-	r = out_room(k, COORD_WIRE_HDR + 24);
-	if (r < 0)
-		return r;
-	if (echo)
-		y.seq = (1ull << 63) | ++k->ping_seq; /* bit 63: not a keepalive PONG */
-	(void)coord_wire_put_sync(&k->w, &y);	      /* room was made above */
-	k->synced = k->rx_count;
-	k->synced_ns = k->rx_ns;
-	return 0;
-}
-
-/*
- * Send what is queued without blocking (under k->lock, tcp, no sender at
- * work: nobody else writes the socket); what does not fit stays queued,
- * in order, for the next sender or the next ping.
- */
-static void drain_nb(struct psc_conn *k)
-{
-	ssize_t n = send(k->fd, k->out, k->w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
-
-	if (n < 0) {
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			conn_down(k, "send failed");
-		return;
-	}
-	memmove(k->out, k->out + n, k->w.len - (size_t)n);
-	k->w.len -= (size_t)n;
-}
-
-/* The reader's ping (tcp): a VAR_SYNC asking for an echo; never blocks. */
-static void sync_ping(struct psc_conn *k)
-{
-	pthread_mutex_lock(&k->lock);
-	if (k->up && put_sync(k, true) == 0 && !k->flushing)
-		drain_nb(k);
-	pthread_mutex_unlock(&k->lock);
-}
 /* ---- creating and destroying ---------------------------------------------------------- */
 
 int coord_psc_create(const char *const *addrs, unsigned nps, uint8_t role,
