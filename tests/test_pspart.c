@@ -269,7 +269,7 @@ static void partition_run(enum cut kind, int cut_ms, unsigned ncuts, int hb_ms, 
 	assert_int_equal(r.resumed, ncuts); /* and work resumed after it */
 	/* Float counts are exact up to 2^24.  LINK: a request the ps applied
 	 * just as the link went down loses its reply, and its closure fails or
-	 * is put back though its update was made (ps_client.c "Give-up": not
+	 * is put back though its update was made (ps_conn.c "Give-up": not
 	 * covered; measured: 2 in 100 cuts); at most one per worker and cut,
 	 * and never an update lost. */
 	if ((uint64_t)sum < r.ok || (uint64_t)sum > r.ok + 2 * ncuts ||

@@ -201,7 +201,7 @@ static void test_restarted_worker_resources_recreated(void **state)
 }
 
 /*
- * Keepalive (tcp_server.c P5, rdma_server.c Q3): a closure that runs for
+ * Keepalive (tcp_pool.c P5, rdma_server.c Q3): a closure that runs for
  * several times heartbeat_ms x heartbeat_misses holds its connection's
  * thread, which cannot answer PINGs; the server's unsolicited PONGs keep
  * the worker from being declared lost: it runs once (attempt 1), no loss.

@@ -23,7 +23,7 @@
  *       wake_fd before letting go (kick()), so the reader never sleeps on
  *       one.
  *   P3  Shutdown sets `stop`, writes wake_fd and disconnects both channels
- *       under their locks; the reader then returns -EPIPE and ps_client.c
+ *       under their locks; the reader then returns -EPIPE and ps_conn.c
  *       joins it before coord_psr_destroy().
  * The payload coord_psr_next() returns stays valid until the reader's next
  * call: only a read moves the channel past a frame (other lock holders

@@ -26,7 +26,7 @@
  *       partial_ms (a peer that returns no credits or posts no receives),
  *       and the idle read by IDLE_TICK_MS, after which the thread looks at
  *       `stopping`.
- *   Q3  Keepalive (tcp_server.c's P5): while the connection's thread
+ *   Q3  Keepalive (tcp_pool.c's P5): while the connection's thread
  *       serves a frame (a long closure, a ps round trip) it cannot answer
  *       the coordinator's PINGs, so the keeper thread, every KEEP_TICK_MS,
  *       sends an unsolicited PONG when the thread has been busy for half

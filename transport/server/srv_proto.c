@@ -8,7 +8,7 @@
  * long.  The tcp server (tcp_server.c) and the rdma server
  * (rdma_server.c) drive it; their headers say how they hold a connection.
  *
- * Give-up (wire.h VAR_SYNC; the client's side: transport/psclient/ps_client.c
+ * Give-up (wire.h VAR_SYNC; the client's side: transport/psclient/ps_conn.c
  * "Give-up").  A ps never applies a request after its sender has given up
  * on it, so a closure run again after a ps timeout never doubles an update.
  * Every frame a ps connection sends that the client counts (each VAR_RES
@@ -22,7 +22,7 @@
  * applied only if it starts less than window - window / 16 after ref, on
  * our clock; else it is answered COORD_ETIMEDOUT, not applied.  The client
  * gives up on a request only when window has passed since it received
- * frame @seen of the last VAR_SYNC before the request (ps_client.c), so an
+ * frame @seen of the last VAR_SYNC before the request (ps_conn.c), so an
  * applied request always started before its sender could have given up.
  * Both sides measure durations on their own clock: no two clocks are
  * compared, and only their rates must agree (within 1/16 over a window).

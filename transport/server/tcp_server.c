@@ -21,7 +21,10 @@
  * would hold its result back.
  *
  * Why a pool and not a thread per connection: docs/perf-history.md
- * ("tcp_server.c: the serving pool").
+ * ("tcp_server.c: the serving pool").  This file: the acceptor, a
+ * connection's life (accept, handshake, serving its frames, finish, free)
+ * and serve(); tcp_pool.c: the pool threads and the watchdog;
+ * tcp_server_pvt.h: what the two share (struct conn, struct srv).
  *
  *   P1  A connection is held by at most one thread: the pool thread whose
  *       epoll_wait returned it (the acceptor adds it to the epoll set,
@@ -43,48 +46,25 @@
  *       most o->max_handshakes are in it at once (`pending`); the acceptor
  *       refuses the connections beyond with an ERROR frame and a log line
  *       at most once a second.  The whole handshake has handshake_ms from
- *       accept (the watchdog's deadline, as P4's).
+ *       accept (the watchdog's deadline, as tcp_pool.c P4's).
  *   A1  accept never spins: the listener is non-blocking and drained up to
  *       ACCEPT_BURST connections per wake-up; when descriptors run out
  *       (EMFILE, ENFILE) or memory (ENOBUFS, ENOMEM) the acceptor stops
  *       polling the listener for ACCEPT_PAUSE_MS and tries again, logging
  *       once per episode (pending peers wait in the listen backlog).  At
  *       start the soft descriptor limit is raised to the hard one.
- *   I1  Idle: an authenticated connection that received nothing for
- *       idle_ms (at least 4 heartbeat intervals of its coordinator, P5)
- *       while not held is closed by the watchdog as P4 does, with an ERROR
- *       frame saying so.  `last_active` is when its holder last let go of
- *       it (after serving what arrived, or a closure that ran long).
- *   P2  pool.target threads (one per CPU, at most 4) wait in epoll_wait,
- *       one event each, so a ready connection never waits behind another's
- *       frames on a busy thread while a thread is waiting.  A thread that
- *       serves one frame for longer than STUCK_NS (a long closure, a ps
- *       round trip, a send to a peer that does not read) while no thread is
- *       left in epoll_wait gets relief from the watchdog (the acceptor
- *       thread, ticking every 1 ms while a pool thread is busy): it unparks
- *       a spare or starts a new thread, unless the stuck thread only waits
- *       for a CPU (relief_helps(): runnable and barely running; a loaded
- *       machine preempted it, and a new thread would wait as well).  So a closure waits behind a long
- *       one of another connection at most about STUCK_NS + 1 ms.  Threads
- *       beyond the target park when they are done.
  *   P3  A finished connection is freed by the acceptor only after its
  *       holder published `done`.
- *   P5  Keepalive: a connection held longer than half the coordinator's
- *       heartbeat interval (a long closure, a slow ps round trip) cannot
- *       answer the coordinator's PINGs, so the watchdog sends it an
- *       unsolicited PONG every half interval while it is held and nothing
- *       else was sent; every send on a connection takes its send_lock, so
- *       frames never interleave.  The interval is the token of the PING
- *       the coordinator sends at connect (engine.c coord_eng_greet()).
- *   P4  A started frame must be whole within partial_ms: the holder records
- *       the deadline, the watchdog shuts the read side when it passes, and
- *       the holder, reading EOF with `stalled` set, sends the ERROR frame
- *       and closes.
+ *   P2, P4, P5, I1, M1  The pool, and the watchdog that relieves a stuck
+ *       pool thread, closes connections stalled mid-frame or idle, sends
+ *       keepalive PONGs and trims freed memory: tcp_pool.c.
  *
  * Synchronization: the shared fields of a connection (struct conn) and of
  * the server (struct srv), who writes them, who reads them, and what orders
  * the two.  The holder is the one thread that serves a connection now (P1);
- * the acceptor thread is also the watchdog (P2, P4, P5).
+ * the acceptor thread is also the watchdog (tcp_pool.c P2, P4, P5, I1).  The
+ * pool's own fields (struct pool_thread, s->threads, waiting, parked) are in
+ * tcp_pool.c's table; P2, P4, P5 and I1 below are tcp_pool.c's rules.
  *   field            written by (how)                read by (how)           order
  *   k->fd, k->s      conn_new(), before the first    everyone (plain)        held's release
  *                    arm                                                     (P1); immutable
@@ -119,18 +99,6 @@
  *   s->pending       conn_new() (relaxed +), the     the acceptor (relaxed)  none: a count (H1);
  *                    holder (relaxed -, once)                                one more or less
  *                                                                            for a moment
- *   s->threads,      pool_spawn() (acceptor)         watch(), serve()'s      one thread
- *   nthreads,                                        joins (acceptor)
- *   capthreads
- *   t->busy_since    its pool thread (relaxed)       the watchdog (relaxed)  none: a hint (P2)
- *   t->tid           its pool thread, at start       the watchdog (relaxed)  none: 0 = unknown
- *                    (relaxed)                                               (P2)
- *   t->seen_busy,    the watchdog                    the watchdog            one thread
- *   seen_cpu
- *   s->waiting       pool threads (relaxed RMW)      the watchdog, pool      none: a hint (P2);
- *                                                    threads (relaxed)       epoll hands over
- *   s->parked,       park(), pool_spawn() (under     the same                park_lock (and
- *   s->tokens        park_lock)                                              park_cv)
  *   s->stopping      serve() at stop (relaxed)       conn_serve(), park()    the stop eventfd
  *                                                    (relaxed)               (epoll) and the
  *                                                                            broadcast under
@@ -143,7 +111,6 @@
  * server or another connection.
  */
 #include <errno.h>
-#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -164,83 +131,13 @@
 #include "runtime/util/abi.h"
 #include "runtime/util/fdlimit.h"
 #include "transport/wire/sock.h"
-#include "transport/server/srv_proto.h"
+#include "transport/server/tcp_server_pvt.h"
 
-#define STUCK_NS 1000000ull /* a pool thread held one connection this long: add one */
-#define WATCH_IDLE_MS 20    /* the watchdog's tick while every pool thread is idle */
-#define MAX_POOL_THREADS 4096u
-#define ACCEPT_BURST 64u	   /* connections accepted per wake-up of the listener (A1) */
-#define ACCEPT_PAUSE_MS 100	   /* no descriptor or memory for a new one: wait (A1) */
-#define HS_BUF 256		   /* a new peer's first reader buffer (H1) */
-#define CONN_BUF (64 * 1024u)	   /* an authenticated connection's reader buffer */
-#define IDLE_HB_MULT 4u		   /* I1: the idle limit is at least this many heartbeats */
-#define TRIM_QUIET_NS 100000000ull /* M1: no connection freed this long: trim */
-#define TRIM_MANY 4096u		   /* M1: ... or this many were */
-
-/* Why the watchdog shut a connection's read side (k->stalled). */
-enum { STALL_NONE, STALL_PARTIAL, STALL_HANDSHAKE, STALL_IDLE };
-
-struct srv;
-
-struct conn {
-	struct srv *s;
-	int fd;
-	bool polled;	  /* registered with the pool's epoll (serving thread only) */
-	bool authed;	  /* the handshake is done (the holder's, H1) */
-	_Atomic int open; /* authed, for the watchdog (I1) */
-	_Atomic int held; /* a thread serves it now (P1) */
-	_Atomic int done; /* finished: the acceptor may free it (P3) */
-	/* CLOCK_MONOTONIC ns by which a started frame (or the handshake) must
-	 * be whole, 0 = none; the watchdog closes the connection after it (P4) */
-	_Atomic uint64_t partial_deadline;
-	_Atomic uint64_t last_active; /* when its holder last let go (I1) */
-	_Atomic int stalled;	      /* why the watchdog shut the read side (STALL_*) */
-	struct coord_hs_server hs;    /* the handshake (H1) */
-	/* Keepalive (P5): since when a thread holds us, and when we last
-	 * sent (the coordinator's heartbeat interval is p.hb_ms). */
-	_Atomic uint64_t held_since, last_sent_ns;
-	pthread_mutex_t send_lock; /* the holder's and the watchdog's sends */
-	uint64_t peek_rx;	   /* S3: rd.rx_total at the last look for a CANCEL (holder) */
-	struct coord_frame_reader rd;
-	struct coord_srv_conn p; /* the protocol (srv_proto.h) */
-	struct conn *next;
-};
-
-/* A thread of the serving pool. */
-struct pool_thread {
-	struct srv *s;
-	pthread_t thread;
-	/* CLOCK_MONOTONIC ns since which it serves one frame, 0 = idle
-	 * (the watchdog reads it, P2) */
-	_Atomic uint64_t busy_since;
-	_Atomic int tid; /* its thread id, for the watchdog (P2); 0 until known */
-	/* the watchdog's first look at its current stuck frame: the frame's
-	 * busy_since, and the thread's CPU time then (P2) */
-	uint64_t seen_busy, seen_cpu;
-};
-
-struct srv {
-	struct coord_srv base; /* base.lock guards conns too */
-	_Atomic int stopping;
-	struct conn *conns;
-	unsigned nconns;	  /* in conns (under base.lock) */
-	_Atomic unsigned pending; /* connections in the handshake (H1) */
-	/* the acceptor's (A1, H1) */
-	uint64_t accept_paused_until, refused_logged_ns;
-	unsigned refused;
-	bool out_of_fds;
-	unsigned freed;	   /* connections freed since the last trim (M1) */
-	uint64_t freed_ns; /* when the last was */
-	/* the serving pool (P1, P2) */
-	int epfd, stop_efd;
-	unsigned target;	      /* threads that wait in epoll_wait at once */
-	_Atomic int waiting;	      /* threads in (or entering) epoll_wait */
-	struct pool_thread **threads; /* acceptor only */
-	unsigned nthreads, capthreads;
-	pthread_mutex_t park_lock; /* parked spare threads (off the fast path) */
-	pthread_cond_t park_cv;
-	unsigned parked, tokens;
-};
+#define WATCH_IDLE_MS 20      /* the watchdog's tick while every pool thread is idle */
+#define ACCEPT_BURST 64u      /* connections accepted per wake-up of the listener (A1) */
+#define ACCEPT_PAUSE_MS 100   /* no descriptor or memory for a new one: wait (A1) */
+#define HS_BUF 256	      /* a new peer's first reader buffer (H1) */
+#define CONN_BUF (64 * 1024u) /* an authenticated connection's reader buffer */
 
 void coord_server_opts_defaults(struct coord_server_opts *o)
 {
@@ -417,12 +314,46 @@ static const char *stall_why(struct conn *k, int *code)
 }
 
 /*
+ * conn_serve()'s read ended with @r (-EAGAIN: all read): is @k over?  A
+ * stall the watchdog caused (P4, I1), the peer's close or a bad frame
+ * header close it, with a log line and, but for the peer's close, an
+ * ERROR frame.  The holder's thread (P1).
+ */
+static bool read_over(struct conn *k, int r)
+{
+	/* P4 (relaxed): the watchdog only asks; stalled is re-read here, by
+ * the thread that holds the connection. */
+	if (r == -EPIPE && atomic_load_explicit(&k->stalled, memory_order_relaxed)) {
+		int code;
+		const char *why = stall_why(k, &code);
+
+		coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
+		conn_error(k, code, why);
+		return true;
+	}
+	if (r == -EPIPE) {
+		coord_log(COORD_LOG_INFO, "%s: closed by the coordinator", k->p.peer);
+		return true;
+	}
+	if (r < 0 && r != -EAGAIN) {
+		const char *why = r == -EMSGSIZE ? "frame larger than the limit"
+				  : r == -EPROTO ? "malformed frame header"
+						 : strerror(-r);
+
+		coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
+		conn_error(k, r, why);
+		return true;
+	}
+	return false;
+}
+
+/*
  * Serve what @k has to read without blocking: the handshake (H1), then
  * every whole frame (at most a bounded number, so one busy connection does
  * not hold a thread while others wait), then re-arm it in the pool's epoll
  * (P1).  Called by the pool thread @t whose epoll_wait returned @k.
  */
-static void conn_serve(struct pool_thread *t, struct conn *k)
+void conn_serve(struct pool_thread *t, struct conn *k)
 {
 	const struct coord_server_opts *o = k->s->base.o;
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = k };
@@ -481,29 +412,8 @@ static void conn_serve(struct pool_thread *t, struct conn *k)
 			break;
 		}
 	}
-	/* P4 (relaxed): the watchdog only asks; stalled is re-read here, by
-	 * the thread that holds the connection. */
-	if (r == -EPIPE && atomic_load_explicit(&k->stalled, memory_order_relaxed)) {
-		int code;
-		const char *why = stall_why(k, &code);
-
-		coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
-		conn_error(k, code, why);
+	if (read_over(k, r))
 		goto out;
-	}
-	if (r == -EPIPE) {
-		coord_log(COORD_LOG_INFO, "%s: closed by the coordinator", k->p.peer);
-		goto out;
-	}
-	if (r < 0 && r != -EAGAIN) {
-		const char *why = r == -EMSGSIZE ? "frame larger than the limit"
-				  : r == -EPROTO ? "malformed frame header"
-						 : strerror(-r);
-
-		coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
-		conn_error(k, r, why);
-		goto out;
-	}
 	now = coord_now_ns();
 	if (!k->authed) {
 		/* H1: the handshake's deadline, set at accept, stands. */
@@ -536,254 +446,6 @@ static void conn_serve(struct pool_thread *t, struct conn *k)
 	coord_log(COORD_LOG_ERROR, "%s: epoll_ctl: %s", k->p.peer, strerror(errno));
 out:
 	conn_finish(k);
-}
-
-/* ---- the serving pool ------------------------------------------------------------ */
-
-static int pool_spawn(struct srv *s);
-
-/* A spare thread waits here until the watchdog needs it (P2). */
-static bool park(struct srv *s)
-{
-	bool go;
-
-	pthread_mutex_lock(&s->park_lock);
-	s->parked++;
-	/* Relaxed: stop also broadcasts park_cv under park_lock. */
-	while (!s->tokens && !atomic_load_explicit(&s->stopping, memory_order_relaxed))
-		pthread_cond_wait(&s->park_cv, &s->park_lock);
-	s->parked--;
-	go = s->tokens > 0;
-	if (go)
-		s->tokens--;
-	pthread_mutex_unlock(&s->park_lock);
-	return go;
-}
-
-static void *pool_main(void *arg)
-{
-	struct pool_thread *t = arg;
-	struct srv *s = t->s;
-
-	/* Relaxed (P2): a hint for the watchdog (0: unknown). */
-	atomic_store_explicit(&t->tid, (int)gettid(), memory_order_relaxed);
-	for (;;) {
-		struct epoll_event ev;
-		int n;
-
-		/* Relaxed (P2): a count the watchdog and the park test read as
-		 * hints; epoll does the handing over. */
-		atomic_fetch_add_explicit(&s->waiting, 1, memory_order_relaxed);
-		n = epoll_wait(s->epfd, &ev, 1, -1);
-		/* Relaxed (P2): as above. */
-		atomic_fetch_sub_explicit(&s->waiting, 1, memory_order_relaxed);
-		if (n <= 0)
-			continue; /* EINTR */
-		if (!ev.data.ptr)
-			break; /* the stop eventfd: level-triggered, every thread sees it */
-		conn_serve(t, ev.data.ptr);
-		/* More threads than the target waiting (a spare called in for a
-		 * long closure, now back): park instead of crowding epoll.
-		 * Relaxed (P2): a hint; parking one too many only delays. */
-		if (atomic_load_explicit(&s->waiting, memory_order_relaxed) >= (int)s->target &&
-		    !park(s))
-			break;
-	}
-	return NULL;
-}
-
-/* Add a thread to the pool: unpark a spare, else start one.  Acceptor only. */
-static int pool_spawn(struct srv *s)
-{
-	struct pool_thread *t;
-
-	pthread_mutex_lock(&s->park_lock);
-	if (s->parked > s->tokens) {
-		s->tokens++;
-		pthread_cond_signal(&s->park_cv);
-		pthread_mutex_unlock(&s->park_lock);
-		return 0;
-	}
-	pthread_mutex_unlock(&s->park_lock);
-	if (s->nthreads == s->capthreads) {
-		unsigned cap = s->capthreads ? 2 * s->capthreads : 8;
-		struct pool_thread **a = realloc(s->threads, cap * sizeof(*a));
-
-		if (!a)
-			return -ENOMEM;
-		s->threads = a;
-		s->capthreads = cap;
-	}
-	t = calloc(1, sizeof(*t));
-	if (!t)
-		return -ENOMEM;
-	t->s = s;
-	if (pthread_create(&t->thread, NULL, pool_main, t) != 0) {
-		free(t);
-		return -EAGAIN;
-	}
-	s->threads[s->nthreads++] = t;
-	return 0;
-}
-
-/*
- * The watchdog, run by the acceptor between polls (P2, P4): if a pool
- * thread has held one connection longer than STUCK_NS (a long closure, a
- * send to a peer that does not read, a ps round trip) and no thread is
- * left waiting in epoll_wait, add one, so that another connection's
- * closures never wait behind it; and close connections whose started
- * frame is overdue.  Return: whether some thread is busy (poll sooner).
- */
-/* P5: an unsolicited PONG for a connection held (busy) past half the
- * coordinator's heartbeat interval with nothing sent meanwhile. */
-static void keepalive(struct conn *k, uint64_t now)
-{
-	/* Relaxed (P5): hints, here and below. */
-	uint64_t held = atomic_load_explicit(&k->held_since, memory_order_relaxed);
-	/* Relaxed (P5): as above. */
-	uint64_t half = (uint64_t)atomic_load_explicit(&k->p.hb_ms, memory_order_relaxed) *
-			500000ull;
-	uint8_t b[COORD_WIRE_HDR + 8];
-	struct coord_wire_writer w;
-	ssize_t n;
-
-	if (!held || !half || now - held < half ||
-	    /* Relaxed (P5): as above. */
-	    now - atomic_load_explicit(&k->last_sent_ns, memory_order_relaxed) < half)
-		return;
-	if (pthread_mutex_trylock(&k->send_lock) != 0)
-		return; /* the holder is sending: alive */
-	coord_wire_writer_init(&w, b, sizeof(b));
-	coord_wire_put_ping(&w, COORD_WIRE_PONG, half / 500000ull);
-	n = send(k->fd, b, w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
-	if (n > 0 && (size_t)n < w.len) /* rare: finish the frame */
-		(void)coord_sock_send_all(k->fd, b + n, w.len - (size_t)n);
-	if (n > 0)
-		/* Relaxed (P5): as above. */
-		atomic_store_explicit(&k->last_sent_ns, now, memory_order_relaxed);
-	pthread_mutex_unlock(&k->send_lock);
-}
-
-/* I1: has authenticated @k received nothing, and run nothing, for longer
- * than its idle limit? */
-static bool idle_over(struct conn *k, uint64_t now)
-{
-	const struct coord_server_opts *o = k->s->base.o;
-	/* Relaxed (I1, P5): hints; a stale one delays the close by a tick. */
-	uint64_t last = atomic_load_explicit(&k->last_active, memory_order_relaxed);
-	/* Relaxed (P5): as above. */
-	uint64_t hb = atomic_load_explicit(&k->p.hb_ms, memory_order_relaxed);
-	uint64_t limit = (uint64_t)o->idle_ms;
-
-	if (!o->idle_ms ||
-	    /* Relaxed (I1): as above. */
-	    !atomic_load_explicit(&k->open, memory_order_relaxed) ||
-	    /* Relaxed (P5): as above; a held connection is never idle. */
-	    atomic_load_explicit(&k->held_since, memory_order_relaxed))
-		return false;
-	if (limit < IDLE_HB_MULT * hb)
-		limit = IDLE_HB_MULT * hb;
-	return now > last && now - last > limit * 1000000ull;
-}
-
-/* The scheduler state of pool thread @t ('R' runnable, 'S' sleeping, ...);
- * 0 if unknown. */
-static char thread_state(struct pool_thread *t)
-{
-	/* Relaxed (P2): set once by the thread; 0 until then (unknown). */
-	int tid = atomic_load_explicit(&t->tid, memory_order_relaxed);
-	char path[64], buf[256], *p, st = 0;
-	ssize_t n;
-	int fd;
-
-	if (!tid)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	p = strrchr(buf, ')'); /* "pid (comm) S ..." */
-	if (p && p[1] == ' ')
-		st = p[2];
-	return st;
-}
-
-/*
- * P2: would another thread relieve pool thread @t, held by one frame (since
- * @busy_since) past STUCK_NS?  Yes if it is blocked (a sleep, a ps round
- * trip, a send to a peer that does not read), or once it has run STUCK_NS / 2
- * on a CPU since the watchdog first saw it stuck (a long closure; under
- * load that takes longer, but it comes).  Not while it is runnable and has
- * barely run: a loaded machine preempted it in a short frame, another
- * thread would wait for a CPU as well, and each one added keeps its stack
- * and malloc arena for good.  Unknown: yes.
- */
-static bool relief_helps(struct pool_thread *t, uint64_t busy_since)
-{
-	struct timespec ts;
-	clockid_t cid;
-	uint64_t cpu;
-	char st = thread_state(t);
-
-	if (!st || pthread_getcpuclockid(t->thread, &cid) != 0 || clock_gettime(cid, &ts) != 0)
-		return true;
-	if (st != 'R')
-		return true;
-	cpu = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	if (t->seen_busy != busy_since) { /* the first look at this frame */
-		t->seen_busy = busy_since;
-		t->seen_cpu = cpu;
-		return false;
-	}
-	return cpu - t->seen_cpu >= STUCK_NS / 2;
-}
-
-static bool watch(struct srv *s)
-{
-	uint64_t now = coord_now_ns();
-	bool busy = false, stuck = false;
-
-	/* Relaxed (P2): a hint; a stale value costs one tick. */
-	bool waiter = atomic_load_explicit(&s->waiting, memory_order_relaxed) > 0;
-
-	for (unsigned i = 0; i < s->nthreads; i++) {
-		struct pool_thread *t = s->threads[i];
-		/* Relaxed (P2): as above. */
-		uint64_t b = atomic_load_explicit(&t->busy_since, memory_order_relaxed);
-
-		busy |= b != 0;
-		if (!waiter && !stuck && b != 0 && now - b > STUCK_NS)
-			stuck = relief_helps(t, b);
-	}
-	if (stuck && s->nthreads < MAX_POOL_THREADS && pool_spawn(s) < 0)
-		coord_log(COORD_LOG_ERROR, "cannot add a serving thread");
-	pthread_mutex_lock(&s->base.lock);
-	for (struct conn *k = s->conns; k; k = k->next) {
-		/* Relaxed (P4): a hint; the holder re-checks stalled. */
-		uint64_t d = atomic_load_explicit(&k->partial_deadline, memory_order_relaxed);
-		int why = STALL_NONE, none = STALL_NONE;
-
-		keepalive(k, now);
-		if (d && now >= d)
-			/* Relaxed (H1): a hint, as above. */
-			why = atomic_load_explicit(&k->open, memory_order_relaxed)
-				      ? STALL_PARTIAL
-				      : STALL_HANDSHAKE;
-		else if (idle_over(k, now))
-			why = STALL_IDLE;
-		/* Relaxed (P4): read back by the thread that sees the EOF. */
-		if (why && atomic_compare_exchange_strong_explicit(&k->stalled, &none, why,
-								   memory_order_relaxed,
-								   memory_order_relaxed))
-			shutdown(k->fd, SHUT_RD); /* its holder reads EOF: closes (P4) */
-	}
-	pthread_mutex_unlock(&s->base.lock);
-	return busy;
 }
 
 static void conn_free(struct conn *k)
@@ -824,16 +486,6 @@ static void reap(struct srv *s, bool all)
 		s->freed++;
 		s->freed_ns = coord_now_ns();
 	}
-}
-
-/* M1: connections were freed and none for TRIM_QUIET_NS (or very many):
- * give the pages malloc keeps of them back (the acceptor's, between polls). */
-static void trim(struct srv *s)
-{
-	if (!s->freed || (s->freed < TRIM_MANY && coord_now_ns() - s->freed_ns < TRIM_QUIET_NS))
-		return;
-	malloc_trim(0);
-	s->freed = 0;
 }
 
 /* H1: a new connection, in the handshake, handed to the pool; 0 or -errno. */
@@ -962,12 +614,22 @@ static void accept_some(struct srv *s, int lfd)
 	}
 }
 
-/* Threads that wait for connections at once: one per CPU, at most 4. */
-static unsigned pool_target(void)
+/* The log line that the server is up, and the on_listen callback. */
+static void say_serving(struct srv *s, unsigned port)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	const struct coord_server_opts *o = s->base.o;
 
-	return n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
+	if (s->base.role == COORD_ROLE_PS)
+		coord_log(COORD_LOG_INFO, "serving ps task %d on port %u (%s)", o->task, port,
+			  s->base.key.set ? "cluster key required"
+					  : "no cluster key: loopback only");
+	else
+		coord_log(COORD_LOG_INFO, "serving %u functions on port %u (%s)", o->registry->n,
+			  port,
+			  s->base.key.set ? "cluster key required"
+					  : "no cluster key: loopback only");
+	if (o->on_listen)
+		o->on_listen(port, o->arg);
 }
 
 static int serve(const struct coord_server_opts *o, uint8_t role, struct coord_varstore *vs,
@@ -1015,17 +677,7 @@ static int serve(const struct coord_server_opts *o, uint8_t role, struct coord_v
 			r = coord_seterr(err, COORD_ENOMEM, "cannot start the serving pool");
 			goto out;
 		}
-	if (role == COORD_ROLE_PS)
-		coord_log(COORD_LOG_INFO, "serving ps task %d on port %u (%s)", o->task, port,
-			  s.base.key.set ? "cluster key required"
-					 : "no cluster key: loopback only");
-	else
-		coord_log(COORD_LOG_INFO, "serving %u functions on port %u (%s)", o->registry->n,
-			  port,
-			  s.base.key.set ? "cluster key required"
-					 : "no cluster key: loopback only");
-	if (o->on_listen)
-		o->on_listen(port, o->arg);
+	say_serving(&s, port);
 	for (;;) {
 		/* A1: a paused listener is left out of the poll (fd -1). */
 		bool paused = s.accept_paused_until > coord_now_ns();

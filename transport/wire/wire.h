@@ -41,12 +41,12 @@
  *              worker may read ahead for it while a long closure runs.
  *   VAR_SYNC   worker or coordinator -> ps: u64 seq, u64 seen, u32 window_ms,
  *              u32 hb_ms (count 1): a ps client's give-up clock
- *              (transport/psclient/ps_client.c "Give-up"): the ps answers
+ *              (transport/psclient/ps_conn.c "Give-up"): the ps answers
  *              PONG with token @seq and notes when; a VAR_REQ after it is
  *              applied only if it starts less than @window_ms after the ps
  *              sent the PONG of @seen (0: the connection's accept), else it
  *              is answered COORD_ETIMEDOUT, not applied.  @hb_ms: the
- *              client's ping interval (a keepalive hint, tcp_server.c P5).
+ *              client's ping interval (a keepalive hint, tcp_pool.c P5).
  *              Sent first on every connection of a client that uses it, and
  *              then every ping interval; a connection without one is never
  *              judged (older clients, rdma).
