@@ -35,9 +35,15 @@
 
 _Static_assert(COORD_VAR_MAX_PARTS <= 100, "shard names are NAME/part_J, J < 100");
 
-static unsigned p_task(coord_var_t v)
+/* An op @opc on shard @j: the task, id and store tag its handle names. */
+static struct coord_ps_op shard_op(const struct coord_pvar *pv, unsigned j, uint16_t opc)
 {
-	return coord_var_task(v);
+	coord_var_t v = pv->part[j];
+
+	return (struct coord_ps_op){ .op = opc,
+				     .task = coord_var_task(v),
+				     .id = (uint32_t)v,
+				     .tag = coord_ps_handle_tag(v) };
 }
 
 /* P1 */
@@ -80,6 +86,16 @@ static unsigned pv_shard(const struct coord_pvar *pv, uint64_t row, uint64_t *fi
 		*first = extra * big + (j - extra) * base;
 	}
 	return (unsigned)j;
+}
+
+/* cnt[j] += how many of the @n ids are on shard j. */
+static void count_by_shard(const struct coord_pvar *pv, const int64_t *ids, size_t n, size_t *cnt)
+{
+	for (size_t k = 0; k < n; k++) {
+		uint64_t first;
+
+		cnt[pv_shard(pv, (uint64_t)ids[k], &first)]++;
+	}
 }
 
 /* P2: every id in [0, rows). */
@@ -195,26 +211,18 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 		free(mem);
 		return coord_seterr(err, COORD_ENOMEM, "gather: no memory for %zu rows", n);
 	}
-	for (size_t u = 0; u < nu; u++) {
-		uint64_t first;
-
-		cnt[pv_shard(pv, (uint64_t)uid[u], &first)]++;
-	}
+	count_by_shard(pv, uid, nu, cnt);
 	for (unsigned j = 0, s = 0; j < pv->nparts; j++) {
 		at[j] = s;
 		s += cnt[j];
 		if (!cnt[j])
 			continue;
-		ops[*nops] = (struct coord_ps_op){ .op = COORD_PS_GATHER,
-						   .task = p_task(pv->part[j]),
-						   .id = (uint32_t)pv->part[j],
-						   .tag = coord_ps_handle_tag(pv->part[j]),
-						   .n = cnt[j],
-						   .src = local + at[j],
-						   .src_len = (uint32_t)(8 * cnt[j]),
-						   .dst = (uint8_t *)(direct ? out : rbuf) +
-							  at[j] * rowb,
-						   .cap = cnt[j] * rowb };
+		ops[*nops] = shard_op(pv, j, COORD_PS_GATHER);
+		ops[*nops].n = cnt[j];
+		ops[*nops].src = local + at[j];
+		ops[*nops].src_len = (uint32_t)(8 * cnt[j]);
+		ops[*nops].dst = (uint8_t *)(direct ? out : rbuf) + at[j] * rowb;
+		ops[*nops].cap = cnt[j] * rowb;
 		(*nops)++;
 	}
 	for (size_t u = 0; u < nu; u++) {
@@ -258,15 +266,12 @@ static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const in
 		return coord_seterr(err, COORD_EINVAL, "scatter_add on '%s': %zu rows is too many",
 				    pv->name, n);
 	if (pv->nparts == 1) { /* the caller's buffers, as they are */
-		ops[0] = (struct coord_ps_op){ .op = COORD_PS_SCATTER_ADD,
-					       .task = p_task(pv->part[0]),
-					       .id = (uint32_t)pv->part[0],
-					       .tag = coord_ps_handle_tag(pv->part[0]),
-					       .n = n,
-					       .src = ids,
-					       .src_len = (uint32_t)(8 * n),
-					       .src2 = upd,
-					       .src2_len = (uint32_t)(n * rowb) };
+		ops[0] = shard_op(pv, 0, COORD_PS_SCATTER_ADD);
+		ops[0].n = n;
+		ops[0].src = ids;
+		ops[0].src_len = (uint32_t)(8 * n);
+		ops[0].src2 = upd;
+		ops[0].src2_len = (uint32_t)(n * rowb);
 		*nops = 1;
 		return coord_ps_run(ps, ops, 1, err);
 	}
@@ -275,25 +280,18 @@ static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const in
 	if (!local)
 		return coord_seterr(err, COORD_ENOMEM, "scatter_add: no memory for %zu rows", n);
 	rows = direct ? (uint8_t *)upd : (uint8_t *)(local + n);
-	for (size_t k = 0; k < n; k++) {
-		uint64_t first;
-
-		cnt[pv_shard(pv, (uint64_t)ids[k], &first)]++;
-	}
+	count_by_shard(pv, ids, n, cnt);
 	for (unsigned j = 0, s = 0; j < pv->nparts; j++) {
 		at[j] = s;
 		s += cnt[j];
 		if (!cnt[j])
 			continue;
-		ops[*nops] = (struct coord_ps_op){ .op = COORD_PS_SCATTER_ADD,
-						   .task = p_task(pv->part[j]),
-						   .id = (uint32_t)pv->part[j],
-						   .tag = coord_ps_handle_tag(pv->part[j]),
-						   .n = cnt[j],
-						   .src = local + at[j],
-						   .src_len = (uint32_t)(8 * cnt[j]),
-						   .src2 = rows + at[j] * rowb,
-						   .src2_len = (uint32_t)(cnt[j] * rowb) };
+		ops[*nops] = shard_op(pv, j, COORD_PS_SCATTER_ADD);
+		ops[*nops].n = cnt[j];
+		ops[*nops].src = local + at[j];
+		ops[*nops].src_len = (uint32_t)(8 * cnt[j]);
+		ops[*nops].src2 = rows + at[j] * rowb;
+		ops[*nops].src2_len = (uint32_t)(cnt[j] * rowb);
 		(*nops)++;
 	}
 	for (size_t k = 0; k < n; k++) {
@@ -346,12 +344,9 @@ static int pv_range(struct coord_ps *ps, const struct coord_pvar *pv, uint16_t o
 			continue;
 		lo = lo > off ? lo : off;
 		hi = hi < end ? hi : end;
-		ops[*nops] = (struct coord_ps_op){ .op = opc,
-						   .task = p_task(pv->part[j]),
-						   .id = (uint32_t)pv->part[j],
-						   .tag = coord_ps_handle_tag(pv->part[j]),
-						   .off = lo - first * pv->row_len,
-						   .n = hi - lo };
+		ops[*nops] = shard_op(pv, j, opc);
+		ops[*nops].off = lo - first * pv->row_len;
+		ops[*nops].n = hi - lo;
 		if (opc == COORD_PS_READ) {
 			ops[*nops].dst = out + (lo - off);
 			ops[*nops].cap = 4 * (hi - lo);
