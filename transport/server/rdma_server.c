@@ -244,24 +244,16 @@ static void conn_free(struct rconn *k)
  */
 static void keepalive(struct rconn *k, uint64_t now)
 {
-	/* Relaxed (Q3): hints, here and below. */
-	uint64_t busy = atomic_load_explicit(&k->busy_since, memory_order_relaxed);
-	/* Relaxed (Q3): as above. */
-	uint64_t half = (uint64_t)atomic_load_explicit(&k->p.hb_ms, memory_order_relaxed) *
-			500000ull;
-	uint8_t b[COORD_WIRE_HDR + 8];
-	struct coord_wire_writer w;
+	uint8_t b[COORD_SRV_PONG_LEN];
+	/* Relaxed (Q3): hints, both. */
+	size_t len = coord_srv_keepalive(
+		&k->p, atomic_load_explicit(&k->busy_since, memory_order_relaxed),
+		atomic_load_explicit(&k->last_sent_ns, memory_order_relaxed), now, b);
 	size_t sent = 0;
 
-	if (!busy || !half || now - busy < half ||
-	    /* Relaxed (Q3): as above. */
-	    now - atomic_load_explicit(&k->last_sent_ns, memory_order_relaxed) < half)
-		return;
-	if (pthread_mutex_trylock(&k->chan_lock) != 0)
-		return; /* the thread uses the channel: alive */
-	coord_wire_writer_init(&w, b, sizeof(b));
-	coord_wire_put_ping(&w, COORD_WIRE_PONG, half / 500000ull);
-	if (coord_rdma_chan_send_some(k->ch, b, w.len, &sent) == 0 && sent == w.len)
+	if (!len || pthread_mutex_trylock(&k->chan_lock) != 0)
+		return; /* none due, or the thread uses the channel: alive */
+	if (coord_rdma_chan_send_some(k->ch, b, len, &sent) == 0 && sent == len)
 		/* Relaxed (Q3): as above. */
 		atomic_store_explicit(&k->last_sent_ns, now, memory_order_relaxed);
 	pthread_mutex_unlock(&k->chan_lock);

@@ -741,6 +741,21 @@ void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
 	k->sync.accept_ns = coord_now_ns(); /* before the handshake's HELLO_ACK (tcp) */
 }
 
+size_t coord_srv_keepalive(const struct coord_srv_conn *k, uint64_t busy, uint64_t last_sent,
+			   uint64_t now, uint8_t *b)
+{
+	/* Relaxed: a hint (the interval the coordinator's PING named); a stale
+	 * read costs one PONG more or less. */
+	uint64_t half = (uint64_t)atomic_load_explicit(&k->hb_ms, memory_order_relaxed) * 500000ull;
+	struct coord_wire_writer w;
+
+	if (!busy || !half || now - busy < half || now - last_sent < half)
+		return 0;
+	coord_wire_writer_init(&w, b, COORD_SRV_PONG_LEN);
+	coord_wire_put_ping(&w, COORD_WIRE_PONG, half / 500000ull);
+	return w.len;
+}
+
 int coord_srv_conn_start(struct coord_srv_conn *k, uint32_t task, const char *how,
 			 struct coord_error *err)
 {

@@ -143,6 +143,20 @@ COORD_HIDDEN void coord_srv_fini(struct coord_srv *s);
  */
 COORD_HIDDEN void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
 				      const struct coord_srv_io *io);
+/* Room for the keepalive PONG coord_srv_keepalive() writes. */
+#define COORD_SRV_PONG_LEN (COORD_WIRE_HDR + 8)
+
+/**
+ * coord_srv_keepalive() - the unsolicited PONG a connection owes its
+ * coordinator at @now (tcp_pool.c P5, rdma_server.c Q3): due when it has
+ * served one frame since @busy (0: it serves none) for half the
+ * coordinator's heartbeat interval and nothing was sent since @last_sent.
+ * Writes it into @b (COORD_SRV_PONG_LEN bytes).  Return: its length, or 0
+ * when none is due.  Any thread; reads @k only through hints.
+ */
+COORD_HIDDEN size_t coord_srv_keepalive(const struct coord_srv_conn *k, uint64_t busy,
+					uint64_t last_sent, uint64_t now, uint8_t *b);
+
 /**
  * coord_srv_conn_start() - the handshake named @task: check it (a ps
  * started with a task takes no other), set up to serve frames from now and

@@ -178,26 +178,18 @@ unsigned pool_target(void)
  * coordinator's heartbeat interval with nothing sent meanwhile. */
 static void keepalive(struct conn *k, uint64_t now)
 {
-	/* Relaxed (P5): hints, here and below. */
-	uint64_t held = atomic_load_explicit(&k->held_since, memory_order_relaxed);
-	/* Relaxed (P5): as above. */
-	uint64_t half = (uint64_t)atomic_load_explicit(&k->p.hb_ms, memory_order_relaxed) *
-			500000ull;
-	uint8_t b[COORD_WIRE_HDR + 8];
-	struct coord_wire_writer w;
+	uint8_t b[COORD_SRV_PONG_LEN];
+	/* Relaxed (P5): hints, both. */
+	size_t len = coord_srv_keepalive(
+		&k->p, atomic_load_explicit(&k->held_since, memory_order_relaxed),
+		atomic_load_explicit(&k->last_sent_ns, memory_order_relaxed), now, b);
 	ssize_t n;
 
-	if (!held || !half || now - held < half ||
-	    /* Relaxed (P5): as above. */
-	    now - atomic_load_explicit(&k->last_sent_ns, memory_order_relaxed) < half)
-		return;
-	if (pthread_mutex_trylock(&k->send_lock) != 0)
-		return; /* the holder is sending: alive */
-	coord_wire_writer_init(&w, b, sizeof(b));
-	coord_wire_put_ping(&w, COORD_WIRE_PONG, half / 500000ull);
-	n = send(k->fd, b, w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
-	if (n > 0 && (size_t)n < w.len) /* rare: finish the frame */
-		(void)coord_sock_send_all(k->fd, b + n, w.len - (size_t)n);
+	if (!len || pthread_mutex_trylock(&k->send_lock) != 0)
+		return; /* none due, or the holder is sending: alive */
+	n = send(k->fd, b, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (n > 0 && (size_t)n < len) /* rare: finish the frame */
+		(void)coord_sock_send_all(k->fd, b + n, len - (size_t)n);
 	if (n > 0)
 		/* Relaxed (P5): as above. */
 		atomic_store_explicit(&k->last_sent_ns, now, memory_order_relaxed);
