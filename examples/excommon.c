@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * examples/excommon.c - local server processes, kills and the progress
- * line shared by the example main jobs (excommon.h).  A local process is
+ * examples/excommon.c - what the example main jobs share (excommon.h):
+ * local server processes, kills, checkpoints, the progress line, the
+ * common options, a run's set-up and the training loop.  A local process is
  * never outlived (PR_SET_PDEATHSIG) and never signalled once its restart
  * failed (pid -1: kill(-1) would reach every process of the user).
  */
@@ -16,9 +17,11 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <getopt.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <coord/spec.h>
 #include <coord/var.h>
 
 #include "excommon.h"
@@ -328,4 +331,337 @@ void ex_window_update(struct ex_window *w, const struct coord_hist *now, double 
 	}
 	if (coord_hist_sub(&w->win, now, &w->older) < 0 || w->win.count < 8)
 		w->win = *now; /* too few yet: since the start */
+}
+
+/* ---- the common options ------------------------------------------------------------ */
+
+void ex_opts_defaults(struct ex_opts *o, const char *prog)
+{
+	*o = (struct ex_opts){ .prog = prog,
+			       .transport = "inproc",
+			       .workers = 4,
+			       .ps = 2,
+			       .steps = 200,
+			       .kills = 3,
+			       .seed = 1 };
+}
+
+static const struct option common_lo[] = {
+	{ "transport", required_argument, NULL, 't' },
+	{ "local", required_argument, NULL, 'L' },
+	{ "spec", required_argument, NULL, 's' },
+	{ "workers", required_argument, NULL, 'w' },
+	{ "ps", required_argument, NULL, 'p' },
+	{ "epochs", required_argument, NULL, 'e' },
+	{ "steps", required_argument, NULL, 'S' },
+	{ "batch", required_argument, NULL, 'b' },
+	{ "seed", required_argument, NULL, 'r' },
+	{ "ckpt-dir", required_argument, NULL, 'c' },
+	{ "ckpt-every", required_argument, NULL, 'C' },
+	{ "kill-worker-every", required_argument, NULL, 'k' },
+	{ "kills", required_argument, NULL, 'K' },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "help", no_argument, NULL, 'h' },
+};
+
+#define NCOMMON (sizeof(common_lo) / sizeof(common_lo[0]))
+#define MAX_EXTRA 16
+
+/* One common option; 1 if @ch is not one. */
+static int common_opt(struct ex_opts *o, int ch, const char *arg)
+{
+	switch (ch) {
+	case 't':
+		o->transport = arg;
+		break;
+	case 'L':
+		o->local = (unsigned)strtoul(arg, NULL, 10);
+		break;
+	case 's':
+		o->spec = arg;
+		break;
+	case 'w':
+		o->workers = (unsigned)strtoul(arg, NULL, 10);
+		break;
+	case 'p':
+		o->ps = (unsigned)strtoul(arg, NULL, 10);
+		break;
+	case 'e':
+		o->epochs = (unsigned)strtoul(arg, NULL, 10);
+		o->epochs_set = 1;
+		break;
+	case 'S':
+		o->steps = (unsigned)strtoul(arg, NULL, 10);
+		break;
+	case 'b':
+		o->batch = (unsigned)strtoul(arg, NULL, 10);
+		break;
+	case 'r':
+		o->seed = strtoull(arg, NULL, 10);
+		break;
+	case 'c':
+		o->ckpt_dir = arg;
+		break;
+	case 'C':
+		o->ckpt_every = (unsigned)strtoul(arg, NULL, 10);
+		break;
+	case 'k':
+		o->kill_every = strtod(arg, NULL);
+		break;
+	case 'K':
+		o->kills = (unsigned)strtoul(arg, NULL, 10);
+		break;
+	case 'q':
+		o->quiet = 1;
+		break;
+	default:
+		return 1;
+	}
+	return 0;
+}
+
+int ex_bad_option(const struct ex_opts *o)
+{
+	fprintf(stderr, "%s: bad option (see --help)\n", o->prog);
+	return -1;
+}
+
+int ex_parse(int argc, char **argv, struct ex_opts *o, const struct ex_extra *x)
+{
+	struct option lo[NCOMMON + MAX_EXTRA + 1];
+	size_t n = 0;
+	int ch;
+
+	memcpy(lo, common_lo, sizeof(common_lo));
+	while (x->lo[n].name && n < MAX_EXTRA) {
+		lo[NCOMMON + n] = x->lo[n];
+		n++;
+	}
+	memset(&lo[NCOMMON + n], 0, sizeof(lo[0]));
+	while ((ch = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
+		if (ch == 'h') {
+			x->usage(stdout);
+			exit(0);
+		}
+		if (ch != '?' &&
+		    (common_opt(o, ch, optarg) == 0 || x->opt(x->ctx, ch, optarg) == 0))
+			continue;
+		x->usage(stderr);
+		return -1;
+	}
+	if (strcmp(o->transport, "tcp") == 0 && !o->spec && !o->local)
+		o->local = 4;
+	if (o->spec || o->local)
+		o->transport = "tcp";
+	if (!o->workers || !o->ps || o->ps > 16 || !o->epochs || !o->steps || !o->batch ||
+	    (o->kill_every > 0 && !o->local) || !o->kills || o->kills > 1000)
+		return ex_bad_option(o);
+	return 0;
+}
+
+/* ---- a run's set-up ---------------------------------------------------------------- */
+
+int ex_run_start(struct ex_run *run, struct ex_opts *o, int (*reg_fns)(struct coord_registry *),
+		 const char *lib)
+{
+	struct coord_error err = { 0 };
+	struct coord_opts co;
+	int r = 0;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (isatty(1) && !o->quiet)
+		coord_set_log_fn(ex_log_over_progress, NULL);
+	if (coord_registry_create(&run->reg) || reg_fns(run->reg)) {
+		fprintf(stderr, "%s: cannot register the functions\n", o->prog);
+		return -1;
+	}
+	coord_opts_init(&co);
+	co.registry = run->reg;
+	co.transport = o->transport;
+	co.inproc_workers = o->workers;
+	co.inproc_ps = o->ps;
+	if (o->ckpt_dir) {
+		if (ex_ckpt_dir(o->ckpt_dir, run->ckpt_abs) < 0)
+			return -1;
+		o->ckpt_dir = run->ckpt_abs;
+	}
+	if (o->local) {
+		run->json = ex_local_start(lib, o->local, o->ps,
+					   run->ckpt_abs[0] ? run->ckpt_abs : NULL);
+		r = run->json ? coord_spec_parse(run->json, &run->spec, &err) : -1;
+	} else if (o->spec) {
+		r = coord_spec_from_arg(o->spec, &run->spec, NULL, &err);
+	}
+	if (r == 0)
+		r = coord_create(run->spec, &co, &run->c, &err);
+	if (r < 0)
+		fprintf(stderr, "%s: %s\n", o->prog,
+			err.msg[0] ? err.msg : "cannot start the cluster");
+	return r;
+}
+
+void ex_run_stop(struct ex_run *run)
+{
+	coord_destroy(run->c);
+	coord_spec_destroy(run->spec);
+	coord_registry_destroy(run->reg);
+	ex_local_stop();
+	free(run->json);
+}
+
+/* ---- the progress line ------------------------------------------------------------- */
+
+void ex_progress_draw(struct ex_progress *pg, int final, const char *model)
+{
+	static struct coord_metrics m; /* 11 KiB: the histograms */
+	double t = ex_now_s(), dt = t - pg->t0 > 1e-9 ? t - pg->t0 : 1e-9;
+	char f[EX_NFIELDS][48], line[512];
+	const char *fp[EX_NFIELDS];
+	int prio[EX_NFIELDS], keep;
+
+	if (pg->quiet || coord_metrics(pg->c, &m, NULL, 0) < 0)
+		return;
+	/* An epoch's end keeps its line at most once a second, and the last. */
+	keep = final && (t - pg->last_line >= 1 || pg->done >= pg->total);
+	if (keep)
+		pg->last_line = t;
+	ex_window_update(&pg->rt, &m.round_trip_ns, t);
+	memcpy(prio, pg->prio, sizeof(prio));
+	/* Losses come before latency once there are some (--kill-worker-every). */
+	prio[EX_F_LOST] = m.losses ? 4 : pg->prio[EX_F_LOST];
+	snprintf(f[EX_F_EPOCH], sizeof(f[0]), "epoch %u/%u", pg->epoch, pg->epochs);
+	snprintf(f[EX_F_STEP], sizeof(f[0]), "step %llu/%llu", (unsigned long long)pg->done,
+		 (unsigned long long)pg->total);
+	snprintf(f[EX_F_LOSS], sizeof(f[0]), "loss %.4f", pg->n ? pg->loss / pg->n : 0);
+	snprintf(f[EX_F_MODEL], sizeof(f[0]), "%s", model);
+	snprintf(f[EX_F_RATE], sizeof(f[0]), "%.0f steps/s", (double)(pg->done - pg->start) / dt);
+	snprintf(f[EX_F_UP], sizeof(f[0]), "workers %u/%u up", m.workers_up, m.workers);
+	snprintf(f[EX_F_LOST], sizeof(f[0]), "%llu lost, %llu recovered",
+		 (unsigned long long)m.losses, (unsigned long long)m.recoveries);
+	snprintf(f[EX_F_RT], sizeof(f[0]), "rt p50 %.2f p99 %.2f ms",
+		 coord_hist_percentile(&pg->rt.win, 50) / 1e6,
+		 coord_hist_percentile(&pg->rt.win, 99) / 1e6);
+	if (!pg->rt.win.count)
+		f[EX_F_RT][0] = 0; /* no sample yet: left out */
+	if (pg->tty) {
+		/* \r, the line, then erase what a longer line left (EL, \033[K). */
+		for (int i = 0; i < EX_NFIELDS; i++)
+			fp[i] = f[i];
+		ex_fit_line(line, sizeof(line), ex_term_cols(),
+			    (double)pg->done / (pg->total ? pg->total : 1), fp, prio, EX_NFIELDS);
+		printf("\r%s\033[K%s", line, keep ? "\n" : "");
+		fflush(stdout);
+	} else if (keep) {
+		printf("%s  %s  train %s  %s%s  %s  %s (%s)  %s\n", f[EX_F_EPOCH], f[EX_F_STEP],
+		       f[EX_F_LOSS], pg->model_label, f[EX_F_MODEL], f[EX_F_RATE], f[EX_F_UP],
+		       f[EX_F_LOST], f[EX_F_RT]);
+		fflush(stdout);
+	}
+	pg->last_draw = t;
+}
+
+/* ---- the training loop ------------------------------------------------------------- */
+
+/* The steps in flight: a ring of RemoteValues, the oldest at @head. */
+struct window {
+	struct coord_rv *rv[EX_WINDOW_MAX];
+	unsigned head, n;
+};
+
+/* Take the oldest step's result into the sums (@l->account), and put it. */
+static void take_oldest(struct ex_loop *l, struct window *w)
+{
+	struct coord_rv *rv = w->rv[w->head];
+	const void *val;
+	size_t len;
+
+	if (coord_rv_fetch(rv, &val, &len, NULL) == 0)
+		l->account(l->pg, val, len);
+	coord_rv_put(rv);
+	w->head = (w->head + 1) % l->window;
+	w->n--;
+	l->pg->done++;
+}
+
+/* One epoch's steps, from *@step to its end; the window is empty after. */
+static int run_epoch(struct ex_loop *l, struct coord_call *call, struct window *w, uint64_t *step,
+		     struct coord_error *err)
+{
+	struct ex_progress *pg = l->pg;
+	uint64_t epoch_end = (*step / l->o->steps + 1) * l->o->steps;
+	int r = 0;
+
+	pg->epoch = (unsigned)(*step / l->o->steps) + 1;
+	for (; *step < epoch_end && r == 0; (*step)++) {
+		if (w->n == l->window) /* the window is full: take the oldest */
+			take_oldest(l, w);
+		r = coord_schedule_call(pg->c, call, &w->rv[(w->head + w->n) % l->window], err);
+		if (r == 0)
+			w->n++;
+		if (pg->tty && ex_now_s() - pg->last_draw > 0.1)
+			l->draw(pg, 0);
+		ex_kills_tick(&l->kills, pg->c);
+	}
+	while (w->n)
+		take_oldest(l, w);
+	return r;
+}
+
+/*
+ * After an epoch's steps (@r: how they went): join, @epoch_done, the line
+ * (also after a failure), maybe a checkpoint.
+ */
+static int end_epoch(struct ex_loop *l, int r, uint64_t step, uint64_t *last_ckpt,
+		     struct coord_error *err)
+{
+	struct ex_progress *pg = l->pg;
+	double t_aside;
+
+	if (r == 0)
+		r = coord_join(pg->c, err); /* the epoch: every step applied */
+	t_aside = ex_now_s();
+
+	if (r == 0 && l->epoch_done)
+		r = l->epoch_done(pg, step, err);
+	if (r == 0 && step >= pg->total && ex_kills_more(&l->kills, pg->c)) {
+		pg->total += l->o->steps; /* one more epoch */
+		pg->epochs++;
+	}
+	l->draw(pg, 1);
+	pg->loss = pg->n = pg->aux = 0;
+	if (r == 0 && l->o->ckpt_dir &&
+	    (step - *last_ckpt >= l->o->ckpt_every || step == pg->total)) {
+		r = ex_ckpt_save(pg->c, l->o->ckpt_dir, step, l->o->quiet, err);
+		*last_ckpt = step;
+	}
+	l->aside_s += ex_now_s() - t_aside;
+	return r;
+}
+
+int ex_train(struct ex_loop *l, uint64_t start_step, uint64_t *end_step, struct coord_error *err)
+{
+	struct coord_call call = { .args = l->args, .len = l->len, .npw = 1 };
+	struct window w = { .n = 0 };
+	struct coord_pw *data;
+	uint64_t step = start_step, last_ckpt = start_step;
+	int r;
+
+	r = coord_fn_lookup(l->pg->c, l->fn, &call.fn, err);
+	if (r == 0)
+		r = coord_per_worker_create(l->pg->c, l->creator, l->pw_args, l->pw_len, &data,
+					    err);
+	if (r < 0)
+		return r;
+	call.pw = &data;
+	ex_kills_init(&l->kills, l->o->kill_every, l->o->kills, !l->o->epochs_set, l->grace,
+		      l->o->quiet);
+	l->pg->done = l->pg->start = start_step;
+	l->pg->t0 = ex_now_s();
+	while (step < l->pg->total && r == 0) {
+		r = run_epoch(l, &call, &w, &step, err);
+		r = end_epoch(l, r, step, &last_ckpt, err);
+	}
+	*end_step = step;
+	coord_per_worker_put(data);
+	return r;
 }

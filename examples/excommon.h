@@ -1,16 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * examples/excommon.h - what the example main jobs (trainer, recommender)
- * share: local coord-worker / coord-ps processes for --local and their
- * SIGKILL-and-restart for --kill-worker-every, and a progress line that
- * fits the terminal with percentiles from coord_metrics().
+ * share: their common options, the run's set-up (registry, checkpoint dir,
+ * local or given cluster, coordinator), the training loop (a window of steps
+ * in flight, a join per epoch, kills and checkpoints), local coord-worker /
+ * coord-ps processes for --local and their SIGKILL-and-restart for
+ * --kill-worker-every, and a progress line that fits the terminal with
+ * percentiles from coord_metrics().  An example keeps its model, its own
+ * options, its --help text and what it prints.
  */
 #ifndef COORD_EXAMPLES_EXCOMMON_H
 #define COORD_EXAMPLES_EXCOMMON_H
 
+#include <limits.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include <coord/coord.h>
+
+struct option;
 
 /* CLOCK_MONOTONIC in seconds. */
 double ex_now_s(void);
@@ -104,5 +112,135 @@ struct ex_window {
 };
 
 void ex_window_update(struct ex_window *w, const struct coord_hist *now, double t);
+
+/*
+ * The options both examples take (their --help says what they mean).  The
+ * example sets its defaults first (ex_opts_defaults(), then its own).
+ */
+struct ex_opts {
+	const char *prog; /* for messages: "trainer", "recommender" */
+	const char *transport, *spec, *ckpt_dir;
+	unsigned workers, ps, local, epochs, steps, batch, ckpt_every, kills;
+	int epochs_set; /* --epochs given: no longer for --kill-worker-every */
+	int quiet;
+	double kill_every;
+	uint64_t seed;
+};
+
+/* inproc, 4 workers, 2 ps, 200 steps an epoch, 3 kills, seed 1. */
+void ex_opts_defaults(struct ex_opts *o, const char *prog);
+
+/*
+ * An example's own options: @lo (ended by a zero entry; their letters not
+ * among the common ones) handled by @opt(@ctx, letter, optarg), 0 or -1.
+ */
+struct ex_extra {
+	const struct option *lo;
+	int (*opt)(void *ctx, int ch, const char *arg);
+	void *ctx;
+	void (*usage)(FILE *f); /* --help (exit 0), and a bad option */
+};
+
+/*
+ * ex_parse() - the command line into @o and the example's options: --help
+ * prints the usage and exits; --transport tcp without --spec means --local 4
+ * and --spec or --local mean tcp.  Return: 0; or -1 (usage printed) for an
+ * unknown option, or with "PROG: bad option (see --help)" for a value out
+ * of the common ranges.  The example checks its own ranges after.
+ */
+int ex_parse(int argc, char **argv, struct ex_opts *o, const struct ex_extra *x);
+
+/* "PROG: bad option (see --help)" on stderr; -1. */
+int ex_bad_option(const struct ex_opts *o);
+
+/*
+ * A run: the registry with the example's functions, the checkpoint dir made
+ * absolute, the local processes or the given cluster, the coordinator.
+ */
+struct ex_run {
+	struct coord_registry *reg;
+	struct coord_spec *spec;
+	struct coord *c;
+	char *json;		 /* the local cluster's spec */
+	char ckpt_abs[PATH_MAX]; /* --ckpt-dir, absolute: the local ps tasks' --ckpt-root too */
+};
+
+/*
+ * ex_run_start() - ignore SIGPIPE, route coord's log over the progress line
+ * on a terminal, register the functions with @reg_fns, make --ckpt-dir (its
+ * absolute path put in o->ckpt_dir), start @o->local processes serving
+ * @fns_lib or read --spec, and create the coordinator.  Return: 0, or < 0
+ * with the reason printed; ex_run_stop() either way.
+ */
+int ex_run_start(struct ex_run *run, struct ex_opts *o, int (*reg_fns)(struct coord_registry *),
+		 const char *fns_lib);
+void ex_run_stop(struct ex_run *run);
+
+/* The fields of the progress line, in their order. */
+enum {
+	EX_F_EPOCH,
+	EX_F_STEP,
+	EX_F_LOSS,
+	EX_F_MODEL,
+	EX_F_RATE,
+	EX_F_UP,
+	EX_F_LOST,
+	EX_F_RT,
+	EX_NFIELDS
+};
+
+/*
+ * The progress of a run, drawn as a bar on a terminal (redrawn in place) or
+ * a line per epoch: steps, loss, the example's model field (accuracy, AUC),
+ * and what the coordinator's metrics say (B7): steps/s, workers up, losses
+ * and recoveries, the median and 99th percentile round trip of a step (from
+ * schedule to its value) over the last second or two.
+ */
+struct ex_progress {
+	struct coord *c;
+	int tty, quiet;
+	double t0, last_draw, last_line;
+	uint64_t total, done, start;
+	double loss, n, aux; /* since the last epoch; aux: the example's own sum */
+	unsigned epoch, epochs;
+	struct ex_window rt;	 /* step round trips of the last 1-2 s */
+	const int *prio;	 /* EX_F_* priorities on a terminal; [EX_F_LOST] while none */
+	const char *model_label; /* before the model field on a plain line */
+};
+
+/* ex_progress_draw() - draw @pg with @model as its model field; @final: an epoch's end. */
+void ex_progress_draw(struct ex_progress *pg, int final, const char *model);
+
+#define EX_WINDOW_MAX 64
+
+/*
+ * The training loop of an example: from a start step to the end of
+ * --epochs (with --kill-worker-every and no --epochs, on by whole epochs
+ * until --kills workers were killed and are back, at most @grace seconds
+ * more), one closure @fn per step with the per-worker data of @creator,
+ * @window steps in flight, a join per epoch, then @epoch_done, the line,
+ * and a checkpoint every --ckpt-every steps and at the end.
+ */
+struct ex_loop {
+	struct ex_progress *pg; /* c, tty, quiet, total, epochs, prio, model_label set */
+	const struct ex_opts *o;
+	const char *fn, *creator;
+	const void *args, *pw_args;
+	size_t len, pw_len;
+	unsigned window; /* at most EX_WINDOW_MAX */
+	double grace;
+	/* A step's result (its value, @len bytes): add it to @pg's sums. */
+	void (*account)(struct ex_progress *pg, const void *val, size_t len);
+	/* Draw the line (ex_progress_draw() with the model field). */
+	void (*draw)(struct ex_progress *pg, int final);
+	/* After an epoch's join (NULL: nothing): evaluate, keep a point. */
+	int (*epoch_done)(struct ex_progress *pg, uint64_t step, struct coord_error *err);
+	/* Set by ex_train(): */
+	struct ex_kills kills;
+	double aside_s; /* after the joins: evaluating, drawing, checkpointing */
+};
+
+/* ex_train() - run @l from @start_step; *@end_step: where it stopped.  0 or < 0. */
+int ex_train(struct ex_loop *l, uint64_t start_step, uint64_t *end_step, struct coord_error *err);
 
 #endif

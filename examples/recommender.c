@@ -22,9 +22,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,16 +36,12 @@
 #define WINDOW 16	 /* steps in flight */
 #define CHUNK (1u << 20) /* floats per init / evaluation op */
 
-/* --ckpt-dir, absolute: the local coord-ps tasks' checkpoint root too. */
-static char ckpt_abs[PATH_MAX];
-
 struct opts {
-	const char *transport, *spec, *ckpt_dir, *plot;
-	unsigned workers, ps, local, epochs, steps, batch, vocab0, eval_n, kills, ckpt_every,
-		shards;
-	int epochs_set, quiet, sgd;
-	double lr_dense, lr_sparse, kill_every;
-	uint64_t seed;
+	struct ex_opts x; /* the common ones (excommon.h) */
+	const char *plot;
+	unsigned vocab0, eval_n, shards;
+	int sgd;
+	double lr_dense, lr_sparse;
 };
 
 /* ---- variables and evaluation ----------------------------------------------------- */
@@ -98,7 +92,7 @@ static int create_table(struct coord *c, const struct opts *o, const char *name,
 	for (uint64_t off = 0; r == 0 && width == RM_D && off < n; off += CHUNK) {
 		size_t k = n - off < CHUNK ? (size_t)(n - off) : CHUNK;
 
-		rm_emb_init(o->seed, f, off, buf, k);
+		rm_emb_init(o->x.seed, f, off, buf, k);
 		r = coord_pvar_assign_add(c, pv, off, k, buf, err);
 	}
 	return r;
@@ -134,7 +128,7 @@ static int create_vars(struct coord *c, const struct opts *o, struct model *m,
 		for (unsigned f = 0; f < RM_F; f++)
 			m->ids[(size_t)f * o->eval_n + i] = m->ex[i].id[f];
 	}
-	rm_dense_init(&m->d, o->seed);
+	rm_dense_init(&m->d, o->x.seed);
 	if (r == 0)
 		r = coord_var_create(c, "rec/w1", 2, dh, m->d.w1, &m->v.w1, err);
 	if (r == 0)
@@ -281,191 +275,115 @@ static int plot(const char *png, const struct series *s, double ceiling, const s
 	return 0;
 }
 
-enum { F_EPOCH, F_STEP, F_LOSS, F_AUC, F_RATE, F_UP, F_LOST, F_RT, NFIELDS };
-
-struct progress {
-	struct coord *c;
-	int tty, quiet;
-	double t0, last_draw, last_line;
-	uint64_t total, done, start;
-	double loss, n, rows; /* since the last epoch */
-	double auc, ceiling;
-	unsigned epoch, epochs;
-	struct ex_window rt;
+/* The line's fields by priority on a terminal (losses: 8 while there are none). */
+static const int prio[EX_NFIELDS] = {
+	[EX_F_EPOCH] = 0, [EX_F_MODEL] = 1, [EX_F_LOSS] = 2, [EX_F_UP] = 3,
+	[EX_F_RT] = 5,	  [EX_F_RATE] = 6,  [EX_F_STEP] = 7, [EX_F_LOST] = 8
 };
 
-static void draw(struct progress *pg, int final)
-{
-	static struct coord_metrics m;
-	double t = ex_now_s(), dt = t - pg->t0 > 1e-9 ? t - pg->t0 : 1e-9;
-	char f[NFIELDS][48], line[512];
-	const char *fp[NFIELDS];
-	int prio[NFIELDS] = { [F_EPOCH] = 0, [F_AUC] = 1,  [F_LOSS] = 2, [F_UP] = 3,
-			      [F_RT] = 5,    [F_RATE] = 6, [F_STEP] = 7 };
-	int keep;
+/* A training run: its progress line, its model and evaluation, the points of --plot. */
+struct rec_run {
+	struct ex_progress pg; /* first: what the loop's callbacks are given */
+	const struct opts *o;
+	struct model *m;
+	struct eval *e;
+	double t_epoch; /* the last point's */
+	uint64_t s_epoch;
+	struct series ser;
+};
 
-	if (pg->quiet || coord_metrics(pg->c, &m, NULL, 0) < 0)
-		return;
-	keep = final && (t - pg->last_line >= 1 || pg->done >= pg->total);
-	if (keep)
-		pg->last_line = t;
-	ex_window_update(&pg->rt, &m.round_trip_ns, t);
-	prio[F_LOST] = m.losses ? 4 : 8;
-	snprintf(f[F_EPOCH], sizeof(f[0]), "epoch %u/%u", pg->epoch, pg->epochs);
-	snprintf(f[F_STEP], sizeof(f[0]), "step %llu/%llu", (unsigned long long)pg->done,
-		 (unsigned long long)pg->total);
-	snprintf(f[F_LOSS], sizeof(f[0]), "loss %.4f", pg->n ? pg->loss / pg->n : 0);
-	snprintf(f[F_AUC], sizeof(f[0]), "AUC %.4f/%.4f", pg->auc, pg->ceiling);
-	snprintf(f[F_RATE], sizeof(f[0]), "%.0f steps/s", (double)(pg->done - pg->start) / dt);
-	snprintf(f[F_UP], sizeof(f[0]), "workers %u/%u up", m.workers_up, m.workers);
-	snprintf(f[F_LOST], sizeof(f[0]), "%llu lost, %llu recovered", (unsigned long long)m.losses,
-		 (unsigned long long)m.recoveries);
-	snprintf(f[F_RT], sizeof(f[0]), "rt p50 %.2f p99 %.2f ms",
-		 coord_hist_percentile(&pg->rt.win, 50) / 1e6,
-		 coord_hist_percentile(&pg->rt.win, 99) / 1e6);
-	if (!pg->rt.win.count)
-		f[F_RT][0] = 0;
-	if (pg->tty) {
-		for (int i = 0; i < NFIELDS; i++)
-			fp[i] = f[i];
-		ex_fit_line(line, sizeof(line), ex_term_cols(),
-			    (double)pg->done / (pg->total ? pg->total : 1), fp, prio, NFIELDS);
-		printf("\r%s\033[K%s", line, keep ? "\n" : "");
-		fflush(stdout);
-	} else if (keep) {
-		printf("%s  %s  train %s  held-out %s  %s  %s (%s)  %s\n", f[F_EPOCH], f[F_STEP],
-		       f[F_LOSS], f[F_AUC], f[F_RATE], f[F_UP], f[F_LOST], f[F_RT]);
-		fflush(stdout);
-	}
-	pg->last_draw = t;
+/* The bar (or a line per epoch) with the held-out AUC and its ceiling. */
+static void draw(struct ex_progress *pg, int final)
+{
+	const struct rec_run *rr = (const struct rec_run *)pg;
+	char auc[48];
+
+	snprintf(auc, sizeof(auc), "AUC %.4f/%.4f", rr->e->auc, rr->e->ceiling_auc);
+	ex_progress_draw(pg, final, auc);
 }
 
-static void account(struct progress *pg, struct coord_rv *rv)
+static void account(struct ex_progress *pg, const void *val, size_t len)
 {
 	struct rm_step_result res;
-	const void *val;
-	size_t len;
 
-	if (coord_rv_fetch(rv, &val, &len, NULL) == 0 && len == sizeof(res)) {
-		memcpy(&res, val, sizeof(res));
-		pg->loss += res.loss_sum;
-		pg->n += res.n;
-		pg->rows += res.rows;
-	}
-	coord_rv_put(rv);
+	if (len != sizeof(res))
+		return;
+	memcpy(&res, val, sizeof(res));
+	pg->loss += res.loss_sum;
+	pg->n += res.n;
+	pg->aux += res.rows;
+}
+
+/* After an epoch's join: the held-out AUC, and a point for --plot. */
+static int epoch_done(struct ex_progress *pg, uint64_t step, struct coord_error *err)
+{
+	struct rec_run *rr = (struct rec_run *)pg;
+	struct series *ser = &rr->ser;
+	double now;
+	int r = evaluate(pg->c, rr->m, rr->o->eval_n, rr->e, err);
+
+	if (r < 0 || ser->n >= MAX_POINTS)
+		return r;
+	now = ex_now_s();
+	ser->p[ser->n++] = (struct point){ .t = now - pg->t0,
+					   .step = step,
+					   .loss = pg->n ? pg->loss / pg->n : 0,
+					   .auc = rr->e->auc,
+					   .rate = (double)(step - rr->s_epoch) /
+						   (now - rr->t_epoch) };
+	rr->t_epoch = now;
+	rr->s_epoch = step;
+	return 0;
 }
 
 /* *@aside_s: the time spent evaluating and checkpointing, not stepping. */
 static int train(struct coord *c, const struct opts *o, struct model *m, struct eval *e,
 		 uint64_t start_step, uint64_t *end_step, double *aside_s, struct coord_error *err)
 {
-	double t_aside;
-
-	static struct series ser;
-	double t_epoch = ex_now_s();
-	uint64_t s_epoch = start_step;
 	struct rm_step_args a = { .v = m->v,
-				  .batch = o->batch,
+				  .batch = o->x.batch,
 				  .adagrad = !o->sgd,
 				  .lr_dense = (float)o->lr_dense,
 				  .lr_sparse = (float)o->lr_sparse };
 	/* A resumed run draws impressions it has not trained on yet. */
-	struct rm_data_args da = { .seed = o->seed + start_step * 0x9e3779b97f4a7c15ull };
-	static struct progress pg; /* its latency window: 16 KiB */
-	struct coord_call call = { .args = &a, .len = sizeof(a), .npw = 1 };
-	struct coord_rv *win[WINDOW];
-	struct coord_pw *data;
-	struct ex_kills kills;
-	unsigned head = 0, nwin = 0;
+	struct rm_data_args da = { .seed = o->x.seed + start_step * 0x9e3779b97f4a7c15ull };
+	static struct rec_run rr; /* the latency window, the points: 176 KiB */
+	struct ex_loop l = { .pg = &rr.pg,
+			     .o = &o->x,
+			     .fn = "rec_step",
+			     .creator = "rec_data",
+			     .args = &a,
+			     .len = sizeof(a),
+			     .pw_args = &da,
+			     .pw_len = sizeof(da),
+			     .window = WINDOW,
+			     .grace = 120,
+			     .account = account,
+			     .draw = draw,
+			     .epoch_done = epoch_done };
 	int r;
-	uint64_t step = start_step, last_ckpt = start_step;
 
 	memcpy(a.vocab, m->vocab, sizeof(a.vocab));
-	pg = (struct progress){ .c = c,
-				.tty = isatty(1),
-				.quiet = o->quiet,
-				.t0 = ex_now_s(),
-				.total = (uint64_t)o->epochs * o->steps,
-				.done = start_step,
-				.start = start_step,
-				.epochs = o->epochs,
-				.auc = e->auc,
-				.ceiling = e->ceiling_auc };
+	rr = (struct rec_run){ .pg = { .c = c,
+				       .tty = isatty(1),
+				       .quiet = o->x.quiet,
+				       .total = (uint64_t)o->x.epochs * o->x.steps,
+				       .epochs = o->x.epochs,
+				       .prio = prio,
+				       .model_label = "held-out " },
+			       .o = o,
+			       .m = m,
+			       .e = e,
+			       .t_epoch = ex_now_s(),
+			       .s_epoch = start_step };
 	/* The first point: the model before this run's steps. */
-	ser.p[0] = (struct point){ .step = start_step, .loss = NAN, .auc = e->auc, .rate = 0 };
-	ser.n = 1;
-	r = coord_fn_lookup(c, "rec_step", &call.fn, err);
-	if (r == 0)
-		r = coord_per_worker_create(c, "rec_data", &da, sizeof(da), &data, err);
-	if (r < 0)
-		return r;
-	call.pw = &data;
-	ex_kills_init(&kills, o->kill_every, o->kills, !o->epochs_set, 120, o->quiet);
-	while (step < pg.total && r == 0) {
-		uint64_t epoch_end = (step / o->steps + 1) * o->steps;
-
-		pg.epoch = (unsigned)(step / o->steps) + 1;
-		for (; step < epoch_end && r == 0; step++) {
-			if (nwin == WINDOW) {
-				account(&pg, win[head]);
-				head = (head + 1) % WINDOW;
-				nwin--;
-				pg.done++;
-			}
-			r = coord_schedule_call(c, &call, &win[(head + nwin) % WINDOW], err);
-			if (r == 0)
-				nwin++;
-			if (pg.tty && ex_now_s() - pg.last_draw > 0.1)
-				draw(&pg, 0);
-			ex_kills_tick(&kills, c);
-		}
-		while (nwin) {
-			account(&pg, win[head]);
-			head = (head + 1) % WINDOW;
-			nwin--;
-			pg.done++;
-		}
-		if (r == 0)
-			r = coord_join(c, err);
-		t_aside = ex_now_s();
-		if (r == 0)
-			r = evaluate(c, m, o->eval_n, e, err);
-		pg.auc = e->auc;
-		if (r == 0 && ser.n < MAX_POINTS) {
-			double now = ex_now_s();
-
-			ser.p[ser.n++] = (struct point){ .t = now - pg.t0,
-							 .step = step,
-							 .loss = pg.n ? pg.loss / pg.n : 0,
-							 .auc = e->auc,
-							 .rate = (double)(step - s_epoch) /
-								 (now - t_epoch) };
-			t_epoch = now;
-			s_epoch = step;
-		}
-		if (r == 0 && step >= pg.total && ex_kills_more(&kills, c)) {
-			pg.total += o->steps; /* one more epoch */
-			pg.epochs++;
-		}
-		draw(&pg, 1);
-		pg.loss = pg.n = pg.rows = 0;
-		if (r == 0 && o->ckpt_dir &&
-		    (step - last_ckpt >= o->ckpt_every || step == pg.total)) {
-			r = ex_ckpt_save(c, o->ckpt_dir, step, o->quiet, err);
-			last_ckpt = step;
-		}
-		*aside_s += ex_now_s() - t_aside;
-	}
-	*end_step = step;
-	if (r == 0 && o->plot && plot(o->plot, &ser, e->ceiling_auc, &kills, pg.t0) == 0 &&
-	    !o->quiet)
+	rr.ser.p[0] = (struct point){ .step = start_step, .loss = NAN, .auc = e->auc, .rate = 0 };
+	rr.ser.n = 1;
+	r = ex_train(&l, start_step, end_step, err);
+	*aside_s += l.aside_s;
+	if (r == 0 && o->plot && plot(o->plot, &rr.ser, e->ceiling_auc, &l.kills, rr.pg.t0) == 0 &&
+	    !o->x.quiet)
 		printf("plot: %s (data in %s.dat)\n", o->plot, o->plot);
-	while (nwin) {
-		coord_rv_put(win[head]);
-		head = (head + 1) % WINDOW;
-		nwin--;
-	}
-	coord_per_worker_put(data);
 	return r;
 }
 
@@ -514,224 +432,132 @@ static void usage(FILE *f)
 		RM_F, RM_D, RM_H);
 }
 
-static int parse(int argc, char **argv, struct opts *o)
+/* The recommender's own options. */
+static int rec_opt(void *ctx, int ch, const char *arg)
 {
-	static const struct option lo[] = { { "transport", required_argument, NULL, 't' },
-					    { "local", required_argument, NULL, 'L' },
-					    { "spec", required_argument, NULL, 's' },
-					    { "workers", required_argument, NULL, 'w' },
-					    { "ps", required_argument, NULL, 'p' },
-					    { "epochs", required_argument, NULL, 'e' },
-					    { "steps", required_argument, NULL, 'S' },
-					    { "batch", required_argument, NULL, 'b' },
-					    { "vocab", required_argument, NULL, 'V' },
-					    { "lr", required_argument, NULL, 'l' },
-					    { "lr-sparse", required_argument, NULL, 'R' },
-					    { "eval", required_argument, NULL, 'E' },
-					    { "seed", required_argument, NULL, 'r' },
-					    { "ckpt-dir", required_argument, NULL, 'c' },
-					    { "ckpt-every", required_argument, NULL, 'C' },
-					    { "shards", required_argument, NULL, 'H' },
-					    { "plot", required_argument, NULL, 'P' },
-					    { "kill-worker-every", required_argument, NULL, 'k' },
-					    { "kills", required_argument, NULL, 'K' },
-					    { "quiet", no_argument, NULL, 'q' },
-					    { "sgd", no_argument, NULL, 'G' },
-					    { "help", no_argument, NULL, 'h' },
-					    { NULL, 0, NULL, 0 } };
-	int ch;
+	struct opts *o = ctx;
 
-	*o = (struct opts){ .transport = "inproc",
-			    .workers = 4,
-			    .ps = 2,
-			    .epochs = 20,
-			    .steps = 200,
-			    .batch = 256,
-			    .vocab0 = 1000000,
-			    .eval_n = 20000,
-			    .kills = 3,
-			    .ckpt_every = 1000,
-			    .lr_dense = 0.05,
-			    .lr_sparse = 0.1,
-			    .seed = 1 };
-	while ((ch = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
-		switch (ch) {
-		case 't':
-			o->transport = optarg;
-			break;
-		case 'L':
-			o->local = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 's':
-			o->spec = optarg;
-			break;
-		case 'w':
-			o->workers = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'p':
-			o->ps = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'e':
-			o->epochs = (unsigned)strtoul(optarg, NULL, 10);
-			o->epochs_set = 1;
-			break;
-		case 'S':
-			o->steps = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'b':
-			o->batch = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'V':
-			o->vocab0 = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'l':
-			o->lr_dense = strtod(optarg, NULL);
-			break;
-		case 'R':
-			o->lr_sparse = strtod(optarg, NULL);
-			break;
-		case 'E':
-			o->eval_n = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'r':
-			o->seed = strtoull(optarg, NULL, 10);
-			break;
-		case 'c':
-			o->ckpt_dir = optarg;
-			break;
-		case 'P':
-			o->plot = optarg;
-			break;
-		case 'C':
-			o->ckpt_every = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'H':
-			o->shards = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'k':
-			o->kill_every = strtod(optarg, NULL);
-			break;
-		case 'K':
-			o->kills = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'q':
-			o->quiet = 1;
-			break;
-		case 'G':
-			o->sgd = 1;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			return -1;
-		}
-	}
-	if (strcmp(o->transport, "tcp") == 0 && !o->spec && !o->local)
-		o->local = 4;
-	if (o->spec || o->local)
-		o->transport = "tcp";
-	if (!o->workers || !o->ps || o->ps > 16 || !o->epochs || !o->steps || !o->batch ||
-	    o->batch > RM_BATCH_MAX || o->vocab0 < 2 || o->vocab0 > RM_VOCAB_MAX ||
-	    o->eval_n < 100 || o->eval_n > 10000000 || !(o->lr_dense > 0) || !(o->lr_sparse > 0) ||
-	    (o->kill_every > 0 && !o->local) || !o->kills || o->kills > 1000 || !o->ckpt_every ||
-	    o->shards > COORD_VAR_MAX_PARTS || optind != argc) {
-		fprintf(stderr, "recommender: bad option (see --help)\n");
+	switch (ch) {
+	case 'V':
+		o->vocab0 = (unsigned)strtoul(arg, NULL, 10);
+		break;
+	case 'l':
+		o->lr_dense = strtod(arg, NULL);
+		break;
+	case 'R':
+		o->lr_sparse = strtod(arg, NULL);
+		break;
+	case 'E':
+		o->eval_n = (unsigned)strtoul(arg, NULL, 10);
+		break;
+	case 'P':
+		o->plot = arg;
+		break;
+	case 'H':
+		o->shards = (unsigned)strtoul(arg, NULL, 10);
+		break;
+	case 'G':
+		o->sgd = 1;
+		break;
+	default:
 		return -1;
 	}
 	return 0;
 }
 
+static int parse(int argc, char **argv, struct opts *o)
+{
+	static const struct option lo[] = { { "vocab", required_argument, NULL, 'V' },
+					    { "lr", required_argument, NULL, 'l' },
+					    { "lr-sparse", required_argument, NULL, 'R' },
+					    { "eval", required_argument, NULL, 'E' },
+					    { "shards", required_argument, NULL, 'H' },
+					    { "plot", required_argument, NULL, 'P' },
+					    { "sgd", no_argument, NULL, 'G' },
+					    { NULL, 0, NULL, 0 } };
+	const struct ex_extra x = { .lo = lo, .opt = rec_opt, .ctx = o, .usage = usage };
+
+	*o = (struct opts){
+		.vocab0 = 1000000, .eval_n = 20000, .lr_dense = 0.05, .lr_sparse = 0.1
+	};
+	ex_opts_defaults(&o->x, "recommender");
+	o->x.epochs = 20;
+	o->x.batch = 256;
+	o->x.ckpt_every = 1000;
+	if (ex_parse(argc, argv, &o->x, &x) < 0)
+		return -1;
+	if (o->x.batch > RM_BATCH_MAX || o->vocab0 < 2 || o->vocab0 > RM_VOCAB_MAX ||
+	    o->eval_n < 100 || o->eval_n > 10000000 || !(o->lr_dense > 0) || !(o->lr_sparse > 0) ||
+	    !o->x.ckpt_every || o->shards > COORD_VAR_MAX_PARTS || optind != argc)
+		return ex_bad_option(&o->x);
+	return 0;
+}
+
+/* What the run is: its cluster and its tables. */
+static void banner(struct coord *c, const struct opts *o, const struct model *m)
+{
+	uint64_t rows = 0;
+
+	for (unsigned f = 0; f < RM_F; f++)
+		rows += m->vocab[f];
+	printf("coord recommender: %u workers, %u ps tasks, transport %s; wide & deep, "
+	       "%u fields, %llu rows x %d, batch %u\n",
+	       coord_num_workers(c), coord_num_ps(c), o->x.transport, RM_F,
+	       (unsigned long long)rows, RM_D, o->x.batch);
+}
+
+/* Where the tables are, and how the model starts against its ceiling. */
+static void before(struct coord *c, const struct model *m, const struct eval *e0)
+{
+	unsigned shards = 0;
+
+	for (unsigned f = 0; f < RM_F; f++)
+		shards += m->v.emb[f].nparts + m->v.wide[f].nparts;
+	printf("tables: %d partitioned variables in %u shards over %u ps tasks (rec/emb0: "
+	       "%llu x %d in %u)\n",
+	       2 * RM_F, shards, coord_num_ps(c), (unsigned long long)m->v.emb[0].rows, RM_D,
+	       m->v.emb[0].nparts);
+	printf("before: held-out AUC %.4f, log loss %.4f; the generating model's: AUC "
+	       "%.4f (the ceiling), log loss %.4f; %.1f%% clicks\n",
+	       e0->auc, e0->logloss, e0->ceiling_auc, e0->ceiling_logloss, 100 * e0->ctr);
+}
+
 int main(int argc, char **argv)
 {
-	struct coord_registry *reg = NULL;
-	struct coord_spec *spec = NULL;
-	struct coord *c = NULL;
-	struct coord_opts co;
+	struct ex_run run = { 0 };
 	struct coord_error err = { 0 };
 	static struct model m;
 	struct eval e0, e;
 	struct opts o;
 	uint64_t start = 0, end = 0;
-	char *json = NULL;
 	double t0, aside = 0;
-	int r = 0;
+	int r;
 
 	if (parse(argc, argv, &o) < 0)
 		return 2;
-	signal(SIGPIPE, SIG_IGN);
-	if (isatty(1) && !o.quiet)
-		coord_set_log_fn(ex_log_over_progress, NULL);
-	if (coord_registry_create(&reg) || rm_register(reg)) {
-		fprintf(stderr, "recommender: cannot register the functions\n");
-		return 1;
-	}
-	coord_opts_init(&co);
-	co.registry = reg;
-	co.transport = o.transport;
-	co.inproc_workers = o.workers;
-	co.inproc_ps = o.ps;
-	if (o.ckpt_dir) {
-		r = ex_ckpt_dir(o.ckpt_dir, ckpt_abs);
-		if (r < 0)
-			goto out;
-		o.ckpt_dir = ckpt_abs;
-	}
-	if (o.local) {
-		json = ex_local_start("librec_fns.so", o.local, o.ps,
-				      ckpt_abs[0] ? ckpt_abs : NULL);
-		r = json ? coord_spec_parse(json, &spec, &err) : -1;
-	} else if (o.spec) {
-		r = coord_spec_from_arg(o.spec, &spec, NULL, &err);
-	}
-	if (r == 0)
-		r = coord_create(spec, &co, &c, &err);
-	if (r < 0) {
-		fprintf(stderr, "recommender: %s\n",
-			err.msg[0] ? err.msg : "cannot start the cluster");
+	r = ex_run_start(&run, &o.x, rm_register, "librec_fns.so");
+	if (r < 0)
 		goto out;
-	}
 	rm_vocab(o.vocab0, m.vocab);
-	if (!o.quiet) {
-		uint64_t rows = 0;
-
-		for (unsigned f = 0; f < RM_F; f++)
-			rows += m.vocab[f];
-		printf("coord recommender: %u workers, %u ps tasks, transport %s; wide & deep, "
-		       "%u fields, %llu rows x %d, batch %u\n",
-		       coord_num_workers(c), coord_num_ps(c), o.transport, RM_F,
-		       (unsigned long long)rows, RM_D, o.batch);
-	}
+	if (!o.x.quiet)
+		banner(run.c, &o, &m);
 	/* Whole or not at all, onto however many ps tasks run now. */
-	if (o.ckpt_dir && ex_ckpt_resume(c, o.ckpt_dir, &start, o.quiet, &err) < 0) {
+	if (o.x.ckpt_dir && ex_ckpt_resume(run.c, o.x.ckpt_dir, &start, o.x.quiet, &err) < 0) {
 		r = -1;
 		goto out;
 	}
-	r = create_vars(c, &o, &m, &err);
+	r = create_vars(run.c, &o, &m, &err);
 	if (r == 0)
-		r = evaluate(c, &m, o.eval_n, &e0, &err);
+		r = evaluate(run.c, &m, o.eval_n, &e0, &err);
 	if (r < 0) {
 		fprintf(stderr, "recommender: %s\n", err.msg);
 		goto out;
 	}
-	if (!o.quiet) {
-		unsigned shards = 0;
-
-		for (unsigned f = 0; f < RM_F; f++)
-			shards += m.v.emb[f].nparts + m.v.wide[f].nparts;
-		printf("tables: %d partitioned variables in %u shards over %u ps tasks (rec/emb0: "
-		       "%llu x %d in %u)\n",
-		       2 * RM_F, shards, coord_num_ps(c), (unsigned long long)m.v.emb[0].rows, RM_D,
-		       m.v.emb[0].nparts);
-	}
-	if (!o.quiet)
-		printf("before: held-out AUC %.4f, log loss %.4f; the generating model's: AUC "
-		       "%.4f (the ceiling), log loss %.4f; %.1f%% clicks\n",
-		       e0.auc, e0.logloss, e0.ceiling_auc, e0.ceiling_logloss, 100 * e0.ctr);
+	if (!o.x.quiet)
+		before(run.c, &m, &e0);
 	e = e0;
 	t0 = ex_now_s();
-	r = train(c, &o, &m, &e, start, &end, &aside, &err);
+	r = train(run.c, &o, &m, &e, start, &end, &aside, &err);
 	if (r < 0) {
 		fprintf(stderr, "recommender: %s\n", err.msg);
 		goto out;
@@ -744,11 +570,7 @@ int main(int argc, char **argv)
 	       e.ceiling_logloss, t0, (unsigned long long)(end - start),
 	       t0 - aside > 0 ? (double)(end - start) / (t0 - aside) : 0.0);
 out:
-	coord_destroy(c);
-	coord_spec_destroy(spec);
-	coord_registry_destroy(reg);
-	ex_local_stop();
-	free(json);
+	ex_run_stop(&run);
 	free_model(&m);
 	return r < 0 ? 1 : 0;
 }

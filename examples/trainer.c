@@ -25,14 +25,10 @@
  * the progress line is redrawn in place and never wider than it (no wrap,
  * nothing stale); the latency figures are coord_metrics() percentiles.
  */
-#include <errno.h>
 #include <getopt.h>
-#include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <coord/var.h>
@@ -43,16 +39,9 @@
 #define MAX_PROCS 64 /* local processes */
 #define WINDOW 64    /* steps in flight */
 
-/* --ckpt-dir, absolute: the local coord-ps tasks' checkpoint root too. */
-static char ckpt_abs[PATH_MAX];
-
 struct opts {
-	const char *transport, *spec, *ckpt_dir;
-	unsigned workers, ps, local, epochs, steps, batch, ckpt_every, kills;
-	int epochs_set; /* --epochs given: no longer for --kill-worker-every */
-	double lr, kill_every;
-	uint64_t seed;
-	int quiet;
+	struct ex_opts x; /* the common ones (excommon.h) */
+	double lr;
 };
 
 /* ---- the training loop ------------------------------------------------------------- */
@@ -96,87 +85,31 @@ static int evaluate(struct coord *c, const struct vars *v, double *loss, double 
 	return r;
 }
 
-struct progress {
-	struct coord *c;
-	int tty, quiet;
-	double t0, last_draw, last_line;
-	uint64_t total, done, start;
-	double loss, correct, n; /* since the last line */
-	unsigned epoch, epochs;
-	struct ex_window rt; /* step round trips of the last 1-2 s */
+/* The line's fields by priority on a terminal (losses: 6 while there are none). */
+static const int prio[EX_NFIELDS] = {
+	[EX_F_EPOCH] = 0, [EX_F_LOSS] = 1, [EX_F_MODEL] = 2, [EX_F_UP] = 3,
+	[EX_F_RT] = 5,	  [EX_F_STEP] = 7, [EX_F_RATE] = 8,  [EX_F_LOST] = 6
 };
 
-/* The fields of the line, in their order. */
-enum { F_EPOCH, F_STEP, F_LOSS, F_ACC, F_RATE, F_UP, F_LOST, F_RT, NFIELDS };
-
-/* The bar (or a line per epoch): steps, loss, accuracy, and what the
- * coordinator's metrics say (B7): steps/s, workers up, losses and
- * recoveries, the median and 99th percentile round trip of a step (from
- * schedule to its value) over the last second or two. */
-static void draw(struct progress *pg, int final)
+/* The bar (or a line per epoch) with the training accuracy (aux: correct). */
+static void draw(struct ex_progress *pg, int final)
 {
-	double t = ex_now_s(),
-	       rate = (double)(pg->done - pg->start) / (t - pg->t0 > 1e-9 ? t - pg->t0 : 1e-9);
-	double loss = pg->n ? pg->loss / pg->n : 0, acc = pg->n ? 100 * pg->correct / pg->n : 0;
-	static struct coord_metrics m; /* 11 KiB: the histograms */
-	char f[NFIELDS][48], line[512];
-	const char *fp[NFIELDS];
-	int keep;
-	/* Losses come before latency once there are some (--kill-worker-every). */
-	int prio[NFIELDS] = { [F_EPOCH] = 0, [F_LOSS] = 1, [F_ACC] = 2, [F_UP] = 3,
-			      [F_RT] = 5,    [F_STEP] = 7, [F_RATE] = 8 };
+	char acc[48];
 
-	if (pg->quiet || coord_metrics(pg->c, &m, NULL, 0) < 0)
-		return;
-	/* An epoch's end keeps its line at most once a second, and the last. */
-	keep = final && (t - pg->last_line >= 1 || pg->done >= pg->total);
-	if (keep)
-		pg->last_line = t;
-	ex_window_update(&pg->rt, &m.round_trip_ns, t);
-	prio[F_LOST] = m.losses ? 4 : 6;
-	snprintf(f[F_EPOCH], sizeof(f[0]), "epoch %u/%u", pg->epoch, pg->epochs);
-	snprintf(f[F_STEP], sizeof(f[0]), "step %llu/%llu", (unsigned long long)pg->done,
-		 (unsigned long long)pg->total);
-	snprintf(f[F_LOSS], sizeof(f[0]), "loss %.4f", loss);
-	snprintf(f[F_ACC], sizeof(f[0]), "acc %.1f%%", acc);
-	snprintf(f[F_RATE], sizeof(f[0]), "%.0f steps/s", rate);
-	snprintf(f[F_UP], sizeof(f[0]), "workers %u/%u up", m.workers_up, m.workers);
-	snprintf(f[F_LOST], sizeof(f[0]), "%llu lost, %llu recovered", (unsigned long long)m.losses,
-		 (unsigned long long)m.recoveries);
-	snprintf(f[F_RT], sizeof(f[0]), "rt p50 %.2f p99 %.2f ms",
-		 coord_hist_percentile(&pg->rt.win, 50) / 1e6,
-		 coord_hist_percentile(&pg->rt.win, 99) / 1e6);
-	if (!pg->rt.win.count)
-		f[F_RT][0] = 0; /* no sample yet: left out */
-	if (pg->tty) {
-		/* \r, the line, then erase what a longer line left (EL, \033[K). */
-		for (int i = 0; i < NFIELDS; i++)
-			fp[i] = f[i];
-		ex_fit_line(line, sizeof(line), ex_term_cols(),
-			    (double)pg->done / (pg->total ? pg->total : 1), fp, prio, NFIELDS);
-		printf("\r%s\033[K%s", line, keep ? "\n" : "");
-		fflush(stdout);
-	} else if (keep) {
-		printf("%s  %s  train %s  %s  %s  %s (%s)  %s\n", f[F_EPOCH], f[F_STEP], f[F_LOSS],
-		       f[F_ACC], f[F_RATE], f[F_UP], f[F_LOST], f[F_RT]);
-		fflush(stdout);
-	}
-	pg->last_draw = t;
+	snprintf(acc, sizeof(acc), "acc %.1f%%", pg->n ? 100 * pg->aux / pg->n : 0);
+	ex_progress_draw(pg, final, acc);
 }
 
-static void account(struct progress *pg, struct coord_rv *rv)
+static void account(struct ex_progress *pg, const void *val, size_t len)
 {
-	const void *val;
-	size_t len;
 	struct tm_step_result res;
 
-	if (coord_rv_fetch(rv, &val, &len, NULL) == 0 && len == sizeof(res)) {
-		memcpy(&res, val, sizeof(res));
-		pg->loss += res.loss_sum;
-		pg->correct += res.correct;
-		pg->n += res.n;
-	}
-	coord_rv_put(rv);
+	if (len != sizeof(res))
+		return;
+	memcpy(&res, val, sizeof(res));
+	pg->loss += res.loss_sum;
+	pg->aux += res.correct;
+	pg->n += res.n;
 }
 
 /*
@@ -192,77 +125,30 @@ static int train(struct coord *c, const struct opts *o, uint64_t start_step, con
 				  .w2 = v->w2,
 				  .b2 = v->b2,
 				  .lr = (float)o->lr,
-				  .batch = o->batch };
-	struct tm_dataset_args da = { .seed = o->seed };
-	struct coord_rv *win[WINDOW];
-	struct progress pg = { .c = c,
-			       .tty = isatty(1),
-			       .quiet = o->quiet,
-			       .t0 = ex_now_s(),
-			       .total = (uint64_t)o->epochs * o->steps,
-			       .epochs = o->epochs };
-	struct coord_pw *dataset;
-	struct coord_call call = { .args = &a, .len = sizeof(a), .npw = 1 };
-	uint64_t step = start_step, last_ckpt = start_step;
-	struct ex_kills kills;
-	unsigned head = 0, nwin = 0;
-	int r;
+				  .batch = o->x.batch };
+	struct tm_dataset_args da = { .seed = o->x.seed };
+	static struct ex_progress pg; /* its latency window: 16 KiB */
+	struct ex_loop l = { .pg = &pg,
+			     .o = &o->x,
+			     .fn = "train_step",
+			     .creator = "dataset",
+			     .args = &a,
+			     .len = sizeof(a),
+			     .pw_args = &da,
+			     .pw_len = sizeof(da),
+			     .window = WINDOW,
+			     .grace = 60,
+			     .account = account,
+			     .draw = draw };
 
-	r = coord_fn_lookup(c, "train_step", &call.fn, err);
-	if (r == 0)
-		r = coord_per_worker_create(c, "dataset", &da, sizeof(da), &dataset, err);
-	if (r < 0)
-		return r;
-	call.pw = &dataset;
-	ex_kills_init(&kills, o->kill_every, o->kills, !o->epochs_set, 60, o->quiet);
-	pg.done = pg.start = start_step;
-	pg.t0 = ex_now_s();
-	while (step < pg.total && r == 0) {
-		uint64_t epoch_end = (step / o->steps + 1) * o->steps;
-
-		pg.epoch = (unsigned)(step / o->steps) + 1;
-		for (; step < epoch_end && r == 0; step++) {
-			if (nwin == WINDOW) { /* the window is full: take the oldest */
-				account(&pg, win[head]);
-				head = (head + 1) % WINDOW;
-				nwin--;
-				pg.done++;
-			}
-			r = coord_schedule_call(c, &call, &win[(head + nwin) % WINDOW], err);
-			if (r == 0)
-				nwin++;
-			if (pg.tty && ex_now_s() - pg.last_draw > 0.1)
-				draw(&pg, 0);
-			ex_kills_tick(&kills, c);
-		}
-		while (nwin) {
-			account(&pg, win[head]);
-			head = (head + 1) % WINDOW;
-			nwin--;
-			pg.done++;
-		}
-		if (r == 0)
-			r = coord_join(c, err); /* the epoch: every step applied */
-		if (r == 0 && step >= pg.total && ex_kills_more(&kills, c)) {
-			pg.total += o->steps; /* one more epoch */
-			pg.epochs++;
-		}
-		draw(&pg, 1);
-		pg.loss = pg.correct = pg.n = 0;
-		if (r == 0 && o->ckpt_dir &&
-		    (step - last_ckpt >= o->ckpt_every || step == pg.total)) {
-			r = ex_ckpt_save(c, o->ckpt_dir, step, o->quiet, err);
-			last_ckpt = step;
-		}
-	}
-	*end_step = step;
-	while (nwin) {
-		coord_rv_put(win[head]);
-		head = (head + 1) % WINDOW;
-		nwin--;
-	}
-	coord_per_worker_put(dataset);
-	return r;
+	pg = (struct ex_progress){ .c = c,
+				   .tty = isatty(1),
+				   .quiet = o->x.quiet,
+				   .total = (uint64_t)o->x.epochs * o->x.steps,
+				   .epochs = o->x.epochs,
+				   .prio = prio,
+				   .model_label = "" };
+	return ex_train(&l, start_step, end_step, err);
 }
 
 static void usage(FILE *f)
@@ -292,178 +178,73 @@ static void usage(FILE *f)
 		   "                  --kills workers (3) were killed and are back\n");
 }
 
+/* The trainer's own option: --lr. */
+static int trainer_opt(void *ctx, int ch, const char *arg)
+{
+	struct opts *o = ctx;
+
+	if (ch != 'l')
+		return -1;
+	o->lr = strtod(arg, NULL);
+	return 0;
+}
+
 static int parse(int argc, char **argv, struct opts *o)
 {
-	static const struct option lo[] = { { "transport", required_argument, NULL, 't' },
-					    { "local", required_argument, NULL, 'L' },
-					    { "spec", required_argument, NULL, 's' },
-					    { "workers", required_argument, NULL, 'w' },
-					    { "ps", required_argument, NULL, 'p' },
-					    { "epochs", required_argument, NULL, 'e' },
-					    { "steps", required_argument, NULL, 'S' },
-					    { "batch", required_argument, NULL, 'b' },
-					    { "lr", required_argument, NULL, 'l' },
-					    { "seed", required_argument, NULL, 'r' },
-					    { "ckpt-dir", required_argument, NULL, 'c' },
-					    { "ckpt-every", required_argument, NULL, 'C' },
-					    { "kill-worker-every", required_argument, NULL, 'k' },
-					    { "kills", required_argument, NULL, 'K' },
-					    { "quiet", no_argument, NULL, 'q' },
-					    { "help", no_argument, NULL, 'h' },
+	static const struct option lo[] = { { "lr", required_argument, NULL, 'l' },
 					    { NULL, 0, NULL, 0 } };
-	int ch;
+	const struct ex_extra x = { .lo = lo, .opt = trainer_opt, .ctx = o, .usage = usage };
 
-	*o = (struct opts){ .transport = "inproc",
-			    .workers = 4,
-			    .ps = 2,
-			    .epochs = 10,
-			    .steps = 200,
-			    .batch = 64,
-			    .ckpt_every = 500,
-			    .kills = 3,
-			    .lr = 0.1,
-			    .seed = 1 };
-	while ((ch = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
-		switch (ch) {
-		case 't':
-			o->transport = optarg;
-			break;
-		case 'L':
-			o->local = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 's':
-			o->spec = optarg;
-			break;
-		case 'w':
-			o->workers = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'p':
-			o->ps = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'e':
-			o->epochs = (unsigned)strtoul(optarg, NULL, 10);
-			o->epochs_set = 1;
-			break;
-		case 'S':
-			o->steps = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'b':
-			o->batch = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'l':
-			o->lr = strtod(optarg, NULL);
-			break;
-		case 'r':
-			o->seed = strtoull(optarg, NULL, 10);
-			break;
-		case 'c':
-			o->ckpt_dir = optarg;
-			break;
-		case 'C':
-			o->ckpt_every = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'k':
-			o->kill_every = strtod(optarg, NULL);
-			break;
-		case 'K':
-			o->kills = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'q':
-			o->quiet = 1;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			return -1;
-		}
-	}
-	if (strcmp(o->transport, "tcp") == 0 && !o->spec && !o->local)
-		o->local = 4;
-	if (o->spec || o->local)
-		o->transport = "tcp";
-	if (!o->workers || !o->ps || o->ps > 16 || !o->epochs || !o->steps || !o->batch ||
-	    o->batch > TM_BATCH_MAX || o->local + o->ps > MAX_PROCS || !(o->lr > 0) ||
-	    (o->kill_every > 0 && !o->local) || !o->kills || o->kills > 1000) {
-		fprintf(stderr, "trainer: bad option (see --help)\n");
+	ex_opts_defaults(&o->x, "trainer");
+	o->x.epochs = 10;
+	o->x.batch = 64;
+	o->x.ckpt_every = 500;
+	o->lr = 0.1;
+	if (ex_parse(argc, argv, &o->x, &x) < 0)
 		return -1;
-	}
+	if (o->x.batch > TM_BATCH_MAX || o->x.local + o->x.ps > MAX_PROCS || !(o->lr > 0))
+		return ex_bad_option(&o->x);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	struct coord_registry *reg = NULL;
-	struct coord_spec *spec = NULL;
-	struct coord *c = NULL;
-	struct coord_opts co;
+	struct ex_run run = { 0 };
 	struct coord_error err = { 0 };
 	struct vars v;
 	struct opts o;
 	uint64_t start = 0, end = 0;
 	double loss0, acc0, loss, acc, t0;
-	char *json = NULL;
 	int r;
 
 	if (parse(argc, argv, &o) < 0)
 		return 2;
-	signal(SIGPIPE, SIG_IGN);
-	if (isatty(1) && !o.quiet)
-		coord_set_log_fn(ex_log_over_progress, NULL);
-	if (coord_registry_create(&reg) || tm_register(reg)) {
-		fprintf(stderr, "trainer: cannot register the functions\n");
-		return 1;
-	}
-	coord_opts_init(&co);
-	co.registry = reg;
-	co.transport = o.transport;
-	co.inproc_workers = o.workers;
-	co.inproc_ps = o.ps;
-	r = 0;
-	if (o.ckpt_dir) {
-		r = ex_ckpt_dir(o.ckpt_dir, ckpt_abs);
-		if (r < 0)
-			goto out;
-		o.ckpt_dir = ckpt_abs;
-	}
-	if (o.local) {
-		json = ex_local_start("libtrainer_fns.so", o.local, o.ps,
-				      ckpt_abs[0] ? ckpt_abs : NULL);
-		r = json ? coord_spec_parse(json, &spec, &err) : -1;
-	} else if (o.spec) {
-		r = coord_spec_from_arg(o.spec, &spec, NULL, &err);
-	}
-	if (r == 0)
-		r = coord_create(spec, &co, &c, &err);
-	if (r < 0) {
-		fprintf(stderr, "trainer: %s\n", err.msg[0] ? err.msg : "cannot start the cluster");
+	r = ex_run_start(&run, &o.x, tm_register, "libtrainer_fns.so");
+	if (r < 0)
 		goto out;
-	}
-	if (!o.quiet)
+	if (!o.x.quiet)
 		printf("coord trainer: %u workers, %u ps tasks, transport %s; MLP %d-%d-1, "
 		       "batch %u, lr %g\n",
-		       coord_num_workers(c), coord_num_ps(c), o.transport, TM_D, TM_H, o.batch,
-		       o.lr);
+		       coord_num_workers(run.c), coord_num_ps(run.c), o.x.transport, TM_D, TM_H,
+		       o.x.batch, o.lr);
 	/* Whole or not at all, onto however many ps tasks run now. */
-	if (o.ckpt_dir && ex_ckpt_resume(c, o.ckpt_dir, &start, o.quiet, &err) < 0) {
+	if (o.x.ckpt_dir && ex_ckpt_resume(run.c, o.x.ckpt_dir, &start, o.x.quiet, &err) < 0) {
 		r = -1;
 		goto out;
 	}
+	r = create_vars(run.c, o.x.seed, &v, &err);
 	if (r == 0)
-		r = create_vars(c, o.seed, &v, &err);
-	if (r == 0)
-		r = evaluate(c, &v, &loss0, &acc0, &err);
+		r = evaluate(run.c, &v, &loss0, &acc0, &err);
 	if (r < 0) {
 		fprintf(stderr, "trainer: %s\n", err.msg);
 		goto out;
 	}
-	if (!o.quiet)
+	if (!o.x.quiet)
 		printf("before: held-out loss %.4f, accuracy %.1f%%\n", loss0, 100 * acc0);
 	t0 = ex_now_s();
-	r = train(c, &o, start, &v, &end, &err);
+	r = train(run.c, &o, start, &v, &end, &err);
 	if (r == 0)
-		r = evaluate(c, &v, &loss, &acc, &err);
+		r = evaluate(run.c, &v, &loss, &acc, &err);
 	if (r < 0) {
 		fprintf(stderr, "trainer: %s\n", err.msg);
 		goto out;
@@ -471,10 +252,6 @@ int main(int argc, char **argv)
 	printf("after:  held-out loss %.4f, accuracy %.1f%% (%.1f s, %llu steps)\n", loss,
 	       100 * acc, ex_now_s() - t0, (unsigned long long)(end - start));
 out:
-	coord_destroy(c);
-	coord_spec_destroy(spec);
-	coord_registry_destroy(reg);
-	ex_local_stop();
-	free(json);
+	ex_run_stop(&run);
 	return r < 0 ? 1 : 0;
 }
