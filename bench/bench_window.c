@@ -157,16 +157,98 @@ static void fetch(struct coord_rv *rv)
 	check(r, &err, "coord_rv_fetch");
 }
 
+/* --idle S: connected and idle, only heartbeats cross (measured outside). */
+static void run_idle(const char *spec, struct coord_registry *reg, unsigned f, double idle)
+{
+	struct timespec ts = { (time_t)idle, (long)((idle - (double)(time_t)idle) * 1e9) };
+	struct rusage r0, r1;
+	uint32_t fn;
+	struct coord *c = make(spec, reg, f, &fn);
+
+	printf("idle: %.1f s from now\n", idle);
+	fflush(stdout);
+	getrusage(RUSAGE_SELF, &r0);
+	nanosleep(&ts, NULL);
+	getrusage(RUSAGE_SELF, &r1);
+	printf("idle: done, coordinator CPU %.1f ms (user+sys)\n",
+	       ((double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
+			 r0.ru_stime.tv_sec) *
+		1e3) + (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
+				r0.ru_stime.tv_usec) /
+			       1e3);
+	coord_destroy(c);
+}
+
+/* RTT_N round trips, or as many as fit in a second (at least 20). */
+static void run_rtt(const char *spec, struct coord_registry *reg)
+{
+	uint64_t lat[RTT_N];
+	unsigned n = 0;
+	uint32_t fn;
+	struct coord *c = make(spec, reg, 1, &fn);
+
+	for (uint64_t t0 = now_ns(); n < RTT_N && (n < 20 || now_ns() - t0 < 1000000000ull); n++) {
+		struct coord_rv *rv;
+		uint64_t t = now_ns();
+
+		one(c, fn, &rv);
+		fetch(rv);
+		lat[n] = now_ns() - t;
+	}
+	qsort(lat, n, sizeof(lat[0]), cmp_u64);
+	printf("rtt: median %.1f us over %u round trips (p10 %.1f, p90 %.1f)\n", lat[n / 2] / 1e3,
+	       n, lat[n / 10] / 1e3, lat[n * 9 / 10] / 1e3);
+	coord_destroy(c);
+}
+
+/* A sliding window of @f closures for @secs seconds: 0, or -1 (no memory). */
+static int run_inflight(const char *spec, struct coord_registry *reg, unsigned f, double secs)
+{
+	struct coord_rv **rvs = calloc(f, sizeof(*rvs));
+	struct coord_error err;
+	uint64_t t0, t1, done = 0, dur = (uint64_t)(secs * 1e9);
+	unsigned i = 0;
+	struct coord *c;
+	uint32_t fn;
+
+	if (!rvs)
+		return -1;
+	c = make(spec, reg, f, &fn);
+	t0 = now_ns();
+	for (unsigned j = 0; j < f; j++)
+		one(c, fn, &rvs[j]);
+	/* Bounded by time: checked every 64 fetches. */
+	for (;;) {
+		fetch(rvs[i]);
+		rvs[i] = NULL;
+		done++;
+		if ((done & 63) == 0 && now_ns() - t0 >= dur)
+			break;
+		one(c, fn, &rvs[i]);
+		i = i + 1 == f ? 0 : i + 1;
+	}
+	for (unsigned j = 0; j < f; j++)
+		if (rvs[j]) {
+			fetch(rvs[j]);
+			done++;
+		}
+	t1 = now_ns();
+	check(coord_join(c, &err), &err, "coord_join");
+	printf("inflight %u: %.0f closures/s (%llu in %.2f s)\n", f,
+	       (double)done / ((double)(t1 - t0) / 1e9), (unsigned long long)done,
+	       (double)(t1 - t0) / 1e9);
+	fflush(stdout);
+	coord_destroy(c);
+	free(rvs);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *spec = NULL, *fl = "64,256";
 	unsigned fs[MAX_F], nf = 0;
 	double secs = 2;
 	struct coord_registry *reg;
-	struct coord *c;
-	uint64_t lat[RTT_N];
-	uint32_t fn;
-	unsigned n = 0;
 	int rtt = 1;
 	double idle = 0;
 
@@ -203,83 +285,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_window: registry set-up failed\n");
 		return 1;
 	}
-
 	if (idle > 0 && idle <= 600) {
-		/* Connected and idle: only heartbeats cross (measured outside). */
-		struct timespec ts = { (time_t)idle, (long)((idle - (double)(time_t)idle) * 1e9) };
-
-		struct rusage r0, r1;
-
-		c = make(spec, reg, fs[0], &fn);
-		printf("idle: %.1f s from now\n", idle);
-		fflush(stdout);
-		getrusage(RUSAGE_SELF, &r0);
-		nanosleep(&ts, NULL);
-		getrusage(RUSAGE_SELF, &r1);
-		printf("idle: done, coordinator CPU %.1f ms (user+sys)\n",
-		       ((double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
-				 r0.ru_stime.tv_sec) *
-			1e3) + (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec +
-					r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) /
-				       1e3);
-		coord_destroy(c);
+		run_idle(spec, reg, fs[0], idle);
 		coord_registry_destroy(reg);
 		return 0;
 	}
-	c = rtt ? make(spec, reg, 1, &fn) : NULL;
-	/* RTT_N round trips, or as many as fit in a second (at least 20) */
-	for (uint64_t t0 = now_ns(); c && n < RTT_N && (n < 20 || now_ns() - t0 < 1000000000ull);
-	     n++) {
-		struct coord_rv *rv;
-		uint64_t t = now_ns();
-
-		one(c, fn, &rv);
-		fetch(rv);
-		lat[n] = now_ns() - t;
-	}
-	if (c) {
-		qsort(lat, n, sizeof(lat[0]), cmp_u64);
-		printf("rtt: median %.1f us over %u round trips (p10 %.1f, p90 %.1f)\n",
-		       lat[n / 2] / 1e3, n, lat[n / 10] / 1e3, lat[n * 9 / 10] / 1e3);
-		coord_destroy(c);
-	}
-
-	for (unsigned k = 0; k < nf; k++) {
-		unsigned f = fs[k], i = 0;
-		struct coord_rv **rvs = calloc(f, sizeof(*rvs));
-		struct coord_error err;
-		uint64_t t0, t1, done = 0, dur = (uint64_t)(secs * 1e9);
-
-		if (!rvs)
+	if (rtt)
+		run_rtt(spec, reg);
+	for (unsigned k = 0; k < nf; k++)
+		if (run_inflight(spec, reg, fs[k], secs) < 0)
 			return 1;
-		c = make(spec, reg, f, &fn);
-		t0 = now_ns();
-		for (unsigned j = 0; j < f; j++)
-			one(c, fn, &rvs[j]);
-		/* Bounded by time: checked every 64 fetches. */
-		for (;;) {
-			fetch(rvs[i]);
-			rvs[i] = NULL;
-			done++;
-			if ((done & 63) == 0 && now_ns() - t0 >= dur)
-				break;
-			one(c, fn, &rvs[i]);
-			i = i + 1 == f ? 0 : i + 1;
-		}
-		for (unsigned j = 0; j < f; j++)
-			if (rvs[j]) {
-				fetch(rvs[j]);
-				done++;
-			}
-		t1 = now_ns();
-		check(coord_join(c, &err), &err, "coord_join");
-		printf("inflight %u: %.0f closures/s (%llu in %.2f s)\n", f,
-		       (double)done / ((double)(t1 - t0) / 1e9), (unsigned long long)done,
-		       (double)(t1 - t0) / 1e9);
-		fflush(stdout);
-		coord_destroy(c);
-		free(rvs);
-	}
 	coord_registry_destroy(reg);
 	return 0;
 }

@@ -617,6 +617,33 @@ static void drop_stage(struct coord_varstore *vs, const void *owner)
 	coord_ckpt_stage_free(st);
 }
 
+/*
+ * Complete the prepared stage *@stp (its spares, its order), check it against
+ * the store and make it the store's stage, owned by @q's owner: *@stp is NULL
+ * then.  0, or < 0 with @err set (*@stp left to the caller).
+ */
+static int stage_install(struct coord_varstore *vs, struct coord_ckpt_stage **stp,
+			 const struct coord_ckpt_prep *q, struct coord_error *err)
+{
+	struct coord_ckpt_stage *st = *stp;
+	int ret = stage_spares(st, err);
+
+	if (ret)
+		return ret;
+	if (st->n) /* an empty checkpoint: no array (qsort wants one) */
+		qsort(st->vars, st->n, sizeof(*st->vars), cmp_var);
+	pthread_mutex_lock(&vs->names_lock);
+	ret = stage_check_locked(vs, st, q->dir, err);
+	if (!ret) {
+		st->owner = q->owner;
+		st->nonce = q->nonce;
+		vs->stage = st;
+		*stp = NULL;
+	}
+	pthread_mutex_unlock(&vs->names_lock);
+	return ret;
+}
+
 int coord_varstore_prepare(struct coord_varstore *vs, const struct coord_ckpt_prep *q,
 			   struct coord_ckpt_prep_res *res, struct coord_error *err)
 {
@@ -698,20 +725,7 @@ int coord_varstore_prepare(struct coord_varstore *vs, const struct coord_ckpt_pr
 		coord_seterr(err, ret, "no intact checkpoint in '%s' (%ld older tried); newest: %s",
 			     q->dir, nsteps, res->why);
 	if (!ret)
-		ret = stage_spares(st, err);
-	if (!ret) {
-		if (st->n) /* an empty checkpoint: no array (qsort wants one) */
-			qsort(st->vars, st->n, sizeof(*st->vars), cmp_var);
-		pthread_mutex_lock(&vs->names_lock);
-		ret = stage_check_locked(vs, st, q->dir, err);
-		if (!ret) {
-			st->owner = q->owner;
-			st->nonce = q->nonce;
-			vs->stage = st;
-			st = NULL;
-		}
-		pthread_mutex_unlock(&vs->names_lock);
-	}
+		ret = stage_install(vs, &st, q, err);
 out:
 	close(dfd);
 out_unlock:
