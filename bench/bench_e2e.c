@@ -411,6 +411,249 @@ static void row(const char *name, struct bench_samples *s, struct bench_stats *s
 static const unsigned big_inflight[] = { 1, 64, 256, 1024 };
 #define NBIG (sizeof(big_inflight) / sizeof(big_inflight[0]))
 
+/* What the last line (the targets) needs, by number of workers. */
+struct totals {
+	struct bench_stats rst[MAX_WORKERS + 1], mrst[MAX_WORKERS + 1], fst[MAX_WORKERS + 1],
+		frst[MAX_WORKERS + 1];
+	double big_drop[MAX_WORKERS + 1];
+	struct bench_stats sched_st;
+};
+
+/* The samples of the throughput and fetched tables: rates, and ratios per round. */
+struct tput_samples {
+	struct bench_samples cs, ss, cms, sms, fs, sfs, rr, mr, fr, sfr;
+};
+
+/* Round 0 warms up; implementations alternate within a round, and each
+ * round gives one ratio per pair. */
+static void tput_rounds(struct env *e, unsigned nw, uint8_t *arg, struct coord_rv **rvs,
+			struct bench_samples *sched_ns, struct tput_samples *s)
+{
+	uint32_t f_count, f_echo;
+	struct coord *c = make_coord(e, nw, &f_count, &f_echo);
+
+	for (unsigned rep = 0; rep <= e->repeats; rep++) {
+		double r1 = coord_tput(c, f_count, e->n_tput, false,
+				       rep && nw == MAX_WORKERS ? sched_ns : NULL);
+		double r2 = seed_tput(nw, e->n_tput, false);
+		double r3 = coord_tput(c, f_count, e->n_tput, true, NULL);
+		double r4 = seed_tput(nw, e->n_tput, true);
+		double r5 = coord_window(c, f_echo, true, e->n_tput, FETCH_WINDOW, arg,
+					 sizeof(int64_t), rvs);
+		double r6 = seed_window(nw, e->n_tput, FETCH_WINDOW);
+
+		add_if(rep, &s->cs, r1);
+		add_if(rep, &s->ss, r2);
+		add_if(rep, &s->cms, r3);
+		add_if(rep, &s->sms, r4);
+		add_if(rep, &s->fs, r5);
+		add_if(rep, &s->sfs, r6);
+		if (rep && r1 > 0 && r2 > 0 && r3 > 0 && r4 > 0 && r5 > 0 && r6 > 0) {
+			bench_samples_add(&s->rr, r1 / r2);
+			bench_samples_add(&s->mr, r3 / r4);
+			bench_samples_add(&s->fr, r5 / r1);
+			bench_samples_add(&s->sfr, r5 / r6);
+		}
+	}
+	coord_destroy(c);
+}
+
+/* The throughput table of @nw workers and its SUMMARY line. */
+static void tput_table(const struct env *e, unsigned nw, struct tput_samples *s, struct totals *t)
+{
+	struct bench_stats cst, sst, cmst, smst;
+	char title[300];
+
+	snprintf(title, sizeof(title),
+		 "bench_e2e throughput: %u worker%s, %" PRIu64
+		 " empty closures per repeat, schedule all then join, %u alternating "
+		 "rounds",
+		 nw, nw > 1 ? "s" : "", e->n_tput, e->repeats);
+	bench_header(title, "closures/s; p99, p99.9 = slow tail");
+	printf("# coord: spin_ns=%" PRIu64 " batch=%u; seed (bench/seedq.h): %u worker "
+	       "thread%s, closures made before the timed region; \"x base\": one-at-a-time "
+	       "rows against the seed's put(), batched rows against the seed's "
+	       "put_many(), of the medians\n",
+	       e->spin_ns, e->batch, nw, nw > 1 ? "s" : "");
+	row("seed put() per closure (baseline)", &s->ss, &sst, NULL, true);
+	row("seed put_many() 64/lock (baseline)", &s->sms, &smst, NULL, true);
+	row("coord_schedule() per closure", &s->cs, &cst, &sst, true);
+	row("coord_schedule_many() 64/call", &s->cms, &cmst, &smst, true);
+	bench_ratio_row("coord_schedule() / seed put(), per round", &s->rr, &t->rst[nw]);
+	bench_ratio_row("coord_schedule_many() / seed put_many(), per round", &s->mr, &t->mrst[nw]);
+	printf("SUMMARY bench_e2e config=throughput workers=%u closures=%" PRIu64
+	       " repeats=%u coord_closures_per_s=%.0f seed_closures_per_s=%.0f "
+	       "ratio_median=%.2fx ratio_min=%.2fx ratio_max=%.2fx "
+	       "coord_many_closures_per_s=%.0f seed_many_closures_per_s=%.0f "
+	       "ratio_many_median=%.2fx ratio_many_min=%.2fx ratio_many_max=%.2fx "
+	       "target_ratio_median_ge_15x=%s target_ratio_every_round_ge_10x=%s "
+	       "loadavg=%.2f conservation=%s\n",
+	       nw, e->n_tput, e->repeats, cst.median, sst.median, t->rst[nw].median, t->rst[nw].min,
+	       t->rst[nw].max, cmst.median, smst.median, t->mrst[nw].median, t->mrst[nw].min,
+	       t->mrst[nw].max, bench_met(t->rst[nw].median >= 15.0),
+	       bench_met(t->rst[nw].n && t->rst[nw].min >= 10.0), bench_loadavg(),
+	       bench_exit_code() ? "FAILED" : "ok");
+}
+
+/* The every-result-fetched table of @nw workers and its SUMMARY line. */
+static void fetched_table(const struct env *e, unsigned nw, struct tput_samples *s,
+			  struct totals *t)
+{
+	struct bench_stats ffst, sfst, st;
+	char title[300];
+
+	snprintf(title, sizeof(title),
+		 "bench_e2e every result fetched: %u worker%s, %" PRIu64
+		 " closures per repeat returning an int64, %d RemoteValues kept in "
+		 "flight (fetch the oldest, drop it, schedule the next), %u alternating "
+		 "rounds",
+		 nw, nw > 1 ? "s" : "", e->n_tput, FETCH_WINDOW, e->repeats);
+	bench_header(title, "closures/s; p99, p99.9 = slow tail");
+	row("seed, every RemoteValue fetched (baseline)", &s->sfs, &sfst, NULL, true);
+	row("coord, every result fetched", &s->fs, &ffst, &sfst, true);
+	bench_ratio_row("coord fetched / coord_schedule() no result, per round", &s->fr,
+			&t->frst[nw]);
+	bench_ratio_row("coord fetched / seed fetched, per round", &s->sfr, &st);
+	t->fst[nw] = ffst;
+	printf("SUMMARY bench_e2e config=fetched workers=%u closures=%" PRIu64
+	       " window=%d coord_closures_per_s=%.0f min=%.0f max=%.0f "
+	       "seed_closures_per_s=%.0f of_no_result_median=%.2f of_no_result_min=%.2f "
+	       "of_no_result_max=%.2f target_ge_25M=%s target_ge_0.5x_no_result=%s\n",
+	       nw, e->n_tput, FETCH_WINDOW, ffst.median, ffst.min, ffst.max, sfst.median,
+	       t->frst[nw].median, t->frst[nw].min, t->frst[nw].max,
+	       bench_met(ffst.median >= FETCH_TARGET), bench_met(t->frst[nw].median >= 0.5));
+	fflush(stdout);
+}
+
+static void tput_samples_free(struct tput_samples *s)
+{
+	struct bench_samples *all[] = { &s->cs,	 &s->ss, &s->cms, &s->sms, &s->fs,
+					&s->sfs, &s->rr, &s->mr,  &s->fr,  &s->sfr };
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		bench_samples_free(all[i]);
+}
+
+/* coord_schedule()'s own cost, timed in batches during the throughput runs. */
+static void sched_latency(struct bench_samples *sched_ns, struct totals *t)
+{
+	struct bench_stats *st = &t->sched_st;
+
+	bench_summarize(sched_ns, false, st);
+	printf("# bench_e2e: coord_schedule() during the %d-worker throughput runs: "
+	       "p50 %.1f ns, p99 %.1f ns, p99.9 %.1f ns, stdev %.1f, min %.1f, max %.1f (%zu "
+	       "batches of %d)\n",
+	       MAX_WORKERS, st->median, st->p99, st->p999, st->stdev, st->min, st->max, st->n,
+	       BATCH);
+	printf("SUMMARY bench_e2e config=schedule_latency workers=%d coord_ns_median=%.1f "
+	       "coord_ns_p99=%.1f coord_ns_p999=%.1f target_schedule_median_le_100ns=%s\n",
+	       MAX_WORKERS, st->median, st->p99, st->p999, bench_met(st->median <= 100.0));
+	bench_samples_free(sched_ns);
+}
+
+/* Large arguments with @nw workers: closures/s against the closures in flight. */
+static void large_args(struct env *e, unsigned nw, uint64_t n, uint8_t *arg, struct coord_rv **rvs,
+		       struct totals *t)
+{
+	struct bench_samples bs[NBIG] = { 0 };
+	struct bench_stats bst[NBIG];
+	uint32_t f_count, f_echo;
+	struct coord *c = make_coord(e, nw, &f_count, &f_echo);
+	double peak = 0;
+	char title[300];
+
+	for (unsigned rep = 0; rep <= e->repeats; rep++)
+		for (unsigned k = 0; k < NBIG; k++)
+			add_if(rep, &bs[k],
+			       coord_window(c, f_count, false, n, big_inflight[k], arg, BIG_ARG,
+					    rvs));
+	coord_destroy(c);
+	snprintf(title, sizeof(title),
+		 "bench_e2e large arguments: %u worker%s, %" PRIu64
+		 " closures of a %u-byte argument per repeat, F RemoteValues in flight, "
+		 "every one fetched; F alternates within a round, %u rounds",
+		 nw, nw > 1 ? "s" : "", n, BIG_ARG, e->repeats);
+	bench_header(title, "closures/s; p99, p99.9 = slow tail; x base = over F = 1");
+	for (unsigned k = 0; k < NBIG; k++) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "coord inproc, 64 KiB, %u in flight", big_inflight[k]);
+		row(name, &bs[k], &bst[k], k ? &bst[0] : NULL, true);
+		if (bst[k].median > peak)
+			peak = bst[k].median;
+		bench_samples_free(&bs[k]);
+	}
+	/* The target: no loss as F grows, i.e. the largest F keeps the peak. */
+	t->big_drop[nw] = peak > 0 ? bst[NBIG - 1].median / peak : 0;
+	printf("SUMMARY bench_e2e config=large_args workers=%u arg_bytes=%u", nw, BIG_ARG);
+	for (unsigned k = 0; k < NBIG; k++)
+		printf(" f%u_closures_per_s=%.0f", big_inflight[k], bst[k].median);
+	printf(" f%u_of_peak=%.2f target_no_loss_ge_0.9_of_peak=%s\n", big_inflight[NBIG - 1],
+	       t->big_drop[nw], bench_met(t->big_drop[nw] >= 0.9));
+}
+
+/* One closure at a time with 1 worker, against the seed design. */
+static void round_trip(struct env *e)
+{
+	struct bench_samples cs = { 0 }, ss = { 0 };
+	struct bench_stats cst, sst;
+	uint32_t f_count, f_echo;
+	struct coord *c = make_coord(e, 1, &f_count, &f_echo);
+	char title[300];
+
+	for (unsigned rep = 0; rep <= e->repeats; rep++) {
+		coord_rtt(c, f_echo, e->n_rtt, rep ? &cs : NULL);
+		seed_rtt(e->n_rtt, rep ? &ss : NULL);
+	}
+	coord_destroy(c);
+	/* Samples in ns; printed in us. */
+	for (size_t i = 0; i < cs.n; i++)
+		cs.v[i] /= 1e3;
+	for (size_t i = 0; i < ss.n; i++)
+		ss.v[i] /= 1e3;
+	bench_summarize(&cs, false, &cst);
+	bench_summarize(&ss, false, &sst);
+	snprintf(title, sizeof(title),
+		 "bench_e2e round trip: 1 worker, schedule + fetch "
+		 "one closure at a time, %" PRIu64 " per repeat, %u repeats",
+		 e->n_rtt, e->repeats);
+	bench_header(title, "us per round trip, every round trip a sample");
+	printf("# coord: spin_ns=%" PRIu64 " batch=%u; seed: futex RemoteValue, no spin\n",
+	       e->spin_ns, e->batch);
+	bench_row("seed design (baseline)", &sst, &sst, false);
+	bench_row("coord inproc", &cst, &sst, false);
+	printf("SUMMARY bench_e2e config=round_trip workers=1 round_trips=%" PRIu64
+	       " repeats=%u coord_p50_us=%.2f coord_p99_us=%.2f coord_p999_us=%.2f "
+	       "seed_p50_us=%.2f seed_p99_us=%.2f speedup=%.2fx target_p50_le_5us=%s "
+	       "conservation=%s\n",
+	       e->n_rtt, e->repeats, cst.median, cst.p99, cst.p999, sst.median, sst.p99,
+	       bench_speedup(&cst, &sst, false), bench_met(cst.median <= 5.0),
+	       bench_exit_code() ? "FAILED" : "ok");
+	bench_samples_free(&cs);
+	bench_samples_free(&ss);
+}
+
+static void targets(const struct totals *t)
+{
+	const struct bench_stats *rst = t->rst, *mrst = t->mrst, *fst = t->fst, *frst = t->frst;
+	const double *big_drop = t->big_drop;
+
+	printf("SUMMARY bench_e2e config=targets ratio_median_ge_15x=%s (1w %.2fx, 2w %.2fx) "
+	       "ratio_every_round_ge_10x=%s (min 1w %.2fx, 2w %.2fx) "
+	       "ratio_many_median=(1w %.2fx, 2w %.2fx) fetched_ge_25M=%s (1w %.0f, 2w %.0f) "
+	       "fetched_ge_0.5x_no_result=%s (1w %.2f, 2w %.2f) large_args_no_loss=%s "
+	       "(1w %.2f, 2w %.2f of peak at F=%u) schedule_median_le_100ns=%s (%.1f ns)\n",
+	       bench_met(rst[1].median >= 15.0 && rst[2].median >= 15.0), rst[1].median,
+	       rst[2].median, bench_met(rst[1].min >= 10.0 && rst[2].min >= 10.0), rst[1].min,
+	       rst[2].min, mrst[1].median, mrst[2].median,
+	       bench_met(fst[1].median >= FETCH_TARGET && fst[2].median >= FETCH_TARGET),
+	       fst[1].median, fst[2].median,
+	       bench_met(frst[1].median >= 0.5 && frst[2].median >= 0.5), frst[1].median,
+	       frst[2].median, bench_met(big_drop[1] >= 0.9 && big_drop[2] >= 0.9), big_drop[1],
+	       big_drop[2], big_inflight[NBIG - 1], bench_met(t->sched_st.median <= 100.0),
+	       t->sched_st.median);
+}
+
 int main(int argc, char **argv)
 {
 	unsigned long only_tput = 0;
@@ -421,14 +664,9 @@ int main(int argc, char **argv)
 	struct bench_args a;
 	struct env e;
 	struct bench_samples sched_ns = { 0 };
-	struct bench_stats sched_st = { 0 };
-	struct bench_stats rst[MAX_WORKERS + 1] = { 0 }, mrst[MAX_WORKERS + 1] = { 0 },
-					     fst[MAX_WORKERS + 1] = { 0 },
-					     frst[MAX_WORKERS + 1] = { 0 };
-	double big_drop[MAX_WORKERS + 1] = { 0 };
+	static struct totals t;
 	struct coord_rv **rvs;
 	uint8_t *arg;
-	char title[300];
 
 	bench_parse_args_ex(argc, argv, &a, opts, sizeof(opts) / sizeof(opts[0]));
 	e.repeats = a.repeats;
@@ -442,210 +680,21 @@ int main(int argc, char **argv)
 		fprintf(stderr, "registry setup failed\n");
 		return 1;
 	}
-
 	for (unsigned nw = 1; nw <= MAX_WORKERS; nw++) {
-		struct bench_samples cs = { 0 }, ss = { 0 }, cms = { 0 }, sms = { 0 }, fs = { 0 },
-				     sfs = { 0 }, rr = { 0 }, mr = { 0 }, fr = { 0 }, sfr = { 0 };
-		struct bench_stats cst, sst, cmst, smst, ffst, sfst, st;
-		uint32_t f_count, f_echo;
-		struct coord *c = make_coord(&e, nw, &f_count, &f_echo);
+		struct tput_samples s = { 0 };
 
-		/* Round 0 warms up; implementations alternate within a round, and
-		 * each round gives one ratio per pair. */
-		for (unsigned rep = 0; rep <= e.repeats; rep++) {
-			double r1 = coord_tput(c, f_count, e.n_tput, false,
-					       rep && nw == MAX_WORKERS ? &sched_ns : NULL);
-			double r2 = seed_tput(nw, e.n_tput, false);
-			double r3 = coord_tput(c, f_count, e.n_tput, true, NULL);
-			double r4 = seed_tput(nw, e.n_tput, true);
-			double r5 = coord_window(c, f_echo, true, e.n_tput, FETCH_WINDOW, arg,
-						 sizeof(int64_t), rvs);
-			double r6 = seed_window(nw, e.n_tput, FETCH_WINDOW);
-
-			add_if(rep, &cs, r1);
-			add_if(rep, &ss, r2);
-			add_if(rep, &cms, r3);
-			add_if(rep, &sms, r4);
-			add_if(rep, &fs, r5);
-			add_if(rep, &sfs, r6);
-			if (rep && r1 > 0 && r2 > 0 && r3 > 0 && r4 > 0 && r5 > 0 && r6 > 0) {
-				bench_samples_add(&rr, r1 / r2);
-				bench_samples_add(&mr, r3 / r4);
-				bench_samples_add(&fr, r5 / r1);
-				bench_samples_add(&sfr, r5 / r6);
-			}
-		}
-		coord_destroy(c);
-		snprintf(title, sizeof(title),
-			 "bench_e2e throughput: %u worker%s, %" PRIu64
-			 " empty closures per repeat, schedule all then join, %u alternating "
-			 "rounds",
-			 nw, nw > 1 ? "s" : "", e.n_tput, e.repeats);
-		bench_header(title, "closures/s; p99, p99.9 = slow tail");
-		printf("# coord: spin_ns=%" PRIu64 " batch=%u; seed (bench/seedq.h): %u worker "
-		       "thread%s, closures made before the timed region; \"x base\": one-at-a-time "
-		       "rows against the seed's put(), batched rows against the seed's "
-		       "put_many(), of the medians\n",
-		       e.spin_ns, e.batch, nw, nw > 1 ? "s" : "");
-		row("seed put() per closure (baseline)", &ss, &sst, NULL, true);
-		row("seed put_many() 64/lock (baseline)", &sms, &smst, NULL, true);
-		row("coord_schedule() per closure", &cs, &cst, &sst, true);
-		row("coord_schedule_many() 64/call", &cms, &cmst, &smst, true);
-		bench_ratio_row("coord_schedule() / seed put(), per round", &rr, &rst[nw]);
-		bench_ratio_row("coord_schedule_many() / seed put_many(), per round", &mr,
-				&mrst[nw]);
-		printf("SUMMARY bench_e2e config=throughput workers=%u closures=%" PRIu64
-		       " repeats=%u coord_closures_per_s=%.0f seed_closures_per_s=%.0f "
-		       "ratio_median=%.2fx ratio_min=%.2fx ratio_max=%.2fx "
-		       "coord_many_closures_per_s=%.0f seed_many_closures_per_s=%.0f "
-		       "ratio_many_median=%.2fx ratio_many_min=%.2fx ratio_many_max=%.2fx "
-		       "target_ratio_median_ge_15x=%s target_ratio_every_round_ge_10x=%s "
-		       "loadavg=%.2f conservation=%s\n",
-		       nw, e.n_tput, e.repeats, cst.median, sst.median, rst[nw].median, rst[nw].min,
-		       rst[nw].max, cmst.median, smst.median, mrst[nw].median, mrst[nw].min,
-		       mrst[nw].max, bench_met(rst[nw].median >= 15.0),
-		       bench_met(rst[nw].n && rst[nw].min >= 10.0), bench_loadavg(),
-		       bench_exit_code() ? "FAILED" : "ok");
-
-		snprintf(title, sizeof(title),
-			 "bench_e2e every result fetched: %u worker%s, %" PRIu64
-			 " closures per repeat returning an int64, %d RemoteValues kept in "
-			 "flight (fetch the oldest, drop it, schedule the next), %u alternating "
-			 "rounds",
-			 nw, nw > 1 ? "s" : "", e.n_tput, FETCH_WINDOW, e.repeats);
-		bench_header(title, "closures/s; p99, p99.9 = slow tail");
-		row("seed, every RemoteValue fetched (baseline)", &sfs, &sfst, NULL, true);
-		row("coord, every result fetched", &fs, &ffst, &sfst, true);
-		bench_ratio_row("coord fetched / coord_schedule() no result, per round", &fr,
-				&frst[nw]);
-		bench_ratio_row("coord fetched / seed fetched, per round", &sfr, &st);
-		fst[nw] = ffst;
-		printf("SUMMARY bench_e2e config=fetched workers=%u closures=%" PRIu64
-		       " window=%d coord_closures_per_s=%.0f min=%.0f max=%.0f "
-		       "seed_closures_per_s=%.0f of_no_result_median=%.2f of_no_result_min=%.2f "
-		       "of_no_result_max=%.2f target_ge_25M=%s target_ge_0.5x_no_result=%s\n",
-		       nw, e.n_tput, FETCH_WINDOW, ffst.median, ffst.min, ffst.max, sfst.median,
-		       frst[nw].median, frst[nw].min, frst[nw].max,
-		       bench_met(ffst.median >= FETCH_TARGET), bench_met(frst[nw].median >= 0.5));
-		fflush(stdout);
-		bench_samples_free(&cs);
-		bench_samples_free(&ss);
-		bench_samples_free(&cms);
-		bench_samples_free(&sms);
-		bench_samples_free(&fs);
-		bench_samples_free(&sfs);
-		bench_samples_free(&rr);
-		bench_samples_free(&mr);
-		bench_samples_free(&fr);
-		bench_samples_free(&sfr);
+		tput_rounds(&e, nw, arg, rvs, &sched_ns, &s);
+		tput_table(&e, nw, &s, &t);
+		fetched_table(&e, nw, &s, &t);
+		tput_samples_free(&s);
 	}
-
-	bench_summarize(&sched_ns, false, &sched_st);
-	printf("# bench_e2e: coord_schedule() during the %d-worker throughput runs: "
-	       "p50 %.1f ns, p99 %.1f ns, p99.9 %.1f ns, stdev %.1f, min %.1f, max %.1f (%zu "
-	       "batches of %d)\n",
-	       MAX_WORKERS, sched_st.median, sched_st.p99, sched_st.p999, sched_st.stdev,
-	       sched_st.min, sched_st.max, sched_st.n, BATCH);
-	printf("SUMMARY bench_e2e config=schedule_latency workers=%d coord_ns_median=%.1f "
-	       "coord_ns_p99=%.1f coord_ns_p999=%.1f target_schedule_median_le_100ns=%s\n",
-	       MAX_WORKERS, sched_st.median, sched_st.p99, sched_st.p999,
-	       bench_met(sched_st.median <= 100.0));
-	bench_samples_free(&sched_ns);
-	if (only_tput)
-		goto out;
-
-	/* Large arguments: closures/s against the closures in flight. */
-	for (unsigned nw = 1; nw <= MAX_WORKERS; nw++) {
-		struct bench_samples bs[NBIG] = { 0 };
-		struct bench_stats bst[NBIG];
-		uint32_t f_count, f_echo;
-		struct coord *c = make_coord(&e, nw, &f_count, &f_echo);
-		uint64_t n = a.quick ? 2000 : 40000;
-		double peak = 0;
-
-		for (unsigned rep = 0; rep <= e.repeats; rep++)
-			for (unsigned k = 0; k < NBIG; k++)
-				add_if(rep, &bs[k],
-				       coord_window(c, f_count, false, n, big_inflight[k], arg,
-						    BIG_ARG, rvs));
-		coord_destroy(c);
-		snprintf(title, sizeof(title),
-			 "bench_e2e large arguments: %u worker%s, %" PRIu64
-			 " closures of a %u-byte argument per repeat, F RemoteValues in flight, "
-			 "every one fetched; F alternates within a round, %u rounds",
-			 nw, nw > 1 ? "s" : "", n, BIG_ARG, e.repeats);
-		bench_header(title, "closures/s; p99, p99.9 = slow tail; x base = over F = 1");
-		for (unsigned k = 0; k < NBIG; k++) {
-			char name[64];
-
-			snprintf(name, sizeof(name), "coord inproc, 64 KiB, %u in flight",
-				 big_inflight[k]);
-			row(name, &bs[k], &bst[k], k ? &bst[0] : NULL, true);
-			if (bst[k].median > peak)
-				peak = bst[k].median;
-			bench_samples_free(&bs[k]);
-		}
-		/* The target: no loss as F grows, i.e. the largest F keeps the peak. */
-		big_drop[nw] = peak > 0 ? bst[NBIG - 1].median / peak : 0;
-		printf("SUMMARY bench_e2e config=large_args workers=%u arg_bytes=%u", nw, BIG_ARG);
-		for (unsigned k = 0; k < NBIG; k++)
-			printf(" f%u_closures_per_s=%.0f", big_inflight[k], bst[k].median);
-		printf(" f%u_of_peak=%.2f target_no_loss_ge_0.9_of_peak=%s\n",
-		       big_inflight[NBIG - 1], big_drop[nw], bench_met(big_drop[nw] >= 0.9));
+	sched_latency(&sched_ns, &t);
+	if (!only_tput) {
+		for (unsigned nw = 1; nw <= MAX_WORKERS; nw++)
+			large_args(&e, nw, a.quick ? 2000 : 40000, arg, rvs, &t);
+		round_trip(&e);
 	}
-
-	{
-		struct bench_samples cs = { 0 }, ss = { 0 };
-		struct bench_stats cst, sst;
-		uint32_t f_count, f_echo;
-		struct coord *c = make_coord(&e, 1, &f_count, &f_echo);
-
-		for (unsigned rep = 0; rep <= e.repeats; rep++) {
-			coord_rtt(c, f_echo, e.n_rtt, rep ? &cs : NULL);
-			seed_rtt(e.n_rtt, rep ? &ss : NULL);
-		}
-		coord_destroy(c);
-		/* Samples in ns; printed in us. */
-		for (size_t i = 0; i < cs.n; i++)
-			cs.v[i] /= 1e3;
-		for (size_t i = 0; i < ss.n; i++)
-			ss.v[i] /= 1e3;
-		bench_summarize(&cs, false, &cst);
-		bench_summarize(&ss, false, &sst);
-		snprintf(title, sizeof(title),
-			 "bench_e2e round trip: 1 worker, schedule + fetch "
-			 "one closure at a time, %" PRIu64 " per repeat, %u repeats",
-			 e.n_rtt, e.repeats);
-		bench_header(title, "us per round trip, every round trip a sample");
-		printf("# coord: spin_ns=%" PRIu64 " batch=%u; seed: futex RemoteValue, no spin\n",
-		       e.spin_ns, e.batch);
-		bench_row("seed design (baseline)", &sst, &sst, false);
-		bench_row("coord inproc", &cst, &sst, false);
-		printf("SUMMARY bench_e2e config=round_trip workers=1 round_trips=%" PRIu64
-		       " repeats=%u coord_p50_us=%.2f coord_p99_us=%.2f coord_p999_us=%.2f "
-		       "seed_p50_us=%.2f seed_p99_us=%.2f speedup=%.2fx target_p50_le_5us=%s "
-		       "conservation=%s\n",
-		       e.n_rtt, e.repeats, cst.median, cst.p99, cst.p999, sst.median, sst.p99,
-		       bench_speedup(&cst, &sst, false), bench_met(cst.median <= 5.0),
-		       bench_exit_code() ? "FAILED" : "ok");
-		bench_samples_free(&cs);
-		bench_samples_free(&ss);
-	}
-out:
-	printf("SUMMARY bench_e2e config=targets ratio_median_ge_15x=%s (1w %.2fx, 2w %.2fx) "
-	       "ratio_every_round_ge_10x=%s (min 1w %.2fx, 2w %.2fx) "
-	       "ratio_many_median=(1w %.2fx, 2w %.2fx) fetched_ge_25M=%s (1w %.0f, 2w %.0f) "
-	       "fetched_ge_0.5x_no_result=%s (1w %.2f, 2w %.2f) large_args_no_loss=%s "
-	       "(1w %.2f, 2w %.2f of peak at F=%u) schedule_median_le_100ns=%s (%.1f ns)\n",
-	       bench_met(rst[1].median >= 15.0 && rst[2].median >= 15.0), rst[1].median,
-	       rst[2].median, bench_met(rst[1].min >= 10.0 && rst[2].min >= 10.0), rst[1].min,
-	       rst[2].min, mrst[1].median, mrst[2].median,
-	       bench_met(fst[1].median >= FETCH_TARGET && fst[2].median >= FETCH_TARGET),
-	       fst[1].median, fst[2].median,
-	       bench_met(frst[1].median >= 0.5 && frst[2].median >= 0.5), frst[1].median,
-	       frst[2].median, bench_met(big_drop[1] >= 0.9 && big_drop[2] >= 0.9), big_drop[1],
-	       big_drop[2], big_inflight[NBIG - 1], bench_met(sched_st.median <= 100.0),
-	       sched_st.median);
+	targets(&t);
 	free(rvs);
 	free(arg);
 	coord_registry_destroy(e.reg);
