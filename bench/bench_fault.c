@@ -92,14 +92,13 @@
 
 #include <coord/coord.h>
 
+#include "fault_sampler.h"
 #include "stats.h"
 
 #define NPROC 4
 #define HB_MS 100
 #define HB_MISSES 2
 #define INFLIGHT 256	 /* closures in flight in every flow */
-#define BUCKET_MS 10	 /* the sampler's period: recovery resolution */
-#define SERIES_MS 20	 /* one line of $BENCH_FAULT_SERIES */
 #define WARM_MS 100	 /* of a flow, not in the pre-kill rate */
 #define SOAK_KILL_MS 200 /* a kill + restart this often in the soak */
 #define POLL_NS 100000ull
@@ -191,14 +190,6 @@ static void workers_stop(void)
 }
 
 /* ---- metrics --------------------------------------------------------------------------- */
-
-static void snap(struct coord *c, struct coord_metrics *m)
-{
-	if (coord_metrics(c, m, NULL, 0) != 0) {
-		fprintf(stderr, "bench_fault: coord_metrics failed\n");
-		exit(1);
-	}
-}
 
 /* A worker newly lost since @b: DOWN now, or lost and back between polls. */
 static bool lost(const struct coord_metrics *m, const struct coord_metrics *b)
@@ -387,160 +378,6 @@ static double flow_stop(struct flow *fl, const struct coord_metrics *before, con
 	return fl->t1 > fl->t0 ? (double)fl->ok / ((double)(fl->t1 - fl->t0) / 1e9) : 0;
 }
 
-/* ---- the sampler: completed and workers_up every BUCKET_MS ----------------------------- */
-
-struct sample {
-	uint64_t t, completed;
-	unsigned up;
-};
-
-struct sampler {
-	struct coord *c;
-	pthread_t thread;
-	_Atomic bool stop;
-	struct sample s[4096]; /* 40 s of buckets: more than any flow here */
-	size_t n;
-};
-
-static void *sampler_main(void *arg)
-{
-	struct sampler *sp = arg;
-	uint64_t next = bench_now_ns();
-
-	/* Relaxed: a stop flag; the join orders the samples. */
-	while (!atomic_load_explicit(&sp->stop, memory_order_relaxed) &&
-	       sp->n < sizeof(sp->s) / sizeof(sp->s[0])) {
-		struct coord_metrics m;
-		struct timespec ts;
-
-		snap(sp->c, &m);
-		sp->s[sp->n++] = (struct sample){ m.now_ns, m.completed, m.workers_up };
-		next += BUCKET_MS * 1000000ull;
-		if (next < m.now_ns) /* late (a busy machine): no catching up */
-			next = m.now_ns;
-		ts.tv_sec = (time_t)(next / 1000000000ull);
-		ts.tv_nsec = (long)(next % 1000000000ull);
-		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-			;
-	}
-	return NULL;
-}
-
-static void sampler_start(struct sampler *sp, struct coord *c)
-{
-	sp->c = c;
-	sp->n = 0;
-	atomic_init(&sp->stop, false);
-	if (pthread_create(&sp->thread, NULL, sampler_main, sp) != 0) {
-		fprintf(stderr, "bench_fault: cannot start the sampler thread\n");
-		exit(1);
-	}
-}
-
-static void sampler_stop(struct sampler *sp)
-{
-	/* Relaxed: see sampler_main(). */
-	atomic_store_explicit(&sp->stop, true, memory_order_relaxed);
-	pthread_join(sp->thread, NULL);
-}
-
-/* The rate of the bucket ending at sample @j (> 0). */
-static double bucket_rate(const struct sampler *sp, size_t j)
-{
-	uint64_t dt = sp->s[j].t - sp->s[j - 1].t;
-
-	return dt ? (double)(sp->s[j].completed - sp->s[j - 1].completed) / ((double)dt / 1e9) : 0;
-}
-
-/* The median bucket rate over buckets inside [@from, @to). */
-static double median_rate(const struct sampler *sp, uint64_t from, uint64_t to)
-{
-	struct bench_samples r = { 0 };
-	struct bench_stats st;
-
-	for (size_t j = 1; j < sp->n; j++)
-		if (sp->s[j - 1].t >= from && sp->s[j].t <= to)
-			bench_samples_add(&r, bucket_rate(sp, j));
-	bench_summarize(&r, true, &st);
-	bench_samples_free(&r);
-	return st.median;
-}
-
-/*
- * Time from @kill to the end of the first bucket starting after it that,
- * with the next one, runs at >= @thr closures/s, both before @until; ms, or
- * -1 when none does.
- */
-static double recovered_ms(const struct sampler *sp, uint64_t kill, uint64_t until, double thr)
-{
-	for (size_t j = 1; j + 1 < sp->n && sp->s[j + 1].t <= until; j++)
-		if (sp->s[j - 1].t >= kill && bucket_rate(sp, j) >= thr &&
-		    bucket_rate(sp, j + 1) >= thr)
-			return (double)(sp->s[j].t - kill) / 1e6;
-	return -1;
-}
-
-/* The mean rate over [@from, @to) (samples inside it). */
-static double mean_rate(const struct sampler *sp, uint64_t from, uint64_t to)
-{
-	size_t a = 0, b = 0;
-
-	for (size_t j = 0; j < sp->n; j++) {
-		if (sp->s[j].t < from)
-			a = j + 1;
-		if (sp->s[j].t <= to)
-			b = j;
-	}
-	if (a >= b || a >= sp->n)
-		return 0;
-	return (double)(sp->s[b].completed - sp->s[a].completed) /
-	       ((double)(sp->s[b].t - sp->s[a].t) / 1e9);
-}
-
-/* The lowest bucket rate among buckets ending in (@from, @to]. */
-static double min_rate(const struct sampler *sp, uint64_t from, uint64_t to)
-{
-	double lo = INFINITY;
-
-	for (size_t j = 1; j < sp->n; j++)
-		if (sp->s[j].t > from && sp->s[j].t <= to && bucket_rate(sp, j) < lo)
-			lo = bucket_rate(sp, j);
-	return isinf(lo) ? 0 : lo;
-}
-
-/* $BENCH_FAULT_SERIES: SERIES_MS buckets from the flow's start @t0. */
-static void write_series(const struct sampler *sp, uint64_t t0, uint64_t kill, uint64_t restart,
-			 uint64_t back)
-{
-	const char *path = getenv("BENCH_FAULT_SERIES");
-	size_t step = SERIES_MS / BUCKET_MS, last = 0;
-	FILE *f;
-
-	if (!path || !*path)
-		return;
-	f = fopen(path, "w");
-	if (!f) {
-		fprintf(stderr, "bench_fault: cannot write %s: %s\n", path, strerror(errno));
-		return;
-	}
-	fprintf(f,
-		"# bench_fault: %d coord-worker processes, %d closures in flight, one worker "
-		"SIGKILLed and restarted on its port; %d ms buckets\n",
-		NPROC, INFLIGHT, SERIES_MS);
-	fprintf(f, "# kill_ms=%.1f restart_ms=%.1f readmit_ms=%.1f\n", (double)(kill - t0) / 1e6,
-		(double)(restart - t0) / 1e6, back ? (double)(back - t0) / 1e6 : -1.0);
-	fprintf(f, "# t_ms closures_per_s workers_up\n");
-	for (size_t j = step; j < sp->n; j += step) {
-		double dt = (double)(sp->s[j].t - sp->s[last].t) / 1e9;
-
-		fprintf(f, "%.1f %.0f %u\n", (double)(sp->s[j].t - t0) / 1e6,
-			dt > 0 ? (double)(sp->s[j].completed - sp->s[last].completed) / dt : 0,
-			sp->s[j].up);
-		last = j;
-	}
-	fclose(f);
-}
-
 /* ---- the workloads ---------------------------------------------------------------------- */
 
 static unsigned not_back; /* workers not re-admitted within READMIT_MAX_NS */
@@ -681,7 +518,7 @@ static void load_kill(struct coord *c, uint32_t fn, unsigned w, const struct tim
 	if (rec < 0)
 		res->rec_full_miss++;
 	add_if(&res->rec_full, rec);
-	write_series(sp, t0, kill_t, listening, up);
+	write_series(sp, t0, kill_t, listening, up, NPROC, INFLIGHT);
 }
 
 /* The flow, a worker SIGSTOPped PRE ms in, SIGCONT once it is DOWN. */
@@ -766,52 +603,39 @@ static void row(const char *name, struct bench_samples *s, const struct bench_st
 	bench_row(name, st, base ? base : st, higher_better);
 }
 
-int main(int argc, char **argv)
+/* What the tables found, for the targets line. */
+struct verdict {
+	struct bench_stats det[4], pre, dead;
+	double hang_h_p99, soak_ratio;
+	bool kill_met, hang_met, soak_met;
+};
+
+/* The coord-worker processes and a coordinator over them; NULL on a failure (said). */
+static struct coord *start(struct coord_registry **reg, uint32_t *fn)
 {
-	const struct timing *tm;
-	struct coord_registry *reg;
 	struct coord_spec *spec = NULL;
 	struct coord_error err = { .msg = "" };
 	struct coord_opts o;
 	struct coord *c;
-	struct coord_metrics b;
-	struct bench_args a;
-	struct results res = { 0 };
-	struct flow *fl = calloc(1, sizeof(*fl));
-	struct sampler *sp = calloc(1, sizeof(*sp));
-	struct bench_stats st[4], bst[5], rs[2], pre, dead, post, dip, sk[2], inf, pb;
-	uint64_t t_start = bench_now_ns();
-	unsigned seed = 4;
-	double hang_h_p99, soak_ratio;
-	bool kill_met, hang_met, soak_met;
-	char json[256], title[400];
-	uint32_t fn;
-
-	bench_parse_args(argc, argv, &a);
-	tm = a.quick ? &quick_t : &full_t;
-	worker_bin = getenv_or("COORD_WORKER_BIN", BENCH_WORKER_BIN);
-	worker_fns = getenv_or("BENCH_FNS", BENCH_FNS_LIB);
-	signal(SIGPIPE, SIG_IGN);
-	if (!fl || !sp)
-		return 1;
+	char json[256];
 
 	for (unsigned i = 0; i < NPROC; i++)
 		if (worker_start(i, 0) < 0) {
 			fprintf(stderr, "bench_fault: %s did not start\n", worker_bin);
 			workers_stop();
-			return 1;
+			return NULL;
 		}
 	snprintf(json, sizeof(json),
 		 "{\"worker\": [\"127.0.0.1:%u\", \"127.0.0.1:%u\", \"127.0.0.1:%u\", "
 		 "\"127.0.0.1:%u\"]}",
 		 ports[0], ports[1], ports[2], ports[3]);
-	if (coord_registry_create(&reg) || coord_register_fns(reg)) {
+	if (coord_registry_create(reg) || coord_register_fns(*reg)) {
 		fprintf(stderr, "bench_fault: registry set-up failed\n");
 		workers_stop();
-		return 1;
+		return NULL;
 	}
 	coord_opts_init(&o);
-	o.registry = reg;
+	o.registry = *reg;
 	o.transport = "tcp";
 	o.start_delay_ms = 0;
 	o.start_delay_max_ms = -1;
@@ -819,52 +643,62 @@ int main(int argc, char **argv)
 	o.heartbeat_misses = HB_MISSES;
 	o.connect_timeout_ms = 1000;
 	if (coord_spec_parse(json, &spec, &err) || coord_create(spec, &o, &c, &err) ||
-	    coord_fn_lookup(c, "inc", &fn, &err)) {
+	    coord_fn_lookup(c, "inc", fn, &err)) {
 		fprintf(stderr, "bench_fault: coordinator: %s\n", err.msg);
 		workers_stop();
-		return 1;
+		return NULL;
 	}
 	coord_spec_destroy(spec);
+	return c;
+}
 
-	/* warm-up, not counted */
+/* A warm-up flow (not counted), then the repeats of every workload. */
+static void run(struct coord *c, uint32_t fn, const struct bench_args *a, const struct timing *tm,
+		struct flow *fl, struct sampler *sp, struct results *res)
+{
+	struct coord_metrics b;
+	unsigned seed = 4;
+
 	snap(c, &b);
 	flow_start(fl, c, fn);
 	sleep_ns(tm->pre * 1000000ull);
 	flow_stop(fl, &b, "warm-up");
-
-	for (unsigned rep = 0; rep < a.repeats && !bench_exit_code(); rep++) {
+	for (unsigned rep = 0; rep < a->repeats && !bench_exit_code(); rep++) {
 		unsigned w = rep % NPROC;
 
-		idle_fault(c, w, false, &res);
+		idle_fault(c, w, false, res);
 		/* Another worker than the one just re-admitted (whose silence
 		 * starts at its admission), at a random point of its heartbeat
 		 * cycle. */
 		sleep_ns((uint64_t)(rand_r(&seed) % (HB_MS * 1000)) * 1000ull);
-		idle_fault(c, (w + NPROC / 2) % NPROC, true, &res);
-		load_kill(c, fn, w, tm, fl, sp, &res);
-		load_hang(c, fn, w, tm, fl, &res);
-		soak(c, fn, rep & 1, tm, &seed, fl, &res);
-		soak(c, fn, !(rep & 1), tm, &seed, fl, &res);
+		idle_fault(c, (w + NPROC / 2) % NPROC, true, res);
+		load_kill(c, fn, w, tm, fl, sp, res);
+		load_hang(c, fn, w, tm, fl, res);
+		soak(c, fn, rep & 1, tm, &seed, fl, res);
+		soak(c, fn, !(rep & 1), tm, &seed, fl, res);
 	}
-	coord_destroy(c);
-	workers_stop();
-	coord_registry_destroy(reg);
+}
 
-	/* 1. detection */
+/* 1. detection */
+static void table_detect(const struct bench_args *a, struct results *res, struct verdict *v)
+{
+	struct bench_stats *st = v->det, inf, pb;
+	char title[400];
+
 	snprintf(title, sizeof(title),
 		 "bench_fault detection: from kill(SIGKILL or SIGSTOP) of one of %d coord-worker "
 		 "processes (tcp loopback) to coord_metrics() showing it DOWN, polled every "
 		 "%.1f ms; heartbeat_ms=%d heartbeat_misses=%d; under load = %d inc closures in "
 		 "flight; %u repeats",
-		 NPROC, (double)POLL_NS / 1e6, HB_MS, HB_MISSES, INFLIGHT, a.repeats);
+		 NPROC, (double)POLL_NS / 1e6, HB_MS, HB_MISSES, INFLIGHT, a->repeats);
 	bench_header(title, "ms; x base = the idle hard kill's / this one's");
-	row("SIGKILL (EOF), idle (base)", &res.det[0], NULL, false, &st[0]);
-	row("SIGKILL (EOF), under load", &res.det[1], &st[0], false, &st[1]);
-	row("SIGSTOP (heartbeats), idle", &res.det[2], &st[0], false, &st[2]);
-	row("SIGSTOP (heartbeats), under load", &res.det[3], &st[0], false, &st[3]);
-	hang_h_p99 = fmax(st[2].p99, st[3].p99) / HB_MS;
-	bench_summarize(&res.gone, false, &inf);
-	bench_summarize(&res.after_gone, false, &pb);
+	row("SIGKILL (EOF), idle (base)", &res->det[0], NULL, false, &st[0]);
+	row("SIGKILL (EOF), under load", &res->det[1], &st[0], false, &st[1]);
+	row("SIGSTOP (heartbeats), idle", &res->det[2], &st[0], false, &st[2]);
+	row("SIGSTOP (heartbeats), under load", &res->det[3], &st[0], false, &st[3]);
+	v->hang_h_p99 = fmax(st[2].p99, st[3].p99) / HB_MS;
+	bench_summarize(&res->gone, false, &inf);
+	bench_summarize(&res->after_gone, false, &pb);
 	printf("# SIGKILL detections (idle and under load) in two parts: kill() until the process "
 	       "is a zombie (its sockets closed) median %.2f ms, max %.2f; from then until DOWN "
 	       "median %.2f ms, max %.2f\n",
@@ -874,8 +708,9 @@ int main(int argc, char **argv)
 	       "1 H of silence, the loss is declared one H/8 check before %d H of silence\n",
 	       HB_MS, st[2].median / HB_MS, st[2].p99 / HB_MS, st[2].max / HB_MS,
 	       st[3].median / HB_MS, st[3].p99 / HB_MS, st[3].max / HB_MS, HB_MISSES);
-	kill_met = st[0].n && st[1].n && st[0].p99 <= KILL_TARGET_MS && st[1].p99 <= KILL_TARGET_MS;
-	hang_met = st[2].n && st[3].n && hang_h_p99 <= HANG_TARGET_HB;
+	v->kill_met = st[0].n && st[1].n && st[0].p99 <= KILL_TARGET_MS &&
+		      st[1].p99 <= KILL_TARGET_MS;
+	v->hang_met = st[2].n && st[3].n && v->hang_h_p99 <= HANG_TARGET_HB;
 	for (unsigned k = 0; k < 4; k++) {
 		bool met = st[k].n && (k < 2 ? st[k].p99 <= KILL_TARGET_MS
 					     : st[k].p99 / HB_MS <= HANG_TARGET_HB);
@@ -886,61 +721,73 @@ int main(int argc, char **argv)
 		       k < 2 ? "target_p99_le_10ms" : "target_p99_le_2H", bench_met(met));
 	}
 	printf("\n");
+}
 
-	/* 2. recovery to throughput */
+/* 2. recovery to throughput */
+static void table_recovery(const struct bench_args *a, struct results *res, struct verdict *v)
+{
+	struct bench_stats rs[2], post, dip, inf, pb;
+	char title[400];
+
 	snprintf(title, sizeof(title),
 		 "bench_fault recovery to throughput: %d inc closures in flight over %d workers, "
 		 "one SIGKILLed; R = median %d ms bucket rate (coord_metrics().completed) before "
 		 "the kill; time from the kill to the end of the first bucket that, with the next, "
 		 "is >= %.0f%% of the reference (resolution %d ms); %u repeats",
-		 INFLIGHT, NPROC, BUCKET_MS, RECOVERED * 100, BUCKET_MS, a.repeats);
+		 INFLIGHT, NPROC, BUCKET_MS, RECOVERED * 100, BUCKET_MS, a->repeats);
 	bench_header(title, "ms after the kill");
-	row("ref = R x 3/4, survivors' share (base)", &res.rec_share, NULL, false, &rs[0]);
-	row("ref = R, the whole pre-kill rate", &res.rec_full, &rs[0], false, &rs[1]);
+	row("ref = R x 3/4, survivors' share (base)", &res->rec_share, NULL, false, &rs[0]);
+	row("ref = R, the whole pre-kill rate", &res->rec_full, &rs[0], false, &rs[1]);
 	printf("# repeats that never got there before the restart: %u (share), %u (whole)\n",
-	       res.rec_share_miss, res.rec_full_miss);
+	       res->rec_share_miss, res->rec_full_miss);
 	snprintf(title, sizeof(title),
 		 "bench_fault throughput around the kill: %d inc closures in flight, %d workers; "
 		 "before = median bucket rate, dead = mean while %d of %d are up, after = mean "
 		 "once all are back; %u repeats",
-		 INFLIGHT, NPROC, NPROC - 1, NPROC, a.repeats);
+		 INFLIGHT, NPROC, NPROC - 1, NPROC, a->repeats);
 	bench_header(title, "closures/s; x base = over the pre-kill rate");
-	row("before the kill (base)", &res.pre_rate, NULL, true, &pre);
-	row("worker dead (3 up)", &res.dead_rate, &pre, true, &dead);
-	row("after re-admission (4 up)", &res.post_rate, &pre, true, &post);
-	bench_summarize(&res.dip, true, &dip);
+	row("before the kill (base)", &res->pre_rate, NULL, true, &v->pre);
+	row("worker dead (3 up)", &res->dead_rate, &v->pre, true, &v->dead);
+	row("after re-admission (4 up)", &res->post_rate, &v->pre, true, &post);
+	bench_summarize(&res->dip, true, &dip);
 	printf("# lowest %d ms bucket in the 100 ms after the kill / R: median %.2f, min %.2f\n",
 	       BUCKET_MS, dip.median, dip.min);
-	bench_summarize(&res.in_flight, false, &inf);
-	bench_summarize(&res.put_back, false, &pb);
+	bench_summarize(&res->in_flight, false, &inf);
+	bench_summarize(&res->put_back, false, &pb);
 	printf("# at the kill: metrics in_flight (all workers) median %.0f (min - max %.0f - "
 	       "%.0f); closures put back by the loss median %.0f (min - max %.0f - %.0f)\n",
 	       inf.median, inf.min, inf.max, pb.median, pb.min, pb.max);
 	printf("SUMMARY bench_fault config=recovery ref=share median_ms=%.1f p99_ms=%.1f "
 	       "min_ms=%.1f max_ms=%.1f missed=%u\n",
-	       rs[0].median, rs[0].p99, rs[0].min, rs[0].max, res.rec_share_miss);
+	       rs[0].median, rs[0].p99, rs[0].min, rs[0].max, res->rec_share_miss);
 	printf("SUMMARY bench_fault config=recovery ref=whole median_ms=%.1f p99_ms=%.1f "
 	       "min_ms=%.1f max_ms=%.1f missed=%u\n",
-	       rs[1].median, rs[1].p99, rs[1].min, rs[1].max, res.rec_full_miss);
+	       rs[1].median, rs[1].p99, rs[1].min, rs[1].max, res->rec_full_miss);
 	printf("SUMMARY bench_fault config=rates before=%.0f dead=%.0f after=%.0f "
 	       "dead_ratio=%.2f after_ratio=%.2f dip_min=%.2f\n",
-	       pre.median, dead.median, post.median, bench_speedup(&dead, &pre, true),
-	       bench_speedup(&post, &pre, true), dip.min);
+	       v->pre.median, v->dead.median, post.median, bench_speedup(&v->dead, &v->pre, true),
+	       bench_speedup(&post, &v->pre, true), dip.min);
 	printf("\n");
+}
 
-	/* 3. re-admission */
+/* 3. re-admission */
+static void table_readmit(const struct bench_args *a, struct results *res)
+{
+	struct bench_stats bst[5];
+	char title[400];
+
 	snprintf(title, sizeof(title),
 		 "bench_fault re-admission: until workers_up = %d with recoveries up, from the "
 		 "restarted coord-worker listening on the same port (SIGKILL) or from SIGCONT "
 		 "(SIGSTOP); the recovery thread retries after 50 ms doubling, x0.5-1.5 jitter; "
 		 "%u repeats",
-		 NPROC, a.repeats);
+		 NPROC, a->repeats);
 	bench_header(title, "ms; x base = the idle restart's / this one's");
-	row("restart after SIGKILL, idle (base)", &res.back[0], NULL, false, &bst[0]);
-	row("restart after SIGKILL, under load", &res.back[1], &bst[0], false, &bst[1]);
-	row("SIGCONT after SIGSTOP, idle", &res.back[2], &bst[0], false, &bst[2]);
-	row("SIGCONT after SIGSTOP, under load", &res.back[3], &bst[0], false, &bst[3]);
-	row("SIGKILL -> 4 up, idle (restart at once)", &res.back[4], &bst[0], false, &bst[4]);
+	row("restart after SIGKILL, idle (base)", &res->back[0], NULL, false, &bst[0]);
+	row("restart after SIGKILL, under load", &res->back[1], &bst[0], false, &bst[1]);
+	row("SIGCONT after SIGSTOP, idle", &res->back[2], &bst[0], false, &bst[2]);
+	row("SIGCONT after SIGSTOP, under load", &res->back[3], &bst[0], false, &bst[3]);
+	row("SIGKILL -> 4 up, idle (restart at once)", &res->back[4], &bst[0], false, &bst[4]);
 	printf("# workers not re-admitted within %.0f s: %u\n", (double)READMIT_MAX_NS / 1e9,
 	       not_back);
 	for (unsigned k = 0; k < 5; k++)
@@ -948,51 +795,91 @@ int main(int argc, char **argv)
 		       "min_ms=%.1f max_ms=%.1f n=%zu\n",
 		       back_kind[k], bst[k].median, bst[k].p99, bst[k].min, bst[k].max, bst[k].n);
 	printf("\n");
+}
 
-	/* 4. soak */
+/* 4. soak */
+static void table_soak(const struct bench_args *a, const struct timing *tm, struct results *res,
+		       struct verdict *v)
+{
+	struct bench_stats sk[2];
+	char title[400];
+
 	snprintf(title, sizeof(title),
 		 "bench_fault soak: %d inc closures in flight over %d workers for %u ms, with no "
 		 "fault and with a random worker SIGKILLed and restarted on its port every %d ms "
 		 "(alternating order); closures/s = fetched / elapsed; %u repeats",
-		 INFLIGHT, NPROC, tm->soak, SOAK_KILL_MS, a.repeats);
+		 INFLIGHT, NPROC, tm->soak, SOAK_KILL_MS, a->repeats);
 	bench_header(title, "closures/s; p99 = slow tail; x base = over the no-fault run");
-	row("no faults (base)", &res.soak[0], NULL, true, &sk[0]);
-	row("kill + restart every 200 ms", &res.soak[1], &sk[0], true, &sk[1]);
-	soak_ratio = bench_speedup(&sk[1], &sk[0], true);
-	soak_met = soak_ratio >= SOAK_TARGET;
+	row("no faults (base)", &res->soak[0], NULL, true, &sk[0]);
+	row("kill + restart every 200 ms", &res->soak[1], &sk[0], true, &sk[1]);
+	v->soak_ratio = bench_speedup(&sk[1], &sk[0], true);
+	v->soak_met = v->soak_ratio >= SOAK_TARGET;
 	printf("# tiny closures on a 2-CPU machine: fewer worker processes may run them faster "
 	       "(see 'worker dead (3 up)' against 'before the kill' above, x %.2f), which the soak "
 	       "ratio includes\n",
-	       bench_speedup(&dead, &pre, true));
+	       bench_speedup(&v->dead, &v->pre, true));
 	printf("# %u kills in all: %" PRIu64 " losses, %" PRIu64 " recoveries, %" PRIu64
 	       " closures put back\n",
-	       res.soak_kills, res.soak_losses, res.soak_recoveries, res.soak_put_back);
+	       res->soak_kills, res->soak_losses, res->soak_recoveries, res->soak_put_back);
 	printf("SUMMARY bench_fault config=soak faults_per_s=%.1f closures_per_s=%.0f "
 	       "base_closures_per_s=%.0f ratio=%.2f target_ge_0.70=%s\n",
-	       1000.0 / SOAK_KILL_MS, sk[1].median, sk[0].median, soak_ratio, bench_met(soak_met));
+	       1000.0 / SOAK_KILL_MS, sk[1].median, sk[0].median, v->soak_ratio,
+	       bench_met(v->soak_met));
+}
+
+static void results_free(struct results *res)
+{
+	struct bench_samples *all[] = { &res->rec_share,  &res->rec_full,  &res->pre_rate,
+					&res->dead_rate,  &res->post_rate, &res->dip,
+					&res->in_flight,  &res->put_back,  &res->gone,
+					&res->after_gone, &res->soak[0],   &res->soak[1] };
+
+	for (unsigned k = 0; k < 4; k++)
+		bench_samples_free(&res->det[k]);
+	for (unsigned k = 0; k < 5; k++)
+		bench_samples_free(&res->back[k]);
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		bench_samples_free(all[i]);
+}
+
+int main(int argc, char **argv)
+{
+	const struct timing *tm;
+	struct coord_registry *reg;
+	struct coord *c;
+	struct bench_args a;
+	struct results res = { 0 };
+	struct verdict v;
+	struct flow *fl = calloc(1, sizeof(*fl));
+	struct sampler *sp = calloc(1, sizeof(*sp));
+	uint64_t t_start = bench_now_ns();
+	uint32_t fn;
+
+	bench_parse_args(argc, argv, &a);
+	tm = a.quick ? &quick_t : &full_t;
+	worker_bin = getenv_or("COORD_WORKER_BIN", BENCH_WORKER_BIN);
+	worker_fns = getenv_or("BENCH_FNS", BENCH_FNS_LIB);
+	signal(SIGPIPE, SIG_IGN);
+	if (!fl || !sp)
+		return 1;
+	c = start(&reg, &fn);
+	if (!c)
+		return 1;
+	run(c, fn, &a, tm, fl, sp, &res);
+	coord_destroy(c);
+	workers_stop();
+	coord_registry_destroy(reg);
+	table_detect(&a, &res, &v);
+	table_recovery(&a, &res, &v);
+	table_readmit(&a, &res);
+	table_soak(&a, tm, &res, &v);
 	printf("SUMMARY bench_fault config=targets kill_detect_le_10ms=%s (p99 %.2f ms) "
 	       "hang_detect_le_2H=%s (p99 %.2f H) soak_ge_0.70=%s (%.2f) not_readmitted=%u "
 	       "conservation=%s elapsed_s=%.1f\n",
-	       bench_met(kill_met), fmax(st[0].p99, st[1].p99), bench_met(hang_met), hang_h_p99,
-	       bench_met(soak_met), soak_ratio, not_back, bench_exit_code() ? "FAILED" : "ok",
-	       (double)(bench_now_ns() - t_start) / 1e9);
-
-	for (unsigned k = 0; k < 4; k++)
-		bench_samples_free(&res.det[k]);
-	for (unsigned k = 0; k < 5; k++)
-		bench_samples_free(&res.back[k]);
-	bench_samples_free(&res.rec_share);
-	bench_samples_free(&res.rec_full);
-	bench_samples_free(&res.pre_rate);
-	bench_samples_free(&res.dead_rate);
-	bench_samples_free(&res.post_rate);
-	bench_samples_free(&res.dip);
-	bench_samples_free(&res.in_flight);
-	bench_samples_free(&res.put_back);
-	bench_samples_free(&res.gone);
-	bench_samples_free(&res.after_gone);
-	bench_samples_free(&res.soak[0]);
-	bench_samples_free(&res.soak[1]);
+	       bench_met(v.kill_met), fmax(v.det[0].p99, v.det[1].p99), bench_met(v.hang_met),
+	       v.hang_h_p99, bench_met(v.soak_met), v.soak_ratio, not_back,
+	       bench_exit_code() ? "FAILED" : "ok", (double)(bench_now_ns() - t_start) / 1e9);
+	results_free(&res);
 	free(fl);
 	free(sp);
 	return bench_exit_code();
