@@ -74,36 +74,6 @@ struct raw_hdr {
 	uint32_t pad;
 };
 
-static int send_all(int fd, const void *p, size_t n)
-{
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p = (const uint8_t *)p + w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-static int recv_all(int fd, void *p, size_t n)
-{
-	while (n) {
-		ssize_t r = recv(fd, p, n, MSG_WAITALL);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		p = (uint8_t *)p + r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
 static void raw_serve(int lfd)
 {
 	uint8_t *buf = malloc(MAXSZ), ack = 1;
@@ -113,9 +83,9 @@ static void raw_serve(int lfd)
 	if (!buf || fd < 0)
 		_exit(1);
 	memset(buf, 7, MAXSZ);
-	while (recv_all(fd, &h, sizeof(h)) == 0 && h.len <= MAXSZ) {
-		if (h.dir == 0 ? recv_all(fd, buf, h.len) || send_all(fd, &ack, 1)
-			       : send_all(fd, buf, h.len))
+	while (bench_recv_all(fd, &h, sizeof(h)) == 0 && h.len <= MAXSZ) {
+		if (h.dir == 0 ? bench_recv_all(fd, buf, h.len) || bench_send_all(fd, &ack, 1)
+			       : bench_send_all(fd, buf, h.len))
 			break;
 	}
 	_exit(0);
@@ -151,10 +121,10 @@ static int raw_call(int fd, void *buf, size_t len, unsigned dir)
 	struct raw_hdr h = { .len = len, .dir = dir };
 	uint8_t ack;
 
-	if (send_all(fd, &h, sizeof(h)))
+	if (bench_send_all(fd, &h, sizeof(h)))
 		return -1;
-	return dir == 0 ? (send_all(fd, buf, len) || recv_all(fd, &ack, 1))
-			: recv_all(fd, buf, len);
+	return dir == 0 ? (bench_send_all(fd, buf, len) || bench_recv_all(fd, &ack, 1))
+			: bench_recv_all(fd, buf, len);
 }
 
 /* ---- coordinators ------------------------------------------------------------------------- */

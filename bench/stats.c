@@ -2,6 +2,7 @@
 /*
  * bench/stats.c - see stats.h.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -453,4 +455,34 @@ int bench_worker_spawn(const char *bin, const char *fns, unsigned port, int *pid
 	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
 	*pid = bench_spawn(argv, "coord-worker", port_out);
 	return *pid < 0 ? -1 : 0;
+}
+
+int bench_send_all(int fd, const void *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p = (const uint8_t *)p + w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int bench_recv_all(int fd, void *p, size_t n)
+{
+	while (n) {
+		ssize_t r = recv(fd, p, n, MSG_WAITALL);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		p = (uint8_t *)p + r;
+		n -= (size_t)r;
+	}
+	return 0;
 }

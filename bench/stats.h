@@ -169,6 +169,11 @@ int bench_spawn(char *const argv[], const char *banner, unsigned *port);
 int bench_worker_spawn(const char *bin, const char *fns, unsigned port, int *pid,
 		       unsigned *port_out);
 
+/* bench_send_all(), bench_recv_all() - all @n bytes on a blocking socket
+ * (EINTR retried); 0, or -1 when it broke or closed. */
+int bench_send_all(int fd, const void *p, size_t n);
+int bench_recv_all(int fd, void *p, size_t n);
+
 /* bench_met() - "met" / "not_met" for a target in a SUMMARY line. */
 static inline const char *bench_met(bool met)
 {

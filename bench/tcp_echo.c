@@ -56,36 +56,6 @@ static void nodelay(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-static int send_all(int fd, const void *p, size_t n)
-{
-	while (n) {
-		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -1;
-		p = (const char *)p + k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
-static int recv_all(int fd, void *p, size_t n)
-{
-	while (n) {
-		ssize_t k = recv(fd, p, n, 0);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -1;
-		p = (char *)p + k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
 /* writev() all of @iov[0, @n), resuming after short writes. */
 static int writev_all(int fd, struct iovec *iov, int n)
 {
@@ -173,8 +143,8 @@ static void *echo_conn_main(void *arg)
 	uint8_t *in = NULL, *out = NULL, tok[8];
 	size_t pos = 0;
 
-	if (recv_all(fd, &h, sizeof(h)) < 0 || h.req < 8 || h.res < 8 || h.req > sizeof(arg_buf) ||
-	    h.res > 4096)
+	if (bench_recv_all(fd, &h, sizeof(h)) < 0 || h.req < 8 || h.res < 8 ||
+	    h.req > sizeof(arg_buf) || h.res > 4096)
 		goto out;
 	in = malloc(ECHO_SRV_BUF);
 	out = calloc(ECHO_SRV_BUF / h.req + 1, h.res);
@@ -201,7 +171,7 @@ static void *echo_conn_main(void *arg)
 				pos = 0;
 			}
 		}
-		if (nrep && send_all(fd, out, nrep * h.res) < 0)
+		if (nrep && bench_send_all(fd, out, nrep * h.res) < 0)
 			break;
 	}
 out:
@@ -287,7 +257,7 @@ int echo_open(struct echo *e, unsigned nconns, unsigned np, size_t req, size_t r
 		if (connect(c->fd, (struct sockaddr *)&echo_addr[i % np], sizeof(echo_addr[0])) < 0)
 			return -1;
 		nodelay(c->fd);
-		if (send_all(c->fd, &h, sizeof(h)) < 0)
+		if (bench_send_all(c->fd, &h, sizeof(h)) < 0)
 			return -1;
 	}
 	return 0;
