@@ -30,29 +30,23 @@ NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 
 def header(lines):
-    """The first comment block of a C file, or the leading # lines of a script."""
+    """The file's header: a C file's first /* comment */ (with the lines above
+    it), a script's leading # lines, or a Python module's docstring."""
+    text = "\n".join(lines[:400])
+    if text.lstrip().startswith(("//", "/*")):
+        end = text.find("*/", text.find("/*"))
+        return text[:end] if end >= 0 else text
     out = []
-    in_c = False
-    for ln in lines[:200]:
-        s = ln.strip()
-        if in_c:
-            out.append(s)
-            if "*/" in s:
-                break
-        elif s.startswith("/*"):
-            in_c = True
-            out.append(s)
-            if "*/" in s[2:]:
-                in_c = False
-        elif s.startswith("#") or s.startswith("//") or not s:
-            out.append(s)
-        elif s.startswith('"""'):
-            out.append(s)
+    for ln in lines[:400]:
+        if ln.startswith("#") or not ln.strip():
+            out.append(ln)
         else:
-            if out and any("Long " in x for x in out):
-                break
-            if not s.startswith(("#include", "#!")):
-                break
+            break
+    rest = "\n".join(lines[len(out):400])
+    for q in ('"""', "'''"):
+        if rest.startswith(q):
+            end = rest.find(q, 3)
+            out.append(rest[:end] if end >= 0 else rest)
     return "\n".join(out)
 
 
