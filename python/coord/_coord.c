@@ -12,21 +12,12 @@
  * numpy) without a copy, and meson builds it with py.extension_module() from
  * a fresh clone (python3-dev only; no build-time code generation).
  *
- * What it keeps true:
- *   - The GIL is released around every call that can wait (create, schedule,
- *     fetch, join, done, variable and checkpoint calls); waits run in slices
- *     of WAIT_SLICE_NS so Ctrl-C (PyErr_CheckSignals) and, for join,
- *     close() get in.  A slice that ran out is told from a closure's own
- *     COORD_ETIMEDOUT by err.closure: only the closure's names it.
- *   - A coordinator is destroyed only when no call on it is running: calls
- *     count themselves in @busy (changed only with the GIL held), close()
- *     marks it closing and waits for @busy to drain.
- *   - A RemoteValue owns one coord_rv reference, put in its dealloc; its
- *     value is exported (buffer protocol) in place, read-only, and the export
- *     keeps the object, hence the value, alive (zero-copy numpy results).
- *   - A PerWorker handle holds a reference to its Coordinator, which frees
- *     its registry and unloads its worker library only in dealloc: a handle
- *     put after close() never meets a freed registry.
+ * What it keeps true (each file's header says its part):
+ *   - The GIL is released around every call that can wait, and a wait runs
+ *     in slices so that Ctrl-C and close() get in (_coord_conv.c).
+ *   - A coordinator is destroyed only when no call on it is running
+ *     (_coord_coordinator.c); a RemoteValue's exported value lives as long as
+ *     the export, a PerWorker handle never meets a freed registry (_coord_rv.c).
  *   - Errors become exceptions through the factory the package installs
  *     (_set_error_factory): code, cause, worker, closure, message.
  */
