@@ -145,12 +145,23 @@ static void test_s1_backpressure_tiny_ring(void **state)
 	a.n = 40;
 	atomic_store(&a.scheduled, 0);
 	pthread_create(&t, NULL, bp_producer, &a);
-	/* The worker holds a batch it cannot finish; the ring holds 4 more. */
-	t_sleep_ns(200000000);
-	long stuck = atomic_load(&a.scheduled);
-	assert_true(stuck < 40);
+	/* The worker holds a closure it cannot finish (it entered the gate),
+	 * the ring holds 4 more, and the producer has returned from 5 calls:
+	 * from then on nothing can move.  Waiting for that state, not for a
+	 * fixed time, keeps a loaded machine (a worker that takes its first
+	 * closure late) from failing the check below. */
+	uint64_t until = t_now_ns() + 20000000000ull;
+
+	while ((atomic_load(&t_entered) < 1 || coord_ring_size(&f->c->ring) < 4 ||
+		atomic_load(&a.scheduled) < 5) &&
+	       t_now_ns() < until)
+		t_sleep_ns(1000000);
+	assert_int_equal(atomic_load(&t_entered), 1);
 	assert_true(coord_ring_size(&f->c->ring) == 4);
+	long stuck = atomic_load(&a.scheduled);
+	assert_int_equal(stuck, 5);
 	t_sleep_ns(100000000);
+	assert_true(coord_ring_size(&f->c->ring) == 4);
 	assert_int_equal(atomic_load(&a.scheduled), stuck); /* still blocked */
 	atomic_store(&t_gate, 1);
 	pthread_join(t, NULL);
