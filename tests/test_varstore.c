@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -733,6 +734,36 @@ static void test_varstore_checkpoint_after_crash(void **state)
 	rm_dir(dir);
 }
 
+/* CK-T1 (checkpoint.c): a save removes the temp files of interrupted saves,
+ * but never one whose writer is alive (it holds the file's lock), as when
+ * two clusters' ps tasks save beneath one root. */
+static void test_varstore_live_temp_file_kept(void **state)
+{
+	struct coord_varstore *vs = new_store(0);
+	struct coord_error e = { 0 };
+	char *dir = mk_dir(), live[512], dead[512];
+	float x = 1.0f;
+	int fd;
+
+	(void)state;
+	mk(vs, "x", 0, NULL, &x);
+	snprintf(live, sizeof(live), "%s/.ckpt-5.coord.tmp.777.0", dir);
+	snprintf(dead, sizeof(dead), "%s/.ckpt-5.coord.tmp.778.0", dir);
+	write_file(dir, ".ckpt-5.coord.tmp.777.0", "COORDCKP", 8);
+	write_file(dir, ".ckpt-5.coord.tmp.778.0", "COORDCKP", 8);
+	fd = open(live, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_EX), 0); /* a writer at work */
+	assert_int_equal(coord_varstore_save(vs, dir, 1, &e), 0);
+	assert_int_equal(access(live, F_OK), 0);
+	assert_int_equal(access(dead, F_OK), -1);
+	close(fd); /* the writer died: its lock went with it */
+	assert_int_equal(coord_varstore_save(vs, dir, 2, &e), 0);
+	assert_int_equal(access(live, F_OK), -1);
+	coord_varstore_destroy(vs);
+	rm_dir(dir);
+}
+
 /* Restore into @vs must fail with @code and a message holding @what and the
  * file name; @vs must be unchanged (its "x" is 42, it has @nvars). */
 static void expect_refused(struct coord_varstore *vs, const char *dir, int code, const char *what)
@@ -1160,6 +1191,7 @@ int main(void)
 		cmocka_unit_test(test_varstore_save_during_updates),
 		cmocka_unit_test(test_varstore_checkpoint_latest_and_keep),
 		cmocka_unit_test(test_varstore_checkpoint_after_crash),
+		cmocka_unit_test(test_varstore_live_temp_file_kept),
 		cmocka_unit_test(test_varstore_checkpoint_corrupt_refused),
 		cmocka_unit_test(test_varstore_prepare_commit),
 		cmocka_unit_test(test_varstore_prepare_inconsistent),

@@ -32,14 +32,26 @@
  *
  * DIR/latest holds one line, "ckpt-<step>.coord\n".
  *
- * Crash safety (save): each file is written as DIR/.<name>.tmp.<pid>.<n>
- * (O_EXCL), fsync'd, closed, renamed over its final name, and then DIR is
- * fsync'd so the rename itself is durable.  The checkpoint is renamed
- * before latest is written, so latest only ever names a whole file.  A
- * crash leaves at most a stray temp file, which restore never opens (it
- * opens only the name latest gives, or the step asked for), and which the
- * next save into that directory removes (one store per directory: no
- * other writer's temp file can be there), as coord-ps does at start.
+ * Crash safety (save): each file is written as DIR/.<name>.tmp.<pid>.<n>,
+ * fsync'd, renamed over its final name, and then DIR is fsync'd so the
+ * rename itself is durable.  The checkpoint is renamed before latest is
+ * written, so latest only ever names a whole file.  A crash leaves at most
+ * a stray temp file, which restore never opens (it opens only the name
+ * latest gives, or the step asked for), and which the next save into that
+ * directory removes, as coord-ps does at start in every ps-<task> directory
+ * beneath its root.
+ *
+ * CK-T1  A temp file is locked (flock, exclusive) by its writer from before
+ *        it has a name until after its rename: it is made unnamed
+ *        (O_TMPFILE), locked, written, then linked under its temp name
+ *        (tmp_create(), tmp_name()).  A cleaner removes a temp file only
+ *        while it holds that lock itself (LOCK_NB), so a save that is alive,
+ *        in this process or another sharing the directory or the root (two
+ *        clusters under /tmp), is never removed from under its writer; a
+ *        killed writer's lock died with it.  Where O_TMPFILE is refused (a
+ *        file system without it), the file is made by name (O_EXCL) and
+ *        locked at once: a cleaner can then take one between the two calls,
+ *        and that save fails with a clear error rather than tearing data.
  *
  * Verification (restore, coord_ckpt_parse()): a file is read whole into
  * memory and checked before the store is touched: size against
@@ -55,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -296,25 +309,58 @@ static int write_vars(struct wbuf *w, struct ckpt_job *j, struct coord_error *er
 	return 0;
 }
 
+/* CK-T1: a temp file in @dfd, locked; *@named: it already has the name @tmp
+ * (the O_EXCL fallback), else tmp_name() gives it one.  -errno. */
+static int tmp_create(int dfd, const char *tmp, bool *named)
+{
+	int fd = openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+
+	*named = fd < 0;
+	if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+		return -errno;
+	if (fd < 0)
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB)) { /* nobody else knows the file: no wait */
+		int ret = -errno;
+
+		if (*named)
+			unlinkat(dfd, tmp, 0);
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+/* CK-T1: give the unnamed, written temp file @fd the name @tmp in @dfd. */
+static int tmp_name(int fd, int dfd, const char *tmp)
+{
+	char self[64];
+
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	return linkat(AT_FDCWD, self, dfd, tmp, AT_SYMLINK_FOLLOW) ? -errno : 0;
+}
+
 /*
  * Write the checkpoint @j (or, when @j is NULL, the @small_len bytes at
- * @small) to @dfd/@final via a temp file, fsync, rename, fsync the directory.
+ * @small) to @dfd/@final via a temp file (CK-T1), fsync, rename, fsync the
+ * directory.
  */
 static int atomic_write(int dfd, const char *dir, const char *final, struct ckpt_job *j,
 			const void *small, size_t small_len, uint64_t seq, struct coord_error *err)
 {
 	char tmp[128], path[4200];
 	struct wbuf w = { .fd = -1 };
+	bool named;
 	int fd, ret;
 
 	snprintf(tmp, sizeof(tmp), ".%s.tmp.%ld.%" PRIu64, final, (long)getpid(), seq);
 	snprintf(path, sizeof(path), "%s/%s", dir, final);
-	fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		ret = -errno;
-		return coord_seterr(err, ret, "checkpoint '%s/%s': create: %s", dir, tmp,
-				    coord_strerror(ret));
-	}
+	fd = tmp_create(dfd, tmp, &named);
+	if (fd < 0)
+		return coord_seterr(err, fd, "checkpoint '%s/%s': create: %s", dir, tmp,
+				    coord_strerror(fd));
 	if (j) {
 		w.fd = fd;
 		w.buf = malloc(WBUF_BYTES);
@@ -330,18 +376,24 @@ static int atomic_write(int dfd, const char *dir, const char *final, struct ckpt
 		ret = -errno;
 		coord_seterr(err, ret, "'%s': fsync: %s", path, coord_strerror(ret));
 	}
-	if (close(fd) && !ret) {
-		ret = -errno;
-		coord_seterr(err, ret, "'%s': close: %s", path, coord_strerror(ret));
+	if (!ret && !named) {
+		ret = tmp_name(fd, dfd, tmp);
+		if (ret)
+			coord_seterr(err, ret, "'%s': link %s: %s", path, tmp, coord_strerror(ret));
+		else
+			named = true;
 	}
 	if (!ret && renameat(dfd, tmp, dfd, final)) {
 		ret = -errno;
 		coord_seterr(err, ret, "'%s': rename from %s: %s", path, tmp, coord_strerror(ret));
 	}
-	if (ret) {
-		unlinkat(dfd, tmp, 0);
+	if (ret && named)
+		unlinkat(dfd, tmp, 0); /* still ours: we hold its lock (CK-T1) */
+	/* The lock goes with the descriptor, after the rename (CK-T1); the
+	 * data was fsync'd above, so close() has nothing left to report. */
+	close(fd);
+	if (ret)
 		return ret;
-	}
 	if (fsync(dfd)) {
 		ret = -errno;
 		return coord_seterr(err, ret, "checkpoint dir '%s': fsync: %s", dir,
@@ -490,10 +542,26 @@ static bool is_tmp_name(const char *s)
 	       coord_ckpt_all_digits(dot + 1, strlen(dot + 1));
 }
 
+/* CK-T1: remove temp file @name of @dfd if no writer holds it.  -EAGAIN: a
+ * live save's; else 0 or -errno. */
+static int tmp_remove(int dfd, const char *name)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), ret = 0;
+
+	if (fd < 0)
+		return errno == ENOENT ? -EAGAIN : -errno; /* renamed meanwhile */
+	if (flock(fd, LOCK_EX | LOCK_NB))
+		ret = errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	else if (unlinkat(dfd, name, 0))
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
 /*
- * Remove the temp files interrupted saves left in @dfd (one store per
- * directory, saves serialised: none of them is being written now).
- * Bounded by DIR_MAX_ENTRIES; failures are logged.  Return: files removed.
+ * Remove the temp files interrupted saves left in @dfd; a temp file whose
+ * writer is alive, in any process, is left alone (CK-T1).  Bounded by
+ * DIR_MAX_ENTRIES; failures are logged.  Return: files removed.
  */
 unsigned coord_ckpt_clean_tmp(int dfd, const char *dir)
 {
@@ -506,13 +574,16 @@ unsigned coord_ckpt_clean_tmp(int dfd, const char *dir)
 		return 0;
 	}
 	for (unsigned i = 0; i < DIR_MAX_ENTRIES && (de = readdir(d)); i++) {
+		int r;
+
 		if (!is_tmp_name(de->d_name))
 			continue;
-		if (unlinkat(dfd, de->d_name, 0) == 0)
+		r = tmp_remove(dfd, de->d_name);
+		if (r == 0)
 			n++;
-		else
+		else if (r != -EAGAIN)
 			coord_log(COORD_LOG_WARN, "checkpoint '%s/%s': cannot delete: %s", dir,
-				  de->d_name, coord_strerror(-errno));
+				  de->d_name, coord_strerror(r));
 	}
 	closedir(d);
 	if (n)
