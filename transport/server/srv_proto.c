@@ -447,7 +447,10 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 					  .off = q.off,
 					  .n = q.n,
 					  .src = q.data,
-					  .src_len = q.len };
+					  .src_len = q.len,
+					  .sess = q.session,
+					  .closure = q.closure,
+					  .seq = q.seq };
 		struct vres_sink v = { .k = k, .rid = q.rid };
 		struct coord_error err = { 0 };
 		int code = 0;
@@ -466,8 +469,8 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		if (code == 0)
 			code = q.op == COORD_PS_MAP
 				       ? on_map(k, &op, &v, &err)
-				       : coord_ps_apply(k->s->vs, task, &op, &k->scratch, emit_vres,
-							&v, &err);
+				       : coord_ps_apply_once(k->s->once, k->s->vs, task, &op,
+							     &k->scratch, emit_vres, &v, &err);
 
 		if (v.io)
 			return v.io; /* the connection itself failed */
@@ -671,7 +674,10 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 	case COORD_WIRE_VAR_SYNC:
 		return on_sync(k, h, payload);
 	case COORD_WIRE_PS_OPTS:
-		return coord_wire_get_ps_opts(h, payload, &k->ps_opts);
+		r = coord_wire_get_ps_opts(h, payload, &k->ps_opts);
+		if (r == 0) /* its closures' updates are keyed with it (ps.h) */
+			k->env.sess = k->ps_opts.session;
+		return r;
 	case COORD_WIRE_PING: {
 		uint64_t tok;
 		uint8_t b[COORD_WIRE_HDR + 8];
@@ -723,6 +729,10 @@ int coord_srv_init(struct coord_srv *s, const struct coord_server_opts *o, uint8
 	r = coord_key_load(o->key_file, &s->key, err);
 	if (r < 0)
 		return r;
+	if (role == COORD_ROLE_PS && vs && coord_ps_once_create(COORD_PS_ONCE_MAX, &s->once) < 0) {
+		coord_key_wipe(&s->key);
+		return coord_seterr(err, COORD_ENOMEM, "no memory for the at-most-once table");
+	}
 	pthread_mutex_init(&s->lock, NULL);
 	return 0;
 }
@@ -731,6 +741,8 @@ void coord_srv_fini(struct coord_srv *s)
 {
 	pthread_mutex_destroy(&s->lock);
 	coord_key_wipe(&s->key);
+	coord_ps_once_destroy(s->once);
+	s->once = NULL;
 }
 
 void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
