@@ -26,6 +26,9 @@
  * applied request always started before its sender could have given up.
  * Both sides measure durations on their own clock: no two clocks are
  * compared, and only their rates must agree (within 1/16 over a window).
+ * What Give-up cannot tell, an update applied whose reply was lost, the
+ * closure's key handles (runtime/ps/ps_once.c): a record with one goes
+ * through coord_ps_apply_once() after the check above.
  */
 #include <errno.h>
 #include <pthread.h>
