@@ -237,6 +237,27 @@ static void test_once_bounded(void **state)
 	assert_int_equal(stats(f).dups, 8);
 }
 
+/*
+ * The default ring's worth: 262,144 unfinished closures (each its own
+ * slot) with one update each fill a quarter of a full-size table, and none
+ * of their keys is forgotten; every one still answers "done".
+ */
+static void test_once_quarter_kept(void **state)
+{
+	struct fix *f = *state;
+	const unsigned n = COORD_PS_ONCE_MAX / 4;
+
+	for (unsigned i = 0; i < n; i++)
+		assert_int_equal(
+			apply(f, COORD_PS_ASSIGN_ADD, SESS, (1ull << 32) | i, 1, 0, 1, 1.0f), 0);
+	assert_int_equal(stats(f).evicted, 0);
+	assert_int_equal(stats(f).entries, n);
+	for (unsigned i = 0; i < n; i += 97)
+		assert_int_equal(
+			apply(f, COORD_PS_ASSIGN_ADD, SESS, (1ull << 32) | i, 1, 0, 1, 1.0f), 0);
+	assert_true(at(f, 0) == (float)n);
+}
+
 struct race {
 	struct fix *f;
 	unsigned t;
@@ -353,6 +374,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_once_other_update_applied, fix_setup,
 						fix_teardown),
 		cmocka_unit_test_setup_teardown(test_once_bounded, fix_setup_small, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_once_quarter_kept, fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_once_concurrent_copies, fix_setup,
 						fix_teardown),
 		cmocka_unit_test(test_once_each_update_of_a_run),

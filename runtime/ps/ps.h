@@ -275,7 +275,7 @@ COORD_HIDDEN int coord_ps_apply(struct coord_varstore *vs, unsigned task,
  * down to what its buckets hold, at least COORD_PS_ONCE_MIN); memory grows
  * with use.  Any thread.  Return: 0; COORD_ENOMEM.
  */
-#define COORD_PS_ONCE_MIN 2048u
+#define COORD_PS_ONCE_MIN 2048u /* 64 stripes of 2 buckets of 16 */
 COORD_HIDDEN int coord_ps_once_create(uint32_t max, struct coord_ps_once **out);
 COORD_HIDDEN void coord_ps_once_destroy(struct coord_ps_once *o);
 

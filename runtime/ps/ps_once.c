@@ -60,12 +60,15 @@
  * updates here) x (updates per closure run), because a slot holds one
  * closure's keys (O3 replaces).  The pool holds the closures scheduled and
  * not yet final, and those whose handles the program keeps; with the
- * default ring (262,144) and one update per closure and ps task that is
- * under a quarter of COORD_PS_ONCE_MAX, so only a program that keeps
- * hundreds of thousands of closures unfinished that each update one ps
- * task many times, or many sessions (coordinators) that left keys behind
- * (they are the oldest, and go first), reaches the bound.  The table holds
- * at most COORD_PS_ONCE_MAX entries (32 MiB), allocated as used.
+ * default ring (262,144) and one update per closure and ps task that is a
+ * quarter of COORD_PS_ONCE_MAX, where a 16-way bucket overflows with
+ * probability 1e-6 (Poisson(4) above 16: 0.07 buckets of 65,536 expected);
+ * at half of it, 0.4% of the buckets do (each then forgets its oldest key,
+ * usually a final closure's).  So only a program that keeps hundreds of
+ * thousands of closures unfinished that each update one ps task several
+ * times, or many sessions (coordinators) that left keys behind (they are
+ * the oldest, and go first), reaches the bound.  The table holds at most
+ * COORD_PS_ONCE_MAX entries (32 MiB), allocated as used.
  *
  * Not covered: a closure whose run takes another path (a different number
  * of updates before this one) is keyed differently, and only op, variable
@@ -90,8 +93,8 @@
 #include "runtime/ps/ps.h"
 
 #define ONCE_STRIPES 64u
-#define ONCE_WAYS 8u
-#define ONCE_MIN_BUCKETS 4u
+#define ONCE_WAYS 16u
+#define ONCE_MIN_BUCKETS 2u
 
 _Static_assert(COORD_PS_ONCE_MIN >= ONCE_STRIPES * ONCE_WAYS * ONCE_MIN_BUCKETS, "min table");
 
