@@ -744,6 +744,18 @@ void coord_srv_fini(struct coord_srv *s)
 {
 	pthread_mutex_destroy(&s->lock);
 	coord_key_wipe(&s->key);
+	if (s->once) {
+		struct coord_ps_once_stats st;
+
+		coord_ps_once_stats(s->once, &st);
+		if (st.dups || st.finals || st.evicted)
+			coord_log(COORD_LOG_INFO,
+				  "at most once: %llu keyed updates applied, %llu answered as done "
+				  "(a closure run again), %llu refused (closure final), %llu keys "
+				  "forgotten (table full)",
+				  (unsigned long long)st.applied, (unsigned long long)st.dups,
+				  (unsigned long long)st.finals, (unsigned long long)st.evicted);
+	}
 	coord_ps_once_destroy(s->once);
 	s->once = NULL;
 }
