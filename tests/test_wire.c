@@ -495,8 +495,9 @@ static void test_wire_every_bit_flip(void **state)
 	free(copy);
 }
 
-/* VAR_REQ (data from one or two buffers), VAR_RES and PS_TABLE round trip;
- * every truncation and bit flip of a VAR_REQ frame decodes or is refused. */
+/* VAR_REQ (data from one or two buffers, a closure's key or none), VAR_RES
+ * and PS_TABLE round trip; every truncation and bit flip of a VAR_REQ
+ * frame decodes or is refused; a ONCE flag without a key is refused. */
 static void test_wire_var_and_ps_table(void **state)
 {
 	struct coord_wire_writer w;
@@ -528,10 +529,18 @@ static void test_wire_var_and_ps_table(void **state)
 	q.len = q.len2 = 0;
 	q.name_len = 0;
 	assert_int_equal(coord_wire_put_vreq(&w, &q), 0);
+	q.op = 5; /* assign_add, keyed: at most once (ps.h) */
+	q.session = 0x1122334455667788ull;
+	q.closure = (9ull << 32) | 17;
+	q.seq = 3;
+	q.data = "abcd";
+	q.len = 4;
+	assert_int_equal(coord_wire_vreq_size(&q), COORD_WIRE_VREQ_FIXED + COORD_WIRE_VREQ_KEY + 4);
+	assert_int_equal(coord_wire_put_vreq(&w, &q), 0);
 	coord_wire_end(&w);
 	n = w.len;
 	assert_int_equal(coord_wire_parse_hdr(buf, n, 1 << 20, &h), 0);
-	assert_int_equal(h.count, 2);
+	assert_int_equal(h.count, 3);
 	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
 	assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
 	assert_true(q2.rid == ((7ull << 32) | 3) && q2.op == 6 && q2.var == 42 &&
@@ -540,9 +549,31 @@ static void test_wire_var_and_ps_table(void **state)
 	assert_memory_equal(q2.name, "emb0", 4);
 	assert_memory_equal(q2.data, "abcdefWXYZ", 10); /* both parts, in order */
 	assert_null(q2.data2);
+	assert_int_equal(q2.seq, 0); /* no key */
 	assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
 	assert_int_equal(q2.len, 0);
+	assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
+	assert_true(q2.op == 5 && q2.session == 0x1122334455667788ull &&
+		    q2.closure == ((9ull << 32) | 17) && q2.seq == 3 && q2.len == 4);
+	assert_memory_equal(q2.data, "abcd", 4);
 	assert_int_equal(coord_wire_next_vreq(&it, &q2), 0);
+	{ /* the flag with seq 0 (or session 0) is not canonical */
+		size_t at = n - 4 - COORD_WIRE_VREQ_KEY;
+		uint8_t keep[4];
+
+		memcpy(keep, buf + at + 16, 4);
+		memset(buf + at + 16, 0, 4);
+		coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+		assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
+		assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
+		assert_int_equal(coord_wire_next_vreq(&it, &q2), -EPROTO);
+		memcpy(buf + at + 16, keep, 4);
+		memset(buf + at, 0, 8);
+		coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+		assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
+		assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
+		assert_int_equal(coord_wire_next_vreq(&it, &q2), -EPROTO);
+	}
 	for (size_t k = 0; k < n; k++)
 		for (int bit = 0; bit < 8; bit++) {
 			uint8_t *copy = malloc(n);
@@ -604,7 +635,11 @@ static void test_wire_sync_ps_opts(void **state)
 				     .window_ms = 3000,
 				     .hb_ms = 750 },
 			       y2;
-	struct coord_wire_ps_opts o = { .timeout_ms = 30000, .hb_ms = 1000, .misses = 3 }, o2;
+	struct coord_wire_ps_opts o = { .timeout_ms = 30000,
+					.hb_ms = 1000,
+					.misses = 3,
+					.session = 0xfedcba9876543210ull },
+				  o2;
 	struct coord_wire_writer w;
 	struct coord_wire_hdr h;
 	uint8_t b[128];
@@ -613,7 +648,7 @@ static void test_wire_sync_ps_opts(void **state)
 	coord_wire_writer_init(&w, b, sizeof(b));
 	assert_int_equal(coord_wire_put_sync(&w, &y), 0);
 	assert_int_equal(coord_wire_put_ps_opts(&w, &o), 0);
-	assert_int_equal(w.len, 2 * COORD_WIRE_HDR + 24 + 16);
+	assert_int_equal(w.len, 2 * COORD_WIRE_HDR + 24 + COORD_WIRE_PS_OPTS_LEN);
 	assert_int_equal(coord_wire_parse_hdr(b, w.len, 1 << 20, &h), 0);
 	assert_int_equal(h.type, COORD_WIRE_VAR_SYNC);
 	assert_int_equal(coord_wire_get_sync(&h, b + COORD_WIRE_HDR, &y2), 0);
@@ -622,10 +657,11 @@ static void test_wire_sync_ps_opts(void **state)
 	assert_int_equal(coord_wire_parse_hdr(b + 40, w.len - 40, 1 << 20, &h), 0);
 	assert_int_equal(h.type, COORD_WIRE_PS_OPTS);
 	assert_int_equal(coord_wire_get_ps_opts(&h, b + 40 + COORD_WIRE_HDR, &o2), 0);
-	assert_memory_equal(&o, &o2, sizeof(o));
+	assert_true(o2.timeout_ms == o.timeout_ms && o2.hb_ms == o.hb_ms && o2.misses == o.misses &&
+		    o2.session == o.session);
 	b[40 + COORD_WIRE_HDR + 12] = 1; /* reserved */
 	assert_int_equal(coord_wire_get_ps_opts(&h, b + 40 + COORD_WIRE_HDR, &o2), -EPROTO);
-	h.len = 12;
+	h.len = 16; /* a version-2 PS_OPTS */
 	assert_int_equal(coord_wire_get_ps_opts(&h, b + 40 + COORD_WIRE_HDR, &o2), -EPROTO);
 	h.type = COORD_WIRE_VAR_SYNC;
 	h.len = 16;

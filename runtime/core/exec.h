@@ -22,6 +22,7 @@ struct coord_exec_env {
 	const struct coord_registry *reg;
 	int worker;
 	struct coord_ps *ps; /* the ps tasks its functions reach (runtime/ps/ps.h) */
+	uint64_t sess;	     /* its coordinator's session: keys updates (ps.h), 0: none */
 	struct coord_res_slot *res;
 	uint32_t nres, capres;
 };
@@ -67,7 +68,8 @@ struct coord_ctx {
 	coord_result_buf_t result_buf;
 	void *sink;
 	void *pw[COORD_MAX_PW];
-	int ps_failed; /* COORD_CAUSE_PS(task) of a ps it could not reach, or 0 */
+	int ps_failed;	 /* COORD_CAUSE_PS(task) of a ps it could not reach, or 0 */
+	uint32_t ps_seq; /* updates keyed so far (runtime/ps/ps.h "At most once") */
 	struct coord_in_cursor in_cur;
 	int has_msg;
 	char msg[COORD_ERRMSG_LEN];
@@ -103,6 +105,7 @@ static inline void coord_exec_ctx_init(struct coord_ctx *ctx, struct coord_exec_
 	ctx->sink = sink;
 	ctx->has_msg = 0;
 	ctx->ps_failed = 0;
+	ctx->ps_seq = 0;
 	ctx->in_cur.i = 0;
 	ctx->in_cur.p = NULL;
 }

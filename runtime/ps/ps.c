@@ -372,8 +372,14 @@ int coord_ps_local_create(unsigned nps, struct coord_ps **out, struct coord_erro
 		return coord_seterr(err, COORD_ENOMEM, "no memory for the ps stores");
 	}
 	ps->nps = nps;
+	if (!(ps->once = calloc(nps ? nps : 1, sizeof(*ps->once)))) {
+		coord_ps_destroy(ps);
+		return coord_seterr(err, COORD_ENOMEM, "no memory for the ps stores");
+	}
 	for (unsigned i = 0; i < nps; i++) {
 		r = coord_varstore_create(NULL, &ps->local[i], err);
+		if (r == 0 && coord_ps_once_create(COORD_PS_ONCE_MAX, &ps->once[i]) < 0)
+			r = coord_seterr(err, COORD_ENOMEM, "no memory for the ps stores");
 		if (r < 0) {
 			coord_ps_destroy(ps);
 			return r;
@@ -387,9 +393,13 @@ void coord_ps_destroy(struct coord_ps *ps)
 {
 	if (!ps)
 		return;
-	for (unsigned i = 0; ps->local && i < ps->nps; i++)
+	for (unsigned i = 0; ps->local && i < ps->nps; i++) {
 		coord_varstore_destroy(ps->local[i]);
+		if (ps->once)
+			coord_ps_once_destroy(ps->once[i]);
+	}
 	free(ps->local);
+	free(ps->once);
 	coord_psc_destroy(ps->remote);
 	free((void *)ps->failures);
 	free(ps);
@@ -413,7 +423,10 @@ static int ps_local_setup(struct coord *c, const struct coord_spec *spec, struct
 	c->ps = NULL;
 	if (r < 0)
 		return r;
-	return coord_ps_local_create(nps, &c->ps, err);
+	r = coord_ps_local_create(nps, &c->ps, err);
+	if (r == 0)
+		c->ps->sess = coord_ps_session_new(); /* at most once (ps.h) */
+	return r;
 }
 
 int coord_ps_ntasks(const struct coord_spec *spec, unsigned def, unsigned *nps,
@@ -463,8 +476,9 @@ int coord_ps_run(struct coord_ps *ps, struct coord_ps_op *ops, unsigned n, struc
 		return coord_psc_run(ps->remote, ops, n, err);
 	for (unsigned i = 0; i < n; i++) {
 		ops[i].dst_len = 0;
-		ops[i].code = coord_ps_apply(ps->local[ops[i].task], ops[i].task, &ops[i], &s,
-					     local_emit, &ops[i], first ? &e : err);
+		ops[i].code = coord_ps_apply_once(ps->once[ops[i].task], ps->local[ops[i].task],
+						  ops[i].task, &ops[i], &s, local_emit, &ops[i],
+						  first ? &e : err);
 		if (ops[i].code < 0 && !first)
 			first = ops[i].code;
 	}
@@ -590,8 +604,9 @@ static int to_ps_op(const struct coord_var_op *v, unsigned i, struct coord_ps_op
 	}
 }
 
-static int var_batch(struct coord_ps *ps, struct coord_var_op *ops, unsigned n,
-		     struct coord_error *err)
+/* @ctx: a worker function's batch (its updates are keyed), or NULL. */
+static int var_batch(struct coord_ps *ps, struct coord_ctx *ctx, struct coord_var_op *ops,
+		     unsigned n, struct coord_error *err)
 {
 	struct coord_ps_op small[8], *pops = small;
 	int r = 0;
@@ -607,6 +622,8 @@ static int var_batch(struct coord_ps *ps, struct coord_var_op *ops, unsigned n,
 	}
 	for (unsigned i = 0; i < n && r == 0; i++)
 		r = to_ps_op(&ops[i], i, &pops[i], err);
+	if (r == 0 && ctx)
+		coord_ps_ctx_key(ctx, pops, n);
 	if (r == 0)
 		r = coord_ps_run(ps, pops, n, err);
 	for (unsigned i = 0; i < n; i++)
@@ -678,7 +695,7 @@ int coord_var_batch(struct coord *c, struct coord_var_op *ops, unsigned n, struc
 {
 	if (!c)
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
-	return var_batch(c->ps, ops, n, err);
+	return var_batch(c->ps, NULL, ops, n, err);
 }
 
 int coord_var_read(struct coord *c, coord_var_t var, uint64_t off, uint64_t n, float *out,
@@ -744,7 +761,7 @@ int coord_ctx_var_batch(struct coord_ctx *ctx, struct coord_var_op *ops, unsigne
 {
 	struct coord_error e = { 0 };
 	struct coord_ps *ps = ctx->env->ps;
-	int r = var_batch(ps, ops, n, &e);
+	int r = var_batch(ps, ctx, ops, n, &e);
 
 	for (unsigned i = 0; r < 0 && i < n && !ctx->ps_failed; i++)
 		if (unreachable(ps, ops[i].code))

@@ -44,6 +44,19 @@
  * READ .. DELETE and MAP take the handle's tag in the op (@tag) and fail
  * with COORD_ESTALE when it is not the store's (coord_ps_handle_check()).
  *
+ * At most once (runtime/ps/ps_once.c).  An update a worker function makes
+ * (ASSIGN, ASSIGN_ADD, SCATTER_ADD through coord_ctx_var_*() or
+ * coord_ctx_pvar_*()) carries its closure's key: the coordinator's session
+ * (@sess), the closure's id (@closure, coord_ctx_closure(), the same on
+ * every attempt, B8) and its number among the closure's updates (@seq, 1,
+ * 2, ...).  A ps task applies each key once; a closure run again (put back
+ * after a ps error whose update was applied but whose reply was lost, S11,
+ * or after its worker was lost, S2/S10) is answered "done" for the updates
+ * its earlier attempt made.  The coordinator's own updates carry no key
+ * (@seq 0): Give-up keeps them from being applied after the call failed,
+ * but a reply lost with its connection leaves the caller an error for an
+ * update that was made (ps_conn.c "Give-up").
+ *
  * MAP (rdma only: a ps served over rdma registers the variable's memory for
  * remote reads and answers with its address and keys, COORD_PS_MAP_LEN
  * bytes; elsewhere it fails with COORD_EINVAL).  A worker then reads the
@@ -183,16 +196,26 @@ struct coord_ps_op {
 	size_t cap;
 	size_t dst_len;
 	int code;
+	/* At most once (above): the closure's key; @seq 0: none. */
+	uint64_t sess, closure;
+	uint32_t seq;
 };
 
 struct coord_psc; /* transport/psclient/ps_client.c */
 
 /* A set of ps tasks.  Exactly one of @local and @remote is set (or neither
  * when @nps is 0). */
+struct coord_ps_once;
+
 struct coord_ps {
 	unsigned nps;
 	struct coord_varstore **local;
+	/* With @local: each store's at-most-once table (ps_once.c). */
+	struct coord_ps_once **once;
 	struct coord_psc *remote;
+	/* The coordinator's session (at most once, above): random, never 0;
+	 * 0 in a worker's client (its closures' session is its env's). */
+	uint64_t sess;
 	/* S11: failure reports per ps task (the coordinator's; see
 	 * coord_dispatch_ps_retry()). */
 	_Atomic uint32_t *failures;
@@ -241,6 +264,50 @@ struct coord_ps_scratch {
 COORD_HIDDEN int coord_ps_apply(struct coord_varstore *vs, unsigned task,
 				const struct coord_ps_op *op, struct coord_ps_scratch *scratch,
 				coord_ps_emit_t emit, void *arg, struct coord_error *err);
+
+/* --- at most once (runtime/ps/ps_once.c) ---------------------------------------------- */
+
+/* Entries of one ps task's table, at most (32 bytes each). */
+#define COORD_PS_ONCE_MAX (1u << 20)
+
+/*
+ * coord_ps_once_create() - an empty table of at most @max entries (rounded
+ * down to what its buckets hold, at least COORD_PS_ONCE_MIN); memory grows
+ * with use.  Any thread.  Return: 0; COORD_ENOMEM.
+ */
+#define COORD_PS_ONCE_MIN 2048u /* 64 stripes of 2 buckets of 16 */
+COORD_HIDDEN int coord_ps_once_create(uint32_t max, struct coord_ps_once **out);
+COORD_HIDDEN void coord_ps_once_destroy(struct coord_ps_once *o);
+
+/*
+ * coord_ps_apply_once() - coord_ps_apply(), at most once per key: an
+ * update with a key (@op->seq) already applied is answered as done
+ * without touching @vs; one of a closure that is final (its pool slot ran
+ * a later closure since) fails with COORD_ECANCELLED; anything else runs
+ * as coord_ps_apply() does, and a keyed update that succeeds is recorded.
+ * @o NULL: coord_ps_apply().  Concurrency: any thread, any number at once.
+ */
+COORD_HIDDEN int coord_ps_apply_once(struct coord_ps_once *o, struct coord_varstore *vs,
+				     unsigned task, const struct coord_ps_op *op,
+				     struct coord_ps_scratch *scratch, coord_ps_emit_t emit,
+				     void *arg, struct coord_error *err);
+
+/* What a table did (summed over its stripes): keyed updates applied,
+ * answered as done, refused as final, and keys forgotten while their
+ * slot had no later closure (the table was full), and entries held. */
+struct coord_ps_once_stats {
+	uint64_t applied, dups, finals, evicted, entries;
+};
+COORD_HIDDEN void coord_ps_once_stats(struct coord_ps_once *o, struct coord_ps_once_stats *st);
+
+/* A new coordinator session: random, never 0. */
+COORD_HIDDEN uint64_t coord_ps_session_new(void);
+
+/* Key the updates among @ops (a worker function's, through @ctx): the
+ * session of its env, its closure, the next numbers.  Nothing without a
+ * session or a closure. */
+struct coord_ctx;
+COORD_HIDDEN void coord_ps_ctx_key(struct coord_ctx *ctx, struct coord_ps_op *ops, unsigned n);
 
 /*
  * coord_ps_handle_check() - may @op (of ps task @task) run on @vs?  An op

@@ -46,6 +46,15 @@ static struct coord_ps_op shard_op(const struct coord_pvar *pv, unsigned j, uint
 				     .tag = coord_ps_handle_tag(v) };
 }
 
+/* Run @ops (P3); a worker function's (@ctx) updates keyed (ps.h "At most once"). */
+static int run_ops(struct coord_ps *ps, struct coord_ctx *ctx, struct coord_ps_op *ops, unsigned n,
+		   struct coord_error *err)
+{
+	if (ctx)
+		coord_ps_ctx_key(ctx, ops, n);
+	return coord_ps_run(ps, ops, n, err);
+}
+
 /* P1 */
 static int pv_check(const struct coord_pvar *pv, struct coord_error *err)
 {
@@ -245,9 +254,9 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 }
 
 /* scatter_add: rows grouped by shard (a copy), unless they are already. */
-static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const int64_t *ids,
-		      size_t n, const float *upd, struct coord_ps_op *ops, unsigned *nops,
-		      struct coord_error *err)
+static int pv_scatter(struct coord_ps *ps, struct coord_ctx *ctx, const struct coord_pvar *pv,
+		      const int64_t *ids, size_t n, const float *upd, struct coord_ps_op *ops,
+		      unsigned *nops, struct coord_error *err)
 {
 	size_t rowb, cnt[COORD_VAR_MAX_PARTS] = { 0 }, at[COORD_VAR_MAX_PARTS];
 	int64_t *local;
@@ -273,7 +282,7 @@ static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const in
 		ops[0].src2 = upd;
 		ops[0].src2_len = (uint32_t)(n * rowb);
 		*nops = 1;
-		return coord_ps_run(ps, ops, 1, err);
+		return run_ops(ps, ctx, ops, 1, err);
 	}
 	direct = in_shard_order(pv, ids, n); /* then the rows are sent from @upd */
 	local = malloc(8 * n + (direct ? 0 : n * rowb));
@@ -303,15 +312,15 @@ static int pv_scatter(struct coord_ps *ps, const struct coord_pvar *pv, const in
 			memcpy(rows + at[j] * rowb, upd + k * pv->row_len, rowb);
 		at[j]++;
 	}
-	r = coord_ps_run(ps, ops, *nops, err);
+	r = run_ops(ps, ctx, ops, *nops, err);
 	free(local);
 	return r;
 }
 
 /* read / assign_add of a flat range: one op per shard it covers, in place. */
-static int pv_range(struct coord_ps *ps, const struct coord_pvar *pv, uint16_t opc, uint64_t off,
-		    uint64_t n, float *out, const float *in, struct coord_ps_op *ops,
-		    unsigned *nops, struct coord_error *err)
+static int pv_range(struct coord_ps *ps, struct coord_ctx *ctx, const struct coord_pvar *pv,
+		    uint16_t opc, uint64_t off, uint64_t n, float *out, const float *in,
+		    struct coord_ps_op *ops, unsigned *nops, struct coord_error *err)
 {
 	uint64_t total, end;
 	int r;
@@ -356,7 +365,7 @@ static int pv_range(struct coord_ps *ps, const struct coord_pvar *pv, uint16_t o
 		}
 		(*nops)++;
 	}
-	return coord_ps_run(ps, ops, *nops, err);
+	return run_ops(ps, ctx, ops, *nops, err);
 }
 
 /* The shard count @p gives a variable of @rows rows of @rowb bytes. */
@@ -622,7 +631,7 @@ int coord_pvar_scatter_add(struct coord *c, const struct coord_pvar *pv, const i
 
 	if (!c)
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
-	return pv_scatter(c->ps, pv, ids, n, updates, ops, &nops, err);
+	return pv_scatter(c->ps, NULL, pv, ids, n, updates, ops, &nops, err);
 }
 
 int coord_pvar_read(struct coord *c, const struct coord_pvar *pv, uint64_t off, uint64_t n,
@@ -633,7 +642,7 @@ int coord_pvar_read(struct coord *c, const struct coord_pvar *pv, uint64_t off, 
 
 	if (!c)
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
-	return pv_range(c->ps, pv, COORD_PS_READ, off, n, out, NULL, ops, &nops, err);
+	return pv_range(c->ps, NULL, pv, COORD_PS_READ, off, n, out, NULL, ops, &nops, err);
 }
 
 int coord_pvar_assign_add(struct coord *c, const struct coord_pvar *pv, uint64_t off, uint64_t n,
@@ -644,7 +653,7 @@ int coord_pvar_assign_add(struct coord *c, const struct coord_pvar *pv, uint64_t
 
 	if (!c)
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
-	return pv_range(c->ps, pv, COORD_PS_ASSIGN_ADD, off, n, NULL, delta, ops, &nops, err);
+	return pv_range(c->ps, NULL, pv, COORD_PS_ASSIGN_ADD, off, n, NULL, delta, ops, &nops, err);
 }
 
 /* ---- from worker functions -------------------------------------------------------------- */
@@ -680,7 +689,7 @@ int coord_ctx_pvar_scatter_add(struct coord_ctx *ctx, const struct coord_pvar *p
 	struct coord_error e = { 0 };
 	struct coord_ps_op ops[PV_OPS];
 	unsigned nops;
-	int r = pv_scatter(ctx->env->ps, pv, ids, n, updates, ops, &nops, &e);
+	int r = pv_scatter(ctx->env->ps, ctx, pv, ids, n, updates, ops, &nops, &e);
 
 	return coord_ps_ctx_end(ctx, ops, nops, r, &e);
 }
@@ -691,7 +700,7 @@ int coord_ctx_pvar_read(struct coord_ctx *ctx, const struct coord_pvar *pv, uint
 	struct coord_error e = { 0 };
 	struct coord_ps_op ops[PV_OPS];
 	unsigned nops;
-	int r = pv_range(ctx->env->ps, pv, COORD_PS_READ, off, n, out, NULL, ops, &nops, &e);
+	int r = pv_range(ctx->env->ps, ctx, pv, COORD_PS_READ, off, n, out, NULL, ops, &nops, &e);
 
 	return coord_ps_ctx_end(ctx, ops, nops, r, &e);
 }
@@ -702,8 +711,8 @@ int coord_ctx_pvar_assign_add(struct coord_ctx *ctx, const struct coord_pvar *pv
 	struct coord_error e = { 0 };
 	struct coord_ps_op ops[PV_OPS];
 	unsigned nops;
-	int r = pv_range(ctx->env->ps, pv, COORD_PS_ASSIGN_ADD, off, n, NULL, delta, ops, &nops,
-			 &e);
+	int r = pv_range(ctx->env->ps, ctx, pv, COORD_PS_ASSIGN_ADD, off, n, NULL, delta, ops,
+			 &nops, &e);
 
 	return coord_ps_ctx_end(ctx, ops, nops, r, &e);
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "runtime/core/dispatch.h"
+#include "runtime/ps/ps.h"
 
 struct inproc_worker {
 	pthread_t thread;
@@ -151,6 +152,7 @@ static int inproc_start(struct coord *c, struct coord_error *err)
 		iws[i].env.reg = v->reg;
 		iws[i].env.worker = (int)i;
 		iws[i].env.ps = v->ps;
+		iws[i].env.sess = v->ps ? v->ps->sess : 0; /* at most once (ps.h) */
 		v->workers[i].tp = &iws[i];
 		r = pthread_create(&iws[i].thread, NULL, inproc_main, &v->disp[i]);
 		if (r) {

@@ -180,7 +180,10 @@ static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait 
 				     .name = op->name,
 				     .data = op->src,
 				     .data2 = op->src2,
-				     .len2 = op->src2_len };
+				     .len2 = op->src2_len,
+				     .session = op->sess,
+				     .closure = op->closure,
+				     .seq = op->seq };
 	size_t need = coord_wire_vreq_size(&q);
 	uint32_t idx;
 	int r;
@@ -494,7 +497,7 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 
 size_t coord_psc_table_len(const struct coord_ps *ps)
 {
-	size_t n = 2 * COORD_WIRE_HDR + 16;
+	size_t n = 2 * COORD_WIRE_HDR + COORD_WIRE_PS_OPTS_LEN;
 
 	if (!ps || !ps->remote || !ps->nps)
 		return 0;
@@ -514,6 +517,7 @@ void coord_psc_put_table(struct coord_wire_writer *w, const struct coord_ps *ps)
 	o.timeout_ms = (uint32_t)p->op_timeout_ms;
 	o.hb_ms = (uint32_t)p->hb_ms;
 	o.misses = (uint32_t)p->misses;
+	o.session = ps->sess;
 	coord_wire_put_ps_opts(w, &o);
 	coord_wire_begin(w, COORD_WIRE_PS_TABLE);
 	for (unsigned i = 0; i < ps->nps; i++)
@@ -557,6 +561,8 @@ static int ps_remote_setup(struct coord *c, const struct coord_spec *spec, struc
 		v->ps = NULL;
 		r = coord_seterr(err, COORD_ENOMEM, "no memory");
 	}
+	if (r == 0)
+		v->ps->sess = coord_ps_session_new(); /* at most once (ps.h): PS_OPTS */
 	return r;
 }
 

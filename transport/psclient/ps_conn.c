@@ -43,10 +43,12 @@
  * measures a duration on its own clock: the hosts' clocks are never
  * compared, and may differ by any amount (the ps keeps 1/16 of the window
  * for rates that differ).  A ps that breaks the protocol (a malformed
- * frame) is outside this.  Not covered: a request the ps applied whose
- * reply is lost with the connection; its closure fails (or is put back)
- * though its update was made.  rdma: no heartbeat or VAR_SYNC yet (the ps
- * does not judge a connection that never sent one).
+ * frame) is outside this.  A request the ps applied whose reply is lost
+ * with the connection fails here though its update was made: its closure
+ * is put back, and the key it carries keeps its update to once
+ * (runtime/ps/ps_once.c); the coordinator's own calls carry none (ps.h).
+ * rdma: no heartbeat or VAR_SYNC yet (the ps does not judge a connection
+ * that never sent one).
  *
  * Synchronization: the client's set-up, a connection's socket or channel
  * and its reader thread; the fields under k->lock and a caller's batch are

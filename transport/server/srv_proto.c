@@ -26,6 +26,9 @@
  * applied request always started before its sender could have given up.
  * Both sides measure durations on their own clock: no two clocks are
  * compared, and only their rates must agree (within 1/16 over a window).
+ * What Give-up cannot tell, an update applied whose reply was lost, the
+ * closure's key handles (runtime/ps/ps_once.c): a record with one goes
+ * through coord_ps_apply_once() after the check above.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -447,7 +450,10 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 					  .off = q.off,
 					  .n = q.n,
 					  .src = q.data,
-					  .src_len = q.len };
+					  .src_len = q.len,
+					  .sess = q.session,
+					  .closure = q.closure,
+					  .seq = q.seq };
 		struct vres_sink v = { .k = k, .rid = q.rid };
 		struct coord_error err = { 0 };
 		int code = 0;
@@ -466,8 +472,8 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		if (code == 0)
 			code = q.op == COORD_PS_MAP
 				       ? on_map(k, &op, &v, &err)
-				       : coord_ps_apply(k->s->vs, task, &op, &k->scratch, emit_vres,
-							&v, &err);
+				       : coord_ps_apply_once(k->s->once, k->s->vs, task, &op,
+							     &k->scratch, emit_vres, &v, &err);
 
 		if (v.io)
 			return v.io; /* the connection itself failed */
@@ -671,7 +677,10 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 	case COORD_WIRE_VAR_SYNC:
 		return on_sync(k, h, payload);
 	case COORD_WIRE_PS_OPTS:
-		return coord_wire_get_ps_opts(h, payload, &k->ps_opts);
+		r = coord_wire_get_ps_opts(h, payload, &k->ps_opts);
+		if (r == 0) /* its closures' updates are keyed with it (ps.h) */
+			k->env.sess = k->ps_opts.session;
+		return r;
 	case COORD_WIRE_PING: {
 		uint64_t tok;
 		uint8_t b[COORD_WIRE_HDR + 8];
@@ -723,6 +732,10 @@ int coord_srv_init(struct coord_srv *s, const struct coord_server_opts *o, uint8
 	r = coord_key_load(o->key_file, &s->key, err);
 	if (r < 0)
 		return r;
+	if (role == COORD_ROLE_PS && vs && coord_ps_once_create(COORD_PS_ONCE_MAX, &s->once) < 0) {
+		coord_key_wipe(&s->key);
+		return coord_seterr(err, COORD_ENOMEM, "no memory for the at-most-once table");
+	}
 	pthread_mutex_init(&s->lock, NULL);
 	return 0;
 }
@@ -731,6 +744,20 @@ void coord_srv_fini(struct coord_srv *s)
 {
 	pthread_mutex_destroy(&s->lock);
 	coord_key_wipe(&s->key);
+	if (s->once) {
+		struct coord_ps_once_stats st;
+
+		coord_ps_once_stats(s->once, &st);
+		if (st.dups || st.finals || st.evicted)
+			coord_log(COORD_LOG_INFO,
+				  "at most once: %llu keyed updates applied, %llu answered as done "
+				  "(a closure run again), %llu refused (closure final), %llu keys "
+				  "forgotten (table full)",
+				  (unsigned long long)st.applied, (unsigned long long)st.dups,
+				  (unsigned long long)st.finals, (unsigned long long)st.evicted);
+	}
+	coord_ps_once_destroy(s->once);
+	s->once = NULL;
 }
 
 void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,

@@ -53,6 +53,7 @@ struct coord_srv {
 	const struct coord_server_opts *o;
 	uint8_t role;
 	struct coord_varstore *vs;
+	struct coord_ps_once *once; /* ps: at most once (runtime/ps/ps_once.c) */
 	struct coord_key key;
 	pthread_mutex_t lock;
 	struct coord_srv_ps *pss;

@@ -97,8 +97,9 @@ static size_t min_record(uint16_t type)
 	case COORD_WIRE_CANCEL:
 		return 4;
 	case COORD_WIRE_VAR_SYNC:
-	case COORD_WIRE_PS_OPTS:
 		return 16;
+	case COORD_WIRE_PS_OPTS:
+		return COORD_WIRE_PS_OPTS_LEN;
 	default:
 		return 0;
 	}
@@ -316,6 +317,19 @@ int coord_wire_next_vreq(struct coord_wire_iter *it, struct coord_wire_vreq *r)
 	r->off = get64(p + 20);
 	r->n = get64(p + 28);
 	r->len = get32(p + 36);
+	r->session = r->closure = 0;
+	r->seq = 0;
+	if (r->op & COORD_WIRE_VREQ_ONCE) {
+		p = take(it, COORD_WIRE_VREQ_KEY);
+		if (!p)
+			return -EPROTO;
+		r->op &= (uint16_t)~COORD_WIRE_VREQ_ONCE;
+		r->session = get64(p);
+		r->closure = get64(p + 8);
+		r->seq = get32(p + 16);
+		if (!r->session || !r->seq)
+			return -EPROTO; /* canonical: no key is no flag */
+	}
 	r->name = (const char *)take(it, r->name_len);
 	r->data = take(it, r->len);
 	r->data2 = NULL;
@@ -430,11 +444,12 @@ int coord_wire_get_ps_opts(const struct coord_wire_hdr *h, const void *payload,
 {
 	const uint8_t *p = payload;
 
-	if (h->type != COORD_WIRE_PS_OPTS || h->len != 16 || get32(p + 12) != 0)
+	if (h->type != COORD_WIRE_PS_OPTS || h->len != COORD_WIRE_PS_OPTS_LEN || get32(p + 12) != 0)
 		return -EPROTO;
 	o->timeout_ms = get32(p);
 	o->hb_ms = get32(p + 4);
 	o->misses = get32(p + 8);
+	o->session = get64(p + 16);
 	return 0;
 }
 
@@ -625,7 +640,8 @@ int coord_wire_put_addr(struct coord_wire_writer *w, uint32_t task, const char *
 
 size_t coord_wire_vreq_size(const struct coord_wire_vreq *r)
 {
-	return COORD_WIRE_VREQ_FIXED + (size_t)r->name_len + r->len;
+	return COORD_WIRE_VREQ_FIXED + (r->seq ? COORD_WIRE_VREQ_KEY : 0) + (size_t)r->name_len +
+	       r->len;
 }
 
 int coord_wire_put_vreq(struct coord_wire_writer *w, const struct coord_wire_vreq *r)
@@ -635,16 +651,23 @@ int coord_wire_put_vreq(struct coord_wire_writer *w, const struct coord_wire_vre
 	if (!p)
 		return -ENOSPC;
 	put64(p, r->rid);
-	put16(p + 8, r->op);
+	put16(p + 8, (uint16_t)(r->op | (r->seq ? COORD_WIRE_VREQ_ONCE : 0)));
 	put16(p + 10, r->name_len);
 	put32(p + 12, r->var);
 	put32(p + 16, r->tag);
 	put64(p + 20, r->off);
 	put64(p + 28, r->n);
 	put32(p + 36, r->len);
+	p += COORD_WIRE_VREQ_FIXED;
+	if (r->seq) {
+		put64(p, r->session);
+		put64(p + 8, r->closure);
+		put32(p + 16, r->seq);
+		p += COORD_WIRE_VREQ_KEY;
+	}
 	if (r->name_len)
-		memcpy(p + COORD_WIRE_VREQ_FIXED, r->name, r->name_len);
-	p += COORD_WIRE_VREQ_FIXED + r->name_len;
+		memcpy(p, r->name, r->name_len);
+	p += r->name_len;
 	if (r->len > r->len2)
 		memcpy(p, r->data, r->len - r->len2);
 	if (r->len2)
@@ -775,7 +798,7 @@ int coord_wire_put_sync(struct coord_wire_writer *w, const struct coord_wire_syn
 
 int coord_wire_put_ps_opts(struct coord_wire_writer *w, const struct coord_wire_ps_opts *o)
 {
-	uint8_t *p = single(w, COORD_WIRE_PS_OPTS, 16);
+	uint8_t *p = single(w, COORD_WIRE_PS_OPTS, COORD_WIRE_PS_OPTS_LEN);
 
 	if (!p)
 		return -ENOSPC;
@@ -783,6 +806,7 @@ int coord_wire_put_ps_opts(struct coord_wire_writer *w, const struct coord_wire_
 	put32(p + 4, o->hb_ms);
 	put32(p + 8, o->misses);
 	put32(p + 12, 0);
+	put64(p + 16, o->session);
 	coord_wire_end(w);
 	return 0;
 }

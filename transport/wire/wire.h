@@ -51,9 +51,11 @@
  *              then every ping interval; a connection without one is never
  *              judged (older clients, rdma).
  *   PS_OPTS    coordinator -> worker: u32 timeout_ms, u32 hb_ms, u32 misses,
- *              u32 reserved (count 1), before PS_TABLE: the coordinator's
- *              ps_timeout_ms, heartbeat_ms and heartbeat_misses, which the
- *              worker's client of the ps tasks uses too.
+ *              u32 reserved, u64 session (count 1), before PS_TABLE: the
+ *              coordinator's ps_timeout_ms, heartbeat_ms and
+ *              heartbeat_misses, which the worker's client of the ps tasks
+ *              uses too, and its session (a random number, never 0; 0:
+ *              none), which keys its closures' updates (var request ONCE).
  *   PW_FREE    coordinator -> worker: count x { u64 uid }: per-worker
  *              resources whose last handle was put (S9); the worker destroys
  *              its component of each, after every REQ before this frame and
@@ -83,9 +85,20 @@
  *             by it (transport/tcp/tcp.c, "Placement"); older peers send and
  *             ignore 0, so the record's layout is unchanged.
  *   var request = u64 rid, u16 op, u16 name_len, u32 var, u32 tag, u64 off,
- *             u64 n, u32 data_len, name[name_len], data[data_len]
+ *             u64 n, u32 data_len,
+ *             [op & ONCE: u64 session, u64 closure, u32 seq],
+ *             name[name_len], data[data_len]
  *             (tag: the handle's run tag for an op on a variable, checked
  *             by the ps; 0 for the others: runtime/ps/ps.h)
+ *             op: the opcode (ps.h) in the low 15 bits; COORD_WIRE_VREQ_ONCE
+ *             (0x8000) "a closure's key follows": an update (assign,
+ *             assign_add, scatter_add) made by closure @closure
+ *             (coord_ctx_closure(), B8) of the coordinator whose PS_OPTS
+ *             named @session, its @seq-th update (1, 2, ...): the ps applies
+ *             it at most once however often the closure runs
+ *             (runtime/ps/ps_once.c; it keys only those three ops and runs
+ *             any other as without).  ONCE with session or seq 0 is
+ *             refused (canonical form).
  *   var result  = u64 rid, i32 code, u32 len, bytes[len]
  *             (rid echoed; the op's result bytes when code == 0, else the
  *             message; the meaning of each op's fields: runtime/ps/ps.h)
@@ -109,8 +122,11 @@
 #define COORD_WIRE_MAGIC 0x44524f43u /* "CORD" */
 /* 2: coord's error codes in their own range (coord/error.h), the var
  * request's tag; a version-1 peer (codes that aliased errno values) is
- * refused at the handshake, so no code is read with the other numbering. */
-#define COORD_WIRE_VERSION 2
+ * refused at the handshake, so no code is read with the other numbering.
+ * 3: the var request's closure key (ONCE) and PS_OPTS's session; a
+ * version-2 peer is refused (its PS_OPTS is shorter, and a version-2 ps
+ * would not keep an update to at most once). */
+#define COORD_WIRE_VERSION 3
 #define COORD_WIRE_HDR 16
 #define COORD_WIRE_NONCE 32
 #define COORD_WIRE_MAC 32
@@ -122,6 +138,9 @@
 #define COORD_WIRE_PW_FIXED 16
 #define COORD_WIRE_RES_FIXED 24
 #define COORD_WIRE_VREQ_FIXED 40
+#define COORD_WIRE_VREQ_ONCE 0x8000u /* var request op flag: a closure's key follows */
+#define COORD_WIRE_VREQ_KEY 20	     /* its bytes: u64 session, u64 closure, u32 seq */
+#define COORD_WIRE_PS_OPTS_LEN 24
 #define COORD_WIRE_VRES_FIXED 16
 #define COORD_WIRE_ADDR_MAX 256 /* PS_TABLE address bytes, exclusive */
 /* The largest frame either side accepts before the handshake is done
@@ -238,6 +257,10 @@ struct coord_wire_vreq {
 	 * @data2 (the first len - len2 from @data).  The decoder sets 0. */
 	const void *data2;
 	uint32_t len2;
+	/* The closure's key (ONCE above) when @seq != 0; @op never has the
+	 * flag (the encoder sets it from @seq, the decoder clears it). */
+	uint64_t session, closure;
+	uint32_t seq;
 };
 
 struct coord_wire_vres {
@@ -260,6 +283,7 @@ struct coord_wire_ps_opts {
 	uint32_t timeout_ms;
 	uint32_t hb_ms;
 	uint32_t misses;
+	uint64_t session;
 };
 
 struct coord_wire_hello {
