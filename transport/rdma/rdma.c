@@ -36,7 +36,12 @@
  *       closure's send to its result (rt_ns, DRIVE_MAX_NS at most), not
  *       just opts.spin_ns: else, with results slower than the loop's own
  *       spin, the loop would sleep, the waiter park, and the result need
- *       two wake-ups again.
+ *       two wake-ups again.  DRIVE_MAX_NS is 10 ms, above a wake-up in the
+ *       rig (3-8 ms: a tick or a host time slice under TCG): with a lower
+ *       bound, once the worker's wake-ups slow the round trip past it, the
+ *       waiter parks, its own wake-up slows the next one, and the round
+ *       trip stays at milliseconds (rdma_chan.c "Often", the worker's
+ *       side of the same).
  *   D3  A driver leaves the loop as its thread would go to sleep: every
  *       channel armed if closures or PINGs are out, after reaping what
  *       came meanwhile (coord_rdma_chan_arm() drains the old events).
@@ -53,7 +58,7 @@
  *       dependents), and must not run another loop's round inside it.
  *   D6  Such a schedule() leaves the CQs unarmed (not as D3) and sets the
  *       loop's timer (tfd, in its epoll set) to twice the recent round
- *       trip (TIMER_MIN_NS..DRIVE_MAX_NS), unless it is set already: the
+ *       trip (TIMER_MIN_NS..TIMER_MAX_NS), unless it is set already: the
  *       fetch that usually follows drives (D2) and reaps the result, and
  *       any driver that leaves stops the timer (after arming the CQs if
  *       closures are still out, D3).  An armed CQ would wake the sleeping
@@ -75,9 +80,10 @@
 #include "transport/engine/engine.h"
 #include "transport/rdma/rdma_chan.h"
 
-#define DRIVE_MAX_NS 2000000ull /* a waiter's spin, at most, while results are due (D2) */
-#define TIMER_MIN_NS 100000ull	/* D6's timer, at least */
-#define REQ_MIN_CREDITS 3u	/* rdma_chan.c C4: one kept for a CANCEL */
+#define DRIVE_MAX_NS 10000000ull /* a waiter's spin, at most, while results are due (D2) */
+#define TIMER_MIN_NS 100000ull	 /* D6's timer, at least */
+#define TIMER_MAX_NS 2000000ull	 /* and at most */
+#define REQ_MIN_CREDITS 3u	 /* rdma_chan.c C4: one kept for a CANCEL */
 
 struct rdma_conn {
 	COORD_CONN_EMBED;
@@ -361,7 +367,7 @@ static void drive_leave(struct coord_eloop *el, bool sent)
 
 		if (!l->tpend)
 			timer_set(l, ns < TIMER_MIN_NS	 ? TIMER_MIN_NS
-				     : ns > DRIVE_MAX_NS ? DRIVE_MAX_NS
+				     : ns > TIMER_MAX_NS ? TIMER_MAX_NS
 							 : ns);
 		if (l->tpend) {
 			coord_eng_tok_release(el);
