@@ -485,6 +485,7 @@ static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
 	struct coord_wire_hdr h;
 	const uint8_t *pl;
 	uint8_t buf[64];
+	struct coord_rdma_stats cs = { 0 }, ss = { 0 };
 	int r = -1;
 
 	if (!lat)
@@ -506,10 +507,17 @@ static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
 		if (i >= 200)
 			lat[i - 200] = t_now_ns() - t0;
 	}
+	if (c)
+		coord_rdma_chan_stats(c, &cs);
 	coord_rdma_chan_destroy(c);
 	c = NULL;
 	if (a.started)
 		pthread_join(a.th, NULL);
+	if (a.ch)
+		coord_rdma_chan_stats(a.ch, &ss);
+	/* the blocking waits that slept on either side, per round trip */
+	printf("bench_rdma: chan_pingpong: sleeps per round trip: client %.2f, server %.2f\n",
+	       (double)cs.sleeps / (n + 200), (double)ss.sleeps / (n + 200));
 	if (r != 0 || a.r != 0)
 		printf("bench_rdma: chan_pingpong: client %d, server accept %d\n", r, a.r);
 	if (r == 0 && a.r == 0) {

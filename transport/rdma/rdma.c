@@ -83,6 +83,7 @@
 #define DRIVE_MAX_NS 10000000ull /* a waiter's spin, at most, while results are due (D2) */
 #define TIMER_MIN_NS 100000ull	 /* D6's timer, at least */
 #define TIMER_MAX_NS 2000000ull	 /* and at most */
+#define DRIVE_ROUND 16		 /* D2: a whole round every 16 polls at least */
 #define REQ_MIN_CREDITS 3u	 /* rdma_chan.c C4: one kept for a CANCEL */
 
 struct rdma_conn {
@@ -385,14 +386,37 @@ static void drive_leave(struct coord_eloop *el, bool sent)
  * must not drive another one from inside this one (D5). */
 static __thread bool tl_driving;
 
+/* Has a connection of @l something to read (or failed)?  A round's first
+ * step, without the rest of the round. */
+static bool rdma_ready(struct coord_eloop *l)
+{
+	for (unsigned i = 0; i < l->place.nconns; i++) {
+		struct rdma_conn *k = rk(l->place.conns[i]);
+
+		if (k->up &&
+		    (coord_rdma_chan_progress_fast(k->ch) < 0 || coord_rdma_chan_readable(k->ch)))
+			return true;
+	}
+	return false;
+}
+
 /* D2: rounds of @l until a closure finishes, nothing of ours is out, or
- * *@until; the tok is ours. */
+ * *@until; the tok is ours.  Between rounds only the CQs are polled, a
+ * whole round every DRIVE_ROUND polls or when a frame is there: a result
+ * is seen within one poll, not one round (the rest of a round, liveness,
+ * placement, the queue, costs several times a poll under TCG). */
 static void drive_loop(struct coord_eloop *l, uint64_t until)
 {
 	uint64_t fin = l->finished, now = coord_now_ns();
 	struct coord_eng_round ro;
+	unsigned spins = 0;
 
-	while (l->finished == fin && now < until) {
+	for (unsigned i = 0; l->finished == fin && now < until; i++) {
+		if (i % DRIVE_ROUND && !rdma_ready(l)) {
+			coord_spin_pause(++spins);
+			now = coord_now_ns();
+			continue;
+		}
 		coord_eng_round(l, &ro, false);
 		if (ro.stop || (!l->inflight && l->finished == fin))
 			break;
