@@ -61,8 +61,11 @@
  *       inside a round (tl_driving): a round may push (put-backs, B1
  *       dependents), and must not run another loop's round inside it.
  *   D6  Such a schedule() leaves the CQs unarmed (not as D3) and sets the
- *       loop's timer (tfd, in its epoll set) to twice the recent round
- *       trip (TIMER_MIN_NS..TIMER_MAX_NS), unless it is set already: the
+ *       loop's timer (tfd, in its epoll set) to three times the recent
+ *       round trip (TIMER_MIN_NS..TIMER_MAX_NS), past the spin of D2's
+ *       waiter, which would otherwise find the loop's thread woken and
+ *       waiting for the tok on most slow round trips (the thread then
+ *       reaps nothing: the waiter did), unless it is set already: the
  *       fetch that usually follows drives (D2) and reaps the result, and
  *       any driver that leaves stops the timer (after arming the CQs if
  *       closures are still out, D3).  An armed CQ would wake the sleeping
@@ -87,7 +90,7 @@
 #define DRIVE_MAX_NS 10000000ull /* a waiter's spin, at most, while results are due (D2) */
 #define DRIVE_LONG_NS 2000000ull /* and while they take longer than DRIVE_MAX_NS */
 #define TIMER_MIN_NS 100000ull	 /* D6's timer, at least */
-#define TIMER_MAX_NS 2000000ull	 /* and at most */
+#define TIMER_MAX_NS 12000000ull /* and at most: past DRIVE_MAX_NS */
 #define DRIVE_ROUND 16		 /* D2: a whole round every 16 polls at least */
 #define REQ_MIN_CREDITS 3u	 /* rdma_chan.c C4: one kept for a CANCEL */
 
@@ -369,7 +372,7 @@ static void drive_leave(struct coord_eloop *el, bool sent)
 	for (unsigned i = 0; !out && i < el->place.nconns; i++)
 		out = el->place.conns[i]->up && el->place.conns[i]->ping_ns;
 	if (out && sent) {
-		uint64_t ns = 2 * el->rt_ns;
+		uint64_t ns = 3 * el->rt_ns; /* past the waiter's spin (D2) */
 
 		if (!l->tpend)
 			timer_set(l, ns < TIMER_MIN_NS	 ? TIMER_MIN_NS
