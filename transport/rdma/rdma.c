@@ -41,11 +41,11 @@
  *       bound, once the worker's wake-ups slow the round trip past it, the
  *       waiter parks, its own wake-up slows the next one, and the round
  *       trip stays at milliseconds (rdma_chan.c "Often", the worker's
- *       side of the same).  Results that take longer than DRIVE_MAX_NS
- *       (rt_ns) get DRIVE_LONG_NS: a 20 ms closure's waiter spinning 10 ms
- *       took half a CPU from the worker and the rxe device
- *       (bench_rdma var_read, coordinator_cpu_while_waiting 0.48 against
- *       0.08-0.15 with 2 ms).
+ *       side of the same).  Results that take longer than half of
+ *       DRIVE_MAX_NS (rt_ns) get DRIVE_LONG_NS (2 ms, as before): a 20 ms
+ *       closure's waiter spinning 10 ms took half a CPU from the worker
+ *       and the rxe device (bench_rdma var_read,
+ *       coordinator_cpu_while_waiting 0.48 against 0.08-0.28 with 2 ms).
  *   D3  A driver leaves the loop as its thread would go to sleep: every
  *       channel armed if closures or PINGs are out, after reaping what
  *       came meanwhile (coord_rdma_chan_arm() drains the old events).
@@ -88,7 +88,7 @@
 #include "transport/rdma/rdma_chan.h"
 
 #define DRIVE_MAX_NS 10000000ull /* a waiter's spin, at most, while results are due (D2) */
-#define DRIVE_LONG_NS 2000000ull /* and while they take longer than DRIVE_MAX_NS */
+#define DRIVE_LONG_NS 2000000ull /* and while they take over half that */
 #define TIMER_MIN_NS 100000ull	 /* D6's timer, at least */
 #define TIMER_MAX_NS 12000000ull /* and at most: past DRIVE_MAX_NS */
 #define DRIVE_ROUND 16		 /* D2: a whole round every 16 polls at least */
@@ -446,9 +446,7 @@ static bool rdma_drive(struct coord *c, uint64_t since, uint64_t *until)
 	if (atomic_load_explicit(&e->idle, memory_order_relaxed) <
 	    (int)atomic_load_explicit(&e->up, memory_order_relaxed)) {
 		uint64_t rt = atomic_load_explicit(&e->rt_hint, memory_order_relaxed);
-		uint64_t ext = rt > DRIVE_MAX_NS       ? DRIVE_LONG_NS
-			       : 2 * rt < DRIVE_MAX_NS ? 2 * rt
-						       : DRIVE_MAX_NS;
+		uint64_t ext = 2 * rt > DRIVE_MAX_NS ? DRIVE_LONG_NS : 2 * rt;
 
 		if (since + ext > *until)
 			*until = since + ext;
