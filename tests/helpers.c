@@ -187,6 +187,23 @@ static int f_add(struct coord_ctx *ctx, const void *args, size_t len)
 	EXIT(coord_ctx_set_result(ctx, &s, sizeof(s)));
 }
 
+/* add, and when it ran: {sum, entry, exit} (CLOCK_MONOTONIC ns; one clock
+ * for every process of a host: bench_rdma's per-stage breakdown). */
+static int f_add_clock(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	int64_t ab[2];
+	uint64_t out[3], in = t_now_ns();
+
+	ENTER();
+	if (len != sizeof(ab))
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "add_clock wants 16 bytes, got %zu", len));
+	memcpy(ab, args, sizeof(ab));
+	out[0] = (uint64_t)(ab[0] + ab[1]);
+	out[1] = in;
+	out[2] = t_now_ns();
+	EXIT(coord_ctx_set_result(ctx, out, sizeof(out)));
+}
+
 static int f_sleep_us(struct coord_ctx *ctx, const void *args, size_t len)
 {
 	uint32_t us = 0;
@@ -714,6 +731,7 @@ int t_register(struct coord_registry *r)
 	    coord_registry_add(r, "var_read_lat", f_var_read_lat))
 		return -1;
 	if (coord_registry_add(r, "echo", f_echo) || coord_registry_add(r, "add", f_add) ||
+	    coord_registry_add(r, "add_clock", f_add_clock) ||
 	    coord_registry_add(r, "sleep_us", f_sleep_us) ||
 	    coord_registry_add(r, "spin_us", f_spin_us) || coord_registry_add(r, "fail", f_fail) ||
 	    coord_registry_add(r, "gated", f_gated) ||

@@ -72,6 +72,10 @@
 
 /* -p: perftest_pair.sh, run beside each round (NULL: no baseline rows). */
 static const char *perftest_sh;
+/* -S: the channel pairs' spin_us (0: the default). */
+static int chan_spin_us;
+/* chan_pingpong's p50 in this run (ns; 0: not measured), for breakdown(). */
+static uint64_t chan_p50;
 
 /*
  * The typical latency (us) that perftest's @tool prints for @iters
@@ -135,6 +139,84 @@ static int fetch_check(struct coord_rv *rv, int64_t want)
 
 /* -t rtt: run() times the round trip only. */
 static bool rtt_only;
+
+/* The p50 of @n values (sorts them), in microseconds. */
+static double p50_us(uint64_t *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), cmp_u64);
+	return v[n / 2] / 1e3;
+}
+
+/*
+ * Where a round trip's time goes: @n closures of `add_clock` one at a
+ * time, which says when the function started and ended (CLOCK_MONOTONIC:
+ * one clock for the processes of a host).  Stages, p50 of each:
+ *   post   schedule() until it returns (with a loop asleep the caller's
+ *          thread sends the REQ itself, rdma.c D5; the function may start
+ *          before it returns);
+ *   out    schedule()'s start until the function starts: the post, the
+ *          wire, the worker noticing the frame (a spin or a wake-up),
+ *          reading it and dispatching the call;
+ *   fn     the function;
+ *   back   from its end until fetch() returns: the result encoded and
+ *          sent, the wire, the coordinator reaping it (the caller's
+ *          thread when it drives, D2) and the future completed.
+ * With the channel's own ping-pong p50 (@chan_ns, 0: not measured) the
+ * wire's share is half of it each way, and the rest of out and back is
+ * coord's: the post and the worker's dispatch, and its reply plus the
+ * coordinator's reap.  Also the context switches of this process per
+ * closure.
+ */
+static int breakdown(struct coord *c, const char *tp, unsigned n, uint64_t chan_ns)
+{
+	uint64_t *st = calloc(5 * (size_t)n, sizeof(*st)), *post = st, *out = st + n,
+		 *fn = st + 2 * n, *back = st + 3 * n, *tot = st + 4 * n;
+	uint32_t f = t_fn(c, "add_clock");
+	struct rusage ru0, ru1;
+	int bad = !st;
+
+	getrusage(RUSAGE_SELF, &ru0);
+	for (unsigned i = 0; !bad && i < n; i++) {
+		int64_t ab[2] = { i, 5 };
+		struct coord_rv *rv;
+		uint64_t t0 = t_now_ns(), t1, t7, res[3];
+		const void *v;
+		size_t len;
+
+		bad |= coord_schedule(c, f, ab, sizeof(ab), &rv, NULL) != 0;
+		t1 = t_now_ns();
+		bad |= bad || coord_rv_fetch(rv, &v, &len, NULL) != 0 || len != sizeof(res);
+		t7 = t_now_ns();
+		if (bad)
+			break;
+		memcpy(res, v, sizeof(res));
+		coord_rv_put(rv);
+		bad |= res[0] != (uint64_t)i + 5 || res[1] < t0 || res[2] < res[1] || t7 < res[2];
+		post[i] = t1 - t0;
+		out[i] = res[1] - t0;
+		fn[i] = res[2] - res[1];
+		back[i] = t7 - res[2];
+		tot[i] = t7 - t0;
+	}
+	getrusage(RUSAGE_SELF, &ru1);
+	if (!bad) {
+		double o = p50_us(out, n), b = p50_us(back, n), w = chan_ns / 2e3;
+
+		printf("SUMMARY transport=%s workload=round_trip_stages n=%u p50_us=%.1f "
+		       "post_us=%.1f out_us=%.1f fn_us=%.1f back_us=%.1f csw_per_call=%.2f",
+		       tp, n, p50_us(tot, n), p50_us(post, n), o, p50_us(fn, n), b,
+		       (double)((ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw)) /
+			       n);
+		if (chan_ns)
+			printf(" wire_us=%.1f post_dispatch_us=%.1f reply_reap_us=%.1f", w, o - w,
+			       b - w);
+		printf("\n");
+	} else {
+		printf("bench_rdma: FAIL: the breakdown over %s went wrong\n", tp);
+	}
+	free(st);
+	return bad;
+}
 
 static int run(const char *tp, unsigned n, double secs)
 {
@@ -208,6 +290,7 @@ static int run(const char *tp, unsigned n, double secs)
 		       ROUNDS, per, r50[0] / 1e3, r50[ROUNDS - 1] / 1e3, base[0], base[ROUNDS - 1],
 		       ratio[ROUNDS / 2], ratio[0], ratio[ROUNDS - 1], ratio[ROUNDS / 2] / 2);
 	}
+	bad |= breakdown(c, tp, per, strcmp(tp, "rdma") ? 0 : chan_p50);
 	if (rtt_only)
 		goto out;
 	t0 = t_now_ns();
@@ -265,13 +348,15 @@ static int pair_open(struct acc *a, void *(*srv)(void *), struct coord_rdma_chan
 	unsigned port;
 	char hp[96];
 
+	struct coord_rdma_opts o = { .spin_us = chan_spin_us };
+
 	t_transport = "rdma"; /* t_addr(): the RDMA device's address */
 	snprintf(hp, sizeof(hp), "%s:0", t_addr());
-	if (coord_rdma_listen(hp, NULL, &a->l, &port, NULL) < 0)
+	if (coord_rdma_listen(hp, &o, &a->l, &port, NULL) < 0)
 		return -1;
 	snprintf(hp, sizeof(hp), "%s:%u", t_addr(), port);
 	a->started = pthread_create(&a->th, NULL, srv, a) == 0;
-	return a->started ? coord_rdma_connect(hp, NULL, 10000, c, NULL) : -1;
+	return a->started ? coord_rdma_connect(hp, &o, 10000, c, NULL) : -1;
 }
 
 static void *accept_main(void *arg)
@@ -400,6 +485,7 @@ static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
 	struct coord_wire_hdr h;
 	const uint8_t *pl;
 	uint8_t buf[64];
+	struct coord_rdma_stats cs = { 0 }, ss = { 0 };
 	int r = -1;
 
 	if (!lat)
@@ -421,10 +507,17 @@ static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
 		if (i >= 200)
 			lat[i - 200] = t_now_ns() - t0;
 	}
+	if (c)
+		coord_rdma_chan_stats(c, &cs);
 	coord_rdma_chan_destroy(c);
 	c = NULL;
 	if (a.started)
 		pthread_join(a.th, NULL);
+	if (a.ch)
+		coord_rdma_chan_stats(a.ch, &ss);
+	/* the blocking waits that slept on either side, per round trip */
+	printf("bench_rdma: chan_pingpong: sleeps per round trip: client %.2f, server %.2f\n",
+	       (double)cs.sleeps / (n + 200), (double)ss.sleeps / (n + 200));
 	if (r != 0 || a.r != 0)
 		printf("bench_rdma: chan_pingpong: client %d, server accept %d\n", r, a.r);
 	if (r == 0 && a.r == 0) {
@@ -632,8 +725,10 @@ int main(int argc, char **argv)
 	const char *only = NULL; /* -t tcp | rdma: that transport's rows only */
 	int opt, bad = 0;
 
-	while ((opt = getopt(argc, argv, "n:p:s:t:")) != -1) {
-		if (opt == 'p')
+	while ((opt = getopt(argc, argv, "n:p:s:S:t:")) != -1) {
+		if (opt == 'S')
+			chan_spin_us = atoi(optarg);
+		else if (opt == 'p')
 			perftest_sh = optarg;
 		else if (opt == 'n')
 			n = (unsigned)atoi(optarg);
@@ -657,10 +752,12 @@ int main(int argc, char **argv)
 	       "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
 	if (!only || !strcmp(only, "tcp"))
 		bad |= run("tcp", n, secs);
-	if (!only || !strcmp(only, "rdma") || !strcmp(only, "chan")) {
+	rtt_only = only && !strcmp(only, "rtt");
+	if (!only || !strcmp(only, "rdma") || !strcmp(only, "chan") || rtt_only) {
 		uint64_t p50 = 0, p99 = 0;
 
 		bad |= chan_pingpong(n, &p50, &p99) != 0;
+		chan_p50 = p50;
 		printf("SUMMARY transport=rdma workload=chan_pingpong n=%u p50_us=%.1f "
 		       "p99_us=%.1f\n",
 		       n, p50 / 1e3, p99 / 1e3);
@@ -669,7 +766,6 @@ int main(int argc, char **argv)
 	if (!only || !strcmp(only, "rdma") || !strcmp(only, "read"))
 		bad |= run_read_floor(n / 2 < 200 ? 200 : n / 2, 4) ||
 		       run_read_floor(n / 2 < 200 ? 200 : n / 2, 1024);
-	rtt_only = only && !strcmp(only, "rtt");
 	if (!only || !strcmp(only, "rdma") || rtt_only)
 		bad |= run("rdma", n, secs);
 	if (getenv("COORD_PS_BIN") && (!only || !strcmp(only, "rdma") || !strcmp(only, "var")))

@@ -27,6 +27,12 @@
  * the closure runs once (rdma_server.c Q3).  Bounded: t_watchdog()
  * over the run, a deadline on every wait.
  *
+ * And the limits (rdma_server.c Q5) of a second coord-worker started with
+ * --max-handshakes 2 --idle-ms 1500: with two peers in the handshake (HELLO
+ * answered, no AUTH) a third is refused with an ERROR frame; once they are
+ * gone a peer is served again; an authenticated one that then sends
+ * nothing gets an ERROR frame after about 1.5 s and is closed.
+ *
  * Without an RDMA device it exits 77 (tests/rdma/suite.txt runs it in the
  * soft-RoCE rig).
  */
@@ -366,6 +372,97 @@ static void test_rdma_half_open_accept_keeps_busy_alive(void **state)
 	coord_registry_destroy(reg);
 }
 
+/* The first frame @ch receives within @ms: its type, or 0 if none came
+ * (the channel closed or the wait ended). */
+static uint16_t first_frame(struct coord_rdma_chan *ch, int ms)
+{
+	struct coord_wire_hdr h;
+	const uint8_t *pl;
+
+	return coord_rdma_chan_read(ch, ms, 5000, &h, &pl) == 0 ? h.type : 0;
+}
+
+/* A coord channel to @port of this host's RDMA address, or fail. */
+static struct coord_rdma_chan *dial_port(unsigned port)
+{
+	struct coord_rdma_chan *ch = NULL;
+	struct coord_error err = { 0 };
+	char a[96];
+
+	snprintf(a, sizeof(a), "%s:%u", t_addr(), port);
+	if (coord_rdma_connect(a, NULL, WAIT_MS, &ch, &err) < 0)
+		fail_msg("connect %s: %s", a, err.msg);
+	return ch;
+}
+
+static void test_rdma_handshakes_bounded_idle_closed(void **state)
+{
+	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
+	char listen[80], a[96];
+	char *argv[] = { (char *)bin, "--fns",	   (char *)fns,	  "--listen", listen,
+			 "--log",     "warn",	   "--transport", "rdma",     "--max-handshakes",
+			 "2",	      "--idle-ms", "1500",	  NULL };
+	struct coord_rdma_chan *hs[2], *ch;
+	struct coord_frame_io io;
+	struct coord_key key = { 0 };
+	struct coord_error err;
+	uint8_t b[64];
+	unsigned port, frames;
+	uint16_t last = 0;
+	uint64_t t0;
+	pid_t pid;
+	int r, k;
+
+	(void)state;
+	assert_non_null(bin);
+	assert_non_null(fns);
+	snprintf(listen, sizeof(listen), "%s:0", t_addr());
+	pid = t_spawn(argv, "coord-worker", &port);
+	assert_true(pid > 0);
+	snprintf(a, sizeof(a), "%s:%u", t_addr(), port);
+
+	/* two peers in the handshake: HELLO answered, no AUTH */
+	for (int i = 0; i < 2; i++) {
+		hs[i] = dial_port(port);
+		assert_int_equal(coord_rdma_chan_send(hs[i], b, hello(b, sizeof(b)), WAIT_MS), 0);
+		assert_int_equal(first_frame(hs[i], WAIT_MS), COORD_WIRE_HELLO_ACK);
+	}
+	/* a third: refused at once, with an ERROR frame */
+	ch = dial_port(port);
+	assert_int_equal(first_frame(ch, WAIT_MS), COORD_WIRE_ERROR);
+	drain_until_closed(ch, &frames, &last);
+	coord_rdma_chan_destroy(ch);
+	expect_log("max_handshakes", 1);
+	for (int i = 0; i < 2; i++)
+		coord_rdma_chan_destroy(hs[i]);
+
+	/* served again once they are gone (bounded: their threads see the
+	 * disconnection within the server's idle tick) */
+	assert_int_equal(coord_key_load(NULL, &key, NULL), 0);
+	for (k = 0;; k++) {
+		ch = dial_port(port);
+		coord_rdma_chan_io(&io, ch);
+		memset(&err, 0, sizeof(err));
+		r = coord_handshake_client_io(&io, &key, COORD_ROLE_COORDINATOR, COORD_ROLE_WORKER,
+					      0, WAIT_MS, a, &err);
+		if (r == 0)
+			break;
+		coord_rdma_chan_destroy(ch);
+		assert_true(k < 100);
+		t_sleep_ns(100000000);
+	}
+	/* authenticated, then silent: an ERROR frame after about 1.5 s */
+	t0 = t_now_ns();
+	assert_int_equal(first_frame(ch, WAIT_MS), COORD_WIRE_ERROR);
+	print_message("idle: closed after %.2f s\n", (t_now_ns() - t0) / 1e9);
+	assert_true(t_now_ns() - t0 >= 1400000000ull);
+	drain_until_closed(ch, &frames, &last);
+	coord_rdma_chan_destroy(ch);
+	expect_log("idle", 1);
+	coord_key_wipe(&key);
+	t_reap(pid);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -392,6 +489,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rdma_hostile_peers_refused_healthy_served),
 		cmocka_unit_test(test_rdma_half_open_accept_keeps_busy_alive),
+		cmocka_unit_test(test_rdma_handshakes_bounded_idle_closed),
 	};
 	struct coord_error err = { 0 };
 

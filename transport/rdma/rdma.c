@@ -36,7 +36,16 @@
  *       closure's send to its result (rt_ns, DRIVE_MAX_NS at most), not
  *       just opts.spin_ns: else, with results slower than the loop's own
  *       spin, the loop would sleep, the waiter park, and the result need
- *       two wake-ups again.
+ *       two wake-ups again.  DRIVE_MAX_NS is 10 ms, above a wake-up in the
+ *       rig (3-8 ms: a tick or a host time slice under TCG): with a lower
+ *       bound, once the worker's wake-ups slow the round trip past it, the
+ *       waiter parks, its own wake-up slows the next one, and the round
+ *       trip stays at milliseconds (rdma_chan.c "Often", the worker's
+ *       side of the same).  Results that take longer than half of
+ *       DRIVE_MAX_NS (rt_ns) get DRIVE_LONG_NS (2 ms, as before): a 20 ms
+ *       closure's waiter spinning 10 ms took half a CPU from the worker
+ *       and the rxe device (bench_rdma var_read,
+ *       coordinator_cpu_while_waiting 0.48 against 0.08-0.28 with 2 ms).
  *   D3  A driver leaves the loop as its thread would go to sleep: every
  *       channel armed if closures or PINGs are out, after reaping what
  *       came meanwhile (coord_rdma_chan_arm() drains the old events).
@@ -52,8 +61,11 @@
  *       inside a round (tl_driving): a round may push (put-backs, B1
  *       dependents), and must not run another loop's round inside it.
  *   D6  Such a schedule() leaves the CQs unarmed (not as D3) and sets the
- *       loop's timer (tfd, in its epoll set) to twice the recent round
- *       trip (TIMER_MIN_NS..DRIVE_MAX_NS), unless it is set already: the
+ *       loop's timer (tfd, in its epoll set) to three times the recent
+ *       round trip (TIMER_MIN_NS..TIMER_MAX_NS), past the spin of D2's
+ *       waiter, which would otherwise find the loop's thread woken and
+ *       waiting for the tok on most slow round trips (the thread then
+ *       reaps nothing: the waiter did), unless it is set already: the
  *       fetch that usually follows drives (D2) and reaps the result, and
  *       any driver that leaves stops the timer (after arming the CQs if
  *       closures are still out, D3).  An armed CQ would wake the sleeping
@@ -75,9 +87,12 @@
 #include "transport/engine/engine.h"
 #include "transport/rdma/rdma_chan.h"
 
-#define DRIVE_MAX_NS 2000000ull /* a waiter's spin, at most, while results are due (D2) */
-#define TIMER_MIN_NS 100000ull	/* D6's timer, at least */
-#define REQ_MIN_CREDITS 3u	/* rdma_chan.c C4: one kept for a CANCEL */
+#define DRIVE_MAX_NS 10000000ull /* a waiter's spin, at most, while results are due (D2) */
+#define DRIVE_LONG_NS 2000000ull /* and while they take over half that */
+#define TIMER_MIN_NS 100000ull	 /* D6's timer, at least */
+#define TIMER_MAX_NS 12000000ull /* and at most: past DRIVE_MAX_NS */
+#define DRIVE_ROUND 16		 /* D2: a whole round every 16 polls at least */
+#define REQ_MIN_CREDITS 3u	 /* rdma_chan.c C4: one kept for a CANCEL */
 
 struct rdma_conn {
 	COORD_CONN_EMBED;
@@ -357,11 +372,11 @@ static void drive_leave(struct coord_eloop *el, bool sent)
 	for (unsigned i = 0; !out && i < el->place.nconns; i++)
 		out = el->place.conns[i]->up && el->place.conns[i]->ping_ns;
 	if (out && sent) {
-		uint64_t ns = 2 * el->rt_ns;
+		uint64_t ns = 3 * el->rt_ns; /* past the waiter's spin (D2) */
 
 		if (!l->tpend)
 			timer_set(l, ns < TIMER_MIN_NS	 ? TIMER_MIN_NS
-				     : ns > DRIVE_MAX_NS ? DRIVE_MAX_NS
+				     : ns > TIMER_MAX_NS ? TIMER_MAX_NS
 							 : ns);
 		if (l->tpend) {
 			coord_eng_tok_release(el);
@@ -379,14 +394,37 @@ static void drive_leave(struct coord_eloop *el, bool sent)
  * must not drive another one from inside this one (D5). */
 static __thread bool tl_driving;
 
+/* Has a connection of @l something to read (or failed)?  A round's first
+ * step, without the rest of the round. */
+static bool rdma_ready(struct coord_eloop *l)
+{
+	for (unsigned i = 0; i < l->place.nconns; i++) {
+		struct rdma_conn *k = rk(l->place.conns[i]);
+
+		if (k->up &&
+		    (coord_rdma_chan_progress_fast(k->ch) < 0 || coord_rdma_chan_readable(k->ch)))
+			return true;
+	}
+	return false;
+}
+
 /* D2: rounds of @l until a closure finishes, nothing of ours is out, or
- * *@until; the tok is ours. */
+ * *@until; the tok is ours.  Between rounds only the CQs are polled, a
+ * whole round every DRIVE_ROUND polls or when a frame is there: a result
+ * is seen within one poll, not one round (the rest of a round, liveness,
+ * placement, the queue, costs several times a poll under TCG). */
 static void drive_loop(struct coord_eloop *l, uint64_t until)
 {
 	uint64_t fin = l->finished, now = coord_now_ns();
 	struct coord_eng_round ro;
+	unsigned spins = 0;
 
-	while (l->finished == fin && now < until) {
+	for (unsigned i = 0; l->finished == fin && now < until; i++) {
+		if (i % DRIVE_ROUND && !rdma_ready(l)) {
+			coord_spin_pause(++spins);
+			now = coord_now_ns();
+			continue;
+		}
 		coord_eng_round(l, &ro, false);
 		if (ro.stop || (!l->inflight && l->finished == fin))
 			break;
@@ -408,7 +446,7 @@ static bool rdma_drive(struct coord *c, uint64_t since, uint64_t *until)
 	if (atomic_load_explicit(&e->idle, memory_order_relaxed) <
 	    (int)atomic_load_explicit(&e->up, memory_order_relaxed)) {
 		uint64_t rt = atomic_load_explicit(&e->rt_hint, memory_order_relaxed);
-		uint64_t ext = 2 * rt < DRIVE_MAX_NS ? 2 * rt : DRIVE_MAX_NS;
+		uint64_t ext = 2 * rt > DRIVE_MAX_NS ? DRIVE_LONG_NS : 2 * rt;
 
 		if (since + ext > *until)
 			*until = since + ext;

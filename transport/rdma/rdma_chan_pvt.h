@@ -63,11 +63,13 @@ struct coord_rdma_chan {
 	uint8_t *abuf;
 	size_t acap, alen, aneed;
 	bool assembling;
-	bool connected;	    /* ESTABLISHED seen and not yet disconnected by us */
-	bool closed;	    /* the peer disconnected */
-	int err;	    /* sticky: why the channel broke (-errno), or 0 */
-	uint64_t gap_ns;    /* moving average of a blocking wait's length (spin) */
-	uint64_t events_ns; /* the event channels' last drain (progress_fast) */
+	bool connected;	     /* ESTABLISHED seen and not yet disconnected by us */
+	bool closed;	     /* the peer disconnected */
+	int err;	     /* sticky: why the channel broke (-errno), or 0 */
+	uint64_t gap_ns;     /* moving average of a blocking wait's length (spin) */
+	uint64_t per_ns;     /* moving average of the time between events ("often") */
+	uint64_t last_ev_ns; /* when a blocking wait last ended with an event */
+	uint64_t events_ns;  /* the event channels' last drain (progress_fast) */
 	struct coord_rdma_stats st;
 	char peer[80];
 };

@@ -47,6 +47,15 @@
  *       without this process (runtime/store/varstore.c SNAP1-SNAP3).  A DELETE
  *       deregisters first; everything is deregistered when serving stops,
  *       before the caller destroys the store.
+ *   Q5  Limits (tcp_server.c H1, tcp_pool.c I1): at most max_handshakes
+ *       connections are in the handshake at once (`pending`: counted by
+ *       the acceptor before their thread starts, uncounted by the thread
+ *       when its handshake ends); one beyond is told so in an ERROR frame
+ *       and closed at once, logged at most once a second.  An
+ *       authenticated connection that has received nothing for idle_ms
+ *       (at least COORD_SRV_IDLE_HB_MULT of its coordinator's heartbeat
+ *       intervals) is closed with an ERROR frame by its own thread, at
+ *       an idle tick (nothing of it runs then: its thread serves it).
  *
  * Hostile input: the channel checks every header (coord_wire_parse_hdr())
  * before it buffers anything, the engine decodes every frame with the
@@ -89,6 +98,7 @@ struct rconn {
 	 * when a frame was last sent; hints for the acceptor's keepalive. */
 	_Atomic uint64_t busy_since, last_sent_ns;
 	uint64_t peek_ns; /* S3: when the serving thread last scanned for a CANCEL */
+	uint64_t rx_ns;	  /* Q5: when the serving thread last read a frame */
 	struct rconn *next;
 };
 
@@ -104,6 +114,9 @@ struct rsrv {
 	_Atomic int stopping;
 	pthread_mutex_t list_lock; /* Q3: @conns, the acceptor and the keeper */
 	struct rconn *conns;
+	_Atomic unsigned pending;   /* Q5: connections in the handshake */
+	unsigned refused;	    /* Q5: refused since the last log line (the acceptor's) */
+	uint64_t refused_logged_ns; /* Q5: when that was */
 	pthread_t keeper;
 	/* Q4: registrations, shared by every connection (one protection
 	 * domain per device in this process); off the fast path. */
@@ -127,18 +140,39 @@ static int rdma_io_send(void *ctx, const void *b, size_t len)
 	return r;
 }
 
-/* Refuse: log, and say why on the channel if it can still carry a frame. */
-static void refuse(struct rconn *k, int r, const char *why)
+/* An ERROR frame (@r, @why) on @k's channel, under chan_lock (Q3). */
+static void say_error(struct rconn *k, int r, const char *why)
 {
 	struct coord_frame_io io;
 
-	coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
-	if (r == -EPIPE || r == -ETIMEDOUT || r == -EIO)
-		return; /* closed, or no credits: an ERROR frame would not get through */
 	pthread_mutex_lock(&k->chan_lock);
 	coord_rdma_chan_io(&io, k->ch);
 	coord_send_error_io(&io, r, why);
 	pthread_mutex_unlock(&k->chan_lock);
+}
+
+/* Refuse: log, and say why on the channel if it can still carry a frame. */
+static void refuse(struct rconn *k, int r, const char *why)
+{
+	coord_log(COORD_LOG_WARN, "%s: closing: %s", k->p.peer, why);
+	if (r == -EPIPE || r == -ETIMEDOUT || r == -EIO)
+		return; /* closed, or no credits: an ERROR frame would not get through */
+	say_error(k, r, why);
+}
+
+/* Q5: has @k received nothing for longer than its idle limit at @now? */
+static bool idle_over(const struct rconn *k, uint64_t now)
+{
+	const struct coord_server_opts *o = k->s->base->o;
+	/* Relaxed: written by this thread (a PING), read by the keeper too. */
+	uint64_t hb = atomic_load_explicit(&k->p.hb_ms, memory_order_relaxed);
+	uint64_t limit = (uint64_t)o->idle_ms;
+
+	if (!o->idle_ms)
+		return false;
+	if (limit < COORD_SRV_IDLE_HB_MULT * hb)
+		limit = COORD_SRV_IDLE_HB_MULT * hb;
+	return now > k->rx_ns && now - k->rx_ns > limit * 1000000ull;
 }
 
 static void serve_frames(struct rconn *k)
@@ -160,6 +194,14 @@ static void serve_frames(struct rconn *k)
 			/* Relaxed: a poll flag, read once per idle tick (Q2). */
 			if (atomic_load_explicit(&k->s->stopping, memory_order_relaxed))
 				return;
+			if (idle_over(k, coord_now_ns())) { /* Q5 */
+				coord_log(COORD_LOG_WARN,
+					  "%s: closing: idle: nothing received "
+					  "for too long",
+					  k->p.peer);
+				say_error(k, -ETIMEDOUT, "idle: nothing received for too long");
+				return;
+			}
 			continue;
 		}
 		if (r == -EPIPE) {
@@ -179,7 +221,8 @@ static void serve_frames(struct rconn *k)
 		/* Relaxed (Q3): a hint for the keepalive.  The read says nothing
 		 * of the frames behind this one: a CANCEL may wait there (S3,
 		 * rdma_io_peek()). */
-		atomic_store_explicit(&k->busy_since, coord_now_ns(), memory_order_relaxed);
+		k->rx_ns = coord_now_ns(); /* Q5 */
+		atomic_store_explicit(&k->busy_since, k->rx_ns, memory_order_relaxed);
 		r = coord_srv_conn_frame(&k->p, &h, payload);
 		/* Relaxed (Q3): as above; a stale read costs one PONG. */
 		atomic_store_explicit(&k->busy_since, 0, memory_order_relaxed);
@@ -211,6 +254,9 @@ static void *conn_main(void *arg)
 				      &err);
 	if (r == 0)
 		r = coord_srv_conn_start(&k->p, task, " over rdma", &err);
+	k->rx_ns = coord_now_ns(); /* Q5: idle from here */
+	/* Relaxed (Q5): a count the acceptor compares with its limit. */
+	atomic_fetch_sub_explicit(&k->s->pending, 1, memory_order_relaxed);
 	if (r < 0) {
 		coord_log(COORD_LOG_WARN, "refused %s", err.msg);
 		if (r != -EPIPE && r != -EACCES) /* -EACCES already said so */
@@ -401,6 +447,30 @@ static void rdma_io_peek(void *ctx, uint64_t now)
 	pthread_mutex_unlock(&k->chan_lock);
 }
 
+/* Q5: too many handshakes: say so to the peer, close, log at most once a
+ * second (with how many were refused).  The acceptor. */
+static void refuse_busy(struct rsrv *rs, struct coord_rdma_chan *ch, unsigned pending)
+{
+	struct coord_frame_io io;
+	uint64_t now = coord_now_ns();
+	char m[96];
+
+	snprintf(m, sizeof(m), "server busy: %u connections in the handshake", pending);
+	coord_rdma_chan_io(&io, ch);
+	coord_send_error_io(&io, -EBUSY, m);
+	rs->refused++;
+	if (now - rs->refused_logged_ns >= 1000000000ull) {
+		coord_log(COORD_LOG_WARN,
+			  "rdma: refused %u connection%s in the last second (the last from %s): "
+			  "%u in the handshake, the limit (max_handshakes) is %u",
+			  rs->refused, rs->refused == 1 ? "" : "s", coord_rdma_chan_peer(ch),
+			  pending, rs->base->o->max_handshakes);
+		rs->refused_logged_ns = now;
+		rs->refused = 0;
+	}
+	coord_rdma_chan_destroy(ch);
+}
+
 static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
 {
 	const struct coord_server_opts *o = rs->base->o;
@@ -408,6 +478,7 @@ static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
 	struct coord_error err;
 	struct coord_rdma_chan *ch;
 	struct rconn *k;
+	unsigned pending;
 	int r;
 
 	memset(&err, 0, sizeof(err));
@@ -416,6 +487,12 @@ static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
 		if (r != -ETIMEDOUT || err.msg[0])
 			coord_log(COORD_LOG_WARN, "rdma: refused a connection: %s",
 				  err.msg[0] ? err.msg : strerror(-r));
+		return;
+	}
+	/* Relaxed (Q5): only the acceptor adds; a thread may subtract meanwhile. */
+	pending = atomic_load_explicit(&rs->pending, memory_order_relaxed);
+	if (pending >= o->max_handshakes) {
+		refuse_busy(rs, ch, pending);
 		return;
 	}
 	k = calloc(1, sizeof(*k));
@@ -430,7 +507,11 @@ static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
 	k->s = rs;
 	k->ch = ch;
 	snprintf(k->p.peer, sizeof(k->p.peer), "%s", coord_rdma_chan_peer(ch));
+	/* Relaxed (Q5): a count; conn_main() subtracts when its handshake ends. */
+	atomic_fetch_add_explicit(&rs->pending, 1, memory_order_relaxed);
 	if (pthread_create(&k->thread, NULL, conn_main, k) != 0) {
+		/* Relaxed (Q5): as above. */
+		atomic_fetch_sub_explicit(&rs->pending, 1, memory_order_relaxed);
 		coord_log(COORD_LOG_ERROR, "cannot start a thread for %s", k->p.peer);
 		conn_free(k);
 		return;

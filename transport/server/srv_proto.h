@@ -144,6 +144,11 @@ COORD_HIDDEN void coord_srv_fini(struct coord_srv *s);
  */
 COORD_HIDDEN void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
 				      const struct coord_srv_io *io);
+/* An authenticated connection's idle limit (opts.idle_ms) is at least this
+ * many of its coordinator's heartbeat intervals (tcp_pool.c I1,
+ * rdma_server.c Q5). */
+#define COORD_SRV_IDLE_HB_MULT 4u
+
 /* Room for the keepalive PONG coord_srv_keepalive() writes. */
 #define COORD_SRV_PONG_LEN (COORD_WIRE_HDR + 8)
 

@@ -74,7 +74,6 @@
 
 #define STUCK_NS 1000000ull /* a pool thread held one connection this long: add one */
 #define MAX_POOL_THREADS 4096u
-#define IDLE_HB_MULT 4u		   /* I1: the idle limit is at least this many heartbeats */
 #define TRIM_QUIET_NS 100000000ull /* M1: no connection freed this long: trim */
 #define TRIM_MANY 4096u		   /* M1: ... or this many were */
 
@@ -213,8 +212,8 @@ static bool idle_over(struct conn *k, uint64_t now)
 	    /* Relaxed (P5): as above; a held connection is never idle. */
 	    atomic_load_explicit(&k->held_since, memory_order_relaxed))
 		return false;
-	if (limit < IDLE_HB_MULT * hb)
-		limit = IDLE_HB_MULT * hb;
+	if (limit < COORD_SRV_IDLE_HB_MULT * hb)
+		limit = COORD_SRV_IDLE_HB_MULT * hb;
 	return now > last && now - last > limit * 1000000ull;
 }
 
