@@ -304,16 +304,12 @@ static void test_s3_not_started_behind_long_is_cancelled(void **state)
 	uint32_t gated, fail, sl, us = 1000;
 	struct coord_rv *g, *behind, *f1;
 	struct opener o = { 200000000 };
-	struct coord_opts dflt, opts;
+	struct coord_opts opts;
 	struct coord *c;
 	pthread_t t;
 
 	t_reset_counters();
-	t_opts(&opts, reg);
-	coord_opts_init(&dflt);
-	/* the defaults, not the tests' small window and two loops */
-	opts.window = dflt.window;
-	opts.tcp_loops = dflt.tcp_loops;
+	t_opts(&opts, reg); /* the default window and loops */
 	assert_int_equal(t_create(&opts, 2, &c, NULL), 0);
 	gated = t_fn(c, "gated");
 	fail = t_fn(c, "fail");
@@ -357,7 +353,7 @@ static void test_s3_cancel_reaches_windows(void **state)
 	struct coord_registry *reg = t_registry();
 	struct coord_rv *longs[2], *behind[2 * CW_BEHIND], *f1;
 	struct opener o = { 300000000 };
-	struct coord_opts dflt, opts;
+	struct coord_opts opts;
 	struct coord_metrics m;
 	uint32_t gated, fail;
 	struct coord *c;
@@ -366,9 +362,6 @@ static void test_s3_cancel_reaches_windows(void **state)
 
 	t_reset_counters();
 	t_opts(&opts, reg);
-	coord_opts_init(&dflt);
-	opts.window = dflt.window;
-	opts.tcp_loops = dflt.tcp_loops;
 	assert_int_equal(t_create(&opts, 3, &c, NULL), 0);
 	gated = t_fn(c, "gated");
 	fail = t_fn(c, "fail");
@@ -1393,15 +1386,6 @@ static void test_s13_stagger_spreads(void **state)
 	t_opts(&o, reg);
 	o.start_delay_ms = 150;
 	o.start_delay_max_ms = 300;
-	{
-		struct coord_opts dflt;
-
-		coord_opts_init(&dflt);
-		/* the defaults (room to send all 30 ahead), not the tests'
-		 * small window and two loops */
-		o.window = dflt.window;
-		o.tcp_loops = dflt.tcp_loops;
-	}
 	assert_int_equal(t_create(&o, 3, &c, NULL), 0);
 	sleep_us = t_fn(c, "sleep_us");
 	t0 = t_now_ns();
@@ -2697,6 +2681,12 @@ int main(void)
 	if (t_group_on("tcp"))
 		failed += cmocka_run_group_tests_name("coord/tcp", tcp_tests, t_group_tcp,
 						      t_group_inproc);
+	/* The same table over two event loops: one worker each, so what
+	 * crosses loops (a push waking the other loop, S3's CANCEL reaching
+	 * both, per-worker frees) is tested too (helpers.h t_tcp_loops). */
+	if (t_group_on("tcp-loops"))
+		failed += cmocka_run_group_tests_name("coord/tcp-loops", tcp_tests,
+						      t_group_tcp_loops, t_group_inproc);
 	if (t_group_on("rdma")) {
 		/* Over rdma when this host has a device (tests/rdma/rig.sh). */
 		if (coord_rdma_available(&err) == 0) {

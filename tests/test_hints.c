@@ -972,6 +972,11 @@ int main(void)
 	if (t_group_on("tcp"))
 		failed += cmocka_run_group_tests_name("hints/tcp", tests, t_group_tcp,
 						      t_group_inproc);
+	/* Over two event loops: a closure only the other loop's worker may
+	 * run (B4) is taken and placed across loops (helpers.h t_tcp_loops). */
+	if (t_group_on("tcp-loops"))
+		failed += cmocka_run_group_tests_name("hints/tcp-loops", tests, t_group_tcp_loops,
+						      t_group_inproc);
 	if (t_group_on("rdma")) {
 		if (coord_rdma_available(&err) == 0) {
 			failed += cmocka_run_group_tests_name("hints/rdma", tests, t_group_rdma,
