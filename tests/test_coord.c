@@ -245,9 +245,11 @@ static void test_s3_schedule_returns_error_nothing_executing(void **state)
 		coord_rv_put(rv[i]);
 	}
 	assert_int_equal(cancelled + ready, n);
-	/* n x 500 us on 2 workers cannot all have run while we scheduled */
-	if (n >= 8)
-		assert_true(cancelled >= 1);
+	/* How many ran depends on the machine (a loaded one may run them all
+	 * before the failure comes back); that those still queued are
+	 * cancelled is asserted with gates: test_s3_cancel_reaches_windows,
+	 * test_s3_not_started_behind_long_is_cancelled. */
+	print_message("S3: %d of %d ran, %d cancelled\n", ready, n, cancelled);
 	/* the error was cleared: it is returned once */
 	assert_int_equal(coord_join(f->c, NULL), 0);
 	assert_int_equal(coord_done(f->c, NULL), 1);
