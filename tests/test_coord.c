@@ -145,13 +145,16 @@ static void test_s1_backpressure_tiny_ring(void **state)
 	a.n = 40;
 	atomic_store(&a.scheduled, 0);
 	pthread_create(&t, NULL, bp_producer, &a);
-	/* The worker holds a batch it cannot finish; the ring holds 4 more. */
-	t_sleep_ns(200000000);
-	long stuck = atomic_load(&a.scheduled);
-	assert_true(stuck < 40);
+	/* The worker holds the one closure it cannot finish, the ring 4 more:
+	 * the producer has scheduled 5 and is blocked on the 6th (a bounded
+	 * wait for that, however slowly the machine runs it). */
+	for (int i = 0;
+	     i < 20000 && (atomic_load(&a.scheduled) < 5 || coord_ring_size(&f->c->ring) < 4); i++)
+		t_sleep_ns(1000000);
+	assert_int_equal(atomic_load(&a.scheduled), 5);
 	assert_true(coord_ring_size(&f->c->ring) == 4);
 	t_sleep_ns(100000000);
-	assert_int_equal(atomic_load(&a.scheduled), stuck); /* still blocked */
+	assert_int_equal(atomic_load(&a.scheduled), 5); /* still blocked */
 	atomic_store(&t_gate, 1);
 	pthread_join(t, NULL);
 	assert_int_equal(atomic_load(&a.scheduled), 40);
@@ -193,6 +196,36 @@ static void test_s2_runs_on_any_worker(void **state)
 	assert_true(per_worker[0] > 0 && per_worker[1] > 0);
 	assert_int_equal(atomic_load(&t_entered), 200);
 	assert_int_equal(atomic_load(&t_exited), 200);
+}
+
+/*
+ * S2, placement (issue 20): a closure never waits in one worker's window
+ * while another worker is idle and could run it.  Two workers; one closure
+ * of 2 s, then ten of 50 ms, all scheduled at once (none known yet).  The
+ * ten take 0.5 s on the other worker; none of them may wait behind the
+ * long one until it ends: whatever was sent ahead to its worker must come
+ * back to the worker that went idle.  Not met yet (T_GROUPS=gaps): inproc
+ * runs 4 of the ten, tcp (default window) 5, behind the long one; with a
+ * loop per worker (tcp-loops) 0.
+ */
+static void test_s2_idle_worker_not_left_idle(void **state)
+{
+	struct t_fx *f = *state;
+	uint32_t sl = t_fn(f->c, "sleep_us"), ul = 2000000, us = 50000;
+	struct coord_rv *l, *m[10];
+	int32_t wl, on_wl = 0;
+
+	assert_int_equal(coord_schedule(f->c, sl, &ul, sizeof(ul), &l, NULL), 0);
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(coord_schedule(f->c, sl, &us, sizeof(us), &m[i], NULL), 0);
+	wl = fetch_i32(l);
+	for (int i = 0; i < 10; i++) {
+		on_wl += fetch_i32(m[i]) == wl;
+		coord_rv_put(m[i]);
+	}
+	coord_rv_put(l);
+	print_message("placement: %d of 10 short closures ran behind the long one\n", on_wl);
+	assert_int_equal(on_wl, 0);
 }
 
 /* ---- S3 ---------------------------------------------------------------------- */
@@ -2671,6 +2704,10 @@ int main(void)
 #define SERVER_TESTS                                                                               \
 	cmocka_unit_test_setup_teardown(test_worker_lacks_function_named, setup_extra_fns, teardown)
 	const struct CMUnitTest tcp_tests[] = { CONTRACT_TESTS, SERVER_TESTS };
+	/* What the contract asks and the transports do not do yet (issue 20:
+	 * take-back of work not started); run only when named, T_GROUPS=gaps,
+	 * over inproc and tcp. */
+	const struct CMUnitTest gap_tests[] = { T(test_s2_idle_worker_not_left_idle) };
 	const struct CMUnitTest rdma_tests[] = { CONTRACT_TESTS, SERVER_TESTS };
 	struct coord_error err = { 0 };
 	int failed = 0;
@@ -2689,6 +2726,11 @@ int main(void)
 	if (t_group_on("tcp-loops"))
 		failed += cmocka_run_group_tests_name("coord/tcp-loops", tcp_tests,
 						      t_group_tcp_loops, t_group_inproc);
+	if (getenv("T_GROUPS") && t_group_on("gaps")) {
+		failed += cmocka_run_group_tests_name("coord/gaps/inproc", gap_tests, NULL, NULL);
+		failed += cmocka_run_group_tests_name("coord/gaps/tcp", gap_tests, t_group_tcp,
+						      t_group_inproc);
+	}
 	if (t_group_on("rdma")) {
 		/* Over rdma when this host has a device (tests/rdma/rig.sh). */
 		if (coord_rdma_available(&err) == 0) {
