@@ -616,8 +616,8 @@ static void test_b4_strict_dropped_fails_unavailable(void **state)
 
 	(void)state;
 	t_opts(&o, reg);
+	/* the default connect timeout, as in test_past_the_limit_dropped_unavailable */
 	o.recovery_limit_ms = 300;
-	o.connect_timeout_ms = 200;
 	o.affinity_fallback_ms = 60000; /* only the drop makes it fall back */
 	assert_int_equal(t_create(&o, 2, &c, &err), 0);
 	run_adds(c, 5);
@@ -707,8 +707,8 @@ static void test_blocked_schedule_released_when_unavailable(void **state)
 	t_opts(&o, reg);
 	o.ring_capacity = 4;
 	o.window = 1;
+	/* the default connect timeout, as in test_past_the_limit_dropped_unavailable */
 	o.recovery_limit_ms = 300;
-	o.connect_timeout_ms = 200;
 	assert_int_equal(t_create(&o, 1, &c, &err), 0);
 	for (int i = 0; i < 5; i++) /* 1 on the worker (gated), 4 in the ring */
 		assert_int_equal(coord_schedule(c, t_fn(c, "gated"), NULL, 0, &rv[i], &err), 0);
