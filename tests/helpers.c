@@ -763,6 +763,7 @@ struct coord_registry *t_registry(void)
 /* ---- transports: inproc, or coord-worker processes over tcp or rdma -------------- */
 
 const char *t_transport = "inproc";
+unsigned t_tcp_loops;
 
 bool t_group_on(const char *name)
 {
@@ -788,12 +789,20 @@ void t_use_inproc(void)
 {
 	t_workers_stop();
 	t_transport = "inproc";
+	t_tcp_loops = 0;
 	unsetenv("COORD_CLUSTER_KEY");
 }
 
 int t_group_tcp(void **state)
 {
 	(void)state;
+	return t_use_transport("tcp", 2);
+}
+
+int t_group_tcp_loops(void **state)
+{
+	(void)state;
+	t_tcp_loops = 2;
 	return t_use_transport("tcp", 2);
 }
 
@@ -1083,13 +1092,9 @@ void t_opts(struct coord_opts *o, struct coord_registry *reg)
 	o->transport = t_transport;
 	o->start_delay_ms = 0;
 	o->start_delay_max_ms = -1;
-	/* tcp: a few closures in flight per worker, so queues behave as the
-	 * contract tests expect (what is sent to a worker runs, S3) */
-	o->window = 4;
-	/* two event loops (tcp, rdma), not the default (one on up to 7 CPUs,
-	 * conn.c): what crosses loops (a push waking the other loop, a
-	 * closure only another loop's worker may run) stays tested */
-	o->tcp_loops = 2;
+	/* window and tcp_loops: the library's defaults, what a user gets;
+	 * the "tcp-loops" groups ask for two loops (t_group_tcp_loops()) */
+	o->tcp_loops = t_tcp_loops;
 	/* a worker that dies unexpectedly (a sanitizer report) fails the
 	 * test in seconds rather than waiting out TF's hour (S10) */
 	o->recovery_limit_ms = 10000;

@@ -103,6 +103,11 @@ int t_register(struct coord_registry *reg);
  * t_workers_start() (COORD_WORKER_BIN, COORD_TESTFNS from meson).
  */
 extern const char *t_transport;
+/* tcp, rdma: the event loops t_opts() asks for (opts.tcp_loops): 0, the
+ * library's default (one loop on these machines), or 2 in the "tcp-loops"
+ * groups, so that what crosses loops (a push waking the other loop, a
+ * closure only another loop's worker may run) stays tested. */
+extern unsigned t_tcp_loops;
 /* The address worker processes listen on: 127.0.0.1, or over rdma
  * $RDMA_TEST_ADDR (default 10.0.2.15, the rig's guest). */
 const char *t_addr(void);
@@ -157,9 +162,11 @@ int t_create(struct coord_opts *o, unsigned nworkers, struct coord **c, struct c
 bool t_group_on(const char *name);
 int t_use_transport(const char *name, unsigned n);
 void t_use_inproc(void);
-/* cmocka group setups/teardown around them: tcp or rdma with 2 workers;
- * back to inproc. */
+/* cmocka group setups/teardown around them: tcp or rdma with 2 workers
+ * (t_group_tcp_loops(): tcp with 2 workers on 2 event loops); back to
+ * inproc (and to the default loops). */
 int t_group_tcp(void **state);
+int t_group_tcp_loops(void **state);
 int t_group_rdma(void **state);
 int t_group_inproc(void **state);
 

@@ -33,8 +33,8 @@ struct fx {
 };
 
 /* A coordinator of @nw workers with these B4 options, a tcp window of
- * @window, @loops event loops (0: the default) and a ring of @ring_cap
- * slots (0: unbounded, S14; -1: the default). */
+ * @window, @loops event loops (0: the group's, helpers.h t_tcp_loops) and
+ * a ring of @ring_cap slots (0: unbounded, S14; -1: the default). */
 static struct fx *fx_make_opts(void **state, unsigned nw, int64_t aging_ms, int64_t fallback_ms,
 			       unsigned window, unsigned loops, int ring_cap)
 {
@@ -47,7 +47,8 @@ static struct fx *fx_make_opts(void **state, unsigned nw, int64_t aging_ms, int6
 	f->reg = t_registry();
 	t_opts(&o, f->reg);
 	o.window = window;
-	o.tcp_loops = loops;
+	if (loops)
+		o.tcp_loops = loops;
 	if (ring_cap >= 0)
 		o.ring_capacity = (unsigned)ring_cap;
 	o.priority_aging_ms = aging_ms;
@@ -971,6 +972,11 @@ int main(void)
 		failed += cmocka_run_group_tests_name("hints/inproc", tests, NULL, NULL);
 	if (t_group_on("tcp"))
 		failed += cmocka_run_group_tests_name("hints/tcp", tests, t_group_tcp,
+						      t_group_inproc);
+	/* Over two event loops: a closure only the other loop's worker may
+	 * run (B4) is taken and placed across loops (helpers.h t_tcp_loops). */
+	if (t_group_on("tcp-loops"))
+		failed += cmocka_run_group_tests_name("hints/tcp-loops", tests, t_group_tcp_loops,
 						      t_group_inproc);
 	if (t_group_on("rdma")) {
 		if (coord_rdma_available(&err) == 0) {

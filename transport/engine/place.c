@@ -246,7 +246,12 @@ unsigned coord_place_credit(struct coord_place *p, uint64_t now, uint64_t *next_
 	unsigned n = 0;
 
 	*next_start = 0;
-	if (now >= p->start_end) { /* every worker started: the counts (PL1, PL4) */
+	/* Every worker of this loop started and none idle on another loop
+	 * (one not yet started counts as idle there): the counts (PL1, PL4).
+	 * Otherwise only what can start now, so a loop does not fill its
+	 * workers' windows with closures another loop's idle or starting
+	 * worker could run (S13). */
+	if (now >= p->start_end && coord_place_idle_elsewhere(p) <= 0) {
 		*has_idle = p->nidle > 0;
 		*has_down = p->ndown > 0;
 		return p->free_up < UINT_MAX ? (unsigned)p->free_up : UINT_MAX;

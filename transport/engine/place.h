@@ -15,7 +15,12 @@
  *        (S10) takes it from there.  So while a staggered start is still
  *        to come, credit (how many a loop may take) counts one closure per
  *        idle started connection and the free slots of the one being
- *        packed, not every free slot.  Once every worker has started it is
+ *        packed, not every free slot; the same while another loop has an
+ *        idle worker (or one still to start: it counts as idle there), so
+ *        that one loop does not fill its workers' windows with what the
+ *        other loop's worker could start (S13 over several loops: all 30
+ *        closures went to the loop whose one worker started first).  Once
+ *        every worker has started and no other loop has one idle, it is
  *        every free slot (PL4): pick() still prefers an idle connection,
  *        so a closure goes behind a busy one only when no worker is idle,
  *        and one not started when an error is taken is dropped there (S3,
@@ -37,8 +42,9 @@
  *        long result raises the estimate, and a busy connection with no
  *        result for PACK_STALL_NS is no longer packed.
  *   PL4  Counts kept as slots and connections change (free_up, nidle,
- *        ndown), so credit() is O(1) once every staggered start has passed;
- *        before that it scans the loop's connections.
+ *        ndown), so credit() is O(1) once every staggered start has passed
+ *        while no other loop has an idle worker; else it scans the loop's
+ *        connections.
  *   PL5  The budget of PL2 and the silence of PL3 scale with the link: a
  *        closure may wait behind one round trip's worth of known-short work
  *        (at least PACK_WAIT_NS), so the window still hides the link's
