@@ -180,8 +180,8 @@ COORD_PROV void coord_srv_conn_drop_ps(struct coord_srv_conn *k);
 COORD_PROV void coord_srv_conn_fini(struct coord_srv_conn *k);
 
 /**
- * coord_rdma_serve() - the rdma server (rdma_server.c; rdma_off.c without
- * verbs at build time says why it cannot).
+ * coord_rdma_serve() - the rdma server (rdma_server.c, in the rdma
+ * provider; transport/rdma_load.c forwards to it, or says why it cannot).
  * @s: the shared part, initialised; the caller finalises it.
  * Return: 0 after a stop; -errno with @err if it cannot listen.
  */
