@@ -6,11 +6,13 @@
  * latency).
  *
  *   bench_window --spec SPEC [--inflight F[,F...]] [--seconds S] [--rtt 0|1]
- *                [--window W] [--idle S]
+ *                [--window W] [--idle S] [--transport tcp|rdma]
  *
  * SPEC is anything coord_spec_from_arg() takes (its "worker" job: running
  * coord-worker processes serving bench/benchfns.c, with the cluster key in
- * $COORD_CLUSTER_KEY or $COORD_CLUSTER_KEY_FILE off loopback).  First
+ * $COORD_CLUSTER_KEY or $COORD_CLUSTER_KEY_FILE off loopback; --transport
+ * rdma: coord-worker --transport rdma, which tests/rdma/suite.txt runs it
+ * against, through libcoord.so and its rdma provider).  First
  * (unless --rtt 0) one closure at a time (the round trip as coord sees it:
  * schedule, fetch; 400 of them or 1 s), then for each F a sliding window of F RemoteValues of
  * `empty` (fetch the oldest, schedule the next) for S seconds (default 2),
@@ -41,7 +43,8 @@ int coord_register_fns(struct coord_registry *reg); /* bench/benchfns.c */
 #define MAX_F 16
 #define RTT_N 400
 
-static unsigned win; /* --window: opts.window, else ceil(F / workers) */
+static unsigned win;		      /* --window: opts.window, else ceil(F / workers) */
+static const char *transport = "tcp"; /* --transport */
 
 static uint64_t now_ns(void)
 {
@@ -105,7 +108,7 @@ static struct coord *make(const char *spec_arg, struct coord_registry *reg, unsi
 
 	coord_opts_init(&o);
 	o.registry = reg;
-	o.transport = "tcp";
+	o.transport = transport;
 	o.start_delay_ms = 0;
 	o.start_delay_max_ms = -1;
 	if (coord_spec_from_arg(spec_arg, &spec, NULL, &err) < 0)
@@ -265,6 +268,8 @@ int main(int argc, char **argv)
 			win = (unsigned)atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--idle"))
 			idle = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "--transport"))
+			transport = argv[i + 1];
 		else
 			spec = NULL, argc = 0;
 	}
@@ -278,7 +283,8 @@ int main(int argc, char **argv)
 	}
 	if (!spec || argc % 2 == 0 || nf == 0 || !(secs > 0 && secs <= 600)) {
 		fprintf(stderr, "usage: bench_window --spec SPEC [--inflight F[,F...]] "
-				"[--seconds S] [--rtt 0|1] [--window W] [--idle S]\n");
+				"[--seconds S] [--rtt 0|1] [--window W] [--idle S] "
+				"[--transport tcp|rdma]\n");
 		return 2;
 	}
 	if (coord_registry_create(&reg) || coord_register_fns(reg)) {

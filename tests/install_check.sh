@@ -10,8 +10,10 @@
 #  - the consumer runs on in-process workers, then against two installed
 #    coord-worker processes serving that library over loopback tcp;
 #  - man finds the installed pages (man coord_schedule, man coord-worker).
-# Not checked here: a machine without rdma-core (libcoord.so still names
-# libibverbs/librdmacm while the rdma transport is linked in, not dlopen()ed).
+#  - libcoord.so starts on a machine without rdma-core: its DT_NEEDED names
+#    neither libibverbs nor librdmacm (the container-free check); the rdma
+#    provider (when built) is installed in <libdir>/coord, needs them itself,
+#    and the installed tools load it, or say which file is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
@@ -53,6 +55,8 @@ needed=$(readelf -d "$lib/libcoord.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' 
 echo "libcoord.so needs: $needed"
 case " $needed " in
 *libck* | *urcu-cds* | *libm.so* | *cmocka*) fail "libcoord.so links what only tests or benchmarks use" ;;
+*libibverbs* | *librdmacm*)
+	fail "libcoord.so needs rdma-core at load time ($needed): rdma belongs in the provider" ;;
 esac
 
 # A consumer program and a worker library, with pkg-config alone.
@@ -88,6 +92,32 @@ grep -q '^== 2 tcp workers' "$tmp/tcp.out" && grep -q '^square(7) = 49' "$tmp/tc
 	{ cat "$tmp/tcp.out"; fail "hello --spec printed the wrong thing"; }
 "$root$pfx/$bindir/coord-ps" --version | grep -q "^coord-ps " || fail "coord-ps --version"
 
+# The rdma provider, when this build made one (libibverbs/librdmacm headers
+# found): the installed coord-worker loads it (it gets as far as looking for
+# an RDMA device: none here, or it listens until the timeout), and names the
+# file when it is missing.
+prov=$lib/coord/libcoord-rdma.so provok=
+if [ -f "$prov" ]; then
+	pneeded=$(readelf -d "$prov" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+	case " $pneeded " in
+	*libibverbs*librdmacm* | *librdmacm*libibverbs*) ;;
+	*) fail "the rdma provider does not link rdma-core: $pneeded" ;;
+	esac
+	rdma() {
+		COORD_RDMA_PROVIDER=$1 timeout 5 "$root$pfx/$bindir/coord-worker" --fns "$tmp/libhello_fns.so" \
+			--listen 127.0.0.1:0 --transport rdma --log error 2>&1 || true
+	}
+	out=$(rdma "$prov")
+	case $out in
+	*"cannot load"* | *refusing*) fail "the installed coord-worker cannot use the installed rdma provider: $out" ;;
+	esac
+	out=$(rdma "$tmp/no-provider.so")
+	[[ $out == *"$tmp/no-provider.so"*"No such file"* ]] ||
+		fail "coord-worker --transport rdma without its provider does not say which file: $out"
+	echo "rdma provider: $prov (needs $pneeded)"
+	provok=1
+fi
+
 # The Python package (python/, when built): the installed one imports and runs
 # the worker library built above, in process, with Debian's interpreter.
 pkg=$(find "$root" -path '*/coord/__init__.py' -print -quit)
@@ -106,4 +136,4 @@ for page in coord_schedule coord_create coord_set_log_fn coord-worker coord-ps; 
 done
 n=$(find "$MANPATH" -type f -name '*.[13]' | wc -l)
 man coord_schedule 2>/dev/null | grep -q 'coord_schedule' || fail "man coord_schedule does not render"
-echo "install_check: ok ($n man pages; consumer and worker library built with pkg-config ran in-process and over tcp${pkg:+; the Python package ran})"
+echo "install_check: ok ($n man pages; libcoord.so without rdma-core; consumer and worker library built with pkg-config ran in-process and over tcp${provok:+; the rdma provider loads}${pkg:+; the Python package ran})"

@@ -25,7 +25,7 @@
 
 #include "runtime/core/coord_pvt.h"
 #include "runtime/core/internal.h"
-#include "transport/rdma/rdma_chan.h"
+#include "transport/rdma_provider.h"
 #include "helpers.h"
 
 static int setup_n(void **state, unsigned nworkers, unsigned cap)
@@ -2748,7 +2748,7 @@ int main(void)
 	}
 	if (t_group_on("rdma")) {
 		/* Over rdma when this host has a device (tests/rdma/rig.sh). */
-		if (coord_rdma_available(&err) == 0) {
+		if (coord_rdma_usable(&err) == 0) {
 			failed += cmocka_run_group_tests_name("coord/rdma", rdma_tests,
 							      t_group_rdma, t_group_inproc);
 		} else {

@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "runtime/core/internal.h"
-#include "transport/rdma/rdma_chan.h"
+#include "transport/rdma_provider.h"
 #include "helpers.h"
 
 struct fx {
@@ -979,7 +979,7 @@ int main(void)
 		failed += cmocka_run_group_tests_name("hints/tcp-loops", tests, t_group_tcp_loops,
 						      t_group_inproc);
 	if (t_group_on("rdma")) {
-		if (coord_rdma_available(&err) == 0) {
+		if (coord_rdma_usable(&err) == 0) {
 			failed += cmocka_run_group_tests_name("hints/rdma", tests, t_group_rdma,
 							      t_group_inproc);
 		} else {

@@ -37,7 +37,7 @@
 
 #include <coord/var.h>
 
-#include "transport/rdma/rdma_chan.h"
+#include "transport/rdma_provider.h"
 #include "helpers.h"
 
 #define NPROC 4
@@ -862,7 +862,7 @@ int main(void)
 						      group_teardown);
 	if (t_group_on("rdma")) {
 		/* Over rdma when this host has a device (tests/rdma/rig.sh). */
-		if (coord_rdma_available(&err) == 0) {
+		if (coord_rdma_usable(&err) == 0) {
 			failed += cmocka_run_group_tests_name("recovery/rdma", rdma_tests,
 							      rdma_group_setup, group_teardown);
 		} else {

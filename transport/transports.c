@@ -10,10 +10,12 @@
 
 #include "runtime/core/internal.h"
 #include "runtime/ps/ps.h"
+#include "transport/rdma_provider.h"
 
 const struct coord_transport coord_transports[] = {
-	{ "inproc", &coord_tp_inproc, &coord_ps_local_ops },
-	{ "tcp", &coord_tp_tcp, &coord_ps_remote_ops },
-	{ "rdma", &coord_tp_rdma, &coord_ps_remote_ops },
-	{ NULL, NULL, NULL },
+	{ "inproc", &coord_tp_inproc, &coord_ps_local_ops, NULL },
+	{ "tcp", &coord_tp_tcp, &coord_ps_remote_ops, NULL },
+	/* libcoord-rdma.so, loaded on first use (rdma_load.c) */
+	{ "rdma", NULL, &coord_ps_remote_ops, coord_rdma_tp_load },
+	{ NULL, NULL, NULL, NULL },
 };

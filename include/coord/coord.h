@@ -49,7 +49,10 @@ struct coord_pw;
  *                   processes at the addresses of @spec's "worker" job);
  *                   "rdma" (RC queue pairs over librdmacm, when built with
  *                   libibverbs: coord-worker/coord-ps --transport rdma;
- *                   heartbeats, deadlines and reconnection as over tcp).
+ *                   heartbeats, deadlines and reconnection as over tcp;
+ *                   loaded from the provider libcoord-rdma.so on first
+ *                   use, $COORD_RDMA_PROVIDER: -ENODEV naming the file
+ *                   and the reason when it cannot be).
  * @inproc_workers:  workers of the in-process transport when @spec is NULL
  *                   (default 2).
  * @ring_capacity:   closure ring slots, rounded up to a power of two;

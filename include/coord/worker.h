@@ -190,8 +190,9 @@ COORD_API unsigned coord_ctx_num_per_worker(const struct coord_ctx *ctx);
  *              for another are refused.  -1 (default): take the peer's.
  * @transport:  "tcp" (default) or "rdma" (an RC queue pair per connection,
  *              rdma_cm on @listen, which must be an address of an RDMA
- *              device; fails with the reason in a build without verbs or on
- *              a host without an RDMA device).
+ *              device; fails with the reason in a build without verbs, where
+ *              the rdma provider libcoord-rdma.so cannot be loaded, or on a
+ *              host without an RDMA device).
  * @ckpt_root:  coord_ps_serve() only: the directory checkpoints must lie
  *              under (coord/var.h); NULL (default): the working directory.
  * @max_handshakes: tcp: peers that may be in the handshake at once (default

@@ -329,16 +329,23 @@ static void queue_mem_fini(struct coord *c)
 static int coord_alloc(const struct coord_transport *t, const struct coord_opts *opts, unsigned nw,
 		       struct coord **out, struct coord_error *err)
 {
+	const struct coord_tp_ops *tp = t->tp;
 	struct coord *c;
 	int r;
 
+	/* A transport in a provider (rdma) is loaded here, on first use. */
+	if (!tp) {
+		r = t->load(&tp, err);
+		if (r < 0)
+			return r;
+	}
 	c = aligned_alloc(CACHELINE, (sizeof(*c) + CACHELINE - 1) & ~(size_t)(CACHELINE - 1));
 	if (!c)
 		return coord_seterr(err, COORD_ENOMEM, "no memory for a coordinator");
 	memset(c, 0, sizeof(*c));
 	c->opts = *opts;
 	c->reg = opts->registry;
-	c->tp = t->tp;
+	c->tp = tp;
 	c->ps_ops = t->ps;
 	c->nworkers = nw;
 	opts_from_env(&c->opts);

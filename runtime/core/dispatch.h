@@ -379,11 +379,11 @@ COORD_HIDDEN void coord_hq_worker_up(struct coord *c);
  */
 COORD_HIDDEN bool coord_loop_sleep(struct coord_dispatcher *d);
 /* coord_queue_size() - closures waiting (a snapshot). */
-COORD_HIDDEN uint64_t coord_queue_size(struct coord *c);
+COORD_PROV uint64_t coord_queue_size(struct coord *c);
 COORD_HIDDEN void coord_loop_wake_done(struct coord *c);
 /* True while this thread is in a user's schedule() pushing its closure:
  * ops->wake() may then do the transport's work on it (transport/rdma/rdma.c D5). */
-COORD_HIDDEN bool coord_wake_in_schedule(void);
+COORD_PROV bool coord_wake_in_schedule(void);
 
 /* coord_report_unavailable() - the transport lost its last worker: the next
  * caller gets COORD_EUNAVAILABLE (and schedule() refuses from now on). */

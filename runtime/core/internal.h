@@ -183,13 +183,16 @@ struct coord_transport {
 	const char *name;
 	const struct coord_tp_ops *tp;
 	const struct coord_ps_ops *ps;
+	/* A transport in a provider (rdma, tp NULL): its ops, loaded by
+	 * coord_create() on first use; 0, or -errno with @err saying what
+	 * is missing. */
+	int (*load)(const struct coord_tp_ops **tp, struct coord_error *err);
 };
 extern const struct coord_transport coord_transports[];
 
-/* Each transport's ops, for coord_transports[] only. */
+/* Each transport's ops, for coord_transports[] only (rdma's are in the
+ * provider: transport/rdma_provider.h). */
 extern const struct coord_tp_ops coord_tp_inproc;
 extern const struct coord_tp_ops coord_tp_tcp;
-/* transport/rdma/rdma.c, or rdma_off.c in a build without verbs. */
-extern const struct coord_tp_ops coord_tp_rdma;
 
 #endif /* COORD_RUNTIME_INTERNAL_H */

@@ -628,8 +628,8 @@ COORD_HIDDEN void coord_vs_unlock(struct coord_var *v, unsigned lo, unsigned hi)
  *
  * Concurrency: any thread.  Return: 0; -ENOENT no such id; -ENOENT deleted.
  */
-COORD_HIDDEN COORD_NODISCARD int coord_vs_map(struct coord_varstore *vs, uint32_t id,
-					      struct coord_var_map *out, struct coord_error *err);
+COORD_PROV COORD_NODISCARD int coord_vs_map(struct coord_varstore *vs, uint32_t id,
+					    struct coord_var_map *out, struct coord_error *err);
 /* coord_vs_write_begin()/_end() - bracket every store to @v's data
  * (varstore.c SNAP1); the caller holds the stripes it writes. */
 COORD_HIDDEN void coord_vs_write_begin(struct coord_var *v);

@@ -13,6 +13,21 @@
 #include <coord/log.h>
 
 #define COORD_HIDDEN __attribute__((visibility("hidden")))
+/*
+ * Internal, but called by the rdma provider (libcoord-rdma.so,
+ * transport/rdma_provider.h): exported from libcoord.so under the version
+ * node COORD_PRIVATE_<version> only, with the names in coord_private_syms
+ * (transport/meson.build; a name missing there would fall into the public
+ * node, and test 'man' would flag it).  Protected in libcoord: its own
+ * calls bind to its own copy, direct, never interposed; default in the
+ * provider's objects (built with COORD_PROVIDER), which call into
+ * libcoord.so.
+ */
+#ifdef COORD_PROVIDER
+#define COORD_PROV __attribute__((visibility("default")))
+#else
+#define COORD_PROV __attribute__((visibility("protected")))
+#endif
 
 /* The largest frame any layer sends or accepts (transport/wire/wire.h's
  * COORD_WIRE_MAX_FRAME_LIMIT; runtime/ps/ps.c bounds a batch's results by it). */
@@ -28,11 +43,11 @@
  * coord_seterr() - fill @err (if not NULL) with @code and a message; returns
  * @code so callers can `return coord_seterr(err, -EINVAL, "...")`.
  */
-COORD_HIDDEN int coord_seterr(struct coord_error *err, int code, const char *fmt, ...)
+COORD_PROV int coord_seterr(struct coord_error *err, int code, const char *fmt, ...)
 	COORD_PRINTF(3, 4);
 
 /* Log at @level (enum coord_log_level, coord/log.h); runtime/log.c. */
-COORD_HIDDEN void coord_log(int level, const char *fmt, ...) COORD_PRINTF(2, 3);
+COORD_PROV void coord_log(int level, const char *fmt, ...) COORD_PRINTF(2, 3);
 
 /* coord_env_int() - a non-negative integer from the environment variable
  * @name, else @def (a value that is not one is logged and ignored). */

@@ -35,7 +35,7 @@
 
 #include <coord/var.h>
 
-#include "transport/rdma/rdma_chan.h"
+#include "transport/rdma_provider.h"
 #include "../helpers.h"
 
 #define TEST_KEY "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
@@ -265,7 +265,7 @@ int main(void)
 	int failed;
 
 	t_watchdog(500);
-	if (coord_rdma_available(&err) < 0) {
+	if (coord_rdma_usable(&err) < 0) {
 		printf("test_rdma_ps: SKIP: %s (tests/rdma/rig.sh runs this)\n", err.msg);
 		return T_EXIT_SKIP;
 	}

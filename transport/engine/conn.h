@@ -78,7 +78,7 @@ struct coord_conn {
 
 /* One dispatcher (event loop) per opts.tcp_loops, default 2, at most one
  * per worker: the coord_tp_ops.ndispatchers of tcp and rdma. */
-COORD_HIDDEN unsigned coord_conn_ndispatchers(const struct coord *c);
+COORD_PROV unsigned coord_conn_ndispatchers(const struct coord *c);
 
 /* Make @k's slots (@window) and output buffer (@ocap bytes); up and idle.
  * -ENOMEM (what was made is freed by coord_conn_fini()). */

@@ -139,14 +139,14 @@ struct coord_eng_round {
 };
 
 /* The coord_tp_ops of a backend: start with @ops; the rest are generic. */
-COORD_HIDDEN int coord_eng_start(struct coord *c, const struct coord_eng_ops *ops,
-				 struct coord_error *err);
-COORD_HIDDEN void coord_eng_stop(struct coord *c);
-COORD_HIDDEN void coord_eng_wake(struct coord *c);
-COORD_HIDDEN void coord_eng_cancel(struct coord *c);
-COORD_HIDDEN int coord_eng_reconnect(struct coord *c, struct coord_worker *w,
-				     struct coord_error *err);
-COORD_HIDDEN int coord_eng_room(struct coord_dispatcher *d, unsigned w);
+COORD_PROV int coord_eng_start(struct coord *c, const struct coord_eng_ops *ops,
+			       struct coord_error *err);
+COORD_PROV void coord_eng_stop(struct coord *c);
+COORD_PROV void coord_eng_wake(struct coord *c);
+COORD_PROV void coord_eng_cancel(struct coord *c);
+COORD_PROV int coord_eng_reconnect(struct coord *c, struct coord_worker *w,
+				   struct coord_error *err);
+COORD_PROV int coord_eng_room(struct coord_dispatcher *d, unsigned w);
 
 /* The coord_tp_ops entries every engine transport shares; it adds .name,
  * .wake (coord_eng_wake, or its own) and whatever else it has. */
@@ -167,8 +167,8 @@ static inline struct coord_conn *coord_eng_conn(struct coord_eng *e, unsigned i)
 
 /* For ops->dial: the handshake over @io, then the function table, the ps
  * tasks' addresses and a PING carrying our heartbeat interval. */
-COORD_HIDDEN int coord_eng_greet(struct coord_conn *k, const struct coord_frame_io *io,
-				 struct coord_error *err);
+COORD_PROV int coord_eng_greet(struct coord_conn *k, const struct coord_frame_io *io,
+			       struct coord_error *err);
 
 /* For ops->poll: @k received something (liveness). */
 static inline void coord_eng_rx(struct coord_conn *k, uint64_t now)
@@ -179,14 +179,14 @@ static inline void coord_eng_rx(struct coord_conn *k, uint64_t now)
 
 /* For ops->poll: one whole frame from @k's worker; false if @k failed on
  * it (a bad frame, or the worker's ERROR).  Then coord_eng_flush(). */
-COORD_HIDDEN bool coord_eng_frame(struct coord_conn *k, const struct coord_wire_hdr *h,
-				  const uint8_t *payload);
+COORD_PROV bool coord_eng_frame(struct coord_conn *k, const struct coord_wire_hdr *h,
+				const uint8_t *payload);
 /* @k's frames are bad or its link broke (-errno @r): fail it, saying why. */
-COORD_HIDDEN void coord_eng_bad(struct coord_conn *k, int r);
+COORD_PROV void coord_eng_bad(struct coord_conn *k, int r);
 /* Fail @k (E2): closures put back, its worker to the recovery thread. */
-COORD_HIDDEN void coord_eng_fail(struct coord_conn *k, int code, const char *why);
+COORD_PROV void coord_eng_fail(struct coord_conn *k, int code, const char *why);
 /* Send what @k's output holds, unless corked or a send is running. */
-COORD_HIDDEN void coord_eng_flush(struct coord_conn *k);
+COORD_PROV void coord_eng_flush(struct coord_conn *k);
 
 /*
  * For a backend that lets other threads run rounds (rdma.c D1-D6): one
@@ -195,9 +195,9 @@ COORD_HIDDEN void coord_eng_flush(struct coord_conn *k);
  * credit allows.  @thread: the loop's own thread (it may block on the
  * queue).  True if anything was taken or received.
  */
-COORD_HIDDEN bool coord_eng_round(struct coord_eloop *l, struct coord_eng_round *ro, bool thread);
-COORD_HIDDEN bool coord_eng_tok_try(struct coord_eloop *l);
-COORD_HIDDEN void coord_eng_tok_release(struct coord_eloop *l);
-COORD_HIDDEN void coord_eng_tok_wait(struct coord_eloop *l);
+COORD_PROV bool coord_eng_round(struct coord_eloop *l, struct coord_eng_round *ro, bool thread);
+COORD_PROV bool coord_eng_tok_try(struct coord_eloop *l);
+COORD_PROV void coord_eng_tok_release(struct coord_eloop *l);
+COORD_PROV void coord_eng_tok_wait(struct coord_eloop *l);
 
 #endif /* COORD_TRANSPORT_ENGINE_H */

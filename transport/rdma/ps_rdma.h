@@ -12,7 +12,9 @@
  * wake no other thread).  The reader sleeps on the frame channel's fds and
  * an eventfd that a sender writes when a frame arrived while it held it.
  *
- * rdma_off.c has the stubs of a build without verbs (connect: -ENODEV).
+ * Built into the rdma provider; libcoord.so's callers reach these through
+ * transport/rdma_load.c, which forwards them (connect: -ENODEV when the
+ * provider cannot be loaded).
  */
 #ifndef COORD_TRANSPORT_PS_RDMA_H
 #define COORD_TRANSPORT_PS_RDMA_H

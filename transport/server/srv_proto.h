@@ -124,7 +124,7 @@ struct coord_srv_conn {
 };
 
 /* S3: a CANCEL of generation @gen arrived (or was read ahead) on @k. */
-COORD_HIDDEN void coord_srv_conn_cancel(struct coord_srv_conn *k, uint32_t gen);
+COORD_PROV void coord_srv_conn_cancel(struct coord_srv_conn *k, uint32_t gen);
 
 /**
  * coord_srv_init() - load the key, set up the shared part.
@@ -142,8 +142,8 @@ COORD_HIDDEN void coord_srv_fini(struct coord_srv *s);
  * @k: zeroed by the caller, then filled in; @s: its server; @io: its send
  *     interface (copied).
  */
-COORD_HIDDEN void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
-				      const struct coord_srv_io *io);
+COORD_PROV void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
+				    const struct coord_srv_io *io);
 /* An authenticated connection's idle limit (opts.idle_ms) is at least this
  * many of its coordinator's heartbeat intervals (tcp_pool.c I1,
  * rdma_server.c Q5). */
@@ -160,8 +160,8 @@ COORD_HIDDEN void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv
  * Writes it into @b (COORD_SRV_PONG_LEN bytes).  Return: its length, or 0
  * when none is due.  Any thread; reads @k only through hints.
  */
-COORD_HIDDEN size_t coord_srv_keepalive(const struct coord_srv_conn *k, uint64_t busy,
-					uint64_t last_sent, uint64_t now, uint8_t *b);
+COORD_PROV size_t coord_srv_keepalive(const struct coord_srv_conn *k, uint64_t busy,
+				      uint64_t last_sent, uint64_t now, uint8_t *b);
 
 /**
  * coord_srv_conn_start() - the handshake named @task: check it (a ps
@@ -169,25 +169,25 @@ COORD_HIDDEN size_t coord_srv_keepalive(const struct coord_srv_conn *k, uint64_t
  * log the connection (@how: appended, "" or " over rdma").
  * Return: 0, or < 0 refused with the reason in @err.
  */
-COORD_HIDDEN int coord_srv_conn_start(struct coord_srv_conn *k, uint32_t task, const char *how,
-				      struct coord_error *err);
+COORD_PROV int coord_srv_conn_start(struct coord_srv_conn *k, uint32_t task, const char *how,
+				    struct coord_error *err);
 /**
  * coord_srv_conn_frame() - serve one frame of an established connection.
  * @k: the connection; @h/@payload: the frame (borrowed for the call).
  * Return: 0 go on; 1 the coordinator closed (logged); < 0 close with that
  * reason (-EPROTO: malformed or unexpected frame).
  */
-COORD_HIDDEN int coord_srv_conn_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
-				      const uint8_t *payload);
+COORD_PROV int coord_srv_conn_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
+				    const uint8_t *payload);
 /* coord_srv_conn_drop_ps() - let go of the ps client (takes s->lock: call
  * it without holding it). */
-COORD_HIDDEN void coord_srv_conn_drop_ps(struct coord_srv_conn *k);
+COORD_PROV void coord_srv_conn_drop_ps(struct coord_srv_conn *k);
 /* coord_srv_conn_fini() - free the connection's state (after drop_ps). */
-COORD_HIDDEN void coord_srv_conn_fini(struct coord_srv_conn *k);
+COORD_PROV void coord_srv_conn_fini(struct coord_srv_conn *k);
 
 /**
- * coord_rdma_serve() - the rdma server (rdma_server.c; rdma_off.c without
- * verbs at build time says why it cannot).
+ * coord_rdma_serve() - the rdma server (rdma_server.c, in the rdma
+ * provider; transport/rdma_load.c forwards to it, or says why it cannot).
  * @s: the shared part, initialised; the caller finalises it.
  * Return: 0 after a stop; -errno with @err if it cannot listen.
  */

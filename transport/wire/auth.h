@@ -185,8 +185,8 @@ COORD_HIDDEN void coord_auth_hmac(const uint8_t *k, size_t klen, const uint8_t *
  * message names the address and says to configure a key or bind loopback),
  * or @addr NULL, too short for its family, or of an unknown family.
  */
-COORD_HIDDEN int coord_auth_check_bind(const struct coord_key *key, const struct sockaddr *addr,
-				       socklen_t len, struct coord_error *err);
+COORD_PROV int coord_auth_check_bind(const struct coord_key *key, const struct sockaddr *addr,
+				     socklen_t len, struct coord_error *err);
 
 /**
  * coord_auth_handshake_client() - run the client side of the exchange.

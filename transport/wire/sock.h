@@ -27,11 +27,11 @@
 #include "transport/wire/wire.h"
 
 /* coord_sock_addr() - parse "host:port" (IPv4, [IPv6] or a name). */
-COORD_HIDDEN int coord_sock_addr(const char *hostport, struct sockaddr_storage *ss, socklen_t *len,
-				 struct coord_error *err);
+COORD_PROV int coord_sock_addr(const char *hostport, struct sockaddr_storage *ss, socklen_t *len,
+			       struct coord_error *err);
 /* coord_sock_name() - "host:port" of @sa into @buf for logs. */
-COORD_HIDDEN const char *coord_sock_name(const struct sockaddr *sa, socklen_t len, char *buf,
-					 size_t cap);
+COORD_PROV const char *coord_sock_name(const struct sockaddr *sa, socklen_t len, char *buf,
+				       size_t cap);
 /* coord_sock_listen() - bind and listen on @hostport; *@port gets the bound
  * port.  Refuses a non-loopback address without a key (B5). */
 COORD_HIDDEN int coord_sock_listen(const char *hostport, const struct coord_key *key, int *fd,
@@ -106,10 +106,10 @@ COORD_HIDDEN void coord_frame_io_sock(struct coord_frame_io *io, struct coord_fr
  * @io: the connection (borrowed for the call).
  * The other parameters and the return value: coord_handshake_client().
  */
-COORD_HIDDEN int coord_handshake_client_io(const struct coord_frame_io *io,
-					   const struct coord_key *key, uint8_t role,
-					   uint8_t server_role, uint32_t task, int timeout_ms,
-					   const char *peer, struct coord_error *err);
+COORD_PROV int coord_handshake_client_io(const struct coord_frame_io *io,
+					 const struct coord_key *key, uint8_t role,
+					 uint8_t server_role, uint32_t task, int timeout_ms,
+					 const char *peer, struct coord_error *err);
 /**
  * coord_handshake_server_io() - accept a peer over a blocking frame I/O
  * (the rdma server's channels); a worker server accepts coordinators, a ps
@@ -119,10 +119,10 @@ COORD_HIDDEN int coord_handshake_client_io(const struct coord_frame_io *io,
  * named; @timeout_ms: for each frame; @peer: for messages.
  * Return: 0, or < 0 refused with the reason in @err (coord_hs_server_frame()).
  */
-COORD_HIDDEN int coord_handshake_server_io(const struct coord_frame_io *io,
-					   const struct coord_key *key, uint8_t my_role,
-					   uint32_t *task, int timeout_ms, const char *peer,
-					   struct coord_error *err);
+COORD_PROV int coord_handshake_server_io(const struct coord_frame_io *io,
+					 const struct coord_key *key, uint8_t my_role,
+					 uint32_t *task, int timeout_ms, const char *peer,
+					 struct coord_error *err);
 /**
  * struct coord_hs_server - the server side of the handshake as a state
  * machine, fed one frame at a time, so that an event loop can run many
@@ -166,7 +166,7 @@ COORD_HIDDEN int coord_handshake_read_error(int r, uint16_t type, int timeout_ms
  * coord_send_error_io() - best effort: an ERROR frame saying why we close.
  * @io: the connection; @code/@msg: the frame's contents (@msg cut at 255 bytes).
  */
-COORD_HIDDEN void coord_send_error_io(const struct coord_frame_io *io, int code, const char *msg);
+COORD_PROV void coord_send_error_io(const struct coord_frame_io *io, int code, const char *msg);
 
 /*
  * coord_frame_try_read() - the next whole frame if it can be had without

@@ -306,8 +306,8 @@ struct coord_wire_hello {
  * -EPROTO unknown type, non-zero flags or reserved field, or a count that
  * cannot fit in the payload.
  */
-COORD_HIDDEN int coord_wire_parse_hdr(const void *buf, size_t avail, uint32_t max_frame,
-				      struct coord_wire_hdr *h);
+COORD_PROV int coord_wire_parse_hdr(const void *buf, size_t avail, uint32_t max_frame,
+				    struct coord_wire_hdr *h);
 
 /* Iterating the records of one complete frame's payload. */
 struct coord_wire_iter {
@@ -342,8 +342,8 @@ COORD_HIDDEN int coord_wire_get_auth(const struct coord_wire_hdr *h, const void 
 				     uint8_t mac[COORD_WIRE_MAC]);
 COORD_HIDDEN int coord_wire_get_ping(const struct coord_wire_hdr *h, const void *payload,
 				     uint64_t *token);
-COORD_HIDDEN int coord_wire_get_cancel(const struct coord_wire_hdr *h, const void *payload,
-				       uint32_t *gen);
+COORD_PROV int coord_wire_get_cancel(const struct coord_wire_hdr *h, const void *payload,
+				     uint32_t *gen);
 COORD_HIDDEN int coord_wire_get_error(const struct coord_wire_hdr *h, const void *payload,
 				      int32_t *code, const char **msg, uint16_t *len);
 COORD_HIDDEN int coord_wire_get_sync(const struct coord_wire_hdr *h, const void *payload,
@@ -363,11 +363,11 @@ struct coord_wire_writer {
 	uint16_t type;
 };
 
-COORD_HIDDEN void coord_wire_writer_init(struct coord_wire_writer *w, void *buf, size_t cap);
+COORD_PROV void coord_wire_writer_init(struct coord_wire_writer *w, void *buf, size_t cap);
 /* Open a frame of @type at the end of the buffer; -ENOSPC if no header fits. */
 COORD_HIDDEN int coord_wire_begin(struct coord_wire_writer *w, uint16_t type);
 /* Close the open frame: write its length and count. */
-COORD_HIDDEN void coord_wire_end(struct coord_wire_writer *w);
+COORD_PROV void coord_wire_end(struct coord_wire_writer *w);
 
 COORD_HIDDEN size_t coord_wire_req_size(const struct coord_wire_req *r);
 /* coord_wire_req_set_inputs() - @r carries the @nin values @get(@src, i)
@@ -405,6 +405,6 @@ static inline int coord_wire_gen_before(uint32_t gen, uint32_t min)
 COORD_HIDDEN int coord_wire_put_error(struct coord_wire_writer *w, int32_t code, const char *msg);
 
 /* coord_wire_type_name() - "REQ", ... or "?" for logs. */
-COORD_HIDDEN const char *coord_wire_type_name(uint16_t type);
+COORD_PROV const char *coord_wire_type_name(uint16_t type);
 
 #endif /* COORD_TRANSPORT_WIRE_H */
