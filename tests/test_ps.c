@@ -1535,6 +1535,202 @@ static void test_pvar_rows(void **state)
 	destroy(c);
 }
 
+/* ---- several partitioned variables in one call ---- */
+
+#define PM_ROWS 500
+#define PM_RL 3
+
+static float pm_ref[PM_ROWS * PM_RL]; /* the second variable's copy */
+
+/* Both variables' every row equals their reference: one gather_multi of
+ * all rows of each, reversed for the first. */
+static void pm_check_all(struct coord *c, const struct coord_pvar *a, const struct coord_pvar *b)
+{
+	static int64_t ia[PV_ROWS], ib[PM_ROWS];
+	static float ga[PV_ROWS * PV_RL], gb[PM_ROWS * PM_RL];
+	struct coord_pvar_rows v[2] = { { .pv = a, .ids = ia, .n = PV_ROWS, .out = ga },
+					{ .pv = b, .ids = ib, .n = PM_ROWS, .out = gb } };
+	struct coord_error err;
+
+	for (int64_t k = 0; k < PV_ROWS; k++)
+		ia[k] = PV_ROWS - 1 - k;
+	for (int64_t k = 0; k < PM_ROWS; k++)
+		ib[k] = k;
+	if (coord_pvar_gather_multi(c, v, 2, &err) != 0)
+		fail_msg("gather_multi: %s", err.msg);
+	for (size_t k = 0; k < PV_ROWS; k++)
+		assert_memory_equal(ga + k * PV_RL, pv_ref + (size_t)ia[k] * PV_RL, 4 * PV_RL);
+	assert_memory_equal(gb, pm_ref, sizeof(gb));
+}
+
+/* A pvar_multi closure over @a and @b: ids @ia[@na], @ib[@nb] (+ rows). */
+static struct coord_rv *pm_sched(struct coord *c, const struct coord_pvar *a,
+				 const struct coord_pvar *b, uint32_t op, const int64_t *ia,
+				 uint32_t na, const int64_t *ib, uint32_t nb, const float *ra,
+				 const float *rb)
+{
+	size_t fa = (size_t)na * a->row_len, fb = (size_t)nb * b->row_len;
+	size_t len = sizeof(struct t_pvar_multi) + 8 * ((size_t)na + nb) +
+		     (op == T_PV_SCATTER ? 4 * (fa + fb) : 0);
+	uint8_t *buf = calloc(1, len), *p;
+	struct t_pvar_multi m = { .pv = { *a, *b }, .op = op, .n = { na, nb } };
+	struct coord_rv *rv;
+
+	assert_non_null(buf);
+	memcpy(buf, &m, sizeof(m));
+	p = buf + sizeof(m);
+	memcpy(p, ia, 8 * (size_t)na);
+	memcpy(p + 8 * (size_t)na, ib, 8 * (size_t)nb);
+	p += 8 * ((size_t)na + nb);
+	if (op == T_PV_SCATTER) {
+		memcpy(p, ra, 4 * fa);
+		memcpy(p + 4 * fa, rb, 4 * fb);
+	}
+	rv = sched(c, "pvar_multi", buf, len);
+	free(buf);
+	return rv;
+}
+
+/* Add @n rows of @upd at @ids to @ref (rows of @rl). */
+static void pm_apply(float *ref, size_t rl, const int64_t *ids, size_t n, const float *upd)
+{
+	for (size_t k = 0; k < n; k++)
+		for (size_t j = 0; j < rl; j++)
+			ref[(size_t)ids[k] * rl + j] += upd[k * rl + j];
+}
+
+static void test_pvar_multi(void **state)
+{
+	struct coord_partitioner pa = { .num_shards = 4 }, pb = { .num_shards = 3 };
+	uint64_t da[2] = { PV_ROWS, PV_RL }, db[2] = { PM_ROWS, PM_RL };
+	static float ua[300 * PV_RL], ub[300 * PM_RL], ga[300 * PV_RL], gb[300 * PM_RL];
+	int64_t ia[300], ib[300];
+	struct coord_pvar a, b, bad_pv;
+	struct coord_pvar_rows v[2];
+	struct coord_error err;
+	struct coord *c = make();
+	struct out o;
+
+	(void)state;
+	for (size_t i = 0; i < PV_ROWS * PV_RL; i++)
+		pv_ref[i] = (float)i * 0.5f + 1.0f;
+	for (size_t i = 0; i < PM_ROWS * PM_RL; i++)
+		pm_ref[i] = (float)i * -0.25f;
+	assert_int_equal(coord_pvar_create(c, "m/a", 2, da, pv_ref, &pa, &a, &err), 0);
+	assert_int_equal(coord_pvar_create(c, "m/b", 2, db, pm_ref, &pb, &b, &err), 0);
+	pm_check_all(c, &a, &b);
+
+	/* gather with duplicates, each in the caller's order */
+	pv_ids(ia, 300, PV_ROWS);
+	pv_ids(ib, 250, PM_ROWS);
+	v[0] = (struct coord_pvar_rows){ .pv = &a, .ids = ia, .n = 300, .out = ga };
+	v[1] = (struct coord_pvar_rows){ .pv = &b, .ids = ib, .n = 250, .out = gb };
+	assert_int_equal(coord_pvar_gather_multi(c, v, 2, &err), 0);
+	for (size_t k = 0; k < 300; k++)
+		assert_memory_equal(ga + k * PV_RL, pv_ref + (size_t)ia[k] * PV_RL, 4 * PV_RL);
+	for (size_t k = 0; k < 250; k++)
+		assert_memory_equal(gb + k * PM_RL, pm_ref + (size_t)ib[k] * PM_RL, 4 * PM_RL);
+	/* the same variable twice in one call */
+	v[1] = (struct coord_pvar_rows){ .pv = &a, .ids = ib, .n = 250, .out = ga + 50 * PV_RL };
+	v[0].n = 50;
+	assert_int_equal(coord_pvar_gather_multi(c, v, 2, &err), 0);
+	for (size_t k = 0; k < 300; k++)
+		assert_memory_equal(ga + k * PV_RL,
+				    pv_ref + (size_t)(k < 50 ? ia[k] : ib[k - 50]) * PV_RL,
+				    4 * PV_RL);
+
+	/* scatter_add: a repeated id adds twice, in both variables */
+	pv_ids(ia, 300, PV_ROWS);
+	pv_ids(ib, 200, PM_ROWS);
+	for (size_t k = 0; k < 300 * PV_RL; k++)
+		ua[k] = (float)(pv_rand() % 64) * 0.5f;
+	for (size_t k = 0; k < 200 * PM_RL; k++)
+		ub[k] = (float)(pv_rand() % 32) - 16.0f;
+	v[0] = (struct coord_pvar_rows){ .pv = &a, .ids = ia, .n = 300, .updates = ua };
+	v[1] = (struct coord_pvar_rows){ .pv = &b, .ids = ib, .n = 200, .updates = ub };
+	assert_int_equal(coord_pvar_scatter_add_multi(c, v, 2, &err), 0);
+	pm_apply(pv_ref, PV_RL, ia, 300, ua);
+	pm_apply(pm_ref, PM_RL, ib, 200, ub);
+	pm_check_all(c, &a, &b);
+
+	/* out of range in the second variable, or a bad second handle:
+	 * nothing applied to either */
+	for (int t = 0; t < 3; t++) {
+		ib[7] = t == 0 ? PM_ROWS : -1;
+		bad_pv = b;
+		if (t == 2) {
+			ib[7] = 1;
+			bad_pv.nparts = 0;
+		}
+		v[1].pv = &bad_pv;
+		assert_int_equal(coord_pvar_scatter_add_multi(c, v, 2, &err),
+				 t == 2 ? COORD_EINVAL : -ERANGE);
+		if (t < 2)
+			assert_non_null(strstr(err.msg, "position 7"));
+		v[0].out = ga;
+		v[1].out = gb;
+		assert_int_equal(coord_pvar_gather_multi(c, v, 2, &err),
+				 t == 2 ? COORD_EINVAL : -ERANGE);
+	}
+	ib[7] = 0;
+	v[1].pv = &b;
+	pm_check_all(c, &a, &b);
+	/* empty: no variables, and variables with no rows */
+	assert_int_equal(coord_pvar_gather_multi(c, NULL, 0, &err), 0);
+	assert_int_equal(coord_pvar_scatter_add_multi(c, NULL, 0, &err), 0);
+	assert_int_equal(coord_pvar_gather_multi(c, NULL, 1, &err), COORD_EINVAL);
+	v[0] = (struct coord_pvar_rows){ .pv = &a };
+	v[1] = (struct coord_pvar_rows){ .pv = &b };
+	assert_int_equal(coord_pvar_gather_multi(c, v, 2, &err), 0);
+	assert_int_equal(coord_pvar_scatter_add_multi(c, v, 2, &err), 0);
+	assert_int_equal(coord_pvar_gather_multi(c, v, COORD_PVAR_MULTI_MAX + 1, &err),
+			 COORD_EINVAL);
+
+	/* from functions: gather and scatter_add with duplicates, then an id
+	 * out of range (nothing applied), then empty */
+	for (int round = 0; round < 4; round++) {
+		uint32_t na = 1 + pv_rand() % 200, nb = 1 + pv_rand() % 200;
+		struct coord_rv *rv;
+		const float *got;
+		const void *res;
+		size_t len;
+
+		pv_ids(ia, na, PV_ROWS);
+		pv_ids(ib, nb, PM_ROWS);
+		for (size_t k = 0; k < na * PV_RL; k++)
+			ua[k] = (float)(pv_rand() % 16) - 8.0f;
+		for (size_t k = 0; k < nb * PM_RL; k++)
+			ub[k] = (float)(pv_rand() % 16) * 0.125f;
+		assert_int_equal(
+			fetch(pm_sched(c, &a, &b, T_PV_SCATTER, ia, na, ib, nb, ua, ub), &o), 0);
+		pm_apply(pv_ref, PV_RL, ia, na, ua);
+		pm_apply(pm_ref, PM_RL, ib, nb, ub);
+		rv = pm_sched(c, &a, &b, T_PV_GATHER, ia, na, ib, nb, NULL, NULL);
+		assert_int_equal(coord_rv_fetch_timeout(rv, 30000000000ll, &res, &len, &err), 0);
+		assert_int_equal(len, 4 * ((size_t)na * PV_RL + (size_t)nb * PM_RL));
+		got = res;
+		for (size_t k = 0; k < na; k++)
+			assert_memory_equal(got + k * PV_RL, pv_ref + (size_t)ia[k] * PV_RL,
+					    4 * PV_RL);
+		got += (size_t)na * PV_RL;
+		for (size_t k = 0; k < nb; k++)
+			assert_memory_equal(got + k * PM_RL, pm_ref + (size_t)ib[k] * PM_RL,
+					    4 * PM_RL);
+		coord_rv_put(rv);
+	}
+	join_ok(c);
+	ib[3] = PM_ROWS;
+	assert_int_equal(fetch(pm_sched(c, &a, &b, T_PV_SCATTER, ia, 10, ib, 10, ua, ub), &o),
+			 -ERANGE);
+	assert_non_null(strstr(o.err.msg, "outside"));
+	assert_int_equal(coord_join(c, &err), -ERANGE);
+	assert_int_equal(fetch(pm_sched(c, &a, &b, T_PV_SCATTER, ia, 0, ib, 0, ua, ub), &o), 0);
+	assert_int_equal(fetch(pm_sched(c, &a, &b, T_PV_GATHER, ia, 0, ib, 0, NULL, NULL), &o), 0);
+	join_ok(c);
+	pm_check_all(c, &a, &b);
+	destroy(c);
+}
+
 /* Shard counts, bad handles and names, a plain variable as a 1-part handle. */
 static void test_pvar_partitioner(void **state)
 {
@@ -1703,8 +1899,8 @@ int main(void)
 		cmocka_unit_test(test_checkpoint_corrupt_refused), LAY_TEST(test_restore_2_to_1),  \
 		LAY_TEST(test_restore_2_to_3), LAY_TEST(test_restore_refused_whole),               \
 		LAY_TEST(test_restore_version1), LAY_TEST(test_save_removes_temp_files),           \
-		cmocka_unit_test(test_pvar_rows), cmocka_unit_test(test_pvar_partitioner),         \
-		LAY_TEST(test_pvar_restore_relayout)
+		cmocka_unit_test(test_pvar_rows), cmocka_unit_test(test_pvar_multi),               \
+		cmocka_unit_test(test_pvar_partitioner), LAY_TEST(test_pvar_restore_relayout)
 #define LAY_TEST(f) cmocka_unit_test_setup_teardown(f, lay_setup, lay_teardown)
 	const struct CMUnitTest inproc_tests[] = { VAR_TESTS };
 	const struct CMUnitTest tcp_tests[] = {
