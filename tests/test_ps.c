@@ -1848,6 +1848,102 @@ static void test_pvar_restore_relayout(void **state)
 	}
 }
 
+/* A partitioned variable saved as 4 shards by 2 ps tasks, restored re-split
+ * into 3 shards on 3 tasks, then 7 on 1, then (a byte partitioner) 4 on 2:
+ * every row bit for bit, the other variables restored as they are; refused
+ * whole for a name not in the checkpoint and for a live shard beyond the
+ * new count. */
+static void test_pvar_restore_resplit(void **state)
+{
+	static const struct {
+		unsigned nps, k;
+		struct coord_partitioner part;
+	} runs[] = {
+		{ 3, 3, { .num_shards = 3 } },
+		{ 1, 7, { .num_shards = 7 } },
+		{ 2, 4, { .max_shard_bytes = 300 * 4 * PV_RL } },
+	};
+	struct coord_partitioner p4 = { .num_shards = 4 };
+	uint64_t dims[2] = { PV_ROWS, PV_RL }, step;
+	float plain[5] = { 1.5f, -2, 3, 4e-9f, 5 }, got[5];
+	struct coord_ckpt_resplit rs = { .name = "rs/emb" };
+	struct coord_pvar pv, pv2;
+	struct coord_var_shape sh;
+	struct coord_error err;
+	coord_var_t v;
+	int64_t ids[64];
+	float upd[64 * PV_RL];
+	struct coord *c;
+
+	(void)state;
+	for (size_t i = 0; i < PV_ROWS * PV_RL; i++)
+		pv_ref[i] = (float)i * 0.375f - 1e-3f * (float)(i % 7);
+	c = lay_make(2);
+	assert_int_equal(coord_pvar_create(c, "rs/emb", 2, dims, pv_ref, &p4, &pv, &err), 0);
+	assert_int_equal(pv.nparts, 4);
+	pv_ids(ids, 64, PV_ROWS);
+	for (size_t k = 0; k < 64 * PV_RL; k++)
+		upd[k] = (float)k * 0.1f;
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 64, upd, &err), 0);
+	pm_apply(pv_ref, PV_RL, ids, 64, upd);
+	assert_int_equal(coord_var_create(c, "rs/plain", 1, (uint64_t[]){ 5 }, plain, &v, &err), 0);
+	assert_int_equal(coord_checkpoint_save(c, lay_dir, 7, &err), 0);
+	lay_destroy(c);
+	for (unsigned t = 0; t < 3; t++) {
+		c = lay_make(runs[t].nps);
+		rs.part = runs[t].part;
+		step = 0;
+		if (coord_checkpoint_restore_resplit(c, lay_dir, 0, &rs, 1, &step, &err) != 0)
+			fail_msg("restore re-split onto %u: %s", runs[t].k, err.msg);
+		assert_int_equal(step, 7 + t);
+		assert_int_equal(coord_pvar_lookup(c, "rs/emb", &pv2, &err), 0);
+		assert_int_equal(pv2.nparts, runs[t].k);
+		assert_int_equal(pv2.rows, PV_ROWS);
+		pv_check_all(c, &pv2); /* bit for bit (assert_memory_equal) */
+		/* create with the same partitioner finds it as restored */
+		assert_int_equal(
+			coord_pvar_create(c, "rs/emb", 2, dims, NULL, &runs[t].part, &pv, &err), 0);
+		assert_memory_equal(&pv, &pv2, sizeof(pv));
+		assert_int_equal(coord_var_lookup(c, "rs/plain", &v, &sh, &err), 0);
+		assert_int_equal(coord_var_read(c, v, 0, 5, got, &err), 0);
+		assert_memory_equal(got, plain, sizeof(plain));
+		if (coord_checkpoint_save(c, lay_dir, 8 + t, &err) != 0)
+			fail_msg("save: %s", err.msg);
+		lay_destroy(c);
+	}
+	/* refused whole: a name not in the checkpoint (the other one is fine) */
+	c = lay_make(2);
+	{
+		struct coord_ckpt_resplit two[2] = { { .name = "rs/emb", .part = p4 },
+						     { .name = "rs/none", .part = p4 } };
+
+		assert_int_equal(
+			coord_checkpoint_restore_resplit(c, lay_dir, 0, two, 2, &step, &err),
+			COORD_EINVAL);
+		assert_non_null(strstr(err.msg, "rs/none"));
+		assert_int_equal(coord_pvar_lookup(c, "rs/emb", &pv2, &err), -ENOENT);
+		assert_int_equal(coord_var_lookup(c, "rs/plain", &v, &sh, &err), -ENOENT);
+		two[0].name = NULL;
+		assert_int_equal(
+			coord_checkpoint_restore_resplit(c, lay_dir, 0, two, 1, &step, &err),
+			COORD_EINVAL);
+	}
+	/* refused whole: a live shard beyond the new count */
+	p4.num_shards = 5;
+	assert_int_equal(coord_pvar_create(c, "rs/emb", 2, dims, NULL, &p4, &pv, &err), 0);
+	rs.part.num_shards = 3;
+	rs.part.max_shard_bytes = 0;
+	assert_int_equal(coord_checkpoint_restore_resplit(c, lay_dir, 0, &rs, 1, &step, &err),
+			 -EEXIST);
+	assert_non_null(strstr(err.msg, "beyond the 3 shards"));
+	assert_int_equal(coord_var_lookup(c, "rs/plain", &v, &sh, &err), -ENOENT);
+	memset(upd, 0xff, sizeof(upd));
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 64, upd, &err), 0);
+	for (size_t k = 0; k < 64 * PV_RL; k++)
+		assert_true(upd[k] == 0.0f); /* the live variable, untouched */
+	lay_destroy(c);
+}
+
 static int tcp_setup(void **state)
 {
 	(void)state;
@@ -1900,7 +1996,8 @@ int main(void)
 		LAY_TEST(test_restore_2_to_3), LAY_TEST(test_restore_refused_whole),               \
 		LAY_TEST(test_restore_version1), LAY_TEST(test_save_removes_temp_files),           \
 		cmocka_unit_test(test_pvar_rows), cmocka_unit_test(test_pvar_multi),               \
-		cmocka_unit_test(test_pvar_partitioner), LAY_TEST(test_pvar_restore_relayout)
+		cmocka_unit_test(test_pvar_partitioner), LAY_TEST(test_pvar_restore_relayout),     \
+		LAY_TEST(test_pvar_restore_resplit)
 #define LAY_TEST(f) cmocka_unit_test_setup_teardown(f, lay_setup, lay_teardown)
 	const struct CMUnitTest inproc_tests[] = { VAR_TESTS };
 	const struct CMUnitTest tcp_tests[] = {

@@ -443,6 +443,45 @@ COORD_API COORD_NODISCARD int coord_pvar_scatter_add_multi(struct coord *c,
 							   const struct coord_pvar_rows *v,
 							   unsigned nv, struct coord_error *err);
 
+/**
+ * struct coord_ckpt_resplit - a partitioned variable to restore with the
+ * shard count a partitioner gives now (coord_checkpoint_restore_resplit()).
+ * @name: its name (1..COORD_PVAR_NAME_LEN bytes; the checkpoint holds its
+ *        shards NAME/part_J).
+ * @part: the partitioner, as given to coord_pvar_create() (over the ps
+ *        tasks that run now); all zero: the defaults.
+ */
+struct coord_ckpt_resplit {
+	const char *name;
+	struct coord_partitioner part;
+};
+
+/**
+ * coord_checkpoint_restore_resplit() - coord_checkpoint_restore_ex(), and
+ * the @n partitioned variables of @rs re-split on the way: each restored as
+ * the shard count its partitioner gives now (which may differ from the
+ * checkpoint's, e.g. saved with 4 shards, restored as 3), every new shard's
+ * rows read from the checkpoint's shards that hold them, bit for bit.
+ * @flags: as coord_checkpoint_restore_ex().
+ * @rs:    at most 256 variables; each must be in the checkpoint.
+ * @step:  optional; the step restored.
+ *
+ * Whole or not at all, as coord_checkpoint_restore(): it is refused before
+ * any change when a variable of @rs is not a partitioned variable of the
+ * checkpoint, its shards are missing or do not split its rows as
+ * partitioned variables do, or a live shard NAME/part_J is beyond the new
+ * count (delete the old variable first).  Each ps task reads the step's
+ * files twice (once to learn the old layouts) and holds only its share.
+ * coord_pvar_create() with the same partitioner then finds it as restored.
+ * Return: as coord_checkpoint_restore_ex(); COORD_EINVAL a bad @rs, or a
+ * variable of @rs not in the checkpoint.
+ */
+COORD_API COORD_NODISCARD int coord_checkpoint_restore_resplit(struct coord *c, const char *dir,
+							       unsigned flags,
+							       const struct coord_ckpt_resplit *rs,
+							       unsigned n, uint64_t *step,
+							       struct coord_error *err);
+
 /** coord_ctx_pvar_lookup() - as coord_pvar_lookup(), from a worker. */
 COORD_API COORD_NODISCARD int coord_ctx_pvar_lookup(struct coord_ctx *ctx, const char *name,
 						    struct coord_pvar *pv);

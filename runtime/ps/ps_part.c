@@ -419,44 +419,6 @@ static int pv_range(struct coord_ps *ps, const struct coord_pvar *pv, uint16_t o
 	return coord_ps_run(ps, ops, *nops, err);
 }
 
-/* The shard count @p gives a variable of @rows rows of @rowb bytes. */
-static int pv_count(const struct coord_partitioner *p, unsigned nps, uint64_t rows, uint64_t rowb,
-		    unsigned *k, struct coord_error *err)
-{
-	struct coord_partitioner d = { 0 };
-	uint64_t bytes = rows * rowb, want;
-
-	if (!p)
-		p = &d;
-	if (p->num_shards) {
-		if (p->max_shards || p->min_shard_bytes || p->max_shard_bytes ||
-		    p->num_shards > COORD_VAR_MAX_PARTS)
-			return coord_seterr(err, COORD_EINVAL,
-					    "partitioner: num_shards is 1..%d, alone",
-					    COORD_VAR_MAX_PARTS);
-		want = p->num_shards;
-	} else if (p->max_shard_bytes) {
-		want = (bytes + p->max_shard_bytes - 1) / p->max_shard_bytes;
-		if (p->max_shards && want > p->max_shards)
-			want = p->max_shards;
-	} else {
-		uint64_t min = p->min_shard_bytes ? p->min_shard_bytes : 256 << 10;
-		uint64_t max = p->max_shards ? p->max_shards : nps;
-
-		want = bytes / min;
-		if (want > max)
-			want = max;
-	}
-	if (want < 1)
-		want = 1;
-	if (want > rows)
-		want = rows;
-	if (want > COORD_VAR_MAX_PARTS)
-		want = COORD_VAR_MAX_PARTS;
-	*k = (unsigned)want;
-	return 0;
-}
-
 static int name_check(const char *name, struct coord_error *err)
 {
 	size_t len = name ? strlen(name) : 0;
@@ -594,7 +556,7 @@ int coord_pvar_create(struct coord *c, const char *name, unsigned ndim, const ui
 		if (dims[i] == 0 || dims[i] > COORD_VAR_MAX_ELEMS * (i ? 1 : COORD_VAR_MAX_PARTS) ||
 		    (i && (rl *= dims[i]) > COORD_VAR_MAX_ELEMS))
 			return coord_seterr(err, COORD_EINVAL, "'%s': bad shape", name);
-	r = pv_count(p, coord_num_ps(c), dims[0], 4 * rl, &k, err);
+	r = coord_var_partition_count(p, coord_num_ps(c), dims[0], 4 * rl, &k, err);
 	if (r < 0)
 		return r;
 	memset(pv, 0, sizeof(*pv));
