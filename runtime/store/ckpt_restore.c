@@ -21,6 +21,15 @@
  * (a new PREPARE drops the old: memory is one checkpoint's share plus one
  * file); its owner's connection closing drops it; while it is held a create
  * cannot give one of its names another shape (so a commit cannot fail).
+ *
+ * Re-splitting (struct coord_ckpt_resplit_spec): a partitioned variable
+ * restored with another shard count.  A first pass over the step's files
+ * learns its old shards (which must be NAME/part_0..K-1, split as
+ * coord_var_partition_rows() splits) and stages, zeroed, the new shards
+ * that place here; the second pass fills them from each old shard as its
+ * file is read (memory: still one file plus this task's share).  The task
+ * holding new shard 0 counts the old shards as staged, so the digests
+ * still prove every variable of the checkpoint was taken exactly once.
  */
 #include <dirent.h>
 #include <fcntl.h>
