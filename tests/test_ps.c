@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -238,6 +239,108 @@ static void test_scatter_add(void **state)
 	assert_int_equal(coord_join(c, &err), COORD_EINVAL);
 	assert_int_equal(coord_var_read(c, v, 0, 18, got, NULL), 0);
 	assert_memory_equal(got, before, sizeof(got));
+	destroy(c);
+}
+
+/* ---- large requests (their data sent from the caller's buffers over tcp) ---- */
+
+#define LG_N (1u << 18) /* 1 MiB of floats: over PSC_EXT_MIN */
+#define LG_THREADS 4
+#define LG_ROUNDS 6
+
+struct lg_arg {
+	struct coord *c;
+	coord_var_t big, small;
+	int t, code;
+};
+
+/* A thread's updates: large assign_adds of its own value, small ones in
+ * between, and a batch of two large ones and a small one. */
+static void *lg_thread(void *p)
+{
+	struct lg_arg *a = p;
+	float *d = malloc(4 * (size_t)LG_N), one = 1.0f;
+	struct coord_error err;
+
+	if (!d) {
+		a->code = COORD_ENOMEM;
+		return NULL;
+	}
+	for (size_t i = 0; i < LG_N; i++)
+		d[i] = (float)(a->t + 1);
+	for (int r = 0; r < LG_ROUNDS && !a->code; r++) {
+		struct coord_var_op ops[3] = {
+			{ .op = COORD_VAR_ASSIGN_ADD, .var = a->big, .n = LG_N, .src = d },
+			{ .op = COORD_VAR_ASSIGN_ADD, .var = a->small, .n = 1, .src = &one },
+			{ .op = COORD_VAR_ASSIGN_ADD,
+			  .var = a->big,
+			  .off = LG_N,
+			  .n = LG_N,
+			  .src = d },
+		};
+
+		a->code = coord_var_batch(a->c, &ops[0], 1, &err);
+		if (!a->code)
+			a->code = coord_var_batch(a->c, &ops[1], 1, &err);
+		if (!a->code)
+			a->code = coord_var_batch(a->c, ops, 3, &err);
+	}
+	free(d);
+	return NULL;
+}
+
+static void test_large_requests(void **state)
+{
+	uint64_t dims[1] = { 2 * LG_N }, gd[2] = { 8192, 64 }, one_dim[1] = { 1 };
+	struct coord_partitioner p1 = { .num_shards = 1 };
+	struct lg_arg a[LG_THREADS];
+	pthread_t th[LG_THREADS];
+	struct coord_error err;
+	struct coord_pvar pv;
+	struct coord *c = make();
+	float *got = malloc(8 * (size_t)LG_N), *rows = malloc(4 * 8192 * 64), small;
+	int64_t *ids = malloc(8 * 8192);
+	coord_var_t big = var(c, "lg/big", 1, dims), sm = var(c, "lg/small", 1, one_dim);
+	float want = 0;
+
+	(void)state;
+	assert_true(got && rows && ids);
+	for (int t = 0; t < LG_THREADS; t++) {
+		a[t] = (struct lg_arg){ .c = c, .big = big, .small = sm, .t = t };
+		assert_int_equal(pthread_create(&th[t], NULL, lg_thread, &a[t]), 0);
+		want += (float)(t + 1) * LG_ROUNDS;
+	}
+	for (int t = 0; t < LG_THREADS; t++) {
+		pthread_join(th[t], NULL);
+		assert_int_equal(a[t].code, 0);
+	}
+	assert_int_equal(coord_var_read(c, big, 0, 2 * LG_N, got, &err), 0);
+	for (size_t i = 0; i < 2 * (size_t)LG_N; i++)
+		if (got[i] != (i < LG_N ? 2 * want : want))
+			fail_msg("element %zu: %g, want %g", i, got[i], i < LG_N ? 2 * want : want);
+	assert_int_equal(coord_var_read(c, sm, 0, 1, &small, &err), 0);
+	assert_true(small == 2.0f * LG_THREADS * LG_ROUNDS);
+	/* scatter_add of 2 MiB of rows (ids and rows both from the caller's
+	 * buffers), a repeated id adding twice */
+	assert_int_equal(coord_pvar_create(c, "lg/rows", 2, gd, NULL, &p1, &pv, &err), 0);
+	for (size_t k = 0; k < 8192; k++) {
+		ids[k] = (int64_t)((k * 7) % 8192);
+		for (size_t j = 0; j < 64; j++)
+			rows[k * 64 + j] = (float)(k % 97) + (float)j * 0.5f;
+	}
+	ids[1] = ids[0];
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 8192, rows, &err), 0);
+	memset(got, 0, 4 * 8192 * 64);
+	for (size_t k = 0; k < 8192; k++)
+		for (size_t j = 0; j < 64; j++)
+			got[(size_t)ids[k] * 64 + j] += rows[k * 64 + j];
+	for (size_t k = 0; k < 8192; k++)
+		ids[k] = (int64_t)k;
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 8192, rows, &err), 0);
+	assert_memory_equal(rows, got, 4 * 8192 * 64);
+	free(got);
+	free(rows);
+	free(ids);
 	destroy(c);
 }
 
@@ -1990,8 +2093,8 @@ int main(void)
 {
 #define VAR_TESTS                                                                                  \
 	cmocka_unit_test(test_assign_add_exact), cmocka_unit_test(test_scatter_add),               \
-		cmocka_unit_test(test_lookup_batch_read), cmocka_unit_test(test_errors),           \
-		cmocka_unit_test(test_checkpoint_round_trip),                                      \
+		cmocka_unit_test(test_large_requests), cmocka_unit_test(test_lookup_batch_read),   \
+		cmocka_unit_test(test_errors), cmocka_unit_test(test_checkpoint_round_trip),       \
 		cmocka_unit_test(test_checkpoint_corrupt_refused), LAY_TEST(test_restore_2_to_1),  \
 		LAY_TEST(test_restore_2_to_3), LAY_TEST(test_restore_refused_whole),               \
 		LAY_TEST(test_restore_version1), LAY_TEST(test_save_removes_temp_files),           \

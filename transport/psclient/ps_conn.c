@@ -470,6 +470,7 @@ int conn_up(struct psc_conn *k, struct coord_error *err)
 	k->up = true;
 	k->open = false;
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
+	k->next = 0;		     /* what a lost connection left queued is dropped whole */
 	k->rx_count = k->synced = 0; /* frame 0: the handshake */
 	k->rx_ns = k->synced_ns = coord_now_ns();
 	pthread_mutex_unlock(&k->lock);
@@ -534,6 +535,7 @@ int coord_psc_create(const char *const *addrs, unsigned nps, uint8_t role,
 		pthread_mutex_init(&k->conn_lock, NULL);
 		pthread_mutex_init(&k->lock, NULL);
 		pthread_rwlock_init(&k->use_lock, NULL);
+		pthread_cond_init(&k->idle, NULL);
 		if (!addrs[i] || strlen(addrs[i]) >= sizeof(k->addr)) {
 			coord_ps_destroy(ps);
 			return coord_seterr(err, COORD_EINVAL, "ps task %u: bad address", i);
@@ -586,6 +588,7 @@ void coord_psc_destroy(struct coord_psc *p)
 		pthread_rwlock_destroy(&k->use_lock);
 		pthread_mutex_destroy(&k->conn_lock);
 		pthread_mutex_destroy(&k->lock);
+		pthread_cond_destroy(&k->idle);
 		free(k->out);
 		free(k->spare);
 		free(k->slots);

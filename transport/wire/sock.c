@@ -174,6 +174,30 @@ int coord_sock_send_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+int coord_sock_sendv_all(int fd, struct iovec *iov, unsigned n)
+{
+	while (n > 0) {
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = n };
+		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
 int coord_frame_reader_init_cap(struct coord_frame_reader *rd, int fd, uint32_t max_frame,
 				size_t cap)
 {

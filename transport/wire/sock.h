@@ -41,6 +41,10 @@ COORD_HIDDEN int coord_sock_connect(const char *hostport, int timeout_ms, int *f
 				    struct coord_error *err);
 /* coord_sock_send_all() - write all of @buf; 0 or -errno. */
 COORD_HIDDEN int coord_sock_send_all(int fd, const void *buf, size_t len);
+/* coord_sock_sendv_all() - write all of @iov[0..@n) (advanced in place);
+ * 0 or -errno. */
+struct iovec;
+COORD_HIDDEN int coord_sock_sendv_all(int fd, struct iovec *iov, unsigned n);
 
 /* Reads frames from a blocking socket into a buffer that grows to fit. */
 struct coord_frame_reader {
