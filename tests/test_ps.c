@@ -252,6 +252,7 @@ struct lg_arg {
 	struct coord *c;
 	coord_var_t big, small;
 	int t, code;
+	float want[3];
 };
 
 /* A thread's updates: large assign_adds of its own value, small ones in
@@ -289,6 +290,43 @@ static void *lg_thread(void *p)
 	return NULL;
 }
 
+/* A thread's reads of the settled @big (first half @want[0], second
+ * @want[1]): whole, and in a batch with a small read. */
+static void *lg_reader(void *p)
+{
+	struct lg_arg *a = p;
+	float *d = malloc(8 * (size_t)LG_N), s1 = 0;
+	struct coord_error err;
+
+	if (!d) {
+		a->code = COORD_ENOMEM;
+		return NULL;
+	}
+	for (int r = 0; r < LG_ROUNDS && !a->code; r++) {
+		struct coord_var_op ops[3] = {
+			{ .op = COORD_VAR_READ, .var = a->big, .n = LG_N, .dst = d + LG_N },
+			{ .op = COORD_VAR_READ, .var = a->small, .n = 1, .dst = &s1 },
+			{ .op = COORD_VAR_READ, .var = a->big, .off = LG_N, .n = LG_N, .dst = d },
+		};
+
+		memset(d, 0, 8 * (size_t)LG_N);
+		a->code = coord_var_read(a->c, a->big, 0, 2 * LG_N, d, &err);
+		for (size_t i = 0; !a->code && i < 2 * (size_t)LG_N; i++)
+			if (d[i] != a->want[i >= LG_N])
+				a->code = -EBADMSG;
+		memset(d, 0, 8 * (size_t)LG_N);
+		if (!a->code)
+			a->code = coord_var_batch(a->c, ops, 3, &err);
+		for (size_t i = 0; !a->code && i < 2 * (size_t)LG_N; i++)
+			if (d[i] != a->want[i < LG_N])
+				a->code = -EBADMSG;
+		if (!a->code && s1 != a->want[2])
+			a->code = -EBADMSG;
+	}
+	free(d);
+	return NULL;
+}
+
 static void test_large_requests(void **state)
 {
 	uint64_t dims[1] = { 2 * LG_N }, gd[2] = { 8192, 64 }, one_dim[1] = { 1 };
@@ -320,6 +358,19 @@ static void test_large_requests(void **state)
 			fail_msg("element %zu: %g, want %g", i, got[i], i < LG_N ? 2 * want : want);
 	assert_int_equal(coord_var_read(c, sm, 0, 1, &small, &err), 0);
 	assert_true(small == 2.0f * LG_THREADS * LG_ROUNDS);
+	/* large reads (replies received straight into the callers' buffers
+	 * over tcp), concurrent, whole and in batches with a small read */
+	for (int t = 0; t < LG_THREADS; t++) {
+		a[t] = (struct lg_arg){ .c = c, .big = big, .small = sm, .t = t };
+		a[t].want[0] = 2 * want;
+		a[t].want[1] = want;
+		a[t].want[2] = small;
+		assert_int_equal(pthread_create(&th[t], NULL, lg_reader, &a[t]), 0);
+	}
+	for (int t = 0; t < LG_THREADS; t++) {
+		pthread_join(th[t], NULL);
+		assert_int_equal(a[t].code, 0);
+	}
 	/* scatter_add of 2 MiB of rows (ids and rows both from the caller's
 	 * buffers), a repeated id adding twice */
 	assert_int_equal(coord_pvar_create(c, "lg/rows", 2, gd, NULL, &p1, &pv, &err), 0);

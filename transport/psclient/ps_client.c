@@ -23,8 +23,9 @@
  * table; its rid = (slot generation << 32) | slot index, so a reply that
  * names no pending request (a confused or hostile ps) is detected, never
  * followed.  A reader thread per connection takes the VAR_RES frames, copies
- * each result into its caller's buffer and, when the last op of a caller's
- * batch is done, wakes it on a futex.  A lost connection fails its pending
+ * each result into its caller's buffer (a frame of PSC_EXT_MIN or more over
+ * tcp: received straight into it, ps_conn.c read_direct()) and, when the
+ * last op of a caller's batch is done, wakes it on a futex.  A lost connection fails its pending
  * requests with COORD_EUNAVAILABLE.
  *
  * Over rdma (coord_psc_use_rdma(): the coordinator or worker itself runs
@@ -58,6 +59,7 @@
  *   idle_waiters,
  *   rx_count, rx_ns,
  *   synced, synced_ns,
+ *   slots[].busy,
  *   ping_seq
  *   w->left          the caller (relaxed: init,      the caller (acquire     slot_done()'s
  *                    and - for ops never queued);    load; futex wait)       release -> the
@@ -67,7 +69,9 @@
  *   *w->err          winner writes the message)      after left reads 0      left's release ->
  *                                                                            acquire
  *   op->code, dst,   on_result() (the reader, under  the caller, after left  as w->left
- *   dst_len          k->lock); fail_pending();       reads 0
+ *   dst_len          k->lock; *dst outside it while  reads 0
+ *                    the slot is busy, read_direct());
+ *                    fail_pending();
  *                    the caller (before queueing,
  *                    one-sided, or a withdrawal
  *                    under k->lock)
@@ -123,7 +127,7 @@ void fail_pending(struct psc_conn *k, int code, const char *why)
 	for (uint32_t i = 0; i < k->nslots; i++) {
 		struct psc_slot *s = &k->slots[i];
 
-		if (!s->w)
+		if (!s->w || s->busy) /* busy: the reader completes it */
 			continue;
 		s->op->code = code;
 		wait_error(s->w, code, why, strlen(why));
@@ -510,14 +514,20 @@ static void wait_replies(struct coord_psc *p, struct coord_ps_op *ops, unsigned 
 		}
 		if (coord_futex_wait(&w->left, v, deadline) == -ETIMEDOUT) {
 			/* Withdraw what is still pending, under each lock, so
-			 * no reader touches w after we return. */
+			 * no reader touches w after we return; a reply being
+			 * received into its buffer (busy) is the reader's to
+			 * complete: wait for it a little longer. */
 			for (unsigned i = 0; i < n; i++) {
 				struct psc_conn *k = &p->conns[ops[i].task];
 
 				if (slot[i] == UINT32_MAX || slot[i] == SLOT_DONE)
 					continue;
 				pthread_mutex_lock(&k->lock);
-				if (k->slots[slot[i]].w == w && k->slots[slot[i]].op == &ops[i]) {
+				if (k->slots[slot[i]].w == w && k->slots[slot[i]].op == &ops[i] &&
+				    k->slots[slot[i]].busy) {
+					deadline = coord_now_ns() + 1000000u;
+				} else if (k->slots[slot[i]].w == w &&
+					   k->slots[slot[i]].op == &ops[i]) {
 					ops[i].code = COORD_ETIMEDOUT;
 					wait_error(w, COORD_ETIMEDOUT,
 						   "no reply from the ps in time", 28);

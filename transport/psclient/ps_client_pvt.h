@@ -33,6 +33,9 @@ struct psc_wait {
 
 struct psc_slot {
 	uint32_t gen;
+	/* the reader is receiving the reply's data straight into op->dst,
+	 * outside k->lock: nobody else completes or withdraws it meanwhile */
+	bool busy;
 	struct psc_wait *w; /* NULL when free */
 	struct coord_ps_op *op;
 };
@@ -51,7 +54,9 @@ struct psc_ext {
 
 #define PSC_EXT_MAX 16
 /* From this many data bytes a request's data is sent from its caller's
- * buffers (struct psc_ext), not copied into the frame buffer. */
+ * buffers (struct psc_ext), not copied into the frame buffer; a VAR_RES
+ * frame this long is received record by record, each result's data
+ * straight into its caller's buffer (ps_conn.c read_direct()). */
 #define PSC_EXT_MIN (256u << 10)
 
 struct psc_conn {
