@@ -340,7 +340,8 @@ static int pv_done(struct pv_plan *pl, const struct coord_ps_op *ops, int r,
 /*
  * gather (@gather) or scatter_add of @nv variables: every one planned
  * (checked whole) before one coord_ps_run() of all their ops (P2, P3).
- * @ops has room for COORD_VAR_MAX_PARTS per variable; @pl for @nv plans.
+ * @ops has room for each variable's shard count (at most COORD_VAR_MAX_PARTS:
+ * a handle with more fails its check before it adds an op); @pl for @nv.
  */
 static int pv_rows(struct coord_ps *ps, bool gather, const struct coord_pvar_rows *v, unsigned nv,
 		   struct coord_ps_op *ops, unsigned *nops, struct pv_plan *pl,
