@@ -244,7 +244,7 @@ static void test_scatter_add(void **state)
 
 /* ---- large requests (their data sent from the caller's buffers over tcp) ---- */
 
-#define LG_N (1u << 18) /* 1 MiB of floats: over PSC_EXT_MIN */
+#define LG_N (1u << 18) /* 1 MiB of floats: over PSC_EXT_MIN; 4 x: PSC_RX_DIRECT_MIN */
 #define LG_THREADS 4
 #define LG_ROUNDS 6
 
@@ -290,12 +290,12 @@ static void *lg_thread(void *p)
 	return NULL;
 }
 
-/* A thread's reads of the settled @big (first half @want[0], second
- * @want[1]): whole, and in a batch with a small read. */
+/* A thread's reads of the settled @big (its first quarter @want[0], its
+ * second @want[1], the rest 0): whole, and in a batch with a small read. */
 static void *lg_reader(void *p)
 {
 	struct lg_arg *a = p;
-	float *d = malloc(8 * (size_t)LG_N), s1 = 0;
+	float *d = malloc(16 * (size_t)LG_N), s1 = 0;
 	struct coord_error err;
 
 	if (!d) {
@@ -303,22 +303,27 @@ static void *lg_reader(void *p)
 		return NULL;
 	}
 	for (int r = 0; r < LG_ROUNDS && !a->code; r++) {
-		struct coord_var_op ops[3] = {
+		struct coord_var_op ops[4] = {
 			{ .op = COORD_VAR_READ, .var = a->big, .n = LG_N, .dst = d + LG_N },
 			{ .op = COORD_VAR_READ, .var = a->small, .n = 1, .dst = &s1 },
 			{ .op = COORD_VAR_READ, .var = a->big, .off = LG_N, .n = LG_N, .dst = d },
+			{ .op = COORD_VAR_READ,
+			  .var = a->big,
+			  .off = 2 * LG_N,
+			  .n = 2 * LG_N,
+			  .dst = d + 2 * LG_N },
 		};
 
-		memset(d, 0, 8 * (size_t)LG_N);
-		a->code = coord_var_read(a->c, a->big, 0, 2 * LG_N, d, &err);
-		for (size_t i = 0; !a->code && i < 2 * (size_t)LG_N; i++)
-			if (d[i] != a->want[i >= LG_N])
+		memset(d, 0xff, 16 * (size_t)LG_N);
+		a->code = coord_var_read(a->c, a->big, 0, 4 * LG_N, d, &err);
+		for (size_t i = 0; !a->code && i < 4 * (size_t)LG_N; i++)
+			if (d[i] != (i < LG_N ? a->want[0] : i < 2 * LG_N ? a->want[1] : 0))
 				a->code = -EBADMSG;
-		memset(d, 0, 8 * (size_t)LG_N);
+		memset(d, 0xff, 16 * (size_t)LG_N);
 		if (!a->code)
-			a->code = coord_var_batch(a->c, ops, 3, &err);
-		for (size_t i = 0; !a->code && i < 2 * (size_t)LG_N; i++)
-			if (d[i] != a->want[i < LG_N])
+			a->code = coord_var_batch(a->c, ops, 4, &err);
+		for (size_t i = 0; !a->code && i < 4 * (size_t)LG_N; i++)
+			if (d[i] != (i < LG_N ? a->want[1] : i < 2 * LG_N ? a->want[0] : 0))
 				a->code = -EBADMSG;
 		if (!a->code && s1 != a->want[2])
 			a->code = -EBADMSG;
@@ -329,7 +334,7 @@ static void *lg_reader(void *p)
 
 static void test_large_requests(void **state)
 {
-	uint64_t dims[1] = { 2 * LG_N }, gd[2] = { 8192, 64 }, one_dim[1] = { 1 };
+	uint64_t dims[1] = { 4 * LG_N }, gd[2] = { 8192, 64 }, one_dim[1] = { 1 };
 	struct coord_partitioner p1 = { .num_shards = 1 };
 	struct lg_arg a[LG_THREADS];
 	pthread_t th[LG_THREADS];

@@ -23,7 +23,7 @@
  * table; its rid = (slot generation << 32) | slot index, so a reply that
  * names no pending request (a confused or hostile ps) is detected, never
  * followed.  A reader thread per connection takes the VAR_RES frames, copies
- * each result into its caller's buffer (a frame of PSC_EXT_MIN or more over
+ * each result into its caller's buffer (a frame of PSC_RX_DIRECT_MIN or more over
  * tcp: received straight into it, ps_conn.c read_direct()) and, when the
  * last op of a caller's batch is done, wakes it on a futex.  A lost connection fails its pending
  * requests with COORD_EUNAVAILABLE.

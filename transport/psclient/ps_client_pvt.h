@@ -54,10 +54,13 @@ struct psc_ext {
 
 #define PSC_EXT_MAX 16
 /* From this many data bytes a request's data is sent from its caller's
- * buffers (struct psc_ext), not copied into the frame buffer; a VAR_RES
- * frame this long is received record by record, each result's data
- * straight into its caller's buffer (ps_conn.c read_direct()). */
+ * buffers (struct psc_ext), not copied into the frame buffer. */
 #define PSC_EXT_MIN (256u << 10)
+/* A VAR_RES frame this long is received record by record, each result's
+ * data straight into its caller's buffer (ps_conn.c read_direct()).
+ * Measured (bench_ps, this process's CPU per GiB against the raw stream's,
+ * docs/perf-history.md): a win at 16 and 64 MiB, a loss at 1 MiB. */
+#define PSC_RX_DIRECT_MIN (4u << 20)
 
 struct psc_conn {
 	struct coord_psc *p;

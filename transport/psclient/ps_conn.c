@@ -192,7 +192,7 @@ static int on_result(struct psc_conn *k, const struct coord_wire_vres *res)
 }
 
 /*
- * A VAR_RES frame of PSC_EXT_MIN bytes or more (tcp; its header read, the
+ * A VAR_RES frame of PSC_RX_DIRECT_MIN bytes or more (tcp; its header read, the
  * rest not): record by record, a result's data straight into its caller's
  * buffer, the slot busy meanwhile (no copy, and k->lock not held across
  * the data); anything else (an error, a reply nobody waits for) through
@@ -328,7 +328,7 @@ static void *reader_main(void *arg)
 		return NULL;
 	}
 	if (!k->r)
-		rd.big = PSC_EXT_MIN; /* large replies: read_direct() */
+		rd.big = PSC_RX_DIRECT_MIN; /* large replies: read_direct() */
 	for (;;) {
 		struct coord_wire_iter it;
 		struct coord_wire_vres res;
