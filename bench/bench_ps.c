@@ -17,7 +17,9 @@
  * a round and reported as the median with min - max over the rounds.  A
  * sample moves about 256 MiB (--quick: 16 MiB) in calls of one size.
  * Target (printed, not asserted): tcp read and assign_add >= 0.8x the raw
- * stream at >= 1 MiB.
+ * stream at >= 1 MiB.  Each size also prints this process's CPU time per
+ * GiB moved by each implementation (getrusage: the client's side over tcp,
+ * where its copies are; on a loaded machine steadier than GB/s).
  *
  * gather / scatter_add: rows of 64 floats (256 B) of a [262144, 64]
  * partitioned variable of one shard, distinct ids (a random permutation),
@@ -41,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -282,14 +285,27 @@ static int one_call(enum impl i, size_t sz)
 	return r;
 }
 
-/* One sample: GB/s over about @bytes moved in calls of @sz. */
-static double sample(enum impl i, size_t sz, uint64_t bytes)
+/* CPU time (user + system) of this process, all threads, in ns. */
+static uint64_t cpu_ns(void)
 {
-	uint64_t n = bytes / sz ? bytes / sz : 1, t0 = bench_now_ns();
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ull +
+	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
+}
+
+/* One sample: GB/s over about @bytes moved in calls of @sz; *@cpu: this
+ * process's CPU ms per GiB moved (the client's side of tcp: what its
+ * copies cost, less sensitive than GB/s to a loaded machine). */
+static double sample(enum impl i, size_t sz, uint64_t bytes, double *cpu)
+{
+	uint64_t n = bytes / sz ? bytes / sz : 1, t0 = bench_now_ns(), c0 = cpu_ns();
 
 	for (uint64_t k = 0; k < n; k++)
 		if (!bench_check(one_call(i, sz) == 0, "%s failed", impl_name[i]))
 			return 0;
+	*cpu = (double)(cpu_ns() - c0) / 1e6 / ((double)(n * sz) / (double)(1ull << 30));
 	return (double)(n * sz) / (double)(bench_now_ns() - t0);
 }
 
@@ -306,22 +322,24 @@ static const struct {
 static void bandwidth(size_t sz, unsigned repeats, uint64_t bytes, double *read_ratio,
 		      double *add_ratio)
 {
-	struct bench_samples s[NIMPL] = { 0 }, rr[NRATIO] = { 0 };
-	struct bench_stats st[NIMPL], rs;
+	struct bench_samples s[NIMPL] = { 0 }, rr[NRATIO] = { 0 }, cs[NIMPL] = { 0 };
+	struct bench_stats st[NIMPL], rs, cst;
 	char title[128];
 
 	for (unsigned round = 0; round <= repeats; round++) {
-		double v[NIMPL];
+		double v[NIMPL], c[NIMPL];
 
 		for (unsigned k = 0; k < NIMPL; k++) {
 			enum impl i = (enum impl)(round & 1 ? NIMPL - 1 - k : k);
 
-			v[i] = sample(i, sz, bytes);
+			v[i] = sample(i, sz, bytes, &c[i]);
 		}
 		if (round == 0)
 			continue; /* warm-up */
-		for (unsigned i = 0; i < NIMPL; i++)
+		for (unsigned i = 0; i < NIMPL; i++) {
 			bench_samples_add(&s[i], v[i]);
+			bench_samples_add(&cs[i], c[i]);
+		}
 		for (unsigned k = 0; k < NRATIO; k++)
 			bench_samples_add(&rr[k], v[ratios[k].a] / v[ratios[k].b]);
 	}
@@ -349,8 +367,20 @@ static void bandwidth(size_t sz, unsigned repeats, uint64_t bytes, double *read_
 		if (k == 1)
 			*add_ratio = rs.median;
 	}
-	for (unsigned i = 0; i < NIMPL; i++)
+	/* The client's CPU per GiB (the raw stream's client and tcp's: the
+	 * server is another process; inproc: everything). */
+	printf("# this process's CPU (user + sys) per GiB moved at %zu KiB, median (min - max):",
+	       sz >> 10);
+	for (unsigned i = 0; i < NIMPL; i++) {
+		bench_summarize(&cs[i], false, &cst);
+		printf("%s %s %.0f ms (%.0f - %.0f)", i ? ";" : "", impl_name[i], cst.median,
+		       cst.min, cst.max);
+	}
+	printf("\n");
+	for (unsigned i = 0; i < NIMPL; i++) {
 		bench_samples_free(&s[i]);
+		bench_samples_free(&cs[i]);
+	}
 	for (unsigned k = 0; k < NRATIO; k++)
 		bench_samples_free(&rr[k]);
 }

@@ -5,6 +5,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -218,6 +219,7 @@ struct scratch {
 	float ge[RM_F][RM_BATCH_MAX * RM_D], gw[RM_F][RM_BATCH_MAX]; /* per distinct id */
 	struct rm_dense d, g;
 	struct coord_var_op ops[4];
+	struct coord_pvar_rows rows[2 * RM_F]; /* every table's, for one call */
 	struct rm_step_args a;
 };
 
@@ -334,50 +336,19 @@ static void sparse_update(const struct rm_step_args *a, float *ge, float *gw, co
 	}
 }
 
-static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
+/* Forward and backward over the batch: the loss into @out, the dense
+ * layers' gradient summed into @s->g, the rows' into @s->ge, @s->gw (per
+ * distinct id). */
+static void backprop(struct scratch *s, uint32_t batch, struct rm_step_result *out)
 {
-	struct rm_step_result out = { 0 };
-	struct rm_stream *st = coord_ctx_per_worker(ctx, 0);
-	struct scratch *s = scratch_get();
-	const struct rm_step_args *a;
 	float x[RM_IN], h[RM_H], dh[RM_H];
-	int r;
 
-	if (len != sizeof(*a) || !st)
-		return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: want its args and a rec_data");
-	if (!s)
-		return coord_ctx_fail(ctx, COORD_ENOMEM, "rec_step: no memory");
-	memcpy(&s->a, args, sizeof(s->a)); /* aligned, and ours */
-	a = &s->a;
-	if (a->batch == 0 || a->batch > RM_BATCH_MAX)
-		return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: batch 1..%d", RM_BATCH_MAX);
-	for (unsigned f = 0; f < RM_F; f++)
-		if (a->vocab[f] == 0 || a->vocab[f] != a->v.emb[f].rows ||
-		    a->v.wide[f].rows != a->vocab[f] || a->v.emb[f].row_len != RM_D ||
-		    a->v.wide[f].row_len != RM_W)
-			return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: table %u's shape", f);
-	for (uint32_t b = 0; b < a->batch; b++)
-		rm_next(st, a->vocab, &s->ex[b]);
-	dedup(s, a->batch);
-	/* One gather per table, the batch's ids as drawn (the library reads
-	 * each distinct row once, one request per ps task, and returns them in
-	 * the batch's order), and the dense layers in one batch. */
-	for (unsigned f = 0; f < RM_F; f++) {
-		r = coord_ctx_pvar_gather(ctx, &a->v.emb[f], s->bid[f], a->batch, s->e[f]);
-		if (r == 0)
-			r = coord_ctx_pvar_gather(ctx, &a->v.wide[f], s->bid[f], a->batch, s->w[f]);
-		if (r < 0)
-			return r;
-	}
-	r = dense_batch(ctx, s, &a->v, COORD_VAR_READ, &s->d);
-	if (r < 0)
-		return r;
 	memset(&s->g, 0, sizeof(s->g));
 	for (unsigned f = 0; f < RM_F; f++) {
 		memset(s->ge[f], 0, s->nu[f] * RM_D * sizeof(float));
 		memset(s->gw[f], 0, s->nu[f] * RM_W * sizeof(float));
 	}
-	for (uint32_t b = 0; b < a->batch; b++) {
+	for (uint32_t b = 0; b < batch; b++) {
 		const float *emb[RM_F];
 		float wide[RM_F], z, p, dz, y = s->ex[b].y;
 
@@ -387,8 +358,8 @@ static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 		}
 		z = forward(&s->d, emb, wide, x, h);
 		p = 1.0f / (1.0f + expf(-z));
-		out.loss_sum += -(y * logf(p + 1e-7f) + (1 - y) * logf(1 - p + 1e-7f));
-		out.clicks += y;
+		out->loss_sum += -(y * logf(p + 1e-7f) + (1 - y) * logf(1 - p + 1e-7f));
+		out->clicks += y;
 		dz = p - y;
 		s->g.b2 += dz;
 		for (unsigned j = 0; j < RM_H; j++) {
@@ -418,30 +389,92 @@ static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
 			}
 		}
 	}
-	/* -lr * gradient: the dense layers' mean over the batch. */
+}
+
+/* What the step adds: -lr x the dense layers' mean gradient (@s->g), and
+ * each distinct row's update (sparse_update()). */
+static void updates(struct scratch *s, const struct rm_step_args *a)
+{
+	float k = -a->lr_dense / (float)a->batch;
+
 	for (unsigned i = 0; i < RM_H * RM_IN; i++)
-		s->g.w1[i] *= -a->lr_dense / (float)a->batch;
+		s->g.w1[i] *= k;
 	for (unsigned j = 0; j < RM_H; j++) {
-		s->g.b1[j] *= -a->lr_dense / (float)a->batch;
-		s->g.w2[j] *= -a->lr_dense / (float)a->batch;
+		s->g.b1[j] *= k;
+		s->g.w2[j] *= k;
 	}
-	s->g.b2 *= -a->lr_dense / (float)a->batch;
-	/* One scatter_add per table, of its distinct rows. */
-	for (unsigned f = 0; f < RM_F; f++) {
+	s->g.b2 *= k;
+	for (unsigned f = 0; f < RM_F; f++)
 		for (uint32_t u = 0; u < s->nu[f]; u++)
 			sparse_update(a, s->ge[f] + u * RM_D, s->gw[f] + u * RM_W,
 				      s->w[f] + s->first[f][u] * RM_W, s->cnt[f][u]);
-		r = coord_ctx_pvar_scatter_add(ctx, &a->v.emb[f], s->uid[f], s->nu[f], s->ge[f]);
-		if (r == 0)
-			r = coord_ctx_pvar_scatter_add(ctx, &a->v.wide[f], s->uid[f], s->nu[f],
-						       s->gw[f]);
-		if (r < 0)
-			return r;
-		out.rows += s->nu[f];
+}
+
+/* The step's rows of every table, for one gather_multi (@gather: the
+ * batch's ids as drawn, into @s->e, @s->w) or one scatter_add_multi (the
+ * distinct ids, from @s->ge, @s->gw). */
+static void table_rows(struct scratch *s, const struct rm_step_args *a, bool gather)
+{
+	for (unsigned f = 0; f < RM_F; f++) {
+		const int64_t *ids = gather ? s->bid[f] : s->uid[f];
+		size_t n = gather ? a->batch : s->nu[f];
+
+		s->rows[2 * f] = (struct coord_pvar_rows){
+			.pv = &a->v.emb[f], .ids = ids, .n = n, .out = s->e[f], .updates = s->ge[f]
+		};
+		s->rows[2 * f + 1] = (struct coord_pvar_rows){
+			.pv = &a->v.wide[f], .ids = ids, .n = n, .out = s->w[f], .updates = s->gw[f]
+		};
 	}
-	r = dense_batch(ctx, s, &a->v, COORD_VAR_ASSIGN_ADD, &s->g);
+}
+
+/*
+ * One step of asynchronous SGD on a batch of this worker's stream: four
+ * round trips to the ps tasks (all tables' rows in one gather, the dense
+ * layers' read, all tables' updates in one scatter_add, the dense layers'
+ * update); the library reads each distinct row once, one request per ps
+ * task per call.
+ */
+static int rec_step(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct rm_step_result out = { 0 };
+	struct rm_stream *st = coord_ctx_per_worker(ctx, 0);
+	struct scratch *s = scratch_get();
+	const struct rm_step_args *a;
+	int r;
+
+	if (len != sizeof(*a) || !st)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: want its args and a rec_data");
+	if (!s)
+		return coord_ctx_fail(ctx, COORD_ENOMEM, "rec_step: no memory");
+	memcpy(&s->a, args, sizeof(s->a)); /* aligned, and ours */
+	a = &s->a;
+	if (a->batch == 0 || a->batch > RM_BATCH_MAX)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: batch 1..%d", RM_BATCH_MAX);
+	for (unsigned f = 0; f < RM_F; f++)
+		if (a->vocab[f] == 0 || a->vocab[f] != a->v.emb[f].rows ||
+		    a->v.wide[f].rows != a->vocab[f] || a->v.emb[f].row_len != RM_D ||
+		    a->v.wide[f].row_len != RM_W)
+			return coord_ctx_fail(ctx, COORD_EINVAL, "rec_step: table %u's shape", f);
+	for (uint32_t b = 0; b < a->batch; b++)
+		rm_next(st, a->vocab, &s->ex[b]);
+	dedup(s, a->batch);
+	table_rows(s, a, true);
+	r = coord_ctx_pvar_gather_multi(ctx, s->rows, 2 * RM_F);
+	if (r == 0)
+		r = dense_batch(ctx, s, &a->v, COORD_VAR_READ, &s->d);
 	if (r < 0)
 		return r;
+	backprop(s, a->batch, &out);
+	updates(s, a);
+	table_rows(s, a, false);
+	r = coord_ctx_pvar_scatter_add_multi(ctx, s->rows, 2 * RM_F);
+	if (r == 0)
+		r = dense_batch(ctx, s, &a->v, COORD_VAR_ASSIGN_ADD, &s->g);
+	if (r < 0)
+		return r;
+	for (unsigned f = 0; f < RM_F; f++)
+		out.rows += s->nu[f];
 	out.n = (float)a->batch;
 	return coord_ctx_set_result(ctx, &out, sizeof(out));
 }

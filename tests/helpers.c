@@ -48,6 +48,9 @@
  *   pvar_rows   struct t_pvar_args + ids (+ rows): a gather (result: the
  *               rows, n * row_len <= 16384), a scatter_add, or a gather
  *               through a handle the worker looks up by pv.name
+ *   pvar_multi  struct t_pvar_multi + ids (+ rows): one gather_multi (result:
+ *               the rows, <= 16384 floats) or scatter_add_multi of two
+ *               variables
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -668,6 +671,52 @@ static int f_pvar_rows(struct coord_ctx *ctx, const void *args, size_t len)
 	return r;
 }
 
+/* args: struct t_pvar_multi + ids (+ rows); see the table above. */
+static int f_pvar_multi(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_pvar_multi a;
+	struct coord_pvar_rows v[2];
+	const uint8_t *p = (const uint8_t *)args + sizeof(a);
+	size_t ids = 0, floats = 0, at = 0;
+	uint8_t *b;
+	int r;
+
+	memcpy(&a, args, len < sizeof(a) ? len : sizeof(a));
+	if (len < sizeof(a) || a.op > T_PV_SCATTER)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "pvar_multi: bad args");
+	for (int i = 0; i < 2; i++) {
+		if (a.pv[i].row_len > 16384 || a.n[i] > 16384)
+			return coord_ctx_fail(ctx, COORD_EINVAL, "pvar_multi: bad args");
+		ids += a.n[i];
+		floats += (size_t)a.n[i] * a.pv[i].row_len;
+	}
+	if (floats > 16384 || len != sizeof(a) + 8 * ids + (a.op == T_PV_SCATTER ? 4 * floats : 0))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "pvar_multi: bad length");
+	b = malloc(8 * ids + 4 * floats + 8);
+	if (!b)
+		return coord_ctx_fail(ctx, COORD_ENOMEM, "pvar_multi: no memory");
+	memcpy(b, p, 8 * ids + (a.op == T_PV_SCATTER ? 4 * floats : 0));
+	for (int i = 0; i < 2; i++) {
+		float *rows = (float *)(b + 8 * ids) + at;
+
+		v[i] = (struct coord_pvar_rows){ .pv = &a.pv[i],
+						 .ids = (const int64_t *)b + (i ? a.n[0] : 0),
+						 .n = a.n[i],
+						 .out = rows,
+						 .updates = rows };
+		at += (size_t)a.n[i] * a.pv[i].row_len;
+	}
+	if (a.op == T_PV_SCATTER) {
+		r = coord_ctx_pvar_scatter_add_multi(ctx, v, 2);
+	} else {
+		r = coord_ctx_pvar_gather_multi(ctx, v, 2);
+		if (r == 0)
+			r = coord_ctx_set_result(ctx, b + 8 * ids, 4 * floats);
+	}
+	free(b);
+	return r;
+}
+
 /* args: a variable name; result: its handle, as the worker resolves it. */
 static int f_var_lookup(struct coord_ctx *ctx, const void *args, size_t len)
 {
@@ -726,6 +775,7 @@ int t_register(struct coord_registry *r)
 	    coord_registry_add(r, "var_scatter", f_var_scatter) ||
 	    coord_registry_add(r, "var_lookup", f_var_lookup) ||
 	    coord_registry_add(r, "pvar_rows", f_pvar_rows) ||
+	    coord_registry_add(r, "pvar_multi", f_pvar_multi) ||
 	    coord_registry_add(r, "var_batch", f_var_batch) ||
 	    coord_registry_add(r, "var_uniform", f_var_uniform) ||
 	    coord_registry_add(r, "var_read_lat", f_var_read_lat))

@@ -94,6 +94,15 @@ struct t_pvar_args {
 	uint32_t n;
 };
 
+/* Arguments of the pvar_multi test function (helpers.c), followed by
+ * int64 ids[n[0]], ids[n[1]] and, for scatter_add, the rows of pv[0] then
+ * of pv[1]; a gather's result: the rows of pv[0] then of pv[1]. */
+struct t_pvar_multi {
+	struct coord_pvar pv[2];
+	uint32_t op; /* T_PV_GATHER or T_PV_SCATTER */
+	uint32_t n[2];
+};
+
 /* Register the standard functions into @reg (also coord_register_fns()). */
 int t_register(struct coord_registry *reg);
 

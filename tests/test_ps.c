@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -238,6 +239,164 @@ static void test_scatter_add(void **state)
 	assert_int_equal(coord_join(c, &err), COORD_EINVAL);
 	assert_int_equal(coord_var_read(c, v, 0, 18, got, NULL), 0);
 	assert_memory_equal(got, before, sizeof(got));
+	destroy(c);
+}
+
+/* ---- large requests (their data sent from the caller's buffers over tcp) ---- */
+
+#define LG_N (1u << 18) /* 1 MiB of floats: over PSC_EXT_MIN; 4 x: PSC_RX_DIRECT_MIN */
+#define LG_THREADS 4
+#define LG_ROUNDS 6
+
+struct lg_arg {
+	struct coord *c;
+	coord_var_t big, small;
+	int t, code;
+	float want[3];
+};
+
+/* A thread's updates: large assign_adds of its own value, small ones in
+ * between, and a batch of two large ones and a small one. */
+static void *lg_thread(void *p)
+{
+	struct lg_arg *a = p;
+	float *d = malloc(4 * (size_t)LG_N), one = 1.0f;
+	struct coord_error err;
+
+	if (!d) {
+		a->code = COORD_ENOMEM;
+		return NULL;
+	}
+	for (size_t i = 0; i < LG_N; i++)
+		d[i] = (float)(a->t + 1);
+	for (int r = 0; r < LG_ROUNDS && !a->code; r++) {
+		struct coord_var_op ops[3] = {
+			{ .op = COORD_VAR_ASSIGN_ADD, .var = a->big, .n = LG_N, .src = d },
+			{ .op = COORD_VAR_ASSIGN_ADD, .var = a->small, .n = 1, .src = &one },
+			{ .op = COORD_VAR_ASSIGN_ADD,
+			  .var = a->big,
+			  .off = LG_N,
+			  .n = LG_N,
+			  .src = d },
+		};
+
+		a->code = coord_var_batch(a->c, &ops[0], 1, &err);
+		if (!a->code)
+			a->code = coord_var_batch(a->c, &ops[1], 1, &err);
+		if (!a->code)
+			a->code = coord_var_batch(a->c, ops, 3, &err);
+	}
+	free(d);
+	return NULL;
+}
+
+/* A thread's reads of the settled @big (its first quarter @want[0], its
+ * second @want[1], the rest 0): whole, and in a batch with a small read. */
+static void *lg_reader(void *p)
+{
+	struct lg_arg *a = p;
+	float *d = malloc(16 * (size_t)LG_N), s1 = 0;
+	struct coord_error err;
+
+	if (!d) {
+		a->code = COORD_ENOMEM;
+		return NULL;
+	}
+	for (int r = 0; r < LG_ROUNDS && !a->code; r++) {
+		struct coord_var_op ops[4] = {
+			{ .op = COORD_VAR_READ, .var = a->big, .n = LG_N, .dst = d + LG_N },
+			{ .op = COORD_VAR_READ, .var = a->small, .n = 1, .dst = &s1 },
+			{ .op = COORD_VAR_READ, .var = a->big, .off = LG_N, .n = LG_N, .dst = d },
+			{ .op = COORD_VAR_READ,
+			  .var = a->big,
+			  .off = 2 * LG_N,
+			  .n = 2 * LG_N,
+			  .dst = d + 2 * LG_N },
+		};
+
+		memset(d, 0xff, 16 * (size_t)LG_N);
+		a->code = coord_var_read(a->c, a->big, 0, 4 * LG_N, d, &err);
+		for (size_t i = 0; !a->code && i < 4 * (size_t)LG_N; i++)
+			if (d[i] != (i < LG_N ? a->want[0] : i < 2 * LG_N ? a->want[1] : 0))
+				a->code = -EBADMSG;
+		memset(d, 0xff, 16 * (size_t)LG_N);
+		if (!a->code)
+			a->code = coord_var_batch(a->c, ops, 4, &err);
+		for (size_t i = 0; !a->code && i < 4 * (size_t)LG_N; i++)
+			if (d[i] != (i < LG_N ? a->want[1] : i < 2 * LG_N ? a->want[0] : 0))
+				a->code = -EBADMSG;
+		if (!a->code && s1 != a->want[2])
+			a->code = -EBADMSG;
+	}
+	free(d);
+	return NULL;
+}
+
+static void test_large_requests(void **state)
+{
+	uint64_t dims[1] = { 4 * LG_N }, gd[2] = { 8192, 64 }, one_dim[1] = { 1 };
+	struct coord_partitioner p1 = { .num_shards = 1 };
+	struct lg_arg a[LG_THREADS];
+	pthread_t th[LG_THREADS];
+	struct coord_error err;
+	struct coord_pvar pv;
+	struct coord *c = make();
+	float *got = malloc(8 * (size_t)LG_N), *rows = malloc(4 * 8192 * 64), small;
+	int64_t *ids = malloc(8 * 8192);
+	coord_var_t big = var(c, "lg/big", 1, dims), sm = var(c, "lg/small", 1, one_dim);
+	float want = 0;
+
+	(void)state;
+	assert_true(got && rows && ids);
+	for (int t = 0; t < LG_THREADS; t++) {
+		a[t] = (struct lg_arg){ .c = c, .big = big, .small = sm, .t = t };
+		assert_int_equal(pthread_create(&th[t], NULL, lg_thread, &a[t]), 0);
+		want += (float)(t + 1) * LG_ROUNDS;
+	}
+	for (int t = 0; t < LG_THREADS; t++) {
+		pthread_join(th[t], NULL);
+		assert_int_equal(a[t].code, 0);
+	}
+	assert_int_equal(coord_var_read(c, big, 0, 2 * LG_N, got, &err), 0);
+	for (size_t i = 0; i < 2 * (size_t)LG_N; i++)
+		if (got[i] != (i < LG_N ? 2 * want : want))
+			fail_msg("element %zu: %g, want %g", i, got[i], i < LG_N ? 2 * want : want);
+	assert_int_equal(coord_var_read(c, sm, 0, 1, &small, &err), 0);
+	assert_true(small == 2.0f * LG_THREADS * LG_ROUNDS);
+	/* large reads (replies received straight into the callers' buffers
+	 * over tcp), concurrent, whole and in batches with a small read */
+	for (int t = 0; t < LG_THREADS; t++) {
+		a[t] = (struct lg_arg){ .c = c, .big = big, .small = sm, .t = t };
+		a[t].want[0] = 2 * want;
+		a[t].want[1] = want;
+		a[t].want[2] = small;
+		assert_int_equal(pthread_create(&th[t], NULL, lg_reader, &a[t]), 0);
+	}
+	for (int t = 0; t < LG_THREADS; t++) {
+		pthread_join(th[t], NULL);
+		assert_int_equal(a[t].code, 0);
+	}
+	/* scatter_add of 2 MiB of rows (ids and rows both from the caller's
+	 * buffers), a repeated id adding twice */
+	assert_int_equal(coord_pvar_create(c, "lg/rows", 2, gd, NULL, &p1, &pv, &err), 0);
+	for (size_t k = 0; k < 8192; k++) {
+		ids[k] = (int64_t)((k * 7) % 8192);
+		for (size_t j = 0; j < 64; j++)
+			rows[k * 64 + j] = (float)(k % 97) + (float)j * 0.5f;
+	}
+	ids[1] = ids[0];
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 8192, rows, &err), 0);
+	memset(got, 0, 4 * 8192 * 64);
+	for (size_t k = 0; k < 8192; k++)
+		for (size_t j = 0; j < 64; j++)
+			got[(size_t)ids[k] * 64 + j] += rows[k * 64 + j];
+	for (size_t k = 0; k < 8192; k++)
+		ids[k] = (int64_t)k;
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 8192, rows, &err), 0);
+	assert_memory_equal(rows, got, 4 * 8192 * 64);
+	free(got);
+	free(rows);
+	free(ids);
 	destroy(c);
 }
 
@@ -1535,6 +1694,202 @@ static void test_pvar_rows(void **state)
 	destroy(c);
 }
 
+/* ---- several partitioned variables in one call ---- */
+
+#define PM_ROWS 500
+#define PM_RL 3
+
+static float pm_ref[PM_ROWS * PM_RL]; /* the second variable's copy */
+
+/* Both variables' every row equals their reference: one gather_multi of
+ * all rows of each, reversed for the first. */
+static void pm_check_all(struct coord *c, const struct coord_pvar *a, const struct coord_pvar *b)
+{
+	static int64_t ia[PV_ROWS], ib[PM_ROWS];
+	static float ga[PV_ROWS * PV_RL], gb[PM_ROWS * PM_RL];
+	struct coord_pvar_rows v[2] = { { .pv = a, .ids = ia, .n = PV_ROWS, .out = ga },
+					{ .pv = b, .ids = ib, .n = PM_ROWS, .out = gb } };
+	struct coord_error err;
+
+	for (int64_t k = 0; k < PV_ROWS; k++)
+		ia[k] = PV_ROWS - 1 - k;
+	for (int64_t k = 0; k < PM_ROWS; k++)
+		ib[k] = k;
+	if (coord_pvar_gather_multi(c, v, 2, &err) != 0)
+		fail_msg("gather_multi: %s", err.msg);
+	for (size_t k = 0; k < PV_ROWS; k++)
+		assert_memory_equal(ga + k * PV_RL, pv_ref + (size_t)ia[k] * PV_RL, 4 * PV_RL);
+	assert_memory_equal(gb, pm_ref, sizeof(gb));
+}
+
+/* A pvar_multi closure over @a and @b: ids @ia[@na], @ib[@nb] (+ rows). */
+static struct coord_rv *pm_sched(struct coord *c, const struct coord_pvar *a,
+				 const struct coord_pvar *b, uint32_t op, const int64_t *ia,
+				 uint32_t na, const int64_t *ib, uint32_t nb, const float *ra,
+				 const float *rb)
+{
+	size_t fa = (size_t)na * a->row_len, fb = (size_t)nb * b->row_len;
+	size_t len = sizeof(struct t_pvar_multi) + 8 * ((size_t)na + nb) +
+		     (op == T_PV_SCATTER ? 4 * (fa + fb) : 0);
+	uint8_t *buf = calloc(1, len), *p;
+	struct t_pvar_multi m = { .pv = { *a, *b }, .op = op, .n = { na, nb } };
+	struct coord_rv *rv;
+
+	assert_non_null(buf);
+	memcpy(buf, &m, sizeof(m));
+	p = buf + sizeof(m);
+	memcpy(p, ia, 8 * (size_t)na);
+	memcpy(p + 8 * (size_t)na, ib, 8 * (size_t)nb);
+	p += 8 * ((size_t)na + nb);
+	if (op == T_PV_SCATTER) {
+		memcpy(p, ra, 4 * fa);
+		memcpy(p + 4 * fa, rb, 4 * fb);
+	}
+	rv = sched(c, "pvar_multi", buf, len);
+	free(buf);
+	return rv;
+}
+
+/* Add @n rows of @upd at @ids to @ref (rows of @rl). */
+static void pm_apply(float *ref, size_t rl, const int64_t *ids, size_t n, const float *upd)
+{
+	for (size_t k = 0; k < n; k++)
+		for (size_t j = 0; j < rl; j++)
+			ref[(size_t)ids[k] * rl + j] += upd[k * rl + j];
+}
+
+static void test_pvar_multi(void **state)
+{
+	struct coord_partitioner pa = { .num_shards = 4 }, pb = { .num_shards = 3 };
+	uint64_t da[2] = { PV_ROWS, PV_RL }, db[2] = { PM_ROWS, PM_RL };
+	static float ua[300 * PV_RL], ub[300 * PM_RL], ga[300 * PV_RL], gb[300 * PM_RL];
+	int64_t ia[300], ib[300];
+	struct coord_pvar a, b, bad_pv;
+	struct coord_pvar_rows v[2];
+	struct coord_error err;
+	struct coord *c = make();
+	struct out o;
+
+	(void)state;
+	for (size_t i = 0; i < PV_ROWS * PV_RL; i++)
+		pv_ref[i] = (float)i * 0.5f + 1.0f;
+	for (size_t i = 0; i < PM_ROWS * PM_RL; i++)
+		pm_ref[i] = (float)i * -0.25f;
+	assert_int_equal(coord_pvar_create(c, "m/a", 2, da, pv_ref, &pa, &a, &err), 0);
+	assert_int_equal(coord_pvar_create(c, "m/b", 2, db, pm_ref, &pb, &b, &err), 0);
+	pm_check_all(c, &a, &b);
+
+	/* gather with duplicates, each in the caller's order */
+	pv_ids(ia, 300, PV_ROWS);
+	pv_ids(ib, 250, PM_ROWS);
+	v[0] = (struct coord_pvar_rows){ .pv = &a, .ids = ia, .n = 300, .out = ga };
+	v[1] = (struct coord_pvar_rows){ .pv = &b, .ids = ib, .n = 250, .out = gb };
+	assert_int_equal(coord_pvar_gather_multi(c, v, 2, &err), 0);
+	for (size_t k = 0; k < 300; k++)
+		assert_memory_equal(ga + k * PV_RL, pv_ref + (size_t)ia[k] * PV_RL, 4 * PV_RL);
+	for (size_t k = 0; k < 250; k++)
+		assert_memory_equal(gb + k * PM_RL, pm_ref + (size_t)ib[k] * PM_RL, 4 * PM_RL);
+	/* the same variable twice in one call */
+	v[1] = (struct coord_pvar_rows){ .pv = &a, .ids = ib, .n = 250, .out = ga + 50 * PV_RL };
+	v[0].n = 50;
+	assert_int_equal(coord_pvar_gather_multi(c, v, 2, &err), 0);
+	for (size_t k = 0; k < 300; k++)
+		assert_memory_equal(ga + k * PV_RL,
+				    pv_ref + (size_t)(k < 50 ? ia[k] : ib[k - 50]) * PV_RL,
+				    4 * PV_RL);
+
+	/* scatter_add: a repeated id adds twice, in both variables */
+	pv_ids(ia, 300, PV_ROWS);
+	pv_ids(ib, 200, PM_ROWS);
+	for (size_t k = 0; k < 300 * PV_RL; k++)
+		ua[k] = (float)(pv_rand() % 64) * 0.5f;
+	for (size_t k = 0; k < 200 * PM_RL; k++)
+		ub[k] = (float)(pv_rand() % 32) - 16.0f;
+	v[0] = (struct coord_pvar_rows){ .pv = &a, .ids = ia, .n = 300, .updates = ua };
+	v[1] = (struct coord_pvar_rows){ .pv = &b, .ids = ib, .n = 200, .updates = ub };
+	assert_int_equal(coord_pvar_scatter_add_multi(c, v, 2, &err), 0);
+	pm_apply(pv_ref, PV_RL, ia, 300, ua);
+	pm_apply(pm_ref, PM_RL, ib, 200, ub);
+	pm_check_all(c, &a, &b);
+
+	/* out of range in the second variable, or a bad second handle:
+	 * nothing applied to either */
+	for (int t = 0; t < 3; t++) {
+		ib[7] = t == 0 ? PM_ROWS : -1;
+		bad_pv = b;
+		if (t == 2) {
+			ib[7] = 1;
+			bad_pv.nparts = 0;
+		}
+		v[1].pv = &bad_pv;
+		assert_int_equal(coord_pvar_scatter_add_multi(c, v, 2, &err),
+				 t == 2 ? COORD_EINVAL : -ERANGE);
+		if (t < 2)
+			assert_non_null(strstr(err.msg, "position 7"));
+		v[0].out = ga;
+		v[1].out = gb;
+		assert_int_equal(coord_pvar_gather_multi(c, v, 2, &err),
+				 t == 2 ? COORD_EINVAL : -ERANGE);
+	}
+	ib[7] = 0;
+	v[1].pv = &b;
+	pm_check_all(c, &a, &b);
+	/* empty: no variables, and variables with no rows */
+	assert_int_equal(coord_pvar_gather_multi(c, NULL, 0, &err), 0);
+	assert_int_equal(coord_pvar_scatter_add_multi(c, NULL, 0, &err), 0);
+	assert_int_equal(coord_pvar_gather_multi(c, NULL, 1, &err), COORD_EINVAL);
+	v[0] = (struct coord_pvar_rows){ .pv = &a };
+	v[1] = (struct coord_pvar_rows){ .pv = &b };
+	assert_int_equal(coord_pvar_gather_multi(c, v, 2, &err), 0);
+	assert_int_equal(coord_pvar_scatter_add_multi(c, v, 2, &err), 0);
+	assert_int_equal(coord_pvar_gather_multi(c, v, COORD_PVAR_MULTI_MAX + 1, &err),
+			 COORD_EINVAL);
+
+	/* from functions: gather and scatter_add with duplicates, then an id
+	 * out of range (nothing applied), then empty */
+	for (int round = 0; round < 4; round++) {
+		uint32_t na = 1 + pv_rand() % 200, nb = 1 + pv_rand() % 200;
+		struct coord_rv *rv;
+		const float *got;
+		const void *res;
+		size_t len;
+
+		pv_ids(ia, na, PV_ROWS);
+		pv_ids(ib, nb, PM_ROWS);
+		for (size_t k = 0; k < na * PV_RL; k++)
+			ua[k] = (float)(pv_rand() % 16) - 8.0f;
+		for (size_t k = 0; k < nb * PM_RL; k++)
+			ub[k] = (float)(pv_rand() % 16) * 0.125f;
+		assert_int_equal(
+			fetch(pm_sched(c, &a, &b, T_PV_SCATTER, ia, na, ib, nb, ua, ub), &o), 0);
+		pm_apply(pv_ref, PV_RL, ia, na, ua);
+		pm_apply(pm_ref, PM_RL, ib, nb, ub);
+		rv = pm_sched(c, &a, &b, T_PV_GATHER, ia, na, ib, nb, NULL, NULL);
+		assert_int_equal(coord_rv_fetch_timeout(rv, 30000000000ll, &res, &len, &err), 0);
+		assert_int_equal(len, 4 * ((size_t)na * PV_RL + (size_t)nb * PM_RL));
+		got = res;
+		for (size_t k = 0; k < na; k++)
+			assert_memory_equal(got + k * PV_RL, pv_ref + (size_t)ia[k] * PV_RL,
+					    4 * PV_RL);
+		got += (size_t)na * PV_RL;
+		for (size_t k = 0; k < nb; k++)
+			assert_memory_equal(got + k * PM_RL, pm_ref + (size_t)ib[k] * PM_RL,
+					    4 * PM_RL);
+		coord_rv_put(rv);
+	}
+	join_ok(c);
+	ib[3] = PM_ROWS;
+	assert_int_equal(fetch(pm_sched(c, &a, &b, T_PV_SCATTER, ia, 10, ib, 10, ua, ub), &o),
+			 -ERANGE);
+	assert_non_null(strstr(o.err.msg, "outside"));
+	assert_int_equal(coord_join(c, &err), -ERANGE);
+	assert_int_equal(fetch(pm_sched(c, &a, &b, T_PV_SCATTER, ia, 0, ib, 0, ua, ub), &o), 0);
+	assert_int_equal(fetch(pm_sched(c, &a, &b, T_PV_GATHER, ia, 0, ib, 0, NULL, NULL), &o), 0);
+	join_ok(c);
+	pm_check_all(c, &a, &b);
+	destroy(c);
+}
+
 /* Shard counts, bad handles and names, a plain variable as a 1-part handle. */
 static void test_pvar_partitioner(void **state)
 {
@@ -1647,9 +2002,106 @@ static void test_pvar_restore_relayout(void **state)
 				 0);
 		assert_memory_equal(&pv, &pv2, sizeof(pv));
 		pv_check_all(c, &pv);
-		assert_int_equal(coord_checkpoint_save(c, lay_dir, 8 + nps, &err), 0);
+		if (coord_checkpoint_save(c, lay_dir, 8 + nps, &err) != 0)
+			fail_msg("save onto %u: %s", nps, err.msg);
 		lay_destroy(c);
 	}
+}
+
+/* A partitioned variable saved as 4 shards by 2 ps tasks, restored re-split
+ * into 3 shards on 3 tasks, then 7 on 1, then (a byte partitioner) 4 on 2:
+ * every row bit for bit, the other variables restored as they are; refused
+ * whole for a name not in the checkpoint and for a live shard beyond the
+ * new count. */
+static void test_pvar_restore_resplit(void **state)
+{
+	static const struct {
+		unsigned nps, k;
+		struct coord_partitioner part;
+	} runs[] = {
+		{ 3, 3, { .num_shards = 3 } },
+		{ 1, 7, { .num_shards = 7 } },
+		{ 2, 4, { .max_shard_bytes = 300 * 4 * PV_RL } },
+	};
+	struct coord_partitioner p4 = { .num_shards = 4 };
+	uint64_t dims[2] = { PV_ROWS, PV_RL }, step;
+	float plain[5] = { 1.5f, -2, 3, 4e-9f, 5 }, got[5];
+	struct coord_ckpt_resplit rs = { .name = "rs/emb" };
+	struct coord_pvar pv, pv2;
+	struct coord_var_shape sh;
+	struct coord_error err;
+	coord_var_t v;
+	int64_t ids[64];
+	float upd[64 * PV_RL];
+	struct coord *c;
+
+	(void)state;
+	for (size_t i = 0; i < PV_ROWS * PV_RL; i++)
+		pv_ref[i] = (float)i * 0.375f - 1e-3f * (float)(i % 7);
+	c = lay_make(2);
+	assert_int_equal(coord_pvar_create(c, "rs/emb", 2, dims, pv_ref, &p4, &pv, &err), 0);
+	assert_int_equal(pv.nparts, 4);
+	pv_ids(ids, 64, PV_ROWS);
+	for (size_t k = 0; k < 64 * PV_RL; k++)
+		upd[k] = (float)k * 0.1f;
+	assert_int_equal(coord_pvar_scatter_add(c, &pv, ids, 64, upd, &err), 0);
+	pm_apply(pv_ref, PV_RL, ids, 64, upd);
+	assert_int_equal(coord_var_create(c, "rs/plain", 1, (uint64_t[]){ 5 }, plain, &v, &err), 0);
+	assert_int_equal(coord_checkpoint_save(c, lay_dir, 7, &err), 0);
+	lay_destroy(c);
+	for (unsigned t = 0; t < 3; t++) {
+		c = lay_make(runs[t].nps);
+		rs.part = runs[t].part;
+		step = 0;
+		if (coord_checkpoint_restore_resplit(c, lay_dir, 0, &rs, 1, &step, &err) != 0)
+			fail_msg("restore re-split onto %u: %s", runs[t].k, err.msg);
+		assert_int_equal(step, 7 + t);
+		assert_int_equal(coord_pvar_lookup(c, "rs/emb", &pv2, &err), 0);
+		assert_int_equal(pv2.nparts, runs[t].k);
+		assert_int_equal(pv2.rows, PV_ROWS);
+		pv_check_all(c, &pv2); /* bit for bit (assert_memory_equal) */
+		/* create with the same partitioner finds it as restored */
+		assert_int_equal(
+			coord_pvar_create(c, "rs/emb", 2, dims, NULL, &runs[t].part, &pv, &err), 0);
+		assert_memory_equal(&pv, &pv2, sizeof(pv));
+		assert_int_equal(coord_var_lookup(c, "rs/plain", &v, &sh, &err), 0);
+		assert_int_equal(coord_var_read(c, v, 0, 5, got, &err), 0);
+		assert_memory_equal(got, plain, sizeof(plain));
+		if (coord_checkpoint_save(c, lay_dir, 8 + t, &err) != 0)
+			fail_msg("save: %s", err.msg);
+		lay_destroy(c);
+	}
+	/* refused whole: a name not in the checkpoint (the other one is fine) */
+	c = lay_make(2);
+	{
+		struct coord_ckpt_resplit two[2] = { { .name = "rs/emb", .part = p4 },
+						     { .name = "rs/none", .part = p4 } };
+
+		assert_int_equal(
+			coord_checkpoint_restore_resplit(c, lay_dir, 0, two, 2, &step, &err),
+			COORD_EINVAL);
+		assert_non_null(strstr(err.msg, "rs/none"));
+		assert_int_equal(coord_pvar_lookup(c, "rs/emb", &pv2, &err), -ENOENT);
+		assert_int_equal(coord_var_lookup(c, "rs/plain", &v, &sh, &err), -ENOENT);
+		two[0].name = NULL;
+		assert_int_equal(
+			coord_checkpoint_restore_resplit(c, lay_dir, 0, two, 1, &step, &err),
+			COORD_EINVAL);
+	}
+	/* refused whole: a live shard beyond the new count */
+	p4.num_shards = 5;
+	assert_int_equal(coord_pvar_create(c, "rs/emb", 2, dims, NULL, &p4, &pv, &err), 0);
+	rs.part.num_shards = 3;
+	rs.part.max_shard_bytes = 0;
+	assert_int_equal(coord_checkpoint_restore_resplit(c, lay_dir, 0, &rs, 1, &step, &err),
+			 -EEXIST);
+	assert_non_null(strstr(err.msg, "beyond the 3 shards"));
+	assert_int_equal(coord_var_lookup(c, "rs/plain", &v, &sh, &err), -ENOENT);
+	memset(upd, 0xff, sizeof(upd));
+	assert_int_equal(coord_pvar_gather(c, &pv, ids, 64, upd, &err), 0);
+	for (size_t k = 0; k < 64 * PV_RL; k++)
+		assert_true(upd[k] == 0.0f); /* the live variable, untouched */
+	lay_destroy(c);
 }
 
 static int tcp_setup(void **state)
@@ -1698,13 +2150,14 @@ int main(void)
 {
 #define VAR_TESTS                                                                                  \
 	cmocka_unit_test(test_assign_add_exact), cmocka_unit_test(test_scatter_add),               \
-		cmocka_unit_test(test_lookup_batch_read), cmocka_unit_test(test_errors),           \
-		cmocka_unit_test(test_checkpoint_round_trip),                                      \
+		cmocka_unit_test(test_large_requests), cmocka_unit_test(test_lookup_batch_read),   \
+		cmocka_unit_test(test_errors), cmocka_unit_test(test_checkpoint_round_trip),       \
 		cmocka_unit_test(test_checkpoint_corrupt_refused), LAY_TEST(test_restore_2_to_1),  \
 		LAY_TEST(test_restore_2_to_3), LAY_TEST(test_restore_refused_whole),               \
 		LAY_TEST(test_restore_version1), LAY_TEST(test_save_removes_temp_files),           \
-		cmocka_unit_test(test_pvar_rows), cmocka_unit_test(test_pvar_partitioner),         \
-		LAY_TEST(test_pvar_restore_relayout)
+		cmocka_unit_test(test_pvar_rows), cmocka_unit_test(test_pvar_multi),               \
+		cmocka_unit_test(test_pvar_partitioner), LAY_TEST(test_pvar_restore_relayout),     \
+		LAY_TEST(test_pvar_restore_resplit)
 #define LAY_TEST(f) cmocka_unit_test_setup_teardown(f, lay_setup, lay_teardown)
 	const struct CMUnitTest inproc_tests[] = { VAR_TESTS };
 	const struct CMUnitTest tcp_tests[] = {

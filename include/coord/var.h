@@ -395,6 +395,93 @@ COORD_API COORD_NODISCARD int coord_pvar_assign_add(struct coord *c, const struc
 						    uint64_t off, uint64_t n, const float *delta,
 						    struct coord_error *err);
 
+/* The most variables in one coord_pvar_gather_multi() or _scatter_add_multi(). */
+#define COORD_PVAR_MULTI_MAX 1024
+
+/**
+ * struct coord_pvar_rows - the rows of one partitioned variable in a
+ * multi-variable gather or scatter_add (coord_pvar_gather_multi()).
+ * @pv:      the variable.
+ * @ids:     @n row ids, each in [0, rows); repeats allowed.
+ * @n:       how many (0: nothing for this variable).
+ * @out:     gather: @n rows of row_len floats, in the order of @ids.
+ * @updates: scatter_add: @n rows of row_len floats, row k added to @ids[k].
+ */
+struct coord_pvar_rows {
+	const struct coord_pvar *pv;
+	const int64_t *ids;
+	size_t n;
+	float *out;
+	const float *updates;
+};
+
+/**
+ * coord_pvar_gather_multi() - coord_pvar_gather() of @nv variables in one
+ * call: @v[i].n rows of @v[i].pv into @v[i].out for every i < @nv.  The
+ * requests of all of them are batched: one request per ps task holding a
+ * wanted row (one frame each, unless it exceeds max_frame), all sent before
+ * any reply is awaited, so a step reading many tables pays one round trip.
+ * Every handle and every id is checked before anything is sent.
+ * At most COORD_PVAR_MULTI_MAX variables; @nv 0 does nothing.
+ * Return: 0; COORD_EINVAL a bad handle or arguments (which one in @err);
+ * -ERANGE an id outside its variable's [0, rows) (nothing was sent); a ps
+ * error (the rows of every variable are then undefined).
+ */
+COORD_API COORD_NODISCARD int coord_pvar_gather_multi(struct coord *c,
+						      const struct coord_pvar_rows *v, unsigned nv,
+						      struct coord_error *err);
+
+/**
+ * coord_pvar_scatter_add_multi() - coord_pvar_scatter_add() of @nv
+ * variables in one call: row k of @v[i].updates added to row @v[i].ids[k]
+ * of @v[i].pv, batched as coord_pvar_gather_multi() batches.  Every handle
+ * and id of every variable is checked before anything is sent: one id
+ * out of range fails the call with -ERANGE and changes nothing anywhere.
+ * Return: as coord_pvar_gather_multi().
+ */
+COORD_API COORD_NODISCARD int coord_pvar_scatter_add_multi(struct coord *c,
+							   const struct coord_pvar_rows *v,
+							   unsigned nv, struct coord_error *err);
+
+/**
+ * struct coord_ckpt_resplit - a partitioned variable to restore with the
+ * shard count a partitioner gives now (coord_checkpoint_restore_resplit()).
+ * @name: its name (1..COORD_PVAR_NAME_LEN bytes; the checkpoint holds its
+ *        shards NAME/part_J).
+ * @part: the partitioner, as given to coord_pvar_create() (over the ps
+ *        tasks that run now); all zero: the defaults.
+ */
+struct coord_ckpt_resplit {
+	const char *name;
+	struct coord_partitioner part;
+};
+
+/**
+ * coord_checkpoint_restore_resplit() - coord_checkpoint_restore_ex(), and
+ * the @n partitioned variables of @rs re-split on the way: each restored as
+ * the shard count its partitioner gives now (which may differ from the
+ * checkpoint's, e.g. saved with 4 shards, restored as 3), every new shard's
+ * rows read from the checkpoint's shards that hold them, bit for bit.
+ * @flags: as coord_checkpoint_restore_ex().
+ * @rs:    at most 256 variables; each must be in the checkpoint.
+ * @step:  optional; the step restored.
+ *
+ * Whole or not at all, as coord_checkpoint_restore(): it is refused before
+ * any change when a variable of @rs is not a partitioned variable of the
+ * checkpoint, its shards are missing or do not split its rows as
+ * partitioned variables do, or a live shard NAME/part_J is beyond the new
+ * count (delete the old variable first).  Each ps task reads the step's
+ * files twice (once to learn the old layouts) and holds only its share.
+ * coord_pvar_create() with the same partitioner then finds it as restored.
+ * Return: as coord_checkpoint_restore_ex(); COORD_EINVAL a bad @rs, or a
+ * variable of @rs not in the checkpoint.
+ */
+COORD_API COORD_NODISCARD int coord_checkpoint_restore_resplit(struct coord *c, const char *dir,
+							       unsigned flags,
+							       const struct coord_ckpt_resplit *rs,
+							       unsigned n, uint64_t *step,
+							       struct coord_error *err);
+
 /** coord_ctx_pvar_lookup() - as coord_pvar_lookup(), from a worker. */
 COORD_API COORD_NODISCARD int coord_ctx_pvar_lookup(struct coord_ctx *ctx, const char *name,
 						    struct coord_pvar *pv);
@@ -409,6 +496,16 @@ COORD_API COORD_NODISCARD int coord_ctx_pvar_scatter_add(struct coord_ctx *ctx,
 							 const struct coord_pvar *pv,
 							 const int64_t *ids, size_t n,
 							 const float *updates);
+
+/** coord_ctx_pvar_gather_multi() - as coord_pvar_gather_multi(), from a worker. */
+COORD_API COORD_NODISCARD int coord_ctx_pvar_gather_multi(struct coord_ctx *ctx,
+							  const struct coord_pvar_rows *v,
+							  unsigned nv);
+
+/** coord_ctx_pvar_scatter_add_multi() - as coord_pvar_scatter_add_multi(), from a worker. */
+COORD_API COORD_NODISCARD int coord_ctx_pvar_scatter_add_multi(struct coord_ctx *ctx,
+							       const struct coord_pvar_rows *v,
+							       unsigned nv);
 
 /** coord_ctx_pvar_read() - as coord_pvar_read(), from a worker. */
 COORD_API COORD_NODISCARD int coord_ctx_pvar_read(struct coord_ctx *ctx,

@@ -214,10 +214,55 @@ static int ps_dir(const struct coord_ps_op *op, char *path, size_t cap, struct c
 	return 0;
 }
 
+/* PREPARE's data (ps.h): the variables to re-split, into *@out (malloc'd;
+ * NULL when there are none). */
+static int resplit_get(const struct coord_ps_op *op, struct coord_ckpt_resplit_spec **out,
+		       unsigned *n, struct coord_error *err)
+{
+	const uint8_t *p = op->src, *end = p + op->src_len;
+	struct coord_ckpt_resplit_spec *v;
+	unsigned k = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (!op->src_len)
+		return 0;
+	v = calloc(COORD_CKPT_RESPLIT_MAX, sizeof(*v));
+	if (!v)
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	while (p < end) {
+		uint16_t len;
+
+		if (k == COORD_CKPT_RESPLIT_MAX || end - p < COORD_PS_RESPLIT_FIXED)
+			break;
+		len = (uint16_t)(p[24] | p[25] << 8);
+		if (len == 0 || len > COORD_PVAR_NAME_LEN ||
+		    end - p - COORD_PS_RESPLIT_FIXED < len ||
+		    memchr(p + COORD_PS_RESPLIT_FIXED, 0, len))
+			break;
+		v[k].part.num_shards = ld32(p);
+		v[k].part.max_shards = ld32(p + 4);
+		v[k].part.min_shard_bytes = ld64(p + 8);
+		v[k].part.max_shard_bytes = ld64(p + 16);
+		memcpy(v[k].name, p + COORD_PS_RESPLIT_FIXED, len);
+		k++;
+		p += COORD_PS_RESPLIT_FIXED + len;
+	}
+	if (p != end) {
+		free(v);
+		return coord_seterr(err, COORD_EINVAL,
+				    "checkpoint restore: malformed re-split list");
+	}
+	*out = v;
+	*n = k;
+	return 0;
+}
+
 /* PREPARE (ps.h): stage our part of a checkpoint; reply what was staged. */
 static int op_prepare(struct coord_varstore *vs, unsigned task, const struct coord_ps_op *op,
 		      const void *owner, coord_ps_emit_t emit, void *arg, struct coord_error *err)
 {
+	struct coord_ckpt_resplit_spec *rs = NULL;
 	char path[COORD_PS_DIR_MAX + 1];
 	struct coord_ckpt_prep q = { .dir = path,
 				     .step = op->off,
@@ -232,7 +277,11 @@ static int op_prepare(struct coord_varstore *vs, unsigned task, const struct coo
 	int r = ps_dir(op, path, sizeof(path), err);
 
 	if (r == 0)
+		r = resplit_get(op, &rs, &q.nresplit, err);
+	q.resplit = rs;
+	if (r == 0)
 		r = coord_varstore_prepare(vs, &q, &res, err);
+	free(rs);
 	if (r < 0)
 		return r;
 	st64(b, res.step);

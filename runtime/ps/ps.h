@@ -33,10 +33,15 @@
  *   SAVE         dir     -    step   nps    -                           -
  *   RESTORE      dir     -    -      -      -                           u64 step
  *   MAP          -       id   -      -      -                           struct coord_ps_map
- *   PREPARE      dir     nonce step  nps|flags<<32  -                    struct coord_ps_prep
+ *   PREPARE      dir     nonce step  nps|flags<<32  resplit[] (below)    struct coord_ps_prep
  *   COMMIT       -       nonce -     -      -                           u32 count
  *   ABORT        -       -    -      -      -                           -
  *   GATHER       -       id   -      nidx   i64 idx[nidx]              f32 rows[nidx][row]
+ *
+ * PREPARE's data: the partitioned variables to re-split (struct
+ * coord_ckpt_resplit_spec, at most COORD_CKPT_RESPLIT_MAX), each u32
+ * num_shards, u32 max_shards, u64 min_shard_bytes, u64 max_shard_bytes,
+ * u16 name_len, name (COORD_PS_RESPLIT_FIXED + name_len bytes).
  *
  * GATHER and SCATTER_ADD check every index before touching anything (one
  * out of range fails the op whole); GATHER copies a repeated index twice.
@@ -151,6 +156,7 @@ static inline void coord_ps_map_get(const uint8_t *b, struct coord_ps_map *m)
  * NUL, up to the end).
  */
 #define COORD_PS_PREP_FIXED 48
+#define COORD_PS_RESPLIT_FIXED 26
 #define COORD_PS_PREP_MAX (COORD_PS_PREP_FIXED + 255)
 
 /* Longest checkpoint directory a SAVE or RESTORE names, bytes. */

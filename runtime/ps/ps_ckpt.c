@@ -19,13 +19,17 @@
 #include "runtime/ps/ps.h"
 #include "runtime/ps/ps_pvt.h"
 
-/* One op of @opc to every ps task; @res[i] (COORD_PS_PREP_MAX bytes) each. */
-static int all_tasks(struct coord_ps *ps, struct coord_ps_op *ops, uint16_t opc, const char *dir,
-		     uint64_t off, uint64_t n, uint32_t nonce, uint8_t (*res)[COORD_PS_PREP_MAX],
-		     struct coord_error *err)
+/* One op of @opc to every ps task, with data @src of @src_len bytes (the
+ * same for all); @res[i] (COORD_PS_PREP_MAX bytes) each. */
+static int all_tasks_data(struct coord_ps *ps, struct coord_ps_op *ops, uint16_t opc,
+			  const char *dir, uint64_t off, uint64_t n, uint32_t nonce,
+			  const void *src, uint32_t src_len, uint8_t (*res)[COORD_PS_PREP_MAX],
+			  struct coord_error *err)
 {
 	for (unsigned i = 0; i < ps->nps; i++) {
 		memset(&ops[i], 0, sizeof(ops[i]));
+		ops[i].src = src;
+		ops[i].src_len = src_len;
 		ops[i].op = opc;
 		ops[i].task = i;
 		ops[i].id = nonce;
@@ -37,6 +41,61 @@ static int all_tasks(struct coord_ps *ps, struct coord_ps_op *ops, uint16_t opc,
 		ops[i].cap = COORD_PS_PREP_MAX;
 	}
 	return coord_ps_run(ps, ops, ps->nps, err);
+}
+
+static int all_tasks(struct coord_ps *ps, struct coord_ps_op *ops, uint16_t opc, const char *dir,
+		     uint64_t off, uint64_t n, uint32_t nonce, uint8_t (*res)[COORD_PS_PREP_MAX],
+		     struct coord_error *err)
+{
+	return all_tasks_data(ps, ops, opc, dir, off, n, nonce, NULL, 0, res, err);
+}
+
+/* PREPARE's data (ps.h): the @n variables of @rs to re-split, into *@out
+ * (malloc'd; NULL when @n is 0) of *@len bytes. */
+static int resplit_put(const struct coord_ckpt_resplit *rs, unsigned n, uint8_t **out,
+		       uint32_t *len, struct coord_error *err)
+{
+	size_t total = 0;
+	uint8_t *b;
+
+	*out = NULL;
+	*len = 0;
+	if (n && !rs)
+		return coord_seterr(err, COORD_EINVAL, "checkpoint restore: NULL re-split list");
+	if (n > COORD_CKPT_RESPLIT_MAX)
+		return coord_seterr(err, COORD_EINVAL,
+				    "checkpoint restore: %u variables to re-split (at most %d)", n,
+				    COORD_CKPT_RESPLIT_MAX);
+	for (unsigned i = 0; i < n; i++) {
+		size_t l = rs[i].name ? strlen(rs[i].name) : 0;
+
+		if (l == 0 || l > COORD_PVAR_NAME_LEN)
+			return coord_seterr(err, COORD_EINVAL,
+					    "checkpoint restore: re-split %u: a partitioned "
+					    "variable's name is 1..%d bytes",
+					    i, COORD_PVAR_NAME_LEN);
+		total += COORD_PS_RESPLIT_FIXED + l;
+	}
+	if (!n)
+		return 0;
+	b = malloc(total);
+	if (!b)
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	*out = b;
+	*len = (uint32_t)total;
+	for (unsigned i = 0; i < n; i++) {
+		size_t l = strlen(rs[i].name);
+
+		st32(b, rs[i].part.num_shards);
+		st32(b + 4, rs[i].part.max_shards);
+		st64(b + 8, rs[i].part.min_shard_bytes);
+		st64(b + 16, rs[i].part.max_shard_bytes);
+		b[24] = (uint8_t)l;
+		b[25] = (uint8_t)(l >> 8);
+		memcpy(b + COORD_PS_RESPLIT_FIXED, rs[i].name, l);
+		b += COORD_PS_RESPLIT_FIXED + l;
+	}
+	return 0;
 }
 
 /* Check a checkpoint call's arguments; room for one op and result per task. */
@@ -137,9 +196,12 @@ static int check_prepared(const struct coord_ps_op *ops, uint8_t (*res)[COORD_PS
  * places on it now), check that the tasks staged every variable of the
  * checkpoint exactly once, then COMMIT everywhere (or ABORT everywhere).
  */
-static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_t *stepp,
+static int restore(struct coord_ps *ps, const char *dir, unsigned flags,
+		   const struct coord_ckpt_resplit *rs, unsigned nrs, uint64_t *stepp,
 		   struct coord_error *err)
 {
+	uint8_t *rsb = NULL;
+	uint32_t rsl = 0;
 	static _Atomic uint32_t seq;
 	uint8_t(*res)[COORD_PS_PREP_MAX] = NULL;
 	struct coord_ps_op *ops = NULL;
@@ -153,16 +215,20 @@ static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_
 	if (flags & ~COORD_CKPT_FALLBACK)
 		return coord_seterr(err, COORD_EINVAL, "checkpoint restore: unknown flags 0x%x",
 				    flags);
-	r = ckpt_begin(ps, dir, &ops, &res, err);
-	if (r < 0)
+	r = resplit_put(rs, nrs, &rsb, &rsl, err);
+	if (r == 0)
+		r = ckpt_begin(ps, dir, &ops, &res, err);
+	if (r < 0) {
+		free(rsb);
 		return r;
+	}
 	/* Relaxed: a counter that only has to differ between restores. */
 	nonce = (uint32_t)coord_now_ns() ^ ((uint32_t)getpid() << 16) ^
 		atomic_fetch_add_explicit(&seq, 1, memory_order_relaxed);
-	r = all_tasks(
+	r = all_tasks_data(
 		ps, ops, COORD_PS_PREPARE, dir, COORD_CKPT_STEP_LATEST,
 		n | ((uint64_t)(flags & COORD_CKPT_FALLBACK ? COORD_CKPT_F_FALLBACK : 0) << 32),
-		nonce, res, err);
+		nonce, rsb, rsl, res, err);
 	if (r == 0)
 		r = check_prepared(ops, res, n, dir, &step, &latest, &total, &oldn, err);
 	if (r == 0) { /* task 0's reason for a fallback (res is reused below) */
@@ -212,8 +278,15 @@ static int restore(struct coord_ps *ps, const char *dir, unsigned flags, uint64_
 			"restored step %llu whole: %u variables saved by %u ps tasks, re-placed "
 			"onto %u",
 			(unsigned long long)step, total, oldn, n);
+	} else if (nrs) {
+		coord_log(COORD_LOG_INFO,
+			  "checkpoint %s: restored step %llu, %u variables re-split", dir,
+			  (unsigned long long)step, nrs);
+		coord_seterr(err, 0, "restored step %llu whole: %u partitioned variables re-split",
+			     (unsigned long long)step, nrs);
 	}
 out:
+	free(rsb);
 	free(res);
 	free(ops);
 	return r;
@@ -238,5 +311,16 @@ int coord_checkpoint_restore_ex(struct coord *c, const char *dir, unsigned flags
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
 	if (err)
 		err->msg[0] = 0;
-	return restore(c->ps, dir, flags, step, err);
+	return restore(c->ps, dir, flags, NULL, 0, step, err);
+}
+
+int coord_checkpoint_restore_resplit(struct coord *c, const char *dir, unsigned flags,
+				     const struct coord_ckpt_resplit *rs, unsigned n,
+				     uint64_t *step, struct coord_error *err)
+{
+	if (!c)
+		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
+	if (err)
+		err->msg[0] = 0;
+	return restore(c->ps, dir, flags, rs, n, step, err);
 }

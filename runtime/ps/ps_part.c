@@ -13,7 +13,10 @@
  *       request is sent, so an id out of range changes nothing anywhere
  *       (all or nothing across shards; each ps checks its own rows again);
  *   P3  one coord_ps_run() per call: one request per shard, batched into
- *       one frame per ps task, all sent before any reply is awaited;
+ *       one frame per ps task, all sent before any reply is awaited; a
+ *       call over several variables (gather_multi, scatter_add_multi)
+ *       plans (checks) every one of them first, then runs all their
+ *       requests in that one coord_ps_run(), so P2 holds across them;
  *   P4  gather reads each distinct id once and returns rows in the
  *       caller's order; scatter_add adds a repeated id twice (tf);
  *   P5  shard J holds rows coord_var_partition_rows(rows, nparts, J).
@@ -161,25 +164,39 @@ static bool in_shard_order(const struct coord_pvar *pv, const int64_t *ids, size
 	return true;
 }
 
+/* One variable's part of a gather or scatter_add: what its ops point
+ * into, freed by pv_done() once they are answered. */
+struct pv_plan {
+	const struct coord_pvar *pv;
+	size_t n;
+	float *out;	    /* gather: the caller's rows */
+	uint8_t *mem;	    /* gather: ids and indices; scatter_add: local ids (+ rows) */
+	float *rbuf;	    /* gather: rows by shard, when not straight into @out */
+	uint32_t *upos;	    /* gather: caller position -> distinct id */
+	uint32_t *slot;	    /* gather: distinct id -> row in @rbuf */
+	unsigned op0, nops; /* its ops: ops[op0 .. op0 + nops) */
+	bool gather;
+};
+
 /*
  * gather: distinct ids (open addressing on the id), grouped by shard with a
  * counting sort into one local-index array and one row buffer; one GATHER
- * per shard; then each caller position copies its row.  When the ids are
- * distinct and in shard order, the rows go straight into @out instead.
+ * per shard, appended to @ops at *@nops; pv_done() then copies each caller
+ * position's row.  When the ids are distinct and in shard order, the rows
+ * go straight into @out instead.
  */
-static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int64_t *ids, size_t n,
-		     float *out, struct coord_ps_op *ops, unsigned *nops, struct coord_error *err)
+static int pv_gather_plan(const struct coord_pvar *pv, const int64_t *ids, size_t n, float *out,
+			  struct coord_ps_op *ops, unsigned *nops, struct pv_plan *pl,
+			  struct coord_error *err)
 {
 	size_t hsize = 16, rowb, nu = 0, cnt[COORD_VAR_MAX_PARTS] = { 0 }, at[COORD_VAR_MAX_PARTS];
-	uint32_t *ht, *upos, *slot;
+	uint32_t *ht;
 	int64_t *uid, *local;
 	unsigned bits = 4;
-	float *rbuf = NULL;
-	uint8_t *mem;
 	bool direct;
 	int r;
 
-	*nops = 0;
+	*pl = (struct pv_plan){ .pv = pv, .n = n, .out = out, .op0 = *nops, .gather = true };
 	r = pv_check(pv, err);
 	if (r == 0)
 		r = ids_check(pv, "gather", ids, n, out, err);
@@ -194,13 +211,13 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 	rowb = 4 * pv->row_len;
 	/* ht[hsize] u32, upos[n] u32 (position -> distinct), slot[n] u32
 	 * (distinct -> grouped), uid[n] i64, local[n] i64. */
-	mem = malloc(4 * hsize + 4 * n + 4 * n + 8 + 8 * n + 8 * n);
-	if (!mem)
+	pl->mem = malloc(4 * hsize + 4 * n + 4 * n + 8 + 8 * n + 8 * n);
+	if (!pl->mem)
 		return coord_seterr(err, COORD_ENOMEM, "gather: no memory for %zu rows", n);
-	ht = (uint32_t *)mem;
-	upos = ht + hsize;
-	slot = upos + n;
-	uid = (int64_t *)(((uintptr_t)(slot + n) + 7) & ~(uintptr_t)7);
+	ht = (uint32_t *)pl->mem;
+	pl->upos = ht + hsize;
+	pl->slot = pl->upos + n;
+	uid = (int64_t *)(((uintptr_t)(pl->slot + n) + 7) & ~(uintptr_t)7);
 	local = uid + n;
 	memset(ht, 0xff, 4 * hsize);
 	for (size_t k = 0; k < n; k++) {
@@ -212,14 +229,12 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 			ht[h] = (uint32_t)nu;
 			uid[nu++] = ids[k];
 		}
-		upos[k] = ht[h];
+		pl->upos[k] = ht[h];
 	}
 	/* Distinct ids are uid[] in the caller's order: in place if grouped. */
 	direct = nu == n && in_shard_order(pv, uid, nu);
-	if (!direct && !(rbuf = malloc(nu * rowb))) {
-		free(mem);
+	if (!direct && !(pl->rbuf = malloc(nu * rowb)))
 		return coord_seterr(err, COORD_ENOMEM, "gather: no memory for %zu rows", n);
-	}
 	count_by_shard(pv, uid, nu, cnt);
 	for (unsigned j = 0, s = 0; j < pv->nparts; j++) {
 		at[j] = s;
@@ -230,33 +245,26 @@ static int pv_gather(struct coord_ps *ps, const struct coord_pvar *pv, const int
 		ops[*nops].n = cnt[j];
 		ops[*nops].src = local + at[j];
 		ops[*nops].src_len = (uint32_t)(8 * cnt[j]);
-		ops[*nops].dst = (uint8_t *)(direct ? out : rbuf) + at[j] * rowb;
+		ops[*nops].dst = (uint8_t *)(direct ? out : pl->rbuf) + at[j] * rowb;
 		ops[*nops].cap = cnt[j] * rowb;
 		(*nops)++;
+		pl->nops++;
 	}
 	for (size_t u = 0; u < nu; u++) {
 		uint64_t first;
 		unsigned j = pv_shard(pv, (uint64_t)uid[u], &first);
 
-		slot[u] = (uint32_t)at[j];
+		pl->slot[u] = (uint32_t)at[j];
 		local[at[j]++] = uid[u] - (int64_t)first;
 	}
-	r = coord_ps_run(ps, ops, *nops, err);
-	for (unsigned i = 0; r == 0 && i < *nops; i++)
-		if (ops[i].dst_len != ops[i].cap)
-			r = coord_seterr(err, -EPROTO, "gather on '%s': ps task %u sent %zu bytes",
-					 pv->name, ops[i].task, ops[i].dst_len);
-	for (size_t k = 0; r == 0 && !direct && k < n; k++)
-		memcpy(out + k * pv->row_len, (uint8_t *)rbuf + slot[upos[k]] * rowb, rowb);
-	free(rbuf);
-	free(mem);
-	return r;
+	return 0;
 }
 
-/* scatter_add: rows grouped by shard (a copy), unless they are already. */
-static int pv_scatter(struct coord_ps *ps, struct coord_ctx *ctx, const struct coord_pvar *pv,
-		      const int64_t *ids, size_t n, const float *upd, struct coord_ps_op *ops,
-		      unsigned *nops, struct coord_error *err)
+/* scatter_add: rows grouped by shard (a copy), unless they are already;
+ * one SCATTER_ADD per shard, appended to @ops at *@nops. */
+static int pv_scatter_plan(const struct coord_pvar *pv, const int64_t *ids, size_t n,
+			   const float *upd, struct coord_ps_op *ops, unsigned *nops,
+			   struct pv_plan *pl, struct coord_error *err)
 {
 	size_t rowb, cnt[COORD_VAR_MAX_PARTS] = { 0 }, at[COORD_VAR_MAX_PARTS];
 	int64_t *local;
@@ -264,7 +272,7 @@ static int pv_scatter(struct coord_ps *ps, struct coord_ctx *ctx, const struct c
 	bool direct;
 	int r;
 
-	*nops = 0;
+	*pl = (struct pv_plan){ .pv = pv, .n = n, .op0 = *nops };
 	r = pv_check(pv, err);
 	if (r == 0)
 		r = ids_check(pv, "scatter_add", ids, n, upd, err);
@@ -275,19 +283,21 @@ static int pv_scatter(struct coord_ps *ps, struct coord_ctx *ctx, const struct c
 		return coord_seterr(err, COORD_EINVAL, "scatter_add on '%s': %zu rows is too many",
 				    pv->name, n);
 	if (pv->nparts == 1) { /* the caller's buffers, as they are */
-		ops[0] = shard_op(pv, 0, COORD_PS_SCATTER_ADD);
-		ops[0].n = n;
-		ops[0].src = ids;
-		ops[0].src_len = (uint32_t)(8 * n);
-		ops[0].src2 = upd;
-		ops[0].src2_len = (uint32_t)(n * rowb);
-		*nops = 1;
-		return run_ops(ps, ctx, ops, 1, err);
+		ops[*nops] = shard_op(pv, 0, COORD_PS_SCATTER_ADD);
+		ops[*nops].n = n;
+		ops[*nops].src = ids;
+		ops[*nops].src_len = (uint32_t)(8 * n);
+		ops[*nops].src2 = upd;
+		ops[*nops].src2_len = (uint32_t)(n * rowb);
+		(*nops)++;
+		pl->nops = 1;
+		return 0;
 	}
 	direct = in_shard_order(pv, ids, n); /* then the rows are sent from @upd */
-	local = malloc(8 * n + (direct ? 0 : n * rowb));
-	if (!local)
+	pl->mem = malloc(8 * n + (direct ? 0 : n * rowb));
+	if (!pl->mem)
 		return coord_seterr(err, COORD_ENOMEM, "scatter_add: no memory for %zu rows", n);
+	local = (int64_t *)pl->mem;
 	rows = direct ? (uint8_t *)upd : (uint8_t *)(local + n);
 	count_by_shard(pv, ids, n, cnt);
 	for (unsigned j = 0, s = 0; j < pv->nparts; j++) {
@@ -302,6 +312,7 @@ static int pv_scatter(struct coord_ps *ps, struct coord_ctx *ctx, const struct c
 		ops[*nops].src2 = rows + at[j] * rowb;
 		ops[*nops].src2_len = (uint32_t)(cnt[j] * rowb);
 		(*nops)++;
+		pl->nops++;
 	}
 	for (size_t k = 0; k < n; k++) {
 		uint64_t first;
@@ -312,8 +323,58 @@ static int pv_scatter(struct coord_ps *ps, struct coord_ctx *ctx, const struct c
 			memcpy(rows + at[j] * rowb, upd + k * pv->row_len, rowb);
 		at[j]++;
 	}
-	r = run_ops(ps, ctx, ops, *nops, err);
-	free(local);
+	return 0;
+}
+
+/* After the run (@r its result): a gather's rows checked and put in the
+ * caller's order; the plan's memory freed. */
+static int pv_done(struct pv_plan *pl, const struct coord_ps_op *ops, int r,
+		   struct coord_error *err)
+{
+	for (unsigned i = pl->op0; pl->gather && r == 0 && i < pl->op0 + pl->nops; i++)
+		if (ops[i].dst_len != ops[i].cap)
+			r = coord_seterr(err, -EPROTO, "gather on '%s': ps task %u sent %zu bytes",
+					 pl->pv->name, ops[i].task, ops[i].dst_len);
+	for (size_t k = 0; r == 0 && pl->rbuf && k < pl->n; k++) /* rbuf: pv was checked */
+		memcpy(pl->out + k * pl->pv->row_len,
+		       pl->rbuf + (size_t)pl->slot[pl->upos[k]] * pl->pv->row_len,
+		       4 * pl->pv->row_len);
+	free(pl->rbuf);
+	free(pl->mem);
+	pl->rbuf = NULL;
+	pl->mem = NULL;
+	return r;
+}
+
+/*
+ * gather (@gather) or scatter_add of @nv variables: every one planned
+ * (checked whole) before one coord_ps_run() of all their ops (P2, P3).
+ * @ops has room for each variable's shard count (at most COORD_VAR_MAX_PARTS:
+ * a handle with more fails its check before it adds an op); @pl for @nv.
+ */
+static int pv_rows(struct coord_ps *ps, struct coord_ctx *ctx, bool gather,
+		   const struct coord_pvar_rows *v, unsigned nv, struct coord_ps_op *ops,
+		   unsigned *nops, struct pv_plan *pl, struct coord_error *err)
+{
+	unsigned i;
+	int r = 0;
+
+	*nops = 0;
+	if (nv && !v)
+		return coord_seterr(err, COORD_EINVAL, "NULL variables");
+	for (i = 0; r == 0 && i < nv; i++)
+		r = gather ? pv_gather_plan(v[i].pv, v[i].ids, v[i].n, v[i].out, ops, nops, &pl[i],
+					    err)
+			   : pv_scatter_plan(v[i].pv, v[i].ids, v[i].n, v[i].updates, ops, nops,
+					     &pl[i], err);
+	if (r == 0 && *nops)
+		r = run_ops(ps, ctx, ops, *nops, err);
+	for (unsigned k = 0; k < i; k++) {
+		int d = pv_done(&pl[k], ops, r, err);
+
+		if (r == 0)
+			r = d;
+	}
 	return r;
 }
 
@@ -366,44 +427,6 @@ static int pv_range(struct coord_ps *ps, struct coord_ctx *ctx, const struct coo
 		(*nops)++;
 	}
 	return run_ops(ps, ctx, ops, *nops, err);
-}
-
-/* The shard count @p gives a variable of @rows rows of @rowb bytes. */
-static int pv_count(const struct coord_partitioner *p, unsigned nps, uint64_t rows, uint64_t rowb,
-		    unsigned *k, struct coord_error *err)
-{
-	struct coord_partitioner d = { 0 };
-	uint64_t bytes = rows * rowb, want;
-
-	if (!p)
-		p = &d;
-	if (p->num_shards) {
-		if (p->max_shards || p->min_shard_bytes || p->max_shard_bytes ||
-		    p->num_shards > COORD_VAR_MAX_PARTS)
-			return coord_seterr(err, COORD_EINVAL,
-					    "partitioner: num_shards is 1..%d, alone",
-					    COORD_VAR_MAX_PARTS);
-		want = p->num_shards;
-	} else if (p->max_shard_bytes) {
-		want = (bytes + p->max_shard_bytes - 1) / p->max_shard_bytes;
-		if (p->max_shards && want > p->max_shards)
-			want = p->max_shards;
-	} else {
-		uint64_t min = p->min_shard_bytes ? p->min_shard_bytes : 256 << 10;
-		uint64_t max = p->max_shards ? p->max_shards : nps;
-
-		want = bytes / min;
-		if (want > max)
-			want = max;
-	}
-	if (want < 1)
-		want = 1;
-	if (want > rows)
-		want = rows;
-	if (want > COORD_VAR_MAX_PARTS)
-		want = COORD_VAR_MAX_PARTS;
-	*k = (unsigned)want;
-	return 0;
 }
 
 static int name_check(const char *name, struct coord_error *err)
@@ -543,7 +566,7 @@ int coord_pvar_create(struct coord *c, const char *name, unsigned ndim, const ui
 		if (dims[i] == 0 || dims[i] > COORD_VAR_MAX_ELEMS * (i ? 1 : COORD_VAR_MAX_PARTS) ||
 		    (i && (rl *= dims[i]) > COORD_VAR_MAX_ELEMS))
 			return coord_seterr(err, COORD_EINVAL, "'%s': bad shape", name);
-	r = pv_count(p, coord_num_ps(c), dims[0], 4 * rl, &k, err);
+	r = coord_var_partition_count(p, coord_num_ps(c), dims[0], 4 * rl, &k, err);
 	if (r < 0)
 		return r;
 	memset(pv, 0, sizeof(*pv));
@@ -612,6 +635,41 @@ int coord_pvar_lookup(struct coord *c, const char *name, struct coord_pvar *pv,
 /* Room for the ops of one call: one per shard. */
 #define PV_OPS COORD_VAR_MAX_PARTS
 
+/* A single variable's gather or scatter_add: its plan and ops on the stack. */
+static int pv_rows1(struct coord_ps *ps, struct coord_ctx *ctx, bool gather,
+		    const struct coord_pvar *pv, const int64_t *ids, size_t n, float *out,
+		    const float *upd, struct coord_ps_op *ops, unsigned *nops,
+		    struct coord_error *err)
+{
+	struct coord_pvar_rows v = { .pv = pv, .ids = ids, .n = n, .out = out, .updates = upd };
+	struct pv_plan pl;
+
+	return pv_rows(ps, ctx, gather, &v, 1, ops, nops, &pl, err);
+}
+
+/* Room for the ops and plans of a call over @nv variables, in one block
+ * at *@ops (the caller frees it). */
+static int pv_multi_room(const struct coord_pvar_rows *v, unsigned nv, struct coord_ps_op **ops,
+			 struct pv_plan **pl, struct coord_error *err)
+{
+	size_t nops = 0;
+
+	*ops = NULL;
+	if (nv && !v)
+		return coord_seterr(err, COORD_EINVAL, "NULL variables");
+	if (nv > COORD_PVAR_MULTI_MAX)
+		return coord_seterr(err, COORD_EINVAL, "%u variables in one call (at most %u)", nv,
+				    COORD_PVAR_MULTI_MAX);
+	for (unsigned i = 0; i < nv; i++)
+		nops += v[i].pv && v[i].pv->nparts <= COORD_VAR_MAX_PARTS ? v[i].pv->nparts
+									  : COORD_VAR_MAX_PARTS;
+	*ops = malloc((nops ? nops : 1) * sizeof(**ops) + (nv ? nv : 1) * sizeof(**pl));
+	if (!*ops)
+		return coord_seterr(err, COORD_ENOMEM, "no memory for %u variables", nv);
+	*pl = (struct pv_plan *)(*ops + (nops ? nops : 1));
+	return 0;
+}
+
 int coord_pvar_gather(struct coord *c, const struct coord_pvar *pv, const int64_t *ids, size_t n,
 		      float *out, struct coord_error *err)
 {
@@ -620,7 +678,7 @@ int coord_pvar_gather(struct coord *c, const struct coord_pvar *pv, const int64_
 
 	if (!c)
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
-	return pv_gather(c->ps, pv, ids, n, out, ops, &nops, err);
+	return pv_rows1(c->ps, NULL, true, pv, ids, n, out, NULL, ops, &nops, err);
 }
 
 int coord_pvar_scatter_add(struct coord *c, const struct coord_pvar *pv, const int64_t *ids,
@@ -631,7 +689,36 @@ int coord_pvar_scatter_add(struct coord *c, const struct coord_pvar *pv, const i
 
 	if (!c)
 		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
-	return pv_scatter(c->ps, NULL, pv, ids, n, updates, ops, &nops, err);
+	return pv_rows1(c->ps, NULL, false, pv, ids, n, NULL, updates, ops, &nops, err);
+}
+
+static int pvar_multi(struct coord *c, bool gather, const struct coord_pvar_rows *v, unsigned nv,
+		      struct coord_error *err)
+{
+	struct coord_ps_op *ops;
+	struct pv_plan *pl;
+	unsigned nops;
+	int r;
+
+	if (!c)
+		return coord_seterr(err, COORD_EINVAL, "NULL coordinator");
+	r = pv_multi_room(v, nv, &ops, &pl, err);
+	if (r == 0)
+		r = pv_rows(c->ps, NULL, gather, v, nv, ops, &nops, pl, err);
+	free(ops);
+	return r;
+}
+
+int coord_pvar_gather_multi(struct coord *c, const struct coord_pvar_rows *v, unsigned nv,
+			    struct coord_error *err)
+{
+	return pvar_multi(c, true, v, nv, err);
+}
+
+int coord_pvar_scatter_add_multi(struct coord *c, const struct coord_pvar_rows *v, unsigned nv,
+				 struct coord_error *err)
+{
+	return pvar_multi(c, false, v, nv, err);
 }
 
 int coord_pvar_read(struct coord *c, const struct coord_pvar *pv, uint64_t off, uint64_t n,
@@ -678,7 +765,7 @@ int coord_ctx_pvar_gather(struct coord_ctx *ctx, const struct coord_pvar *pv, co
 	struct coord_error e = { 0 };
 	struct coord_ps_op ops[PV_OPS];
 	unsigned nops;
-	int r = pv_gather(ctx->env->ps, pv, ids, n, out, ops, &nops, &e);
+	int r = pv_rows1(ctx->env->ps, ctx, true, pv, ids, n, out, NULL, ops, &nops, &e);
 
 	return coord_ps_ctx_end(ctx, ops, nops, r, &e);
 }
@@ -689,9 +776,37 @@ int coord_ctx_pvar_scatter_add(struct coord_ctx *ctx, const struct coord_pvar *p
 	struct coord_error e = { 0 };
 	struct coord_ps_op ops[PV_OPS];
 	unsigned nops;
-	int r = pv_scatter(ctx->env->ps, ctx, pv, ids, n, updates, ops, &nops, &e);
+	int r = pv_rows1(ctx->env->ps, ctx, false, pv, ids, n, NULL, updates, ops, &nops, &e);
 
 	return coord_ps_ctx_end(ctx, ops, nops, r, &e);
+}
+
+static int ctx_pvar_multi(struct coord_ctx *ctx, bool gather, const struct coord_pvar_rows *v,
+			  unsigned nv)
+{
+	struct coord_error e = { 0 };
+	struct coord_ps_op *ops;
+	struct pv_plan *pl;
+	unsigned nops = 0;
+	int r;
+
+	r = pv_multi_room(v, nv, &ops, &pl, &e);
+	if (r == 0)
+		r = pv_rows(ctx->env->ps, ctx, gather, v, nv, ops, &nops, pl, &e);
+	r = coord_ps_ctx_end(ctx, ops, nops, r, &e);
+	free(ops);
+	return r;
+}
+
+int coord_ctx_pvar_gather_multi(struct coord_ctx *ctx, const struct coord_pvar_rows *v, unsigned nv)
+{
+	return ctx_pvar_multi(ctx, true, v, nv);
+}
+
+int coord_ctx_pvar_scatter_add_multi(struct coord_ctx *ctx, const struct coord_pvar_rows *v,
+				     unsigned nv)
+{
+	return ctx_pvar_multi(ctx, false, v, nv);
 }
 
 int coord_ctx_pvar_read(struct coord_ctx *ctx, const struct coord_pvar *pv, uint64_t off,

@@ -81,6 +81,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <coord/var.h>
+
 #include "runtime/store/varstore.h"
 
 #define INITIAL_BUCKETS 64u
@@ -857,5 +859,42 @@ int coord_var_partition_rows(uint64_t rows, unsigned nps, unsigned i, uint64_t *
 	extra = rows % nps;
 	*count = base + (i < extra ? 1 : 0);
 	*first = (uint64_t)i * base + (i < extra ? i : extra);
+	return 0;
+}
+
+int coord_var_partition_count(const struct coord_partitioner *p, unsigned nps, uint64_t rows,
+			      uint64_t rowb, unsigned *k, struct coord_error *err)
+{
+	struct coord_partitioner d = { 0 };
+	uint64_t bytes = rows * rowb, want;
+
+	if (!p)
+		p = &d;
+	if (p->num_shards) {
+		if (p->max_shards || p->min_shard_bytes || p->max_shard_bytes ||
+		    p->num_shards > COORD_VAR_MAX_PARTS)
+			return coord_seterr(err, COORD_EINVAL,
+					    "partitioner: num_shards is 1..%d, alone",
+					    COORD_VAR_MAX_PARTS);
+		want = p->num_shards;
+	} else if (p->max_shard_bytes) {
+		want = (bytes + p->max_shard_bytes - 1) / p->max_shard_bytes;
+		if (p->max_shards && want > p->max_shards)
+			want = p->max_shards;
+	} else {
+		uint64_t min = p->min_shard_bytes ? p->min_shard_bytes : 256 << 10;
+		uint64_t max = p->max_shards ? p->max_shards : nps;
+
+		want = bytes / min;
+		if (want > max)
+			want = max;
+	}
+	if (want < 1)
+		want = 1;
+	if (want > rows)
+		want = rows;
+	if (want > COORD_VAR_MAX_PARTS)
+		want = COORD_VAR_MAX_PARTS;
+	*k = (unsigned)want;
 	return 0;
 }

@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include <coord/error.h>
+#include <coord/var.h>
 
 #include "runtime/util/util.h"
 
@@ -383,7 +384,21 @@ struct coord_ckpt_prep {
 	unsigned task, nps;
 	const void *owner;
 	uint32_t nonce;
+	const struct coord_ckpt_resplit_spec *resplit; /* @nresplit of them */
+	unsigned nresplit;
 };
+
+/*
+ * struct coord_ckpt_resplit_spec - a partitioned variable a PREPARE stages
+ * with the shard count @part gives now (over the PREPARE's nps), each new
+ * shard's rows read from the checkpoint's shards that hold them, whatever
+ * their count.  @name: the variable's (base) name, NUL-terminated.
+ */
+struct coord_ckpt_resplit_spec {
+	char name[COORD_PVAR_NAME_LEN + 1];
+	struct coord_partitioner part;
+};
+#define COORD_CKPT_RESPLIT_MAX 256
 
 /**
  * struct coord_ckpt_prep_res - what a PREPARE staged and what it read.
@@ -485,6 +500,18 @@ COORD_HIDDEN unsigned coord_var_shard_rr(uint64_t seq, unsigned nps);
  */
 COORD_HIDDEN COORD_NODISCARD int coord_var_partition_rows(uint64_t rows, unsigned nps, unsigned i,
 							  uint64_t *first, uint64_t *count);
+
+/**
+ * coord_var_partition_count() - the shard count partitioner @p (NULL: the
+ * defaults; coord/var.h struct coord_partitioner) gives a variable of @rows
+ * rows of @rowb bytes over @nps ps tasks: 1..min(@rows, COORD_VAR_MAX_PARTS).
+ * Concurrency: any thread.
+ * Return: 0; COORD_EINVAL a bad partitioner (@err says why).
+ */
+COORD_HIDDEN COORD_NODISCARD int coord_var_partition_count(const struct coord_partitioner *p,
+							   unsigned nps, uint64_t rows,
+							   uint64_t rowb, unsigned *k,
+							   struct coord_error *err);
 
 /**
  * coord_crc32c() - extend CRC-32C (Castagnoli) @crc over @len bytes at @p.

@@ -14,12 +14,18 @@
  * becomes the sender and writes everything queued, again and again until
  * the buffer is empty, so concurrent callers (the connection threads of a
  * coord-worker process, a batch from coord_ctx_var_batch()) share frames and
- * system calls (flat combining).  Each request takes a slot of the pending
+ * system calls (flat combining).  A request with PSC_EXT_MIN (256 KiB) or
+ * more of data over tcp is not copied: its caller waits for a sender at
+ * work to finish, queues the request's header in a frame of its own, and,
+ * as the sender, writes it and the data from its own buffers with one
+ * sendmsg (struct psc_ext), so the buffers are in use only while their
+ * owner is inside flush().  Each request takes a slot of the pending
  * table; its rid = (slot generation << 32) | slot index, so a reply that
  * names no pending request (a confused or hostile ps) is detected, never
  * followed.  A reader thread per connection takes the VAR_RES frames, copies
- * each result into its caller's buffer and, when the last op of a caller's
- * batch is done, wakes it on a futex.  A lost connection fails its pending
+ * each result into its caller's buffer (a frame of PSC_RX_DIRECT_MIN or more over
+ * tcp: received straight into it, ps_conn.c read_direct()) and, when the
+ * last op of a caller's batch is done, wakes it on a futex.  A lost connection fails its pending
  * requests with COORD_EUNAVAILABLE.
  *
  * Over rdma (coord_psc_use_rdma(): the coordinator or worker itself runs
@@ -49,8 +55,11 @@
  *   slots[], freel,
  *   nfree, why,
  *   maps, nmaps,
+ *   ext, next,
+ *   idle_waiters,
  *   rx_count, rx_ns,
  *   synced, synced_ns,
+ *   slots[].busy,
  *   ping_seq
  *   w->left          the caller (relaxed: init,      the caller (acquire     slot_done()'s
  *                    and - for ops never queued);    load; futex wait)       release -> the
@@ -60,7 +69,9 @@
  *   *w->err          winner writes the message)      after left reads 0      left's release ->
  *                                                                            acquire
  *   op->code, dst,   on_result() (the reader, under  the caller, after left  as w->left
- *   dst_len          k->lock); fail_pending();       reads 0
+ *   dst_len          k->lock; *dst outside it while  reads 0
+ *                    the slot is busy, read_direct());
+ *                    fail_pending();
  *                    the caller (before queueing,
  *                    one-sided, or a withdrawal
  *                    under k->lock)
@@ -72,6 +83,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "runtime/util/futex.h"
@@ -115,7 +127,7 @@ void fail_pending(struct psc_conn *k, int code, const char *why)
 	for (uint32_t i = 0; i < k->nslots; i++) {
 		struct psc_slot *s = &k->slots[i];
 
-		if (!s->w)
+		if (!s->w || s->busy) /* busy: the reader completes it */
 			continue;
 		s->op->code = code;
 		wait_error(s->w, code, why, strlen(why));
@@ -168,7 +180,13 @@ int out_room(struct psc_conn *k, size_t need)
 	k->w.cap = cap;
 	return 0;
 }
-static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait *w, uint32_t *slot)
+/*
+ * Queue @op (its reply to @w, its slot in *@slot).  @ext_ok: the caller
+ * sends what it queues itself, now (no sender at work): a large request's
+ * data then stays in its buffers (struct psc_ext), in a frame of its own.
+ */
+static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait *w, uint32_t *slot,
+		    bool ext_ok)
 {
 	struct coord_wire_vreq q = { .op = op->op,
 				     .name_len = op->name_len,
@@ -185,6 +203,7 @@ static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait 
 				     .closure = op->closure,
 				     .seq = op->seq };
 	size_t need = coord_wire_vreq_size(&q);
+	bool ext = ext_ok && !k->p->rdma && q.len >= PSC_EXT_MIN && k->next < PSC_EXT_MAX;
 	uint32_t idx;
 	int r;
 
@@ -197,27 +216,64 @@ static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait 
 		coord_wire_end(&k->w); /* this frame is full: start another */
 		k->open = false;
 	}
-	r = out_room(k, need + COORD_WIRE_HDR);
+	r = out_room(k, (ext ? need - q.len : need) + COORD_WIRE_HDR);
 	if (r < 0)
 		return r;
 	r = slot_get(k, &idx);
 	if (r < 0)
 		return r;
 	q.rid = ((uint64_t)k->slots[idx].gen << 32) | idx;
-	if (!k->open) {
+	if (ext) { /* room was made above, for a frame of its own */
+		if (k->open)
+			coord_wire_end(&k->w);
 		coord_wire_begin(&k->w, COORD_WIRE_VAR_REQ);
-		k->open = true;
+		(void)coord_wire_put_vreq_head(&k->w, &q);
+		k->ext[k->next++] = (struct psc_ext){ .off = k->w.len,
+						      .p1 = op->src,
+						      .l1 = op->src_len,
+						      .p2 = op->src2,
+						      .l2 = op->src2_len };
+		coord_wire_end_ext(&k->w, q.len);
+		k->open = false;
+	} else {
+		if (!k->open) {
+			coord_wire_begin(&k->w, COORD_WIRE_VAR_REQ);
+			k->open = true;
+		}
+		(void)coord_wire_put_vreq(&k->w, &q); /* room was made above */
 	}
-	(void)coord_wire_put_vreq(&k->w, &q); /* room was made above */
 	k->slots[idx].w = w;
 	k->slots[idx].op = op;
 	*slot = idx;
 	return 0;
 }
 
+/* Write @len bytes of @b over tcp, the data of its @next large requests
+ * (@ext) from their callers' buffers in between (writev). */
+static int send_ext(int fd, const uint8_t *b, size_t len, const struct psc_ext *ext, unsigned next)
+{
+	struct iovec iov[3 * PSC_EXT_MAX + 1];
+	unsigned n = 0;
+	size_t at = 0;
+
+	for (unsigned i = 0; i < next; i++) {
+		iov[n++] = (struct iovec){ (void *)(b + at), ext[i].off - at };
+		if (ext[i].l1)
+			iov[n++] = (struct iovec){ (void *)ext[i].p1, ext[i].l1 };
+		if (ext[i].l2)
+			iov[n++] = (struct iovec){ (void *)ext[i].p2, ext[i].l2 };
+		at = ext[i].off;
+	}
+	if (at < len)
+		iov[n++] = (struct iovec){ (void *)(b + at), len - at };
+	return coord_sock_sendv_all(fd, iov, n);
+}
+
 /* Become the sender if nobody is: write until nothing is queued. */
 static void flush(struct psc_conn *k)
 {
+	struct psc_ext ext[PSC_EXT_MAX];
+
 	if (k->flushing)
 		return;
 	k->flushing = true;
@@ -225,11 +281,14 @@ static void flush(struct psc_conn *k)
 		uint8_t *b = k->out;
 		size_t len, cap = k->outcap;
 		uint32_t gen = k->gen; /* the connection these bytes are for */
+		unsigned next = k->next;
 		int r;
 
 		if (k->open)
 			coord_wire_end(&k->w);
 		k->open = false;
+		memcpy(ext, k->ext, next * sizeof(*ext));
+		k->next = 0;
 		len = k->w.len;
 		k->out = k->spare;
 		k->outcap = k->sparecap;
@@ -245,6 +304,8 @@ static void flush(struct psc_conn *k)
 			r = -EPIPE;
 		else if (k->p->rdma)
 			r = k->r ? coord_psr_send(k->r, b, len) : -EPIPE;
+		else if (next)
+			r = send_ext(k->fd, b, len, ext, next);
 		else
 			r = coord_sock_send_all(k->fd, b, len);
 		pthread_rwlock_unlock(&k->use_lock);
@@ -253,6 +314,8 @@ static void flush(struct psc_conn *k)
 			conn_down(k, "send failed");
 	}
 	k->flushing = false;
+	if (k->idle_waiters)
+		pthread_cond_broadcast(&k->idle);
 }
 
 /* ---- one-sided reads (rdma) ---------------------------------------------------------- */
@@ -393,6 +456,18 @@ static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *op
 	if (r == 0 && k->up && !p->rdma && p->window_ns && k->rx_count != k->synced &&
 	    coord_now_ns() - k->synced_ns >= p->window_ns / 4 && put_sync(k, false) < 0)
 		r = coord_seterr(&e, COORD_ENOMEM, "no memory for a variable operation");
+	/* A large request is sent from its caller's buffers (struct psc_ext)
+	 * by the caller itself: wait for a sender at work to finish. */
+	for (unsigned i = 0; r == 0 && !p->rdma && i < n; i++) {
+		if (ops[i].task != t || slot[i] == SLOT_DONE ||
+		    (uint64_t)ops[i].src_len + ops[i].src2_len < PSC_EXT_MIN)
+			continue;
+		k->idle_waiters++;
+		while (k->flushing)
+			pthread_cond_wait(&k->idle, &k->lock);
+		k->idle_waiters--;
+		break;
+	}
 	for (unsigned i = 0; i < n; i++) {
 		if (ops[i].task != t || slot[i] == SLOT_DONE)
 			continue;
@@ -400,7 +475,7 @@ static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *op
 			r = coord_seterr(&e, COORD_EUNAVAILABLE, "ps task %u (%s) unavailable: %s",
 					 t, k->addr, k->why);
 		if (r == 0) {
-			int q = queue_op(k, &ops[i], w, &slot[i]);
+			int q = queue_op(k, &ops[i], w, &slot[i], !k->flushing);
 
 			if (q == 0)
 				continue;
@@ -442,14 +517,20 @@ static void wait_replies(struct coord_psc *p, struct coord_ps_op *ops, unsigned 
 		}
 		if (coord_futex_wait(&w->left, v, deadline) == -ETIMEDOUT) {
 			/* Withdraw what is still pending, under each lock, so
-			 * no reader touches w after we return. */
+			 * no reader touches w after we return; a reply being
+			 * received into its buffer (busy) is the reader's to
+			 * complete: wait for it a little longer. */
 			for (unsigned i = 0; i < n; i++) {
 				struct psc_conn *k = &p->conns[ops[i].task];
 
 				if (slot[i] == UINT32_MAX || slot[i] == SLOT_DONE)
 					continue;
 				pthread_mutex_lock(&k->lock);
-				if (k->slots[slot[i]].w == w && k->slots[slot[i]].op == &ops[i]) {
+				if (k->slots[slot[i]].w == w && k->slots[slot[i]].op == &ops[i] &&
+				    k->slots[slot[i]].busy) {
+					deadline = coord_now_ns() + 1000000u;
+				} else if (k->slots[slot[i]].w == w &&
+					   k->slots[slot[i]].op == &ops[i]) {
 					ops[i].code = COORD_ETIMEDOUT;
 					wait_error(w, COORD_ETIMEDOUT,
 						   "no reply from the ps in time", 28);

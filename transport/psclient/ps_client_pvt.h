@@ -33,9 +33,34 @@ struct psc_wait {
 
 struct psc_slot {
 	uint32_t gen;
+	/* the reader is receiving the reply's data straight into op->dst,
+	 * outside k->lock: nobody else completes or withdraws it meanwhile */
+	bool busy;
 	struct psc_wait *w; /* NULL when free */
 	struct coord_ps_op *op;
 };
+
+/*
+ * A large request's data, sent from its caller's buffers (writev) right
+ * after the frame bytes before @off in the frame buffer, never copied
+ * there.  Only a caller that is about to become the sender queues one
+ * (ps_client.c send_to_task()), so its buffers outlive the send.
+ */
+struct psc_ext {
+	size_t off;
+	const void *p1, *p2;
+	size_t l1, l2;
+};
+
+#define PSC_EXT_MAX 16
+/* From this many data bytes a request's data is sent from its caller's
+ * buffers (struct psc_ext), not copied into the frame buffer. */
+#define PSC_EXT_MIN (256u << 10)
+/* A VAR_RES frame this long is received record by record, each result's
+ * data straight into its caller's buffer (ps_conn.c read_direct()).
+ * Measured (bench_ps, this process's CPU per GiB against the raw stream's,
+ * docs/perf-history.md): a win at 16 and 64 MiB, a loss at 1 MiB. */
+#define PSC_RX_DIRECT_MIN (4u << 20)
 
 struct psc_conn {
 	struct coord_psc *p;
@@ -60,6 +85,13 @@ struct psc_conn {
 	uint8_t *out, *spare;
 	size_t outcap, sparecap;
 	struct coord_wire_writer w;
+	/* the large requests' data in out (in order), and a sender's copy */
+	struct psc_ext ext[PSC_EXT_MAX];
+	unsigned next;
+	/* signalled when a sender is done (flushing false): a caller with a
+	 * large request waits for it to queue and send that itself */
+	pthread_cond_t idle;
+	unsigned idle_waiters;
 	struct psc_slot *slots;
 	uint32_t nslots;
 	uint32_t *freel;

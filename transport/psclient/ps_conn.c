@@ -70,6 +70,7 @@
  *   k->reader,       conn_up() (under conn_lock)     conn_up(), destroy      conn_lock; destroy
  *   reader_started                                                           has no caller inside
  */
+#include <endian.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -192,6 +193,90 @@ static int on_result(struct psc_conn *k, const struct coord_wire_vres *res)
 	return 0;
 }
 
+/*
+ * A VAR_RES frame of PSC_RX_DIRECT_MIN bytes or more (tcp; its header read, the
+ * rest not): record by record, a result's data straight into its caller's
+ * buffer, the slot busy meanwhile (no copy, and k->lock not held across
+ * the data); anything else (an error, a reply nobody waits for) through
+ * on_result() with what fits of its data.  Waits for more at most
+ * @partial_ms.  0, or -errno: the connection is unusable.
+ */
+static int read_direct(struct psc_conn *k, struct coord_frame_reader *rd,
+		       const struct coord_wire_hdr *h, int partial_ms)
+{
+	uint64_t left = h->len;
+	int r = 0;
+
+	for (uint32_t c = 0; c < h->count && r == 0; c++) {
+		uint8_t fx[COORD_WIRE_VRES_FIXED], msg[256];
+		struct coord_wire_vres res;
+		uint32_t idx, gen;
+		uint8_t *dst = NULL;
+
+		if (left < sizeof(fx))
+			return -EPROTO;
+		r = coord_frame_read_into(rd, fx, sizeof(fx), partial_ms);
+		if (r < 0)
+			return r;
+		left -= sizeof(fx);
+		memcpy(&res.rid, fx, 8);
+		res.rid = le64toh(res.rid);
+		memcpy(&res.code, fx + 8, 4);
+		res.code = (int32_t)le32toh((uint32_t)res.code);
+		memcpy(&res.len, fx + 12, 4);
+		res.len = le32toh(res.len);
+		if (res.len > left)
+			return -EPROTO;
+		left -= res.len;
+		idx = (uint32_t)res.rid;
+		gen = (uint32_t)(res.rid >> 32);
+		pthread_mutex_lock(&k->lock);
+		if (res.code == 0 && idx < k->nslots && k->slots[idx].w &&
+		    k->slots[idx].gen == gen && res.len <= k->slots[idx].op->cap) {
+			k->slots[idx].busy = true;
+			dst = k->slots[idx].op->dst;
+		}
+		pthread_mutex_unlock(&k->lock);
+		if (dst) {
+			r = coord_frame_read_into(rd, dst, res.len, partial_ms);
+			pthread_mutex_lock(&k->lock);
+			k->slots[idx].busy = false;
+			if (r == 0) {
+				k->slots[idx].op->dst_len = res.len;
+				k->slots[idx].op->code = 0;
+			} else {
+				k->slots[idx].op->code = COORD_EUNAVAILABLE;
+				wait_error(k->slots[idx].w, COORD_EUNAVAILABLE,
+					   "ps connection lost while receiving a reply", 43);
+			}
+			slot_done(k, idx);
+			pthread_mutex_unlock(&k->lock);
+			continue;
+		}
+		res.data = msg;
+		r = coord_frame_read_into(rd, msg, res.len < sizeof(msg) ? res.len : sizeof(msg),
+					  partial_ms);
+		if (r == 0 && res.len > sizeof(msg))
+			r = coord_frame_read_into(rd, NULL, res.len - sizeof(msg), partial_ms);
+		if (r < 0)
+			return r;
+		if (res.code != 0 && res.len > sizeof(msg))
+			res.len = sizeof(msg); /* an error message: what fits */
+		pthread_mutex_lock(&k->lock);
+		(void)on_result(k, &res);
+		pthread_mutex_unlock(&k->lock);
+	}
+	if (r == 0 && left)
+		return -EPROTO;
+	if (r == 0) { /* Give-up: a VAR_RES frame, counted */
+		pthread_mutex_lock(&k->lock);
+		k->rx_count++;
+		k->rx_ns = coord_now_ns();
+		pthread_mutex_unlock(&k->lock);
+	}
+	return r;
+}
+
 /* The reader's next frame; over tcp, it pings and judges silence
  * between frames (Give-up): -ETIMEDOUT when nothing came for dead_ns. */
 static int reader_next(struct psc_conn *k, struct coord_frame_reader *rd, struct psc_beat *b,
@@ -244,6 +329,8 @@ static void *reader_main(void *arg)
 		pthread_mutex_unlock(&k->lock);
 		return NULL;
 	}
+	if (!k->r)
+		rd.big = PSC_RX_DIRECT_MIN; /* large replies: read_direct() */
 	for (;;) {
 		struct coord_wire_iter it;
 		struct coord_wire_vres res;
@@ -280,6 +367,17 @@ static void *reader_main(void *arg)
 		if (h.type != COORD_WIRE_VAR_RES) {
 			snprintf(why, sizeof(why), "unexpected frame from the ps");
 			break;
+		}
+		if (!payload) { /* a large one (tcp): its data into the callers' buffers */
+			r = read_direct(k, &rd, &h,
+					k->p->dead_ns ? (int)(k->p->dead_ns / 1000000u) : 10000);
+			if (r < 0) {
+				snprintf(why, sizeof(why), "%s",
+					 r == -EPIPE ? "connection closed by the ps"
+						     : "read failed or bad frame");
+				break;
+			}
+			continue;
 		}
 		coord_wire_iter_init(&it, &h, payload);
 		pthread_mutex_lock(&k->lock);
@@ -472,6 +570,7 @@ int conn_up(struct psc_conn *k, struct coord_error *err)
 	k->up = true;
 	k->open = false;
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
+	k->next = 0;		     /* what a lost connection left queued is dropped whole */
 	k->rx_count = k->synced = 0; /* frame 0: the handshake */
 	k->rx_ns = k->synced_ns = coord_now_ns();
 	pthread_mutex_unlock(&k->lock);
@@ -536,6 +635,7 @@ int coord_psc_create(const char *const *addrs, unsigned nps, uint8_t role,
 		pthread_mutex_init(&k->conn_lock, NULL);
 		pthread_mutex_init(&k->lock, NULL);
 		pthread_rwlock_init(&k->use_lock, NULL);
+		pthread_cond_init(&k->idle, NULL);
 		if (!addrs[i] || strlen(addrs[i]) >= sizeof(k->addr)) {
 			coord_ps_destroy(ps);
 			return coord_seterr(err, COORD_EINVAL, "ps task %u: bad address", i);
@@ -588,6 +688,7 @@ void coord_psc_destroy(struct coord_psc *p)
 		pthread_rwlock_destroy(&k->use_lock);
 		pthread_mutex_destroy(&k->conn_lock);
 		pthread_mutex_destroy(&k->lock);
+		pthread_cond_destroy(&k->idle);
 		free(k->out);
 		free(k->spare);
 		free(k->slots);

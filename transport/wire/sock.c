@@ -174,6 +174,30 @@ int coord_sock_send_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+int coord_sock_sendv_all(int fd, struct iovec *iov, unsigned n)
+{
+	while (n > 0) {
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = n };
+		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
 int coord_frame_reader_init_cap(struct coord_frame_reader *rd, int fd, uint32_t max_frame,
 				size_t cap)
 {
@@ -250,6 +274,11 @@ static int take_frame(struct coord_frame_reader *rd, struct coord_wire_hdr *h,
 	*need = COORD_WIRE_HDR;
 	if (r < 0)
 		return r;
+	if (rd->big && h->len >= rd->big) { /* the caller reads the payload */
+		*payload = NULL;
+		rd->off += COORD_WIRE_HDR;
+		return 0;
+	}
 	*need = COORD_WIRE_HDR + (size_t)h->len;
 	if (avail < *need)
 		return -EAGAIN;
@@ -307,6 +336,45 @@ int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
 		if (r == 0)
 			return -ETIMEDOUT;
 	}
+}
+
+int coord_frame_read_into(struct coord_frame_reader *rd, void *dst, size_t n, int partial_ms)
+{
+	uint8_t *d = dst;
+	size_t k = rd->len - rd->off < n ? rd->len - rd->off : n;
+
+	if (k && d)
+		memcpy(d, rd->buf + rd->off, k);
+	rd->off += k;
+	n -= k;
+	d = d ? d + k : NULL;
+	if (rd->off == rd->len)
+		rd->off = rd->len = 0;
+	while (n > 0) {
+		struct pollfd p = { .fd = rd->fd, .events = POLLIN };
+		size_t want = d ? n : (n < rd->cap ? n : rd->cap);
+		ssize_t got = recv(rd->fd, d ? (void *)d : (void *)rd->buf, want, MSG_DONTWAIT);
+		int r;
+
+		if (got > 0) {
+			rd->rx_total += (uint64_t)got;
+			n -= (size_t)got;
+			d = d ? d + got : NULL;
+			continue;
+		}
+		if (got == 0)
+			return -EPIPE;
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		do
+			r = poll(&p, 1, partial_ms);
+		while (r < 0 && errno == EINTR);
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ETIMEDOUT;
+	}
+	return 0;
 }
 
 int coord_frame_try_read(struct coord_frame_reader *rd, struct coord_wire_hdr *h,

@@ -41,6 +41,10 @@ COORD_HIDDEN int coord_sock_connect(const char *hostport, int timeout_ms, int *f
 				    struct coord_error *err);
 /* coord_sock_send_all() - write all of @buf; 0 or -errno. */
 COORD_HIDDEN int coord_sock_send_all(int fd, const void *buf, size_t len);
+/* coord_sock_sendv_all() - write all of @iov[0..@n) (advanced in place);
+ * 0 or -errno. */
+struct iovec;
+COORD_HIDDEN int coord_sock_sendv_all(int fd, struct iovec *iov, unsigned n);
 
 /* Reads frames from a blocking socket into a buffer that grows to fit. */
 struct coord_frame_reader {
@@ -52,6 +56,11 @@ struct coord_frame_reader {
 	 * look for a CANCEL behind a long batch, srv_proto.h io.peek) */
 	uint64_t drained_ns;
 	uint64_t rx_total; /* bytes received, ever (a look knows what is new) */
+	/* 0, or: coord_frame_read() returns a frame whose payload is this
+	 * long or longer after its header only (payload NULL); the caller
+	 * then reads the payload with coord_frame_read_into(), where it wants
+	 * it, before the next frame */
+	uint32_t big;
 };
 
 /* coord_frame_reader_init() - a reader of @fd, frames up to @max_frame, a
@@ -78,6 +87,14 @@ COORD_HIDDEN void coord_frame_reader_fini(struct coord_frame_reader *rd);
  */
 COORD_HIDDEN int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, int partial_ms,
 				  struct coord_wire_hdr *h, const uint8_t **payload);
+/*
+ * coord_frame_read_into() - the next @n bytes of a frame whose payload
+ * coord_frame_read() left unread (rd->big), into @dst (NULL: dropped):
+ * what is buffered, then straight from the socket.  @partial_ms bounds
+ * each wait for more.  Return: 0; -ETIMEDOUT; -EPIPE; another -errno.
+ */
+COORD_HIDDEN int coord_frame_read_into(struct coord_frame_reader *rd, void *dst, size_t n,
+				       int partial_ms);
 
 /**
  * struct coord_frame_io - what the handshake needs of a connection, so that

@@ -9,6 +9,7 @@
  * then re-encoding a valid frame gives the same bytes (the fuzzer checks it).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "transport/wire/wire.h"
@@ -495,9 +496,14 @@ int coord_wire_begin(struct coord_wire_writer *w, uint16_t type)
 
 void coord_wire_end(struct coord_wire_writer *w)
 {
+	coord_wire_end_ext(w, 0);
+}
+
+void coord_wire_end_ext(struct coord_wire_writer *w, size_t ext)
+{
 	uint8_t *h = w->buf + w->frame;
 
-	put32(h, (uint32_t)(w->len - w->frame - COORD_WIRE_HDR));
+	put32(h, (uint32_t)(w->len - w->frame - COORD_WIRE_HDR + ext));
 	put32(h + 8, w->count);
 	w->frame = SIZE_MAX;
 }
@@ -644,9 +650,11 @@ size_t coord_wire_vreq_size(const struct coord_wire_vreq *r)
 	       r->len;
 }
 
-int coord_wire_put_vreq(struct coord_wire_writer *w, const struct coord_wire_vreq *r)
+/* The request's fixed part and name; its @len data bytes follow unless
+ * @head_only (they are sent from the caller's buffer: coord_wire_end_ext()). */
+static int put_vreq(struct coord_wire_writer *w, const struct coord_wire_vreq *r, bool head_only)
 {
-	uint8_t *p = reserve(w, coord_wire_vreq_size(r));
+	uint8_t *p = reserve(w, coord_wire_vreq_size(r) - (head_only ? r->len : 0));
 
 	if (!p)
 		return -ENOSPC;
@@ -668,12 +676,26 @@ int coord_wire_put_vreq(struct coord_wire_writer *w, const struct coord_wire_vre
 	if (r->name_len)
 		memcpy(p, r->name, r->name_len);
 	p += r->name_len;
+	if (head_only) {
+		w->count++;
+		return 0;
+	}
 	if (r->len > r->len2)
 		memcpy(p, r->data, r->len - r->len2);
 	if (r->len2)
 		memcpy(p + r->len - r->len2, r->data2, r->len2);
 	w->count++;
 	return 0;
+}
+
+int coord_wire_put_vreq(struct coord_wire_writer *w, const struct coord_wire_vreq *r)
+{
+	return put_vreq(w, r, false);
+}
+
+int coord_wire_put_vreq_head(struct coord_wire_writer *w, const struct coord_wire_vreq *r)
+{
+	return put_vreq(w, r, true);
 }
 
 int coord_wire_put_vres(struct coord_wire_writer *w, const struct coord_wire_vres *r)

@@ -368,6 +368,9 @@ COORD_PROV void coord_wire_writer_init(struct coord_wire_writer *w, void *buf, s
 COORD_HIDDEN int coord_wire_begin(struct coord_wire_writer *w, uint16_t type);
 /* Close the open frame: write its length and count. */
 COORD_PROV void coord_wire_end(struct coord_wire_writer *w);
+/* The same, for a frame whose last @ext bytes are not in the buffer (they
+ * are written from elsewhere right after it: coord_wire_put_vreq_head()). */
+COORD_HIDDEN void coord_wire_end_ext(struct coord_wire_writer *w, size_t ext);
 
 COORD_HIDDEN size_t coord_wire_req_size(const struct coord_wire_req *r);
 /* coord_wire_req_set_inputs() - @r carries the @nin values @get(@src, i)
@@ -385,6 +388,9 @@ COORD_HIDDEN int coord_wire_put_fn(struct coord_wire_writer *w, uint32_t id, con
 COORD_HIDDEN int coord_wire_put_addr(struct coord_wire_writer *w, uint32_t task, const char *addr);
 COORD_HIDDEN size_t coord_wire_vreq_size(const struct coord_wire_vreq *r);
 COORD_HIDDEN int coord_wire_put_vreq(struct coord_wire_writer *w, const struct coord_wire_vreq *r);
+/* A request without its data (r->len bytes the caller sends after it). */
+COORD_HIDDEN int coord_wire_put_vreq_head(struct coord_wire_writer *w,
+					  const struct coord_wire_vreq *r);
 COORD_HIDDEN int coord_wire_put_vres(struct coord_wire_writer *w, const struct coord_wire_vres *r);
 COORD_HIDDEN int coord_wire_put_uid(struct coord_wire_writer *w, uint64_t uid);
 /* Whole single-record frames (begin + record + end). */
