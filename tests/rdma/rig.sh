@@ -7,6 +7,7 @@
 #   bash tests/rdma/rig.sh run -- ./build/tests/rdma/verbs_smoke -n 100
 #   bash tests/rdma/rig.sh run -c 'CMD1' -c 'CMD2'   # each a busybox-sh command line
 #   bash tests/rdma/rig.sh run -f cmds.txt           # one command a line, # comments
+#   bash tests/rdma/rig.sh pair -a 'CMD IN A' -b 'CMD IN B' [-f FILE]  # two guests, a wire
 #   bash tests/rdma/rig.sh deps | kernel | help
 #
 # run (and selftest) options: -c 'LINE' and -f FILE add commands (busybox sh
@@ -15,6 +16,20 @@
 # all of it; e.g. a coord-worker or a .so a test finds through an environment
 # variable); --timeout SECS is the per-command limit.  Host programs that
 # busybox also has (ip, ls, ...) are used only when named by their path.
+#
+# pair: two guests from the same initramfs, joined by a second NIC each
+# (eth1, qemu's UDP socket netdev on 127.0.0.1: RoCEv2 frames really cross
+# a link) with its own soft-RoCE device rxe1: guest A 10.0.3.15, guest B
+# 10.0.3.16 (eth0/rxe0 10.0.2.15 as in run, in each).  -a / -f / -- add
+# commands for A, run in order as in run; -b adds commands B starts in the
+# background at boot.  B then serves tests/rdma/peer-serve.sh: in A,
+# $RIG_PEER_EXEC CMD (tests/rdma/peer-exec.sh) runs CMD in B for as long as
+# it lives, so tests started with T_SPAWN_WRAP=$RIG_PEER_EXEC put their
+# coord-worker / coord-ps in B; $RIG_SHM is an ivshmem region both guests
+# map (COORD_TEST_SHM: the tests' counters).  A runs its first command only
+# once B answers (bounded: $RIG_PAIR_WAIT, 120 s; else exit 3) and stops B
+# when done.  B's output is streamed with a "B| " prefix.  tests/rdma/pair.txt
+# is the suite over the wire: bash tests/rdma/rig.sh pair -f tests/rdma/pair.txt
 #
 # How it works
 #  1. deps: apt-get installs what is missing of coord_rig_deps (.ci/deps.sh):
@@ -64,7 +79,8 @@
 #
 # Environment: RIG_CACHE, RIG_KPKG (pin a kernel package), RIG_SMP (2),
 # RIG_MEM (MiB, 2048), RIG_TIMEOUT, RIG_BOOT_TIMEOUT, RIG_VM_TIMEOUT,
-# RIG_KEEP=1 (keep the work dir), BUILD_DIR (selftest; default build).
+# RIG_KEEP=1 (keep the work dir), BUILD_DIR (selftest; default build),
+# RIG_PAIR_WAIT (pair: A's wait for B, 120 s).
 set -euo pipefail
 export LC_ALL=C # $EPOCHREALTIME and awk's numbers with a '.', whatever the locale
 
@@ -328,6 +344,19 @@ rig_initramfs() {
 		done
 	done
 	echo "$i" >"$root/rig/ncmds"
+	i=0
+	for line in ${bcmds[@]+"${bcmds[@]}"}; do
+		i=$((i + 1))
+		printf '%s\n' "$line" >"$root/rig/bcmd.$i"
+		read -ra words <<<"${line//[;&|()<>\`]/ }"
+		for a in "${words[@]}"; do
+			add_word "${a//[\"\']/}"
+		done
+	done
+	echo "$i" >"$root/rig/nbcmds"
+	echo "${RIG_PAIR_WAIT:-120}" >"$root/rig/pairwait"
+	cp "$here/peer-exec.sh" "$here/peer-serve.sh" "$root/rig/"
+	chmod 755 "$root/rig/peer-exec.sh" "$root/rig/peer-serve.sh"
 	echo "$cmd_timeout" >"$root/rig/timeout"
 	mkdir -p "$root$PWD"
 	echo "$PWD" >"$root/rig/cwd"
@@ -352,8 +381,9 @@ rig_boot() {
 		-chardev "file,id=con,path=$w/console.log" -serial chardev:con \
 		-chardev "file,id=out,path=$w/out.log" -serial chardev:out \
 		-netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0,mac=52:54:0a:00:02:0f \
+		${pair_a[@]+"${pair_a[@]}"} \
 		-kernel "$kdir/boot/vmlinuz-$kver" -initrd "$w/initrd.gz" \
-		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable${pair:+ rig.role=a}" \
 		</dev/null >"$w/qemu.log" 2>&1 &
 	qpid=$!
 	running+=("$qpid")
@@ -396,6 +426,57 @@ rig_boot() {
 	fi
 }
 
+# pair_args ROLE WORKDIR PORT_SELF PORT_PEER: qemu arguments of a pair guest:
+# the wire (eth1, UDP on 127.0.0.1) and the shared ivshmem region.
+pair_args() {
+	local mac=52:54:0a:00:03:0f
+	[ "$1" = a ] || mac=52:54:0a:00:03:10
+	printf '%s\n' -netdev "socket,id=n1,udp=127.0.0.1:$4,localaddr=127.0.0.1:$3" \
+		-device "virtio-net-pci,netdev=n1,mac=$mac" \
+		-object "memory-backend-file,id=shm,share=on,mem-path=$2/shm,size=1M" \
+		-device ivshmem-plain,memdev=shm
+}
+
+# rig_boot_peer WORKDIR: starts guest B (qemu in the background, its output
+# streamed with a "B| " prefix); rig_peer_end stops it once A is done.
+rig_boot_peer() {
+	local w=$1
+	: >"$w/b-out.log"
+	: >"$w/b-console.log"
+	timeout -k 5 "$((vm_timeout + 60))" qemu-system-x86_64 -machine pc -accel tcg,thread=multi \
+		-cpu max -smp "${RIG_SMP:-2}" -m "${RIG_MEM:-2048}" \
+		-display none -no-reboot -nodefaults \
+		-chardev "file,id=con,path=$w/b-console.log" -serial chardev:con \
+		-chardev "file,id=out,path=$w/b-out.log" -serial chardev:out \
+		-netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0,mac=52:54:0a:00:02:0f \
+		"${pair_b[@]}" \
+		-kernel "$kdir/boot/vmlinuz-$kver" -initrd "$w/initrd.gz" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable rig.role=b" \
+		</dev/null >"$w/b-qemu.log" 2>&1 &
+	bpid=$!
+	running+=("$bpid")
+	tail -n +1 -s 0.2 -F --pid="$bpid" "$w/b-out.log" 2>/dev/null | sed -u 's/\r$//; s/^/B| /' &
+	bspid=$!
+	running+=("$bspid")
+}
+
+# rig_peer_end: B stops by itself once A has told it to (10 s), else is killed.
+rig_peer_end() {
+	local i
+	for i in $(seq 100); do
+		kill -0 "$bpid" 2>/dev/null || break
+		[ "$i" -lt 100 ] || kill "$bpid" 2>/dev/null || true
+		sleep 0.1
+	done
+	wait "$bpid" 2>/dev/null || true
+	for i in $(seq 30); do
+		kill -0 "$bspid" 2>/dev/null || break
+		[ "$i" -lt 30 ] || kill "$bspid" 2>/dev/null || true
+		sleep 0.1
+	done
+	wait "$bspid" 2>/dev/null || true
+}
+
 # rig_report WORKDIR: the verdict from the markers; returns the exit status.
 rig_report() {
 	local w=$1 out line i rc secs fail=0 rigfail=0 ready
@@ -435,6 +516,22 @@ rig_report() {
 			rigfail=1
 		}
 	fi
+	if [ -n "$pair" ]; then
+		line=$(grep -m1 '^B| @@RIG SERVING' <<<"$(sed 's/\r$//; s/^/B| /' "$w/b-out.log")" || true)
+		if [ -n "$line" ]; then
+			say "guest B: ${line#B| @@RIG }"
+		else
+			say "FAIL: guest B never served: $(grep -m1 '@@RIG SETUP-FAILED' "$w/b-out.log" || echo "no SERVING line")"
+			rigfail=1
+		fi
+		line=$(grep -m1 '^@@RIG PEER-UP' <<<"$out" || true)
+		[ -z "$line" ] || say "guest A: ${line#@@RIG }"
+		if grep -qE 'Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU' "$w/b-console.log"; then
+			say "FAIL: guest B's kernel reported a bug ($w/b-console.log):"
+			tail -n 25 "$w/b-console.log" | sed 's/\r$//; s/^/    /' >&2
+			rigfail=1
+		fi
+	fi
 	if grep -qE 'Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU' "$w/console.log"; then
 		say "FAIL: the guest kernel reported a bug:"
 		rigfail=1
@@ -463,6 +560,7 @@ rig_run() {
 	cmd_timeout=${cmd_timeout:-${RIG_TIMEOUT:-300}}
 	boot_timeout=${RIG_BOOT_TIMEOUT:-120}
 	vm_timeout=${RIG_VM_TIMEOUT:-$((boot_timeout + ${#cmds[@]} * cmd_timeout + 30))}
+	[ -z "$pair" ] || [ -n "${RIG_VM_TIMEOUT:-}" ] || vm_timeout=$((vm_timeout + ${RIG_PAIR_WAIT:-120}))
 	local t1 t2 t3
 	[ "$(uname -m)" = x86_64 ] || die "x86_64 hosts only (the guest runs the host's binaries)"
 	rig_deps
@@ -478,7 +576,21 @@ rig_run() {
 	for ((i = 1; i <= ${#cmds[@]}; i++)); do
 		say "  [$i] ${cmds[i - 1]}"
 	done
+	if [ -n "$pair" ]; then
+		local pa pb
+		# Two UDP ports on 127.0.0.1, by pid (runs at once use others).
+		pa=$((20000 + ($$ * 2) % 20000))
+		pb=$((pa + 1))
+		mapfile -t pair_a < <(pair_args a "$w" "$pa" "$pb")
+		mapfile -t pair_b < <(pair_args b "$w" "$pb" "$pa")
+		for ((i = 1; i <= ${#bcmds[@]}; i++)); do
+			say "  [B$i] ${bcmds[i - 1]} (background)"
+		done
+		say "pair: guest A 10.0.3.15 (udp 127.0.0.1:$pa), guest B 10.0.3.16 (udp 127.0.0.1:$pb)"
+		rig_boot_peer "$w"
+	fi
 	rig_boot "$w"
+	[ -z "$pair" ] || rig_peer_end
 	rig_report "$w" && status=0 || status=$?
 	if [ $status = 0 ] && [ -z "${RIG_KEEP:-}" ]; then
 		rm -rf "$w"
@@ -498,9 +610,15 @@ parse_run_args() {
 	local q a
 	while [ $# -gt 0 ]; do
 		case $1 in
-		-c)
+		-c | -a)
 			[ $# -ge 2 ] || usage
+			[ "$1" = -c ] || [ -n "$pair" ] || usage
 			cmds+=("$2")
+			shift 2
+			;;
+		-b)
+			[ $# -ge 2 ] && [ -n "$pair" ] || usage
+			bcmds+=("$2")
 			shift 2
 			;;
 		-f)
@@ -573,8 +691,12 @@ trap 'exit 143' TERM
 
 t_start=$(now)
 cmds=()
+bcmds=()
 files=()
 cmd_timeout=
+pair=
+pair_a=()
+pair_b=()
 case ${1:-help} in
 deps) rig_deps ;;
 kernel)
@@ -584,6 +706,13 @@ kernel)
 	;;
 run)
 	shift
+	parse_run_args "$@"
+	rig_run
+	;;
+pair)
+	shift
+	cd "$repo" # like selftest: tests/rdma/pair.txt names paths from the repo's root
+	pair=1
 	parse_run_args "$@"
 	rig_run
 	;;
