@@ -433,7 +433,7 @@ pair_args() {
 	[ "$1" = a ] || mac=52:54:0a:00:03:10
 	printf '%s\n' -netdev "socket,id=n1,udp=127.0.0.1:$4,localaddr=127.0.0.1:$3" \
 		-device "virtio-net-pci,netdev=n1,mac=$mac" \
-		-object "memory-backend-file,id=shm,share=on,mem-path=$2/shm,size=1M" \
+		-object "memory-backend-file,id=shm,share=on,mem-path=$2/shm,size=4M" \
 		-device ivshmem-plain,memdev=shm
 }
 

@@ -16,6 +16,9 @@
  *                the value seen changes; for a small variable (each read one
  *                RDMA READ of its whole block) and a large one (a chain of
  *                three READs).
+ *   large        the coordinator reads 1 MiB and 300 KiB of a variable
+ *                with coord-ps stopped: RDMA READs straight into its
+ *                buffers (ps_rdma.c P4), every float right.
  * Bounded: t_watchdog(), deadlines on every fetch.  Exit 77 without a device.
  */
 #include <stdarg.h>
@@ -123,6 +126,55 @@ static void test_rdma_ps_one_sided_values_ps_stopped(void **state)
 	for (int i = 0; i < 8; i++)
 		vals[i] += 1.0f;
 	read_check(c, v, 0, 64, vals, 30000000000ll); /* the write is seen */
+	assert_int_equal(coord_join(c, &err), 0);
+	coord_destroy(c);
+}
+
+/*
+ * Large reads (ps_rdma.c P4): the coordinator's own ps client reads a 1 MiB
+ * variable whole and 300 KiB of it at an odd offset, straight into its
+ * buffers, with coord-ps stopped (one-sided: a two-sided fallback would wait
+ * for the ps and fail at the op timeout), every float right; the bytes
+ * around the range are untouched.
+ */
+static void test_rdma_ps_one_sided_large(void **state)
+{
+	enum { N = 256 * 1024, OFF = 12345, M = 75 * 1024 };
+	struct coord *c = make(1);
+	uint64_t dims[1] = { N };
+	struct coord_error err = { 0 };
+	float *vals = malloc(N * sizeof(float)), *got = malloc((N + 2) * sizeof(float));
+	coord_var_t v;
+
+	(void)state;
+	assert_non_null(vals);
+	assert_non_null(got);
+	for (int i = 0; i < N; i++)
+		vals[i] = (float)i + 0.25f;
+	assert_int_equal(coord_var_create(c, "rdma/large", 1, dims, NULL, &v, &err), 0);
+	assert_int_equal(coord_var_assign(c, v, 0, N, vals, &err), 0);
+	assert_int_equal(coord_var_read(c, v, 0, N, got, &err), 0); /* maps it */
+	assert_memory_equal(got, vals, N * sizeof(float));
+
+	assert_int_equal(kill(ps_pid, SIGSTOP), 0);
+	t_sleep_ns(100000000);
+	memset(got, 0, (N + 2) * sizeof(float));
+	if (coord_var_read(c, v, 0, N, got, &err) != 0) {
+		kill(ps_pid, SIGCONT);
+		fail_msg("1 MiB read with coord-ps stopped: %s", err.msg);
+	}
+	assert_memory_equal(got, vals, N * sizeof(float));
+	got[0] = got[M + 1] = -1.0f;
+	if (coord_var_read(c, v, OFF, M, got + 1, &err) != 0) {
+		kill(ps_pid, SIGCONT);
+		fail_msg("300 KiB read with coord-ps stopped: %s", err.msg);
+	}
+	assert_int_equal(kill(ps_pid, SIGCONT), 0);
+	assert_memory_equal(got + 1, vals + OFF, M * sizeof(float));
+	assert_true(got[0] == -1.0f && got[M + 1] == -1.0f);
+	print_message("read 1 MiB and 300 KiB one-sided while coord-ps was stopped\n");
+	free(vals);
+	free(got);
 	assert_int_equal(coord_join(c, &err), 0);
 	coord_destroy(c);
 }
@@ -258,6 +310,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rdma_ps_one_sided_values_ps_stopped),
+		cmocka_unit_test(test_rdma_ps_one_sided_large),
 		cmocka_unit_test(test_rdma_ps_one_sided_consistent_whole_block),
 		cmocka_unit_test(test_rdma_ps_one_sided_consistent_chain),
 	};

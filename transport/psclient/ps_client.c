@@ -294,7 +294,7 @@ static bool read_one_sided(struct coord_psc *p, struct coord_ps_op *op)
 	uint32_t gen;
 	int r;
 
-	if (op->n > COORD_PSR_READ_MAX / sizeof(float) || op->n * sizeof(float) > op->cap ||
+	if (op->n > COORD_PSR_LARGE_MAX / sizeof(float) || op->n * sizeof(float) > op->cap ||
 	    conn_up(k, NULL) < 0)
 		return false;
 	pthread_mutex_lock(&k->lock);
