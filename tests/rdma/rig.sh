@@ -328,6 +328,11 @@ rig_initramfs() {
 		/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 	add_file /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/rxe.driver
 	add_file /lib/x86_64-linux-gnu/libgcc_s.so.1 /lib/x86_64-linux-gnu/libgcc_s.so.1
+	# perftest's tools, which benchmarks run through perftest_pair.sh
+	# without naming them on a command line
+	for a in ib_send_lat ib_read_lat ib_send_bw ib_read_bw ib_write_bw; do
+		add_file "$(type -P "$a")" "/usr/bin/$a"
+	done
 	printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
 	printf 'root:x:0:\n' >"$root/etc/group"
 
