@@ -380,7 +380,10 @@ rig_boot() {
 	: >"$w/out.log"
 	: >"$w/console.log"
 	t0=$(now)
-	timeout -k 5 "$vm_timeout" qemu-system-x86_64 -machine pc -accel tcg,thread=multi \
+	local pre=() # pair: guest A's wire socket (udp_exec)
+	[ -z "$pair" ] || pre=(perl -e "$udp_exec" "$pair_pa" "$pair_pb")
+	timeout -k 5 "$vm_timeout" ${pre[@]+"${pre[@]}"} \
+		qemu-system-x86_64 -machine pc -accel tcg,thread=multi \
 		-cpu max -smp "${RIG_SMP:-2}" -m "${RIG_MEM:-2048}" \
 		-display none -no-reboot -nodefaults \
 		-chardev "file,id=con,path=$w/console.log" -serial chardev:con \
@@ -431,16 +434,41 @@ rig_boot() {
 	fi
 }
 
-# pair_args ROLE WORKDIR PORT_SELF PORT_PEER: qemu arguments of a pair guest:
-# the wire (eth1, UDP on 127.0.0.1) and the shared ivshmem region.
+# pair_args ROLE WORKDIR: qemu arguments of a pair guest: the wire (eth1,
+# a connected UDP socket on 127.0.0.1 that udp_exec passes as fd @FD@) and
+# the shared ivshmem region.
 pair_args() {
 	local mac=52:54:0a:00:03:0f
 	[ "$1" = a ] || mac=52:54:0a:00:03:10
-	printf '%s\n' -netdev "socket,id=n1,udp=127.0.0.1:$4,localaddr=127.0.0.1:$3" \
+	printf '%s\n' -netdev "dgram,id=n1,local.type=fd,local.str=@FD@" \
 		-device "virtio-net-pci,netdev=n1,mac=$mac" \
 		-object "memory-backend-file,id=shm,share=on,mem-path=$2/shm,size=4M" \
 		-device ivshmem-plain,memdev=shm
 }
+
+# udp_exec: a command prefix, `perl -e "$udp_exec" PORT_SELF PORT_PEER CMD
+# ARGS...`: execs CMD with a UDP socket bound to 127.0.0.1:PORT_SELF and
+# connected to 127.0.0.1:PORT_PEER as fd @FD@ in its arguments, with 16 MiB
+# socket buffers (SO_RCVBUFFORCE as root, else up to net.core.rmem_max):
+# with the default 208 KiB, one 1 MiB RDMA message (a burst of 1024 of
+# rxe's frames) overflows qemu's socket and rxe's go-back-N retries crawl.
+# Perl (perl-base) for setsockopt.
+# shellcheck disable=SC2016 # perl's variables
+udp_exec='
+	use Socket;
+	$^F = 1023; # the socket survives exec
+	my ($self, $peer, @cmd) = @ARGV;
+	socket(my $s, PF_INET, SOCK_DGRAM, 0) or die "socket: $!";
+	for my $o ([33, 8], [32, 7]) { # SO_{RCV,SND}BUFFORCE, else SO_{RCV,SND}BUF
+		setsockopt($s, SOL_SOCKET, $o->[0], pack("i", 16 << 20)) or
+			setsockopt($s, SOL_SOCKET, $o->[1], pack("i", 16 << 20));
+	}
+	bind($s, pack_sockaddr_in($self, inet_aton("127.0.0.1"))) or die "bind $self: $!";
+	connect($s, pack_sockaddr_in($peer, inet_aton("127.0.0.1"))) or die "connect: $!";
+	my $fd = fileno($s);
+	s/\@FD\@/$fd/g for @cmd;
+	exec { $cmd[0] } @cmd or die "exec $cmd[0]: $!";
+'
 
 # rig_boot_peer WORKDIR: starts guest B (qemu in the background, its output
 # streamed with a "B| " prefix); rig_peer_end stops it once A is done.
@@ -448,7 +476,8 @@ rig_boot_peer() {
 	local w=$1
 	: >"$w/b-out.log"
 	: >"$w/b-console.log"
-	timeout -k 5 "$((vm_timeout + 60))" qemu-system-x86_64 -machine pc -accel tcg,thread=multi \
+	timeout -k 5 "$((vm_timeout + 60))" perl -e "$udp_exec" "$pair_pb" "$pair_pa" \
+		qemu-system-x86_64 -machine pc -accel tcg,thread=multi \
 		-cpu max -smp "${RIG_SMP:-2}" -m "${RIG_MEM:-2048}" \
 		-display none -no-reboot -nodefaults \
 		-chardev "file,id=con,path=$w/b-console.log" -serial chardev:con \
@@ -582,16 +611,15 @@ rig_run() {
 		say "  [$i] ${cmds[i - 1]}"
 	done
 	if [ -n "$pair" ]; then
-		local pa pb
 		# Two UDP ports on 127.0.0.1, by pid (runs at once use others).
-		pa=$((20000 + ($$ * 2) % 20000))
-		pb=$((pa + 1))
-		mapfile -t pair_a < <(pair_args a "$w" "$pa" "$pb")
-		mapfile -t pair_b < <(pair_args b "$w" "$pb" "$pa")
+		pair_pa=$((20000 + ($$ * 2) % 20000))
+		pair_pb=$((pair_pa + 1))
+		mapfile -t pair_a < <(pair_args a "$w")
+		mapfile -t pair_b < <(pair_args b "$w")
 		for ((i = 1; i <= ${#bcmds[@]}; i++)); do
 			say "  [B$i] ${bcmds[i - 1]} (background)"
 		done
-		say "pair: guest A 10.0.3.15 (udp 127.0.0.1:$pa), guest B 10.0.3.16 (udp 127.0.0.1:$pb)"
+		say "pair: guest A 10.0.3.15 (udp 127.0.0.1:$pair_pa), guest B 10.0.3.16 (udp 127.0.0.1:$pair_pb)"
 		rig_boot_peer "$w"
 	fi
 	rig_boot "$w"

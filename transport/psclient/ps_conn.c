@@ -8,7 +8,7 @@
  * COORD_EUNAVAILABLE).  The request path is ps_client.c's; what the two
  * share is ps_client_pvt.h.
  *
- * Heartbeat (tcp).  The reader sends a VAR_SYNC asking for an echo every
+ * Heartbeat (tcp and rdma).  The reader sends a VAR_SYNC asking for an echo every
  * ping interval (at most the heartbeat, a third of heartbeat x misses and a
  * quarter of the window below), without ever blocking: queued behind a
  * sender at work, else sent with MSG_DONTWAIT under k->lock, what does not
@@ -45,8 +45,12 @@
  * for rates that differ).  A ps that breaks the protocol (a malformed
  * frame) is outside this.  Not covered: a request the ps applied whose
  * reply is lost with the connection; its closure fails (or is put back)
- * though its update was made.  rdma: no heartbeat or VAR_SYNC yet (the ps
- * does not judge a connection that never sent one).
+ * though its update was made.  Over rdma the same holds on the frame
+ * channel (ps_rdma.h): a frame is the sign of life (the reader sees every
+ * one), the ping is posted as far as credits allow now
+ * (coord_psr_send_some()), a lost connection is shut down (both channels:
+ * one-sided reads stop too), and the first VAR_SYNC follows the handshake.
+ * The read-only channel sends no frame, so the ps never judges it.
  *
  * Synchronization: the client's set-up, a connection's socket or channel
  * and its reader thread; the fields under k->lock and a caller's batch are
@@ -84,7 +88,7 @@
 
 /*
  * Give-up: queue a VAR_SYNC naming the frames counted so far (under
- * k->lock, tcp); @echo: ask for a PONG (the reader's ping, which also
+ * k->lock); @echo: ask for a PONG (the reader's ping, which also
  * keeps an idle connection's count moving).  Ends the open frame.
  */
 int put_sync(struct psc_conn *k, bool echo)
@@ -110,24 +114,36 @@ int put_sync(struct psc_conn *k, bool echo)
 }
 
 /*
- * Send what is queued without blocking (under k->lock, tcp, no sender at
- * work: nobody else writes the socket); what does not fit stays queued,
- * in order, for the next sender or the next ping.
+ * Send what is queued without blocking (under k->lock, no sender at work:
+ * nobody else writes the socket or the frame channel, and k->r is not
+ * replaced under k->lock); what does not fit stays queued, in order, for
+ * the next sender or the next ping.
  */
 static void drain_nb(struct psc_conn *k)
 {
-	ssize_t n = send(k->fd, k->out, k->w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	ssize_t n;
 
-	if (n < 0) {
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+	if (k->r) {
+		size_t sent = 0;
+
+		n = coord_psr_send_some(k->r, k->out, k->w.len, &sent) < 0 ? -1 : (ssize_t)sent;
+		if (n < 0) {
 			conn_down(k, "send failed");
-		return;
+			return;
+		}
+	} else {
+		n = send(k->fd, k->out, k->w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				conn_down(k, "send failed");
+			return;
+		}
 	}
 	memmove(k->out, k->out + n, k->w.len - (size_t)n);
 	k->w.len -= (size_t)n;
 }
 
-/* The reader's ping (tcp): a VAR_SYNC asking for an echo; never blocks. */
+/* The reader's ping: a VAR_SYNC asking for an echo; never blocks. */
 static void sync_ping(struct psc_conn *k)
 {
 	pthread_mutex_lock(&k->lock);
@@ -138,7 +154,8 @@ static void sync_ping(struct psc_conn *k)
 
 /* ---- the reader ------------------------------------------------------------------------ */
 
-/* The reader's clock (tcp): bytes seen, when the last came, the next ping. */
+/* The reader's clock: bytes seen (tcp), when the last byte or frame came,
+ * the next ping. */
 struct psc_beat {
 	uint64_t rx_bytes, rx_ns, ping_at;
 };
@@ -190,20 +207,19 @@ static int on_result(struct psc_conn *k, const struct coord_wire_vres *res)
 	return 0;
 }
 
-/* The reader's next frame; over tcp, it pings and judges silence
- * between frames (Give-up): -ETIMEDOUT when nothing came for dead_ns. */
+/* The reader's next frame; it pings and judges silence between frames
+ * (Give-up): -ETIMEDOUT when nothing came for dead_ns.  k->r is not
+ * replaced while this reader runs (conn_up() joins it first). */
 static int reader_next(struct psc_conn *k, struct coord_frame_reader *rd, struct psc_beat *b,
 		       struct coord_wire_hdr *h, const uint8_t **payload)
 {
 	const struct coord_psc *p = k->p;
 
-	if (k->r) /* k->r is not replaced while this reader runs (conn_up() joins it first) */
-		return coord_psr_next(k->r, h, payload);
 	for (;;) {
 		uint64_t now = coord_now_ns(), until = UINT64_MAX;
 		int r, wait = -1;
 
-		if (rd->rx_total != b->rx_bytes) { /* any byte is a sign of life */
+		if (!k->r && rd->rx_total != b->rx_bytes) { /* any byte is a sign of life */
 			b->rx_bytes = rd->rx_total;
 			b->rx_ns = now;
 		}
@@ -219,7 +235,13 @@ static int reader_next(struct psc_conn *k, struct coord_frame_reader *rd, struct
 			until = b->rx_ns + p->dead_ns;
 		if (until != UINT64_MAX)
 			wait = (int)((until - now) / 1000000u) + 1;
-		r = coord_frame_read(rd, wait, wait < 0 ? 10000 : wait, h, payload);
+		if (k->r) {
+			r = coord_psr_next(k->r, h, payload, wait);
+			if (r == 0) /* rdma: a frame is the sign of life */
+				b->rx_ns = coord_now_ns();
+		} else {
+			r = coord_frame_read(rd, wait, wait < 0 ? 10000 : wait, h, payload);
+		}
 		if (r != -ETIMEDOUT || until == UINT64_MAX)
 			return r;
 	}
@@ -248,7 +270,7 @@ static void *reader_main(void *arg)
 		uint64_t tok;
 
 		r = reader_next(k, &rd, &b, &h, &payload);
-		if (r == -ETIMEDOUT && !k->r && k->p->dead_ns) {
+		if (r == -ETIMEDOUT && k->p->dead_ns) {
 			snprintf(why, sizeof(why), "nothing from the ps for %llu ms (heartbeat)",
 				 (unsigned long long)(k->p->dead_ns / 1000000u));
 			pthread_mutex_lock(&k->lock);
@@ -315,9 +337,10 @@ static void sock_abort(int fd)
 	close(fd);
 }
 
-/* Give-up: the first frame of a new tcp connection, before any request:
- * VAR_SYNC naming frame 0 (the handshake), no echo. */
-static int first_sync(struct psc_conn *k, int fd, struct coord_error *err)
+/* Give-up: the first frame of a new connection, before any request:
+ * VAR_SYNC naming frame 0 (the handshake), no echo; over tcp on @fd, over
+ * rdma on @pr. */
+static int first_sync(struct psc_conn *k, int fd, struct coord_psr *pr, struct coord_error *err)
 {
 	const struct coord_psc *p = k->p;
 	struct coord_wire_sync y = { .window_ms = (uint32_t)(p->window_ns / 1000000u),
@@ -328,7 +351,7 @@ static int first_sync(struct psc_conn *k, int fd, struct coord_error *err)
 
 	coord_wire_writer_init(&w, b, sizeof(b));
 	(void)coord_wire_put_sync(&w, &y);
-	r = coord_sock_send_all(fd, b, w.len);
+	r = pr ? coord_psr_send(pr, b, w.len) : coord_sock_send_all(fd, b, w.len);
 	return r < 0 ? coord_seterr(err, r, "%s: %s", k->addr, strerror(-r)) : 0;
 }
 
@@ -369,6 +392,11 @@ static int conn_dial(struct psc_conn *k, int tmo, int *fd, struct coord_error *e
 
 		r = coord_psr_connect(k->addr, &k->p->key, k->p->role, k->task, k->p->max_frame,
 				      tmo, &pr, err);
+		if (r == 0 && k->p->window_ns) {
+			r = first_sync(k, -1, pr, err);
+			if (r < 0)
+				coord_psr_destroy(pr);
+		}
 		if (r == 0) {
 			pthread_rwlock_wrlock(&k->use_lock);
 			pthread_mutex_lock(&k->lock);
@@ -387,7 +415,7 @@ static int conn_dial(struct psc_conn *k, int tmo, int *fd, struct coord_error *e
 			coord_frame_reader_fini(&rd);
 		}
 		if (r == 0 && k->p->window_ns)
-			r = first_sync(k, *fd, err);
+			r = first_sync(k, *fd, NULL, err);
 	}
 	return r;
 }

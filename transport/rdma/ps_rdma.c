@@ -53,6 +53,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "runtime/util/util.h"
 #include "transport/rdma/ps_rdma.h"
 #include "transport/rdma/rdma_chan.h"
 #include "transport/wire/sock.h"
@@ -139,12 +140,27 @@ int coord_psr_send(struct coord_psr *r, const void *buf, size_t len)
 	return rc;
 }
 
-int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload)
+int coord_psr_send_some(struct coord_psr *r, const void *buf, size_t len, size_t *sent)
 {
+	int rc;
+
+	pthread_mutex_lock(&r->chan_lock);
+	rc = coord_rdma_chan_send_some(r->ch, buf, len, sent);
+	kick(r);
+	pthread_mutex_unlock(&r->chan_lock);
+	return rc;
+}
+
+int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload,
+		   int wait_ms)
+{
+	uint64_t until = wait_ms < 0 ? UINT64_MAX : coord_now_ns() + (uint64_t)wait_ms * 1000000u;
 	int cq_fd, cm_fd;
 
 	coord_rdma_chan_fds(r->ch, &cq_fd, &cm_fd);
 	for (;;) {
+		uint64_t now = coord_now_ns();
+		int nap = PSR_IDLE_MS;
 		struct pollfd p[3] = { { .fd = cq_fd, .events = POLLIN },
 				       { .fd = cm_fd, .events = POLLIN },
 				       { .fd = r->wake_fd, .events = POLLIN } };
@@ -165,7 +181,11 @@ int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t 
 			return -EPIPE;
 		if (armed == 1)
 			continue; /* work arrived before the arming */
-		if (poll(p, 3, PSR_IDLE_MS) > 0 && p[2].revents) {
+		if (now >= until)
+			return -ETIMEDOUT;
+		if (until - now < (uint64_t)PSR_IDLE_MS * 1000000u)
+			nap = (int)((until - now) / 1000000u) + 1;
+		if (poll(p, 3, nap) > 0 && p[2].revents) {
 			uint64_t v;
 
 			(void)!read(r->wake_fd, &v, sizeof(v));

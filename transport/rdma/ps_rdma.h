@@ -57,12 +57,20 @@ COORD_HIDDEN int coord_psr_connect(const char *addr, const struct coord_key *key
 /* coord_psr_send() - send whole frames (bounded wait for credits); 0 or -errno. */
 COORD_HIDDEN int coord_psr_send(struct coord_psr *r, const void *buf, size_t len);
 /*
+ * coord_psr_send_some() - post as much of the frame stream @buf as credits
+ * allow now, never waiting (the reader's heartbeat, ps_conn.c); *@sent: how
+ * much; the caller sends the rest later, in order.  0 or -EPIPE.
+ */
+COORD_HIDDEN int coord_psr_send_some(struct coord_psr *r, const void *buf, size_t len,
+				     size_t *sent);
+/*
  * coord_psr_next() - the reader thread's next frame (valid until its next
- * call); sleeps while there is none.  Return: 0; -EPIPE closed, shut down
+ * call); sleeps while there is none, @wait_ms at most (-1: no bound).
+ * Return: 0; -ETIMEDOUT no frame within @wait_ms; -EPIPE closed, shut down
  * or broken; another -errno.
  */
 COORD_HIDDEN int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h,
-				const uint8_t **payload);
+				const uint8_t **payload, int wait_ms);
 /*
  * coord_psr_read_var() - read floats [@off, @off + @n) of the variable
  * @m maps into @dst with RDMA READs: a snapshot between two writes

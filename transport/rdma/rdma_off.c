@@ -62,11 +62,22 @@ int coord_psr_send(struct coord_psr *r, const void *buf, size_t len)
 	return -EPIPE;
 }
 
-int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload)
+int coord_psr_send_some(struct coord_psr *r, const void *buf, size_t len, size_t *sent)
+{
+	(void)r;
+	(void)buf;
+	(void)len;
+	*sent = 0;
+	return -EPIPE;
+}
+
+int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload,
+		   int wait_ms)
 {
 	(void)r;
 	(void)h;
 	(void)payload;
+	(void)wait_ms;
 	return -EPIPE;
 }
 
