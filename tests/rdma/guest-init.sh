@@ -68,7 +68,7 @@ fail() {
 rxe_wait() {
 	i=0
 	while :; do
-		st=$(cat /sys/class/infiniband/$1/ports/1/state 2>/dev/null)
+		st=$(cat "/sys/class/infiniband/$1/ports/1/state" 2>/dev/null)
 		case "$st" in
 		*ACTIVE*)
 			[ -c /dev/infiniband/rdma_cm ] && [ -c /dev/infiniband/uverbs0 ] && break
@@ -83,7 +83,8 @@ rxe_wait() {
 say "BOOT uptime=$(up)"
 
 role=
-for w in $(cat /proc/cmdline); do
+read -r cmdline </proc/cmdline
+for w in $cmdline; do
 	case $w in
 	rig.role=*) role=${w#rig.role=} ;;
 	esac
@@ -128,8 +129,10 @@ if [ -n "$role" ]; then
 	# so enable the device and map the sysfs resource file.
 	RIG_SHM=
 	for d in /sys/bus/pci/devices/*; do
-		[ "$(cat $d/vendor)" = 0x1af4 ] && [ "$(cat $d/device)" = 0x1110 ] || continue
-		echo 1 >$d/enable 2>/dev/null
+		if [ "$(cat "$d/vendor")" != 0x1af4 ] || [ "$(cat "$d/device")" != 0x1110 ]; then
+			continue
+		fi
+		echo 1 >"$d/enable" 2>/dev/null
 		RIG_SHM=$d/resource2
 	done
 	[ -n "$RIG_SHM" ] || fail "no ivshmem device"
@@ -161,7 +164,7 @@ peer_ping() {
 	(
 		echo 'echo PEER-UP'
 		sleep 2
-	) | nc -w 2 $RIG_PEER 7000 2>/dev/null | grep -q PEER-UP
+	) | nc -w 2 "$RIG_PEER" 7000 2>/dev/null | grep -q PEER-UP
 }
 
 if [ "$role" = a ]; then
@@ -174,7 +177,7 @@ if [ "$role" = a ]; then
 	say "PEER-UP uptime=$(up) self=$RIG_SELF peer=$RIG_PEER shm=$RIG_SHM"
 	# The tests' counters in memory both guests see (tests/helpers.c):
 	# the test here and the servers it starts in B count into it.
-	export COORD_TEST_SHM=$RIG_SHM
+	export COORD_TEST_SHM="$RIG_SHM"
 fi
 n=$(cat /rig/ncmds)
 limit=$(cat /rig/timeout)
@@ -198,7 +201,7 @@ if [ "$role" = a ]; then
 	(
 		echo 'touch /tmp/rig-stop'
 		sleep 1
-	) | nc -w 2 $RIG_PEER 7000 >/dev/null 2>&1
+	) | nc -w 2 "$RIG_PEER" 7000 >/dev/null 2>&1
 fi
 say "DONE uptime=$(up)"
 bye

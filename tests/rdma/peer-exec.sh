@@ -31,6 +31,7 @@ q() {
 }
 
 line="cd $(q "$PWD") &&"
+val=
 for v in $(env | sed -n 's/^\(\(COORD\|T\)_[A-Za-z0-9_]*\)=.*/\1/p'); do
 	case $v in
 	T_SPAWN_WRAP | T_WORKER_WRAP | T_SERVER_STDERR) continue ;; # here, not there

@@ -650,7 +650,7 @@ parse_run_args() {
 			shift 2
 			;;
 		-b)
-			[ $# -ge 2 ] && [ -n "$pair" ] || usage
+			{ [ $# -ge 2 ] && [ -n "$pair" ]; } || usage
 			bcmds+=("$2")
 			shift 2
 			;;
