@@ -203,6 +203,8 @@ int main(int argc, char **argv)
 		}
 		rd = mib_s(bytes, reps, tr);
 		wr = mib_s(bytes, reps, ta);
+		printf("bench_rdma_bw: %zu B: %u reads %.1f s, %u assigns %.1f s\n", bytes, reps,
+		       tr / 1e9, reps, ta / 1e9);
 		ib_r = perftest_bw("ib_read_bw", reps < 5 ? 5 : reps, bytes);
 		ib_w = perftest_bw("ib_write_bw", reps < 5 ? 5 : reps, bytes);
 		printf("SUMMARY transport=rdma workload=var_read_bw bytes=%zu reps=%u MiB_s=%.1f",
