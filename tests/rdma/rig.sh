@@ -50,7 +50,9 @@
 #     paths and the guest starts in the host's working directory, so relative
 #     and absolute paths mean the same inside; --file adds more.
 #  4. boot: qemu-system-x86_64 under TCG, 2 vCPUs, 2 GiB, user-mode NIC with
-#     restrict=on (nothing leaves the VM).  The guest's /init
+#     restrict=on (nothing leaves the VM); no_timer_check on the kernel's
+#     command line (on a starved host TCG's timer check failed: "IO-APIC +
+#     timer doesn't work!", a panic at boot).  The guest's /init
 #     (guest-init.sh) loads the modules, sets eth0 to 10.0.2.15, runs
 #     `rdma link add rxe0 type rxe netdev eth0`, waits for the port to be
 #     ACTIVE, then runs each command under a per-command limit.
@@ -391,7 +393,7 @@ rig_boot() {
 		-netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0,mac=52:54:0a:00:02:0f \
 		${pair_a[@]+"${pair_a[@]}"} \
 		-kernel "$kdir/boot/vmlinuz-$kver" -initrd "$w/initrd.gz" \
-		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable${pair:+ rig.role=a}" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable no_timer_check${pair:+ rig.role=a}" \
 		</dev/null >"$w/qemu.log" 2>&1 &
 	qpid=$!
 	running+=("$qpid")
@@ -485,7 +487,7 @@ rig_boot_peer() {
 		-netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0,mac=52:54:0a:00:02:0f \
 		"${pair_b[@]}" \
 		-kernel "$kdir/boot/vmlinuz-$kver" -initrd "$w/initrd.gz" \
-		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable rig.role=b" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable no_timer_check rig.role=b" \
 		</dev/null >"$w/b-qemu.log" 2>&1 &
 	bpid=$!
 	running+=("$bpid")
