@@ -16,8 +16,8 @@
  *                the value seen changes; for a small variable (each read one
  *                RDMA READ of its whole block) and a large one (a chain of
  *                three READs).
- *   heartbeat    a stopped coord-ps is found lost by the heartbeat (2 x
- *                200 ms), not the 30 s op timeout; after SIGCONT an op
+ *   heartbeat    a stopped coord-ps is found lost by the heartbeat (4 x
+ *                500 ms), not the 30 s op timeout; after SIGCONT an op
  *                dials again; idle, pings keep the connection up.
  *   large        the coordinator reads 1 MiB and 300 KiB of a variable
  *                with coord-ps stopped: RDMA READs straight into its
@@ -50,7 +50,7 @@ static struct coord_registry *reg;
 static pid_t ps_pid = -1;
 static unsigned ps_port;
 
-/* A coordinator of @nworkers and the ps; @hb_ms > 0: that heartbeat, 2 misses. */
+/* A coordinator of @nworkers and the ps; @hb_ms > 0: that heartbeat, 4 misses. */
 static struct coord *make_hb(unsigned nworkers, int hb_ms)
 {
 	struct coord_opts o;
@@ -63,7 +63,7 @@ static struct coord *make_hb(unsigned nworkers, int hb_ms)
 	t_opts(&o, reg);
 	if (hb_ms > 0) {
 		o.heartbeat_ms = hb_ms;
-		o.heartbeat_misses = 2;
+		o.heartbeat_misses = 4;
 	}
 	w = t_spec_json(nworkers);
 	w[strlen(w) - 1] = 0; /* drop the closing brace */
@@ -195,13 +195,13 @@ static void test_rdma_ps_one_sided_large(void **state)
 /*
  * The heartbeat over rdma (ps_conn.c): with coord-ps stopped, a two-sided
  * op fails with COORD_EUNAVAILABLE once the connection has been silent for
- * heartbeat x misses (here 2 x 200 ms), long before the 30 s op timeout;
+ * heartbeat x misses (here 4 x 500 ms), long before the 30 s op timeout;
  * after SIGCONT the next op dials again and succeeds.  Idle in between
  * (pings answered), the connection stays up.
  */
 static void test_rdma_ps_heartbeat(void **state)
 {
-	struct coord *c = make_hb(1, 200);
+	struct coord *c = make_hb(1, 500);
 	uint64_t dims[1] = { 16 };
 	struct coord_error err = { 0 };
 	float one[16], got[16];
@@ -214,10 +214,11 @@ static void test_rdma_ps_heartbeat(void **state)
 		one[i] = (float)i;
 	assert_int_equal(coord_var_create(c, "rdma/hb", 1, dims, NULL, &v, &err), 0);
 	assert_int_equal(coord_var_assign(c, v, 0, 16, one, &err), 0);
-	t_sleep_ns(1500000000); /* idle for 7 heartbeats: the pings keep it up */
+	t_sleep_ns(3000000000ull); /* idle 1.5 x heartbeat x misses: pings keep it up */
 	assert_int_equal(coord_var_assign(c, v, 0, 16, one, &err), 0);
 
 	assert_int_equal(kill(ps_pid, SIGSTOP), 0);
+	t_sleep_ns(100000000); /* kill() returns before the process has stopped */
 	t0 = t_now_ns();
 	r = coord_var_assign(c, v, 0, 16, one, &err);
 	took = t_now_ns() - t0;
