@@ -46,11 +46,13 @@
  * frame) is outside this.  Not covered: a request the ps applied whose
  * reply is lost with the connection; its closure fails (or is put back)
  * though its update was made.  Over rdma the same holds on the frame
- * channel (ps_rdma.h): a frame is the sign of life (the reader sees every
- * one), the ping is posted as far as credits allow now
- * (coord_psr_send_some()), a lost connection is shut down (both channels:
- * one-sided reads stop too), and the first VAR_SYNC follows the handshake.
- * The read-only channel sends no frame, so the ps never judges it.
+ * channel (ps_rdma.h): any receive completed is the sign of life (frames,
+ * and the ps's credit returns while it takes in a large frame of ours: a
+ * ping queued behind that frame is answered only after it), the ping is
+ * posted as far as credits allow now (coord_psr_send_some()), a lost
+ * connection is shut down (both channels: one-sided reads stop too), and
+ * the first VAR_SYNC follows the handshake.  The read-only channel sends
+ * no frame, so the ps never judges it.
  *
  * Synchronization: the client's set-up, a connection's socket or channel
  * and its reader thread; the fields under k->lock and a caller's batch are
@@ -154,8 +156,8 @@ static void sync_ping(struct psc_conn *k)
 
 /* ---- the reader ------------------------------------------------------------------------ */
 
-/* The reader's clock: bytes seen (tcp), when the last byte or frame came,
- * the next ping. */
+/* The reader's clock: bytes (tcp) or receives (rdma) seen, when the last
+ * came, the next ping. */
 struct psc_beat {
 	uint64_t rx_bytes, rx_ns, ping_at;
 };
@@ -219,8 +221,12 @@ static int reader_next(struct psc_conn *k, struct coord_frame_reader *rd, struct
 		uint64_t now = coord_now_ns(), until = UINT64_MAX;
 		int r, wait = -1;
 
-		if (!k->r && rd->rx_total != b->rx_bytes) { /* any byte is a sign of life */
-			b->rx_bytes = rd->rx_total;
+		/* any byte (tcp) or receive (rdma: the ps's credit returns too, while
+		 * it takes in a large frame of ours) is a sign of life */
+		uint64_t rx = k->r ? coord_psr_rx(k->r) : rd->rx_total;
+
+		if (rx != b->rx_bytes) {
+			b->rx_bytes = rx;
 			b->rx_ns = now;
 		}
 		if (p->dead_ns && now - b->rx_ns >= p->dead_ns)
@@ -237,8 +243,6 @@ static int reader_next(struct psc_conn *k, struct coord_frame_reader *rd, struct
 			wait = (int)((until - now) / 1000000u) + 1;
 		if (k->r) {
 			r = coord_psr_next(k->r, h, payload, wait);
-			if (r == 0) /* rdma: a frame is the sign of life */
-				b->rx_ns = coord_now_ns();
 		} else {
 			r = coord_frame_read(rd, wait, wait < 0 ? 10000 : wait, h, payload);
 		}

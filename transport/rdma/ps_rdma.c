@@ -151,6 +151,16 @@ int coord_psr_send_some(struct coord_psr *r, const void *buf, size_t len, size_t
 	return rc;
 }
 
+uint64_t coord_psr_rx(struct coord_psr *r)
+{
+	struct coord_rdma_stats st;
+
+	pthread_mutex_lock(&r->chan_lock);
+	coord_rdma_chan_stats(r->ch, &st);
+	pthread_mutex_unlock(&r->chan_lock);
+	return st.recvs;
+}
+
 int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload,
 		   int wait_ms)
 {

@@ -64,6 +64,12 @@ COORD_HIDDEN int coord_psr_send(struct coord_psr *r, const void *buf, size_t len
 COORD_HIDDEN int coord_psr_send_some(struct coord_psr *r, const void *buf, size_t len,
 				     size_t *sent);
 /*
+ * coord_psr_rx() - receives completed on the frame channel so far: frames
+ * and the ps's credit returns, so it moves while the ps takes in a large
+ * frame of ours (the heartbeat's sign of life, like bytes over tcp).
+ */
+COORD_HIDDEN uint64_t coord_psr_rx(struct coord_psr *r);
+/*
  * coord_psr_next() - the reader thread's next frame (valid until its next
  * call); sleeps while there is none, @wait_ms at most (-1: no bound).
  * Return: 0; -ETIMEDOUT no frame within @wait_ms; -EPIPE closed, shut down
