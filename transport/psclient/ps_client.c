@@ -387,7 +387,7 @@ static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *op
 	/* Give-up (ps_conn.c): the last VAR_SYNC names a frame received long ago (a
 	 * quarter window) while newer ones came: name the newest before
 	 * these requests, so the ps does not take them for given up. */
-	if (r == 0 && k->up && p->window_ns && k->rx_count != k->synced &&
+	if (r == 0 && k->up && !p->rdma && p->window_ns && k->rx_count != k->synced &&
 	    coord_now_ns() - k->synced_ns >= p->window_ns / 4 && put_sync(k, false) < 0)
 		r = coord_seterr(&e, COORD_ENOMEM, "no memory for a variable operation");
 	for (unsigned i = 0; i < n; i++) {

@@ -45,14 +45,20 @@
  * for rates that differ).  A ps that breaks the protocol (a malformed
  * frame) is outside this.  Not covered: a request the ps applied whose
  * reply is lost with the connection; its closure fails (or is put back)
- * though its update was made.  Over rdma the same holds on the frame
- * channel (ps_rdma.h): any receive completed is the sign of life (frames,
- * and the ps's credit returns while it takes in a large frame of ours: a
- * ping queued behind that frame is answered only after it), the ping is
- * posted as far as credits allow now (coord_psr_send_some()), a lost
- * connection is shut down (both channels: one-sided reads stop too), and
- * the first VAR_SYNC follows the handshake.  The read-only channel sends
- * no frame, so the ps never judges it.
+ * though its update was made.
+ *
+ * Over rdma the heartbeat holds on the frame channel (ps_rdma.h), Give-up
+ * does not: any receive completed is the sign of life (frames, and the
+ * ps's credit returns while it takes in a large frame of ours: a ping
+ * queued behind that frame is answered only after it); the ping is a PING
+ * (its token the ping interval: the ps's keepalive hint), not a VAR_SYNC,
+ * posted as far as credits allow now (coord_psr_send_some()); a silent
+ * connection is shut down (both channels: one-sided reads stop too) and
+ * redialled.  No VAR_SYNC goes over rdma: under TCG soft-RoCE takes in an
+ * 8 MiB frame in seconds, and the ps refuses a request that starts a
+ * window (at most heartbeat x misses) after the frame its VAR_SYNC names,
+ * so large assigns failed with COORD_ETIMEDOUT; a request timed out over
+ * rdma may still be applied later (issue 21, open over rdma).
  *
  * Synchronization: the client's set-up, a connection's socket or channel
  * and its reader thread; the fields under k->lock and a caller's batch are
@@ -145,11 +151,30 @@ static void drain_nb(struct psc_conn *k)
 	k->w.len -= (size_t)n;
 }
 
-/* The reader's ping: a VAR_SYNC asking for an echo; never blocks. */
+/* rdma's ping (under k->lock): a PING whose token is the ping interval in
+ * ms, which the ps echoes (a PONG the reader takes as a keepalive) and takes
+ * as its keepalive hint.  Ends the open frame. */
+static int put_ping(struct psc_conn *k)
+{
+	uint64_t ms = k->p->ping_ns / 1000000u;
+	int r;
+
+	if (k->open)
+		coord_wire_end(&k->w);
+	k->open = false;
+	r = out_room(k, COORD_WIRE_HDR + 8);
+	if (r < 0)
+		return r;
+	(void)coord_wire_put_ping(&k->w, COORD_WIRE_PING, ms ? ms : 1); /* room made above */
+	return 0;
+}
+
+/* The reader's ping: a VAR_SYNC asking for an echo (tcp) or a PING (rdma);
+ * never blocks. */
 static void sync_ping(struct psc_conn *k)
 {
 	pthread_mutex_lock(&k->lock);
-	if (k->up && put_sync(k, true) == 0 && !k->flushing)
+	if (k->up && (k->r ? put_ping(k) : put_sync(k, true)) == 0 && !k->flushing)
 		drain_nb(k);
 	pthread_mutex_unlock(&k->lock);
 }
@@ -341,10 +366,9 @@ static void sock_abort(int fd)
 	close(fd);
 }
 
-/* Give-up: the first frame of a new connection, before any request:
- * VAR_SYNC naming frame 0 (the handshake), no echo; over tcp on @fd, over
- * rdma on @pr. */
-static int first_sync(struct psc_conn *k, int fd, struct coord_psr *pr, struct coord_error *err)
+/* Give-up: the first frame of a new tcp connection, before any request:
+ * VAR_SYNC naming frame 0 (the handshake), no echo. */
+static int first_sync(struct psc_conn *k, int fd, struct coord_error *err)
 {
 	const struct coord_psc *p = k->p;
 	struct coord_wire_sync y = { .window_ms = (uint32_t)(p->window_ns / 1000000u),
@@ -355,7 +379,7 @@ static int first_sync(struct psc_conn *k, int fd, struct coord_psr *pr, struct c
 
 	coord_wire_writer_init(&w, b, sizeof(b));
 	(void)coord_wire_put_sync(&w, &y);
-	r = pr ? coord_psr_send(pr, b, w.len) : coord_sock_send_all(fd, b, w.len);
+	r = coord_sock_send_all(fd, b, w.len);
 	return r < 0 ? coord_seterr(err, r, "%s: %s", k->addr, strerror(-r)) : 0;
 }
 
@@ -396,11 +420,6 @@ static int conn_dial(struct psc_conn *k, int tmo, int *fd, struct coord_error *e
 
 		r = coord_psr_connect(k->addr, &k->p->key, k->p->role, k->task, k->p->max_frame,
 				      tmo, &pr, err);
-		if (r == 0 && k->p->window_ns) {
-			r = first_sync(k, -1, pr, err);
-			if (r < 0)
-				coord_psr_destroy(pr);
-		}
 		if (r == 0) {
 			pthread_rwlock_wrlock(&k->use_lock);
 			pthread_mutex_lock(&k->lock);
@@ -419,7 +438,7 @@ static int conn_dial(struct psc_conn *k, int tmo, int *fd, struct coord_error *e
 			coord_frame_reader_fini(&rd);
 		}
 		if (r == 0 && k->p->window_ns)
-			r = first_sync(k, *fd, NULL, err);
+			r = first_sync(k, *fd, err);
 	}
 	return r;
 }
