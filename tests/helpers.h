@@ -120,11 +120,18 @@ extern unsigned t_tcp_loops;
 /* The address worker processes listen on: 127.0.0.1, or over rdma
  * $RDMA_TEST_ADDR (default 10.0.2.15, the rig's guest). */
 const char *t_addr(void);
+/* An rdma address of this host, for both ends of a pair inside the test
+ * process: $RDMA_LOCAL_ADDR, default t_addr() (the rig's pair mode puts the
+ * servers, and t_addr(), in the other guest). */
+const char *t_local_addr(void);
 /*
  * t_spawn() - run @argv (a server) with stdout on a pipe, wait for its
  * "<@banner> listening on port P" line; its pid (*@port = P) or -1.  The
  * child dies with the test (PDEATHSIG); with $T_SERVER_STDERR set, its
- * stderr (the log) is appended to that file.  t_reap(): SIGTERM, then SIGKILL.
+ * stderr (the log) is appended to that file.  With $T_SPAWN_WRAP set, the
+ * server's command line runs through that program (the rig's pair mode:
+ * tests/rdma/peer-exec.sh, which runs it in the other guest for as long as
+ * the wrapper lives).  t_reap(): SIGTERM, then SIGKILL.
  */
 pid_t t_spawn(char *const argv[], const char *banner, unsigned *port);
 void t_reap(pid_t pid);

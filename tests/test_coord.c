@@ -2728,6 +2728,8 @@ int main(void)
 	t_watchdog(600);
 	if (getenv("T_FILTER")) /* run only the tests matching this pattern */
 		cmocka_set_test_filter(getenv("T_FILTER"));
+	if (getenv("T_SKIP")) /* skip the tests matching this pattern */
+		cmocka_set_skip_filter(getenv("T_SKIP"));
 	if (t_group_on("inproc"))
 		failed += cmocka_run_group_tests_name("coord/inproc", inproc_tests, NULL, NULL);
 	if (t_group_on("tcp"))

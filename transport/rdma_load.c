@@ -139,9 +139,21 @@ int coord_psr_send(struct coord_psr *r, const void *buf, size_t len)
 	return r ? prov->psr_send(r, buf, len) : -EPIPE;
 }
 
-int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload)
+int coord_psr_send_some(struct coord_psr *r, const void *buf, size_t len, size_t *sent)
 {
-	return r ? prov->psr_next(r, h, payload) : -EPIPE;
+	*sent = 0;
+	return r ? prov->psr_send_some(r, buf, len, sent) : -EPIPE;
+}
+
+uint64_t coord_psr_rx(struct coord_psr *r)
+{
+	return r ? prov->psr_rx(r) : 0;
+}
+
+int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload,
+		   int wait_ms)
+{
+	return r ? prov->psr_next(r, h, payload, wait_ms) : -EPIPE;
 }
 
 int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off, uint64_t n,

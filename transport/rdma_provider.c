@@ -20,6 +20,8 @@ __attribute__((visibility("default"))) const struct coord_rdma_provider coord_rd
 	.serve = coord_rdma_serve,
 	.psr_connect = coord_psr_connect,
 	.psr_send = coord_psr_send,
+	.psr_send_some = coord_psr_send_some,
+	.psr_rx = coord_psr_rx,
 	.psr_next = coord_psr_next,
 	.psr_read_var = coord_psr_read_var,
 	.psr_shutdown = coord_psr_shutdown,

@@ -42,7 +42,7 @@
 struct coord_srv;
 
 /* Bumped whenever struct coord_rdma_provider changes (RP1). */
-#define COORD_RDMA_PROVIDER_ABI 1
+#define COORD_RDMA_PROVIDER_ABI 2
 /* The one symbol a provider exports: a const struct coord_rdma_provider. */
 #define COORD_RDMA_PROVIDER_SYM "coord_rdma_provider"
 /* The environment variable that names the provider's file. */
@@ -68,7 +68,10 @@ struct coord_rdma_provider {
 			   unsigned task, uint32_t max_frame, int timeout_ms,
 			   struct coord_psr **out, struct coord_error *err);
 	int (*psr_send)(struct coord_psr *r, const void *buf, size_t len);
-	int (*psr_next)(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload);
+	int (*psr_send_some)(struct coord_psr *r, const void *buf, size_t len, size_t *sent);
+	uint64_t (*psr_rx)(struct coord_psr *r);
+	int (*psr_next)(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload,
+			int wait_ms);
 	int (*psr_read_var)(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off,
 			    uint64_t n, void *dst, unsigned *tries);
 	void (*psr_shutdown)(struct coord_psr *r);

@@ -350,11 +350,11 @@ static int pair_open(struct acc *a, void *(*srv)(void *), struct coord_rdma_chan
 
 	struct coord_rdma_opts o = { .spin_us = chan_spin_us };
 
-	t_transport = "rdma"; /* t_addr(): the RDMA device's address */
-	snprintf(hp, sizeof(hp), "%s:0", t_addr());
+	t_transport = "rdma"; /* t_local_addr(): this host's RDMA device's address */
+	snprintf(hp, sizeof(hp), "%s:0", t_local_addr());
 	if (coord_rdma_listen(hp, &o, &a->l, &port, NULL) < 0)
 		return -1;
-	snprintf(hp, sizeof(hp), "%s:%u", t_addr(), port);
+	snprintf(hp, sizeof(hp), "%s:%u", t_local_addr(), port);
 	a->started = pthread_create(&a->th, NULL, srv, a) == 0;
 	return a->started ? coord_rdma_connect(hp, &o, 10000, c, NULL) : -1;
 }

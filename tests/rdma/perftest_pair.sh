@@ -7,11 +7,17 @@
 #   sh tests/rdma/perftest_pair.sh ib_send_lat -n 1000
 #   sh tests/rdma/perftest_pair.sh ib_send_bw -n 1000 -s 65536
 #   RIG_DEV=mlx5_0 RIG_ADDR=192.168.1.5 RIG_GID=3 sh tests/rdma/perftest_pair.sh ib_read_lat
+#   # the rig's pair mode: the server in guest B, the client here, across the wire
+#   RIG_SERVER_WRAP=$RIG_PEER_EXEC RIG_DEV=rxe1 RIG_ADDR=$RIG_PEER sh tests/rdma/perftest_pair.sh ib_read_bw
 #
 # The server is started first; the client starts once the server's TCP
 # out-of-band port is listening (bounded wait), or with -R (rdma_cm, whose
-# port never shows in /proc/net/tcp) after a fixed 3 s.  Exit: the client's
-# status, or 1 if the server never listened or failed.
+# port never shows in /proc/net/tcp) after a fixed 3 s.  With RIG_SERVER_WRAP
+# (a program that runs a command on another host, e.g. the rig's
+# peer-exec.sh) the server runs through it, on the host that owns RIG_ADDR
+# (same RIG_DEV name there), and the client retries its connect while the
+# server is not yet listening (20 s at most).  Exit: the client's status, or
+# 1 if the server never listened or failed.
 set -u
 [ $# -ge 1 ] || {
 	echo "usage: perftest_pair.sh TOOL [ARGS...]" >&2
@@ -26,8 +32,9 @@ port=${RIG_PORT:-18515}
 log=${TMPDIR:-/tmp}/perftest_pair.$$
 opts="-d $dev -x $gid -F -p $port"
 
-# shellcheck disable=SC2086 # $opts is a list of words
-"$tool" $opts "$@" >"$log.server" 2>&1 &
+wrap=${RIG_SERVER_WRAP:-}
+# shellcheck disable=SC2086 # $opts and $wrap are lists of words
+$wrap "$tool" $opts "$@" >"$log.server" 2>&1 &
 spid=$!
 
 server_gone() {
@@ -37,7 +44,9 @@ server_gone() {
 	exit 1
 }
 
-case " $* " in
+case "$wrap: $* " in
+?*:*)
+	;; # remote: the client's connect is retried below
 *" -R "*)
 	sleep 3 # rdma_cm's port never shows in /proc/net/tcp
 	kill -0 $spid 2>/dev/null || server_gone "3 s"
@@ -58,6 +67,15 @@ esac
 # shellcheck disable=SC2086
 "$tool" $opts "$@" "$addr" >"$log.client" 2>&1
 crc=$?
+i=0
+while [ -n "$wrap" ] && [ $crc -ne 0 ] && grep -q "Couldn't connect" "$log.client" &&
+	[ $i -lt 40 ] && kill -0 $spid 2>/dev/null; do
+	i=$((i + 1))
+	sleep 0.5
+	# shellcheck disable=SC2086
+	"$tool" $opts "$@" "$addr" >"$log.client" 2>&1
+	crc=$?
+done
 cat "$log.client"
 
 # The server ends with the client; give it 10 s.

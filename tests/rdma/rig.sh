@@ -7,6 +7,7 @@
 #   bash tests/rdma/rig.sh run -- ./build/tests/rdma/verbs_smoke -n 100
 #   bash tests/rdma/rig.sh run -c 'CMD1' -c 'CMD2'   # each a busybox-sh command line
 #   bash tests/rdma/rig.sh run -f cmds.txt           # one command a line, # comments
+#   bash tests/rdma/rig.sh pair -a 'CMD IN A' -b 'CMD IN B' [-f FILE]  # two guests, a wire
 #   bash tests/rdma/rig.sh deps | kernel | help
 #
 # run (and selftest) options: -c 'LINE' and -f FILE add commands (busybox sh
@@ -15,6 +16,20 @@
 # all of it; e.g. a coord-worker or a .so a test finds through an environment
 # variable); --timeout SECS is the per-command limit.  Host programs that
 # busybox also has (ip, ls, ...) are used only when named by their path.
+#
+# pair: two guests from the same initramfs, joined by a second NIC each
+# (eth1, qemu's UDP socket netdev on 127.0.0.1: RoCEv2 frames really cross
+# a link) with its own soft-RoCE device rxe1: guest A 10.0.3.15, guest B
+# 10.0.3.16 (eth0/rxe0 10.0.2.15 as in run, in each).  -a / -f / -- add
+# commands for A, run in order as in run; -b adds commands B starts in the
+# background at boot.  B then serves tests/rdma/peer-serve.sh: in A,
+# $RIG_PEER_EXEC CMD (tests/rdma/peer-exec.sh) runs CMD in B for as long as
+# it lives, so tests started with T_SPAWN_WRAP=$RIG_PEER_EXEC put their
+# coord-worker / coord-ps in B; $RIG_SHM is an ivshmem region both guests
+# map (COORD_TEST_SHM: the tests' counters).  A runs its first command only
+# once B answers (bounded: $RIG_PAIR_WAIT, 120 s; else exit 3) and stops B
+# when done.  B's output is streamed with a "B| " prefix.  tests/rdma/pair.txt
+# is the suite over the wire: bash tests/rdma/rig.sh pair -f tests/rdma/pair.txt
 #
 # How it works
 #  1. deps: apt-get installs what is missing of coord_rig_deps (.ci/deps.sh):
@@ -35,7 +50,9 @@
 #     paths and the guest starts in the host's working directory, so relative
 #     and absolute paths mean the same inside; --file adds more.
 #  4. boot: qemu-system-x86_64 under TCG, 2 vCPUs, 2 GiB, user-mode NIC with
-#     restrict=on (nothing leaves the VM).  The guest's /init
+#     restrict=on (nothing leaves the VM); no_timer_check on the kernel's
+#     command line (on a starved host TCG's timer check failed: "IO-APIC +
+#     timer doesn't work!", a panic at boot).  The guest's /init
 #     (guest-init.sh) loads the modules, sets eth0 to 10.0.2.15, runs
 #     `rdma link add rxe0 type rxe netdev eth0`, waits for the port to be
 #     ACTIVE, then runs each command under a per-command limit.
@@ -64,7 +81,8 @@
 #
 # Environment: RIG_CACHE, RIG_KPKG (pin a kernel package), RIG_SMP (2),
 # RIG_MEM (MiB, 2048), RIG_TIMEOUT, RIG_BOOT_TIMEOUT, RIG_VM_TIMEOUT,
-# RIG_KEEP=1 (keep the work dir), BUILD_DIR (selftest; default build).
+# RIG_KEEP=1 (keep the work dir), BUILD_DIR (selftest; default build),
+# RIG_PAIR_WAIT (pair: A's wait for B, 120 s).
 set -euo pipefail
 export LC_ALL=C # $EPOCHREALTIME and awk's numbers with a '.', whatever the locale
 
@@ -312,6 +330,11 @@ rig_initramfs() {
 		/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 	add_file /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/rxe.driver
 	add_file /lib/x86_64-linux-gnu/libgcc_s.so.1 /lib/x86_64-linux-gnu/libgcc_s.so.1
+	# perftest's tools, which benchmarks run through perftest_pair.sh
+	# without naming them on a command line
+	for a in ib_send_lat ib_read_lat ib_send_bw ib_read_bw ib_write_bw; do
+		add_file "$(type -P "$a")" "/usr/bin/$a"
+	done
 	printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
 	printf 'root:x:0:\n' >"$root/etc/group"
 
@@ -328,6 +351,19 @@ rig_initramfs() {
 		done
 	done
 	echo "$i" >"$root/rig/ncmds"
+	i=0
+	for line in ${bcmds[@]+"${bcmds[@]}"}; do
+		i=$((i + 1))
+		printf '%s\n' "$line" >"$root/rig/bcmd.$i"
+		read -ra words <<<"${line//[;&|()<>\`]/ }"
+		for a in "${words[@]}"; do
+			add_word "${a//[\"\']/}"
+		done
+	done
+	echo "$i" >"$root/rig/nbcmds"
+	echo "${RIG_PAIR_WAIT:-120}" >"$root/rig/pairwait"
+	cp "$here/peer-exec.sh" "$here/peer-serve.sh" "$root/rig/"
+	chmod 755 "$root/rig/peer-exec.sh" "$root/rig/peer-serve.sh"
 	echo "$cmd_timeout" >"$root/rig/timeout"
 	mkdir -p "$root$PWD"
 	echo "$PWD" >"$root/rig/cwd"
@@ -346,14 +382,18 @@ rig_boot() {
 	: >"$w/out.log"
 	: >"$w/console.log"
 	t0=$(now)
-	timeout -k 5 "$vm_timeout" qemu-system-x86_64 -machine pc -accel tcg,thread=multi \
+	local pre=() # pair: guest A's wire socket (udp_exec)
+	[ -z "$pair" ] || pre=(perl -e "$udp_exec" "$pair_pa" "$pair_pb")
+	timeout -k 5 "$vm_timeout" ${pre[@]+"${pre[@]}"} \
+		qemu-system-x86_64 -machine pc -accel tcg,thread=multi \
 		-cpu max -smp "${RIG_SMP:-2}" -m "${RIG_MEM:-2048}" \
 		-display none -no-reboot -nodefaults \
 		-chardev "file,id=con,path=$w/console.log" -serial chardev:con \
 		-chardev "file,id=out,path=$w/out.log" -serial chardev:out \
 		-netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0,mac=52:54:0a:00:02:0f \
+		${pair_a[@]+"${pair_a[@]}"} \
 		-kernel "$kdir/boot/vmlinuz-$kver" -initrd "$w/initrd.gz" \
-		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable no_timer_check${pair:+ rig.role=a}" \
 		</dev/null >"$w/qemu.log" 2>&1 &
 	qpid=$!
 	running+=("$qpid")
@@ -396,6 +436,83 @@ rig_boot() {
 	fi
 }
 
+# pair_args ROLE WORKDIR: qemu arguments of a pair guest: the wire (eth1,
+# a connected UDP socket on 127.0.0.1 that udp_exec passes as fd @FD@) and
+# the shared ivshmem region.
+pair_args() {
+	local mac=52:54:0a:00:03:0f
+	[ "$1" = a ] || mac=52:54:0a:00:03:10
+	printf '%s\n' -netdev "dgram,id=n1,local.type=fd,local.str=@FD@" \
+		-device "virtio-net-pci,netdev=n1,mac=$mac" \
+		-object "memory-backend-file,id=shm,share=on,mem-path=$2/shm,size=4M" \
+		-device ivshmem-plain,memdev=shm
+}
+
+# udp_exec: a command prefix, `perl -e "$udp_exec" PORT_SELF PORT_PEER CMD
+# ARGS...`: execs CMD with a UDP socket bound to 127.0.0.1:PORT_SELF and
+# connected to 127.0.0.1:PORT_PEER as fd @FD@ in its arguments, with 16 MiB
+# socket buffers (SO_RCVBUFFORCE as root, else up to net.core.rmem_max):
+# with the default 208 KiB, one 1 MiB RDMA message (a burst of 1024 of
+# rxe's frames) overflows qemu's socket and rxe's go-back-N retries crawl.
+# Perl (perl-base) for setsockopt.
+# shellcheck disable=SC2016 # perl's variables
+udp_exec='
+	use Socket;
+	$^F = 1023; # the socket survives exec
+	my ($self, $peer, @cmd) = @ARGV;
+	socket(my $s, PF_INET, SOCK_DGRAM, 0) or die "socket: $!";
+	for my $o ([33, 8], [32, 7]) { # SO_{RCV,SND}BUFFORCE, else SO_{RCV,SND}BUF
+		setsockopt($s, SOL_SOCKET, $o->[0], pack("i", 16 << 20)) or
+			setsockopt($s, SOL_SOCKET, $o->[1], pack("i", 16 << 20));
+	}
+	bind($s, pack_sockaddr_in($self, inet_aton("127.0.0.1"))) or die "bind $self: $!";
+	connect($s, pack_sockaddr_in($peer, inet_aton("127.0.0.1"))) or die "connect: $!";
+	my $fd = fileno($s);
+	s/\@FD\@/$fd/g for @cmd;
+	exec { $cmd[0] } @cmd or die "exec $cmd[0]: $!";
+'
+
+# rig_boot_peer WORKDIR: starts guest B (qemu in the background, its output
+# streamed with a "B| " prefix); rig_peer_end stops it once A is done.
+rig_boot_peer() {
+	local w=$1
+	: >"$w/b-out.log"
+	: >"$w/b-console.log"
+	timeout -k 5 "$((vm_timeout + 60))" perl -e "$udp_exec" "$pair_pb" "$pair_pa" \
+		qemu-system-x86_64 -machine pc -accel tcg,thread=multi \
+		-cpu max -smp "${RIG_SMP:-2}" -m "${RIG_MEM:-2048}" \
+		-display none -no-reboot -nodefaults \
+		-chardev "file,id=con,path=$w/b-console.log" -serial chardev:con \
+		-chardev "file,id=out,path=$w/b-out.log" -serial chardev:out \
+		-netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0,mac=52:54:0a:00:02:0f \
+		"${pair_b[@]}" \
+		-kernel "$kdir/boot/vmlinuz-$kver" -initrd "$w/initrd.gz" \
+		-append "console=ttyS0 panic=-1 quiet loglevel=4 tsc=reliable no_timer_check rig.role=b" \
+		</dev/null >"$w/b-qemu.log" 2>&1 &
+	bpid=$!
+	running+=("$bpid")
+	tail -n +1 -s 0.2 -F --pid="$bpid" "$w/b-out.log" 2>/dev/null | sed -u 's/\r$//; s/^/B| /' &
+	bspid=$!
+	running+=("$bspid")
+}
+
+# rig_peer_end: B stops by itself once A has told it to (10 s), else is killed.
+rig_peer_end() {
+	local i
+	for i in $(seq 100); do
+		kill -0 "$bpid" 2>/dev/null || break
+		[ "$i" -lt 100 ] || kill "$bpid" 2>/dev/null || true
+		sleep 0.1
+	done
+	wait "$bpid" 2>/dev/null || true
+	for i in $(seq 30); do
+		kill -0 "$bspid" 2>/dev/null || break
+		[ "$i" -lt 30 ] || kill "$bspid" 2>/dev/null || true
+		sleep 0.1
+	done
+	wait "$bspid" 2>/dev/null || true
+}
+
 # rig_report WORKDIR: the verdict from the markers; returns the exit status.
 rig_report() {
 	local w=$1 out line i rc secs fail=0 rigfail=0 ready
@@ -435,6 +552,22 @@ rig_report() {
 			rigfail=1
 		}
 	fi
+	if [ -n "$pair" ]; then
+		line=$(grep -m1 '^B| @@RIG SERVING' <<<"$(sed 's/\r$//; s/^/B| /' "$w/b-out.log")" || true)
+		if [ -n "$line" ]; then
+			say "guest B: ${line#B| @@RIG }"
+		else
+			say "FAIL: guest B never served: $(grep -m1 '@@RIG SETUP-FAILED' "$w/b-out.log" || echo "no SERVING line")"
+			rigfail=1
+		fi
+		line=$(grep -m1 '^@@RIG PEER-UP' <<<"$out" || true)
+		[ -z "$line" ] || say "guest A: ${line#@@RIG }"
+		if grep -qE 'Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU' "$w/b-console.log"; then
+			say "FAIL: guest B's kernel reported a bug ($w/b-console.log):"
+			tail -n 25 "$w/b-console.log" | sed 's/\r$//; s/^/    /' >&2
+			rigfail=1
+		fi
+	fi
 	if grep -qE 'Kernel panic|BUG:|Oops|general protection fault|WARNING: CPU' "$w/console.log"; then
 		say "FAIL: the guest kernel reported a bug:"
 		rigfail=1
@@ -463,6 +596,7 @@ rig_run() {
 	cmd_timeout=${cmd_timeout:-${RIG_TIMEOUT:-300}}
 	boot_timeout=${RIG_BOOT_TIMEOUT:-120}
 	vm_timeout=${RIG_VM_TIMEOUT:-$((boot_timeout + ${#cmds[@]} * cmd_timeout + 30))}
+	[ -z "$pair" ] || [ -n "${RIG_VM_TIMEOUT:-}" ] || vm_timeout=$((vm_timeout + ${RIG_PAIR_WAIT:-120}))
 	local t1 t2 t3
 	[ "$(uname -m)" = x86_64 ] || die "x86_64 hosts only (the guest runs the host's binaries)"
 	rig_deps
@@ -478,7 +612,20 @@ rig_run() {
 	for ((i = 1; i <= ${#cmds[@]}; i++)); do
 		say "  [$i] ${cmds[i - 1]}"
 	done
+	if [ -n "$pair" ]; then
+		# Two UDP ports on 127.0.0.1, by pid (runs at once use others).
+		pair_pa=$((20000 + ($$ * 2) % 20000))
+		pair_pb=$((pair_pa + 1))
+		mapfile -t pair_a < <(pair_args a "$w")
+		mapfile -t pair_b < <(pair_args b "$w")
+		for ((i = 1; i <= ${#bcmds[@]}; i++)); do
+			say "  [B$i] ${bcmds[i - 1]} (background)"
+		done
+		say "pair: guest A 10.0.3.15 (udp 127.0.0.1:$pair_pa), guest B 10.0.3.16 (udp 127.0.0.1:$pair_pb)"
+		rig_boot_peer "$w"
+	fi
 	rig_boot "$w"
+	[ -z "$pair" ] || rig_peer_end
 	rig_report "$w" && status=0 || status=$?
 	if [ $status = 0 ] && [ -z "${RIG_KEEP:-}" ]; then
 		rm -rf "$w"
@@ -498,9 +645,15 @@ parse_run_args() {
 	local q a
 	while [ $# -gt 0 ]; do
 		case $1 in
-		-c)
+		-c | -a)
 			[ $# -ge 2 ] || usage
+			[ "$1" = -c ] || [ -n "$pair" ] || usage
 			cmds+=("$2")
+			shift 2
+			;;
+		-b)
+			{ [ $# -ge 2 ] && [ -n "$pair" ]; } || usage
+			bcmds+=("$2")
 			shift 2
 			;;
 		-f)
@@ -573,8 +726,12 @@ trap 'exit 143' TERM
 
 t_start=$(now)
 cmds=()
+bcmds=()
 files=()
 cmd_timeout=
+pair=
+pair_a=()
+pair_b=()
 case ${1:-help} in
 deps) rig_deps ;;
 kernel)
@@ -584,6 +741,13 @@ kernel)
 	;;
 run)
 	shift
+	parse_run_args "$@"
+	rig_run
+	;;
+pair)
+	shift
+	cd "$repo" # like selftest: tests/rdma/pair.txt names paths from the repo's root
+	pair=1
 	parse_run_args "$@"
 	rig_run
 	;;

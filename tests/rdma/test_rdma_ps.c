@@ -16,6 +16,12 @@
  *                the value seen changes; for a small variable (each read one
  *                RDMA READ of its whole block) and a large one (a chain of
  *                three READs).
+ *   heartbeat    a stopped coord-ps is found lost by the heartbeat (4 x
+ *                500 ms), not the 30 s op timeout; after SIGCONT an op
+ *                dials again; idle, pings keep the connection up.
+ *   large        the coordinator reads 1 MiB and 300 KiB of a variable
+ *                with coord-ps stopped: RDMA READs straight into its
+ *                buffers (ps_rdma.c P4), every float right.
  * Bounded: t_watchdog(), deadlines on every fetch.  Exit 77 without a device.
  */
 #include <stdarg.h>
@@ -44,7 +50,8 @@ static struct coord_registry *reg;
 static pid_t ps_pid = -1;
 static unsigned ps_port;
 
-static struct coord *make(unsigned nworkers)
+/* A coordinator of @nworkers and the ps; @hb_ms > 0: that heartbeat, 4 misses. */
+static struct coord *make_hb(unsigned nworkers, int hb_ms)
 {
 	struct coord_opts o;
 	struct coord_spec *spec = NULL;
@@ -54,6 +61,10 @@ static struct coord *make(unsigned nworkers)
 	int r;
 
 	t_opts(&o, reg);
+	if (hb_ms > 0) {
+		o.heartbeat_ms = hb_ms;
+		o.heartbeat_misses = 4;
+	}
 	w = t_spec_json(nworkers);
 	w[strlen(w) - 1] = 0; /* drop the closing brace */
 	snprintf(json, sizeof(json), "%s, \"ps\": [\"%s:%u\"]}", w, t_addr(), ps_port);
@@ -65,6 +76,11 @@ static struct coord *make(unsigned nworkers)
 	if (r != 0)
 		fail_msg("create: %s", err.msg);
 	return c;
+}
+
+static struct coord *make(unsigned nworkers)
+{
+	return make_hb(nworkers, 0);
 }
 
 /* Run var_read on [off, off + n) (n <= 64) and compare with @want. */
@@ -123,6 +139,104 @@ static void test_rdma_ps_one_sided_values_ps_stopped(void **state)
 	for (int i = 0; i < 8; i++)
 		vals[i] += 1.0f;
 	read_check(c, v, 0, 64, vals, 30000000000ll); /* the write is seen */
+	assert_int_equal(coord_join(c, &err), 0);
+	coord_destroy(c);
+}
+
+/*
+ * Large reads (ps_rdma.c P4): the coordinator's own ps client reads a 1 MiB
+ * variable whole and 300 KiB of it at an odd offset, straight into its
+ * buffers, with coord-ps stopped (one-sided: a two-sided fallback would wait
+ * for the ps and fail at the op timeout), every float right; the bytes
+ * around the range are untouched.
+ */
+static void test_rdma_ps_one_sided_large(void **state)
+{
+	enum { N = 256 * 1024, OFF = 12345, M = 75 * 1024 };
+	struct coord *c = make(1);
+	uint64_t dims[1] = { N };
+	struct coord_error err = { 0 };
+	float *vals = malloc(N * sizeof(float)), *got = malloc((N + 2) * sizeof(float));
+	coord_var_t v;
+
+	(void)state;
+	assert_non_null(vals);
+	assert_non_null(got);
+	for (int i = 0; i < N; i++)
+		vals[i] = (float)i + 0.25f;
+	assert_int_equal(coord_var_create(c, "rdma/large", 1, dims, NULL, &v, &err), 0);
+	assert_int_equal(coord_var_assign(c, v, 0, N, vals, &err), 0);
+	assert_int_equal(coord_var_read(c, v, 0, N, got, &err), 0); /* maps it */
+	assert_memory_equal(got, vals, N * sizeof(float));
+
+	assert_int_equal(kill(ps_pid, SIGSTOP), 0);
+	t_sleep_ns(100000000);
+	memset(got, 0, (N + 2) * sizeof(float));
+	if (coord_var_read(c, v, 0, N, got, &err) != 0) {
+		kill(ps_pid, SIGCONT);
+		fail_msg("1 MiB read with coord-ps stopped: %s", err.msg);
+	}
+	assert_memory_equal(got, vals, N * sizeof(float));
+	got[0] = got[M + 1] = -1.0f;
+	if (coord_var_read(c, v, OFF, M, got + 1, &err) != 0) {
+		kill(ps_pid, SIGCONT);
+		fail_msg("300 KiB read with coord-ps stopped: %s", err.msg);
+	}
+	assert_int_equal(kill(ps_pid, SIGCONT), 0);
+	assert_memory_equal(got + 1, vals + OFF, M * sizeof(float));
+	assert_true(got[0] == -1.0f && got[M + 1] == -1.0f);
+	print_message("read 1 MiB and 300 KiB one-sided while coord-ps was stopped\n");
+	free(vals);
+	free(got);
+	assert_int_equal(coord_join(c, &err), 0);
+	coord_destroy(c);
+}
+
+/*
+ * The heartbeat over rdma (ps_conn.c): with coord-ps stopped, a two-sided
+ * op fails with COORD_EUNAVAILABLE once the connection has been silent for
+ * heartbeat x misses (here 4 x 500 ms), long before the 30 s op timeout;
+ * after SIGCONT the next op dials again and succeeds.  Idle in between
+ * (pings answered), the connection stays up.
+ */
+static void test_rdma_ps_heartbeat(void **state)
+{
+	struct coord *c = make_hb(1, 500);
+	uint64_t dims[1] = { 16 };
+	struct coord_error err = { 0 };
+	float one[16], got[16];
+	coord_var_t v;
+	uint64_t t0, took;
+	int r = 0;
+
+	(void)state;
+	for (int i = 0; i < 16; i++)
+		one[i] = (float)i;
+	assert_int_equal(coord_var_create(c, "rdma/hb", 1, dims, NULL, &v, &err), 0);
+	assert_int_equal(coord_var_assign(c, v, 0, 16, one, &err), 0);
+	t_sleep_ns(3000000000ull); /* idle 1.5 x heartbeat x misses: pings keep it up */
+	assert_int_equal(coord_var_assign(c, v, 0, 16, one, &err), 0);
+
+	assert_int_equal(kill(ps_pid, SIGSTOP), 0);
+	t_sleep_ns(100000000); /* kill() returns before the process has stopped */
+	t0 = t_now_ns();
+	r = coord_var_assign(c, v, 0, 16, one, &err);
+	took = t_now_ns() - t0;
+	assert_int_equal(kill(ps_pid, SIGCONT), 0);
+	print_message("with coord-ps stopped: %s after %.2f s\n", err.msg, took / 1e9);
+	assert_int_equal(r, COORD_EUNAVAILABLE);
+	assert_true(took < 15000000000ull); /* the op timeout is 30 s */
+
+	/* coord-ps runs again: an op dials again (bounded: 50 x 200 ms) */
+	for (int k = 0; k < 50; k++) {
+		r = coord_var_assign(c, v, 0, 16, one, &err);
+		if (r == 0)
+			break;
+		t_sleep_ns(200000000);
+	}
+	assert_int_equal(r, 0);
+	assert_int_equal(coord_var_read(c, v, 0, 16, got, &err), 0);
+	assert_memory_equal(got, one, sizeof(one));
 	assert_int_equal(coord_join(c, &err), 0);
 	coord_destroy(c);
 }
@@ -258,6 +372,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rdma_ps_one_sided_values_ps_stopped),
+		cmocka_unit_test(test_rdma_ps_one_sided_large),
+		cmocka_unit_test(test_rdma_ps_heartbeat),
 		cmocka_unit_test(test_rdma_ps_one_sided_consistent_whole_block),
 		cmocka_unit_test(test_rdma_ps_one_sided_consistent_chain),
 	};

@@ -35,13 +35,15 @@
  * its address and rkeys), then read with RDMA READs that the ps CPU takes no
  * part in (runtime/store/varstore.c SNAP1-SNAP3: a snapshot between two writes, or a
  * retry; after COORD_PSR_TRIES, or on any failure, the READ goes two-sided
- * as before).  use_lock keeps the socket or channel open under a sender or
+ * as before; over COORD_PSR_READ_MAX bytes, straight into the caller's
+ * buffer, ps_rdma.c P4).  use_lock keeps the socket or channel open under a sender or
  * a one-sided reader while conn_up() closes or replaces a lost one.
  *
  * Why a mutex here when the closure path has none: a variable op is a round
  * trip to another process (tens of microseconds); the mutex covers a copy
  * into the frame buffer and the pending table, never a blocking system
- * call (the reader's ping is a send with MSG_DONTWAIT).
+ * call (the reader's ping is a send with MSG_DONTWAIT, or over rdma a
+ * post of what credits allow now).
  *
  * Synchronization: who writes each shared field, who reads it, and what
  * orders the two.  Callers are any threads in coord_psc_run(); the reader
@@ -360,7 +362,7 @@ static bool read_one_sided(struct coord_psc *p, struct coord_ps_op *op)
 	uint32_t gen;
 	int r;
 
-	if (op->n > COORD_PSR_READ_MAX / sizeof(float) || op->n * sizeof(float) > op->cap ||
+	if (op->n > COORD_PSR_LARGE_MAX / sizeof(float) || op->n * sizeof(float) > op->cap ||
 	    conn_up(k, NULL) < 0)
 		return false;
 	pthread_mutex_lock(&k->lock);

@@ -8,7 +8,7 @@
  * COORD_EUNAVAILABLE).  The request path is ps_client.c's; what the two
  * share is ps_client_pvt.h.
  *
- * Heartbeat (tcp).  The reader sends a VAR_SYNC asking for an echo every
+ * Heartbeat (tcp and rdma).  The reader sends a VAR_SYNC asking for an echo every
  * ping interval (at most the heartbeat, a third of heartbeat x misses and a
  * quarter of the window below), without ever blocking: queued behind a
  * sender at work, else sent with MSG_DONTWAIT under k->lock, what does not
@@ -47,8 +47,20 @@
  * with the connection fails here though its update was made: its closure
  * is put back, and the key it carries keeps its update to once
  * (runtime/ps/ps_once.c); the coordinator's own calls carry none (ps.h).
- * rdma: no heartbeat or VAR_SYNC yet (the ps does not judge a connection
- * that never sent one).
+ *
+ * Over rdma the heartbeat holds on the frame channel (ps_rdma.h), Give-up
+ * does not: any receive completed is the sign of life (frames, and the
+ * ps's credit returns while it takes in a large frame of ours: a ping
+ * queued behind that frame is answered only after it); the ping is a PING
+ * (its token the ping interval: the ps's keepalive hint), not a VAR_SYNC,
+ * posted as far as credits allow now (coord_psr_send_some()); a silent
+ * connection is shut down (both channels: one-sided reads stop too) and
+ * redialled.  No VAR_SYNC goes over rdma: under TCG soft-RoCE takes in an
+ * 8 MiB frame in seconds, and the ps refuses a request that starts a
+ * window (at most heartbeat x misses) after the frame its VAR_SYNC names,
+ * so large assigns failed with COORD_ETIMEDOUT.  A request timed out over
+ * rdma may still reach the ps later; its key keeps a re-run from applying
+ * it twice.
  *
  * Synchronization: the client's set-up, a connection's socket or channel
  * and its reader thread; the fields under k->lock and a caller's batch are
@@ -87,7 +99,7 @@
 
 /*
  * Give-up: queue a VAR_SYNC naming the frames counted so far (under
- * k->lock, tcp); @echo: ask for a PONG (the reader's ping, which also
+ * k->lock); @echo: ask for a PONG (the reader's ping, which also
  * keeps an idle connection's count moving).  Ends the open frame.
  */
 int put_sync(struct psc_conn *k, bool echo)
@@ -113,35 +125,67 @@ int put_sync(struct psc_conn *k, bool echo)
 }
 
 /*
- * Send what is queued without blocking (under k->lock, tcp, no sender at
- * work: nobody else writes the socket); what does not fit stays queued,
- * in order, for the next sender or the next ping.
+ * Send what is queued without blocking (under k->lock, no sender at work:
+ * nobody else writes the socket or the frame channel, and k->r is not
+ * replaced under k->lock); what does not fit stays queued, in order, for
+ * the next sender or the next ping.
  */
 static void drain_nb(struct psc_conn *k)
 {
-	ssize_t n = send(k->fd, k->out, k->w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	ssize_t n;
 
-	if (n < 0) {
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+	if (k->r) {
+		size_t sent = 0;
+
+		n = coord_psr_send_some(k->r, k->out, k->w.len, &sent) < 0 ? -1 : (ssize_t)sent;
+		if (n < 0) {
 			conn_down(k, "send failed");
-		return;
+			return;
+		}
+	} else {
+		n = send(k->fd, k->out, k->w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				conn_down(k, "send failed");
+			return;
+		}
 	}
 	memmove(k->out, k->out + n, k->w.len - (size_t)n);
 	k->w.len -= (size_t)n;
 }
 
-/* The reader's ping (tcp): a VAR_SYNC asking for an echo; never blocks. */
+/* rdma's ping (under k->lock): a PING whose token is the ping interval in
+ * ms, which the ps echoes (a PONG the reader takes as a keepalive) and takes
+ * as its keepalive hint.  Ends the open frame. */
+static int put_ping(struct psc_conn *k)
+{
+	uint64_t ms = k->p->ping_ns / 1000000u;
+	int r;
+
+	if (k->open)
+		coord_wire_end(&k->w);
+	k->open = false;
+	r = out_room(k, COORD_WIRE_HDR + 8);
+	if (r < 0)
+		return r;
+	(void)coord_wire_put_ping(&k->w, COORD_WIRE_PING, ms ? ms : 1); /* room made above */
+	return 0;
+}
+
+/* The reader's ping: a VAR_SYNC asking for an echo (tcp) or a PING (rdma);
+ * never blocks. */
 static void sync_ping(struct psc_conn *k)
 {
 	pthread_mutex_lock(&k->lock);
-	if (k->up && put_sync(k, true) == 0 && !k->flushing)
+	if (k->up && (k->r ? put_ping(k) : put_sync(k, true)) == 0 && !k->flushing)
 		drain_nb(k);
 	pthread_mutex_unlock(&k->lock);
 }
 
 /* ---- the reader ------------------------------------------------------------------------ */
 
-/* The reader's clock (tcp): bytes seen, when the last came, the next ping. */
+/* The reader's clock: bytes (tcp) or receives (rdma) seen, when the last
+ * came, the next ping. */
 struct psc_beat {
 	uint64_t rx_bytes, rx_ns, ping_at;
 };
@@ -277,21 +321,24 @@ static int read_direct(struct psc_conn *k, struct coord_frame_reader *rd,
 	return r;
 }
 
-/* The reader's next frame; over tcp, it pings and judges silence
- * between frames (Give-up): -ETIMEDOUT when nothing came for dead_ns. */
+/* The reader's next frame; it pings and judges silence between frames
+ * (Give-up): -ETIMEDOUT when nothing came for dead_ns.  k->r is not
+ * replaced while this reader runs (conn_up() joins it first). */
 static int reader_next(struct psc_conn *k, struct coord_frame_reader *rd, struct psc_beat *b,
 		       struct coord_wire_hdr *h, const uint8_t **payload)
 {
 	const struct coord_psc *p = k->p;
 
-	if (k->r) /* k->r is not replaced while this reader runs (conn_up() joins it first) */
-		return coord_psr_next(k->r, h, payload);
 	for (;;) {
 		uint64_t now = coord_now_ns(), until = UINT64_MAX;
 		int r, wait = -1;
 
-		if (rd->rx_total != b->rx_bytes) { /* any byte is a sign of life */
-			b->rx_bytes = rd->rx_total;
+		/* any byte (tcp) or receive (rdma: the ps's credit returns too, while
+		 * it takes in a large frame of ours) is a sign of life */
+		uint64_t rx = k->r ? coord_psr_rx(k->r) : rd->rx_total;
+
+		if (rx != b->rx_bytes) {
+			b->rx_bytes = rx;
 			b->rx_ns = now;
 		}
 		if (p->dead_ns && now - b->rx_ns >= p->dead_ns)
@@ -306,7 +353,11 @@ static int reader_next(struct psc_conn *k, struct coord_frame_reader *rd, struct
 			until = b->rx_ns + p->dead_ns;
 		if (until != UINT64_MAX)
 			wait = (int)((until - now) / 1000000u) + 1;
-		r = coord_frame_read(rd, wait, wait < 0 ? 10000 : wait, h, payload);
+		if (k->r) {
+			r = coord_psr_next(k->r, h, payload, wait);
+		} else {
+			r = coord_frame_read(rd, wait, wait < 0 ? 10000 : wait, h, payload);
+		}
 		if (r != -ETIMEDOUT || until == UINT64_MAX)
 			return r;
 	}
@@ -337,7 +388,7 @@ static void *reader_main(void *arg)
 		uint64_t tok;
 
 		r = reader_next(k, &rd, &b, &h, &payload);
-		if (r == -ETIMEDOUT && !k->r && k->p->dead_ns) {
+		if (r == -ETIMEDOUT && k->p->dead_ns) {
 			snprintf(why, sizeof(why), "nothing from the ps for %llu ms (heartbeat)",
 				 (unsigned long long)(k->p->dead_ns / 1000000u));
 			pthread_mutex_lock(&k->lock);

@@ -25,6 +25,13 @@
  *   P3  Shutdown sets `stop`, writes wake_fd and disconnects both channels
  *       under their locks; the reader then returns -EPIPE and ps_conn.c
  *       joins it before coord_psr_destroy().
+ *   P4  A read of more than COORD_PSR_READ_MAX bytes registers the caller's
+ *       buffer for the call (ibv_reg_mr: no copy, no bounce) and READs the
+ *       data straight into it, done and begun into the bounce buffer; the
+ *       region is deregistered before the call returns, after the chain
+ *       completed or the channel was shut down (a READ that timed out may
+ *       still be in flight: only a dead queue pair stops it), so no READ
+ *       ever lands in the buffer after the caller has it back.
  * The payload coord_psr_next() returns stays valid until the reader's next
  * call: only a read moves the channel past a frame (other lock holders
  * post sends and READs, which leave the received frames alone).
@@ -33,7 +40,8 @@
  * variable's whole block [done | data | begun] when it is at most
  * COORD_PSR_WHOLE_SLACK bytes more than the range, else a chain of three (done, the range, begun)
  * in one round trip; into a registered bounce buffer, retried while a
- * writer overlaps.
+ * writer overlaps.  Larger reads: a chain of done, the range in
+ * COORD_PSR_CHUNK pieces straight into the caller's buffer, begun (P4).
  */
 #include <errno.h>
 #include <poll.h>
@@ -45,6 +53,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "runtime/util/util.h"
 #include "transport/rdma/ps_rdma.h"
 #include "transport/rdma/rdma_chan.h"
 #include "transport/wire/sock.h"
@@ -131,12 +140,37 @@ int coord_psr_send(struct coord_psr *r, const void *buf, size_t len)
 	return rc;
 }
 
-int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload)
+int coord_psr_send_some(struct coord_psr *r, const void *buf, size_t len, size_t *sent)
 {
+	int rc;
+
+	pthread_mutex_lock(&r->chan_lock);
+	rc = coord_rdma_chan_send_some(r->ch, buf, len, sent);
+	kick(r);
+	pthread_mutex_unlock(&r->chan_lock);
+	return rc;
+}
+
+uint64_t coord_psr_rx(struct coord_psr *r)
+{
+	struct coord_rdma_stats st;
+
+	pthread_mutex_lock(&r->chan_lock);
+	coord_rdma_chan_stats(r->ch, &st);
+	pthread_mutex_unlock(&r->chan_lock);
+	return st.recvs;
+}
+
+int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t **payload,
+		   int wait_ms)
+{
+	uint64_t until = wait_ms < 0 ? UINT64_MAX : coord_now_ns() + (uint64_t)wait_ms * 1000000u;
 	int cq_fd, cm_fd;
 
 	coord_rdma_chan_fds(r->ch, &cq_fd, &cm_fd);
 	for (;;) {
+		uint64_t now = coord_now_ns();
+		int nap = PSR_IDLE_MS;
 		struct pollfd p[3] = { { .fd = cq_fd, .events = POLLIN },
 				       { .fd = cm_fd, .events = POLLIN },
 				       { .fd = r->wake_fd, .events = POLLIN } };
@@ -157,7 +191,11 @@ int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h, const uint8_t 
 			return -EPIPE;
 		if (armed == 1)
 			continue; /* work arrived before the arming */
-		if (poll(p, 3, PSR_IDLE_MS) > 0 && p[2].revents) {
+		if (now >= until)
+			return -ETIMEDOUT;
+		if (until - now < (uint64_t)PSR_IDLE_MS * 1000000u)
+			nap = (int)((until - now) / 1000000u) + 1;
+		if (poll(p, 3, nap) > 0 && p[2].revents) {
 			uint64_t v;
 
 			(void)!read(r->wake_fd, &v, sizeof(v));
@@ -174,6 +212,57 @@ static uint64_t ld64(const uint8_t *p)
 
 	memcpy(&v, p, sizeof(v));
 	return le64toh(v);
+}
+
+/* P4: @bytes (over COORD_PSR_READ_MAX) of floats from @off straight into @dst. */
+static int read_large(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off, size_t bytes,
+		      void *dst, unsigned *tries)
+{
+	struct coord_rdma_rseg seg[2 + COORD_PSR_LARGE_MAX / COORD_PSR_CHUNK];
+	uint64_t src = m->block_addr + COORD_VAR_DATA_OFF + off * sizeof(float);
+	/* the READ's own bound, plus 1 s a MiB (soft-RoCE under TCG: ~20 MB/s) */
+	int ms = PSR_READ_MS + (int)(bytes >> 20) * 1000;
+	struct coord_rdma_mr *dmr = NULL;
+	unsigned ns = 0, t = 0;
+	int rc;
+
+	if (bytes > COORD_PSR_LARGE_MAX)
+		return -E2BIG;
+	rc = coord_rdma_reg(r->rch, dst, bytes, false, &dmr);
+	if (rc < 0)
+		return rc;
+	/* varstore.c SNAP2: done, the data in chunks, begun; in this order (RC) */
+	seg[ns++] = (struct coord_rdma_rseg){
+		.loff = 0, .raddr = m->block_addr, .rkey = m->rkey, .len = 8
+	};
+	for (size_t at = 0; at < bytes; at += COORD_PSR_CHUNK)
+		seg[ns++] = (struct coord_rdma_rseg){ .mr = dmr,
+						      .loff = at,
+						      .raddr = src + at,
+						      .rkey = m->rkey,
+						      .len = bytes - at < COORD_PSR_CHUNK
+								     ? bytes - at
+								     : COORD_PSR_CHUNK };
+	seg[ns++] = (struct coord_rdma_rseg){
+		.loff = 8, .raddr = m->block_addr + m->block_len - 8, .rkey = m->rkey, .len = 8
+	};
+	pthread_mutex_lock(&r->read_lock);
+	rc = -EAGAIN;
+	while (t < COORD_PSR_TRIES) {
+		t++;
+		rc = coord_rdma_readv(r->rch, r->mr, seg, ns, ms);
+		if (rc < 0)
+			break;
+		if (ld64(r->buf) == ld64(r->buf + 8))
+			break; /* varstore.c SNAP2: no write overlapped the data */
+		rc = -EAGAIN;
+	}
+	if (rc == -ETIMEDOUT)
+		coord_rdma_chan_shutdown(r->rch); /* P4: READs may be in flight */
+	pthread_mutex_unlock(&r->read_lock);
+	coord_rdma_dereg(dmr);
+	*tries = t;
+	return rc;
 }
 
 int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off, uint64_t n,
@@ -203,10 +292,10 @@ int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64
 	if (off > m->nelem || n > m->nelem - off || m->block_len < COORD_VAR_DATA_OFF + 8 ||
 	    m->block_len - COORD_VAR_DATA_OFF - 8 < m->nelem * sizeof(float))
 		return -EINVAL;
-	if (bytes > COORD_PSR_READ_MAX)
-		return -E2BIG;
 	if (n == 0)
 		return 0;
+	if (bytes > COORD_PSR_READ_MAX)
+		return read_large(r, m, off, bytes, dst, tries);
 	if (whole) {
 		seg[0].len = m->block_len;
 		data = r->buf + COORD_VAR_DATA_OFF + off * sizeof(float);

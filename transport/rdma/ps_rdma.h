@@ -30,8 +30,15 @@
 
 struct coord_psr;
 
-/* Reads of more bytes than this go two-sided (the bounce buffer's size). */
+/* Reads of at most this many bytes land in a registered bounce buffer and are
+ * copied out (the bounce buffer's size); larger ones go straight into the
+ * caller's buffer, registered for the call (ps_rdma.c P4). */
 #define COORD_PSR_READ_MAX (64u << 10)
+/* A large read's RDMA READs are at most this long (rxe's port takes 8 MiB),
+ * so a chain of done + data + begun fits the channel's send queue (32). */
+#define COORD_PSR_CHUNK (4u << 20)
+/* Reads of more bytes than this go two-sided. */
+#define COORD_PSR_LARGE_MAX (30u * COORD_PSR_CHUNK)
 /* A read takes the variable's whole block (runtime/store/varstore.h) in one RDMA
  * READ when the block is at most this many bytes more than the range (and
  * fits the bounce buffer); else the range, between its counts, in three. */
@@ -52,18 +59,32 @@ COORD_HIDDEN int coord_psr_connect(const char *addr, const struct coord_key *key
 /* coord_psr_send() - send whole frames (bounded wait for credits); 0 or -errno. */
 COORD_HIDDEN int coord_psr_send(struct coord_psr *r, const void *buf, size_t len);
 /*
+ * coord_psr_send_some() - post as much of the frame stream @buf as credits
+ * allow now, never waiting (the reader's heartbeat, ps_conn.c); *@sent: how
+ * much; the caller sends the rest later, in order.  0 or -EPIPE.
+ */
+COORD_HIDDEN int coord_psr_send_some(struct coord_psr *r, const void *buf, size_t len,
+				     size_t *sent);
+/*
+ * coord_psr_rx() - receives completed on the frame channel so far: frames
+ * and the ps's credit returns, so it moves while the ps takes in a large
+ * frame of ours (the heartbeat's sign of life, like bytes over tcp).
+ */
+COORD_HIDDEN uint64_t coord_psr_rx(struct coord_psr *r);
+/*
  * coord_psr_next() - the reader thread's next frame (valid until its next
- * call); sleeps while there is none.  Return: 0; -EPIPE closed, shut down
+ * call); sleeps while there is none, @wait_ms at most (-1: no bound).
+ * Return: 0; -ETIMEDOUT no frame within @wait_ms; -EPIPE closed, shut down
  * or broken; another -errno.
  */
 COORD_HIDDEN int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h,
-				const uint8_t **payload);
+				const uint8_t **payload, int wait_ms);
 /*
  * coord_psr_read_var() - read floats [@off, @off + @n) of the variable
  * @m maps into @dst with RDMA READs: a snapshot between two writes
  * (varstore.c SNAP2), up to COORD_PSR_TRIES attempts.  Return: 0; -EAGAIN no valid snapshot (a
  * writer kept overlapping, or the variable was deleted): read it two-sided;
- * -E2BIG over COORD_PSR_READ_MAX; -EINVAL outside the variable; -EPIPE /
+ * -E2BIG over COORD_PSR_LARGE_MAX; -ENOMEM @dst cannot be registered; -EINVAL outside the variable; -EPIPE /
  * -EIO the channel failed.  *@tries: the attempts made.
  */
 COORD_HIDDEN int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off,

@@ -793,10 +793,13 @@ int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
 
 	if (n == 0 || n > ch->o.nsend)
 		return -EINVAL;
-	for (unsigned i = 0; i < n; i++)
-		if (seg[i].loff > local->mr->length ||
-		    seg[i].len > local->mr->length - seg[i].loff || seg[i].len > UINT32_MAX)
+	for (unsigned i = 0; i < n; i++) {
+		const struct ibv_mr *m = (seg[i].mr ? seg[i].mr : local)->mr;
+
+		if (seg[i].loff > m->length || seg[i].len > m->length - seg[i].loff ||
+		    seg[i].len > UINT32_MAX)
 			return -EINVAL;
+	}
 	while (ch->sq_head - ch->sq_done + n > ch->o.nsend) {
 		if (ch->err || ch->closed)
 			return -EPIPE;
@@ -810,11 +813,12 @@ int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
 	for (unsigned i = 0; i < n; i++) {
 		struct ibv_send_wr *wr = &ch->swr[i];
 		struct ibv_sge *sge = &ch->ssge[i];
+		const struct ibv_mr *m = (seg[i].mr ? seg[i].mr : local)->mr;
 
 		memset(wr, 0, sizeof(*wr));
-		sge->addr = (uintptr_t)local->mr->addr + seg[i].loff;
+		sge->addr = (uintptr_t)m->addr + seg[i].loff;
 		sge->length = (uint32_t)seg[i].len;
-		sge->lkey = local->mr->lkey;
+		sge->lkey = m->lkey;
 		wr->wr_id = ch->sq_head + i;
 		wr->sg_list = sge;
 		wr->num_sge = 1;

@@ -403,10 +403,14 @@ COORD_HIDDEN int coord_rdma_read(struct coord_rdma_chan *ch, struct coord_rdma_m
 
 /**
  * struct coord_rdma_rseg - one RDMA READ of coord_rdma_readv().
- * @loff:  where in the local region the bytes go.
+ * @mr:    the local region the bytes go to; NULL: coord_rdma_readv()'s
+ *         @local (a chain may land in several, e.g. a seqlock's counters in a
+ *         bounce buffer and the data straight in the caller's buffer).
+ * @loff:  where in that region the bytes go.
  * @raddr/@rkey: what the peer exported; @len: bytes.
  */
 struct coord_rdma_rseg {
+	struct coord_rdma_mr *mr;
 	size_t loff;
 	uint64_t raddr;
 	uint32_t rkey;
