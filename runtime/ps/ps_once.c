@@ -70,6 +70,14 @@
  * the oldest, and go first), reaches the bound.  The table holds at most
  * COORD_PS_ONCE_MAX entries (32 MiB), allocated as used.
  *
+ * The coordinator's own calls (ps.h) are keyed the same way under a
+ * session of their own (its closures' slots are pool indices, these are
+ * thread numbers): slot = the calling thread's number, reuse = its call
+ * count, seq = the update's number in the call (coord_ps_call_key()).  A
+ * thread's calls are serial, so a later reuse of its slot proves the
+ * earlier call final, as for a pool slot (O2, O3); the client re-sends an
+ * update whose outcome is unknown within the call (coord_psc_run_sure()).
+ *
  * Not covered: a closure whose run takes another path (a different number
  * of updates before this one) is keyed differently, and only op, variable
  * and range are compared (O3); a ps task that restarts forgets its table
@@ -392,5 +400,30 @@ void coord_ps_ctx_key(struct coord_ctx *ctx, struct coord_ps_op *ops, unsigned n
 		ops[i].sess = sess;
 		ops[i].closure = id;
 		ops[i].seq = ctx->ps_seq;
+	}
+}
+
+/* The calling thread's slot among the coordinator's call keys (0: none
+ * yet) and its call count (coord_ps_call_key()). */
+static _Thread_local uint32_t call_slot, call_count;
+static _Atomic uint32_t call_slots;
+
+void coord_ps_call_key(uint64_t sess, struct coord_ps_op *ops, unsigned n)
+{
+	uint32_t seq = 0;
+
+	if (!sess)
+		return;
+	if (!call_slot) {
+		/* Relaxed: a number per thread, nothing is ordered by it. */
+		call_slot = atomic_fetch_add_explicit(&call_slots, 1, memory_order_relaxed) + 1;
+	}
+	call_count++; /* a thread's calls are serial: a later reuse of its slot */
+	for (unsigned i = 0; i < n; i++) {
+		if (!is_update(ops[i].op) || ops[i].seq)
+			continue;
+		ops[i].sess = sess;
+		ops[i].closure = (uint64_t)call_count << 32 | call_slot;
+		ops[i].seq = ++seq; /* n < 2^32: never 0 (no key) */
 	}
 }
