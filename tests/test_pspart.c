@@ -722,6 +722,158 @@ static void test_coordinator_updates_sum_exactly(void **state)
 	coord_destroy(c);
 }
 
+/* ---- without a namespace: a stopped ps (SIGSTOP), a local coord-ps and worker ---------- */
+
+/* coord-ps and one coord-worker on 127.0.0.1 (no key); a coordinator with
+ * @hb_ms x 3 heartbeats, @ps_timeout_ms, ps failures fatal at once. */
+static struct coord *local_make(pid_t *pps, pid_t *pwk, int hb_ms, int ps_timeout_ms)
+{
+	char *pargv[] = {
+		getenv("COORD_PS_BIN"), "--listen", "127.0.0.1:0", "--log", "error", NULL
+	};
+	char *wargv[] = { getenv("COORD_WORKER_BIN"),
+			  "--fns",
+			  getenv("COORD_TESTFNS"),
+			  "--listen",
+			  "127.0.0.1:0",
+			  "--log",
+			  "error",
+			  NULL };
+	struct coord_spec *sp = NULL;
+	struct coord_error err;
+	struct coord_opts o;
+	struct coord *c = NULL;
+	unsigned pport, wport;
+	char spec[160];
+
+	*pps = t_spawn(pargv, "coord-ps", &pport);
+	*pwk = t_spawn(wargv, "coord-worker", &wport);
+	assert_true(*pps > 0 && *pwk > 0);
+	snprintf(spec, sizeof(spec), "{\"worker\": [\"127.0.0.1:%u\"], \"ps\": [\"127.0.0.1:%u\"]}",
+		 wport, pport);
+	coord_opts_init(&o);
+	o.registry = reg;
+	o.transport = "tcp";
+	o.heartbeat_ms = hb_ms;
+	o.heartbeat_misses = 3;
+	o.ps_timeout_ms = ps_timeout_ms;
+	o.ps_failure_threshold = 0;
+	assert_int_equal(coord_spec_parse(spec, &sp, &err), 0);
+	if (coord_create(sp, &o, &c, &err) != 0)
+		fail_msg("coord_create: %s", err.msg);
+	coord_spec_destroy(sp);
+	return c;
+}
+
+static void local_stop(struct coord *c, pid_t ps, pid_t wk)
+{
+	coord_destroy(c);
+	kill(ps, SIGCONT);
+	t_reap(wk);
+	t_reap(ps);
+}
+
+/* One assign_add(+1) of the coordinator, on its own thread. */
+struct one_call {
+	struct coord *c;
+	coord_var_t var;
+	int r;
+	uint64_t ns;
+	char msg[COORD_ERRMSG_LEN];
+};
+
+static void *one_call_main(void *arg)
+{
+	struct one_call *q = arg;
+	float one = 1.0f;
+	struct coord_var_op op = {
+		.op = COORD_VAR_ASSIGN_ADD, .var = q->var, .off = 0, .n = 1, .src = &one
+	};
+	struct coord_error err = { 0 };
+	uint64_t t0 = t_now_ns();
+
+	q->r = coord_var_batch(q->c, &op, 1, &err);
+	q->ns = t_now_ns() - t0;
+	snprintf(q->msg, sizeof(q->msg), "%s", err.msg);
+	return NULL;
+}
+
+/*
+ * The coordinator's own update in flight while its ps is stopped for 2.5 s
+ * (longer than the heartbeat's 1.5 s: the connection is lost and the
+ * update's outcome unknown): sent again under its key once the ps answers
+ * (coord_psc_run_sure()), the call succeeds, and the variable counts it
+ * once (the first copy, read late, is given up by the ps: Give-up).  Three
+ * times.  (test_coordinator_updates_sum_exactly: replies lost after the
+ * ps applied the update, in a namespace.)
+ */
+static void test_coordinator_update_through_stopped_ps(void **state)
+{
+	uint64_t dims[1] = { 1 };
+	struct coord_error err;
+	struct coord *c;
+	coord_var_t var;
+	pid_t ps, wk;
+	float x = -1;
+
+	(void)state;
+	c = local_make(&ps, &wk, 500, 30000);
+	assert_int_equal(coord_var_create(c, "stopped/x", 1, dims, NULL, &var, &err), 0);
+	for (int i = 1; i <= 3; i++) {
+		struct one_call q = { .c = c, .var = var };
+		pthread_t th;
+
+		assert_int_equal(kill(ps, SIGSTOP), 0);
+		assert_int_equal(pthread_create(&th, NULL, one_call_main, &q), 0);
+		t_sleep_ns(2500000000ull);
+		assert_int_equal(kill(ps, SIGCONT), 0);
+		pthread_join(th, NULL);
+		if (q.r != 0)
+			fail_msg("call %d: %d %s", i, q.r, q.msg);
+		assert_true(q.ns >= 1000000000ull); /* it waited the stop out */
+		assert_int_equal(coord_var_read(c, var, 0, 1, &x, &err), 0);
+		assert_true(x == (float)i);
+	}
+	local_stop(c, ps, wk);
+}
+
+/*
+ * The workers' ps timeout follows the coordinator's option (PS_OPTS): with
+ * heartbeats off and ps_timeout_ms 1000, a closure whose ps stops
+ * answering (SIGSTOP) fails as a ps failure (UNAVAILABLE, cause ps task
+ * 0, at once: threshold 0) well within the 30 s the workers used to wait.
+ */
+static void test_worker_ps_timeout_follows_coordinator(void **state)
+{
+	struct t_var_args a = { .off = 0, .n = 1, .val = 1.0f };
+	uint64_t dims[1] = { 1 }, t0;
+	struct coord_error err;
+	struct coord_rv *rv;
+	struct coord *c;
+	coord_var_t var;
+	pid_t ps, wk;
+	int e;
+
+	(void)state;
+	c = local_make(&ps, &wk, 0, 1000);
+	assert_int_equal(coord_var_create(c, "wtimeout/x", 1, dims, NULL, &var, &err), 0);
+	a.var = var;
+	assert_int_equal(coord_schedule(c, t_fn(c, "var_add"), &a, sizeof(a), &rv, &err), 0);
+	assert_int_equal(coord_rv_fetch_timeout(rv, 60000000000ll, NULL, NULL, &err), 0);
+	coord_rv_put(rv); /* the worker's ps connection is up */
+	assert_int_equal(kill(ps, SIGSTOP), 0);
+	t0 = t_now_ns();
+	assert_int_equal(coord_schedule(c, t_fn(c, "var_add"), &a, sizeof(a), &rv, &err), 0);
+	e = coord_rv_fetch_timeout(rv, 20000000000ll, NULL, NULL, &err);
+	printf("# a closure on a stopped ps: %d after %.2f s (%s)\n", e, (t_now_ns() - t0) / 1e9,
+	       err.msg);
+	assert_int_equal(e, COORD_EUNAVAILABLE); /* not -ETIMEDOUT: within 20 s */
+	assert_int_equal(err.cause, 1);
+	coord_rv_put(rv);
+	assert_int_equal(coord_join(c, &err), COORD_EUNAVAILABLE); /* the job's error too */
+	local_stop(c, ps, wk);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -746,6 +898,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_partition_link),
 		cmocka_unit_test(test_lost_replies_sum_exactly),
 		cmocka_unit_test(test_coordinator_updates_sum_exactly),
+		cmocka_unit_test(test_coordinator_update_through_stopped_ps),
+		cmocka_unit_test(test_worker_ps_timeout_follows_coordinator),
 	};
 	int failed;
 
