@@ -5,7 +5,8 @@
  * coord-worker over tcp.  The coordinator's own update in flight is sent
  * again under its key and counted once (runtime/ps/ps.h "At most once",
  * coord_psc_run_sure()); the workers' ps client times out after the
- * coordinator's ps_timeout_ms (PS_OPTS, transport/wire/wire.h).  The same
+ * coordinator's ps_timeout_ms (PS_OPTS, transport/wire/wire.h); one whose
+ * ps died is not sent again for long.  The same
  * with a real partition: tests/test_pspart.c.
  */
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <coord/var.h>
 
@@ -71,9 +73,11 @@ static struct coord *local_make(pid_t *pps, pid_t *pwk, int hb_ms, int ps_timeou
 static void local_stop(struct coord *c, pid_t ps, pid_t wk)
 {
 	coord_destroy(c);
-	kill(ps, SIGCONT);
 	t_reap(wk);
-	t_reap(ps);
+	if (ps > 0) {
+		kill(ps, SIGCONT);
+		t_reap(ps);
+	}
 }
 
 /* Stop @pid and wait (at most 10 s) until every thread of it is stopped:
@@ -180,6 +184,37 @@ static void test_coordinator_update_through_stopped_ps(void **state)
 }
 
 /*
+ * A ps that dies with the coordinator's update in flight (stopped, then
+ * killed): the update's outcome is unknown, but a dial refused (nothing
+ * listens: the process is gone, and with it what it applied) ends the
+ * re-sends, so the call fails at once, not after ps_timeout_ms (30 s),
+ * saying the update may or may not have been applied.
+ */
+static void test_coordinator_update_ps_died(void **state)
+{
+	uint64_t dims[1] = { 1 };
+	struct one_call q = { 0 };
+	struct coord_error err;
+	pthread_t th;
+	pid_t ps, wk;
+
+	(void)state;
+	q.c = local_make(&ps, &wk, 500, 30000);
+	assert_int_equal(coord_var_create(q.c, "died/x", 1, dims, NULL, &q.var, &err), 0);
+	stop(ps);
+	assert_int_equal(pthread_create(&th, NULL, one_call_main, &q), 0);
+	t_sleep_ns(300000000);
+	assert_int_equal(kill(ps, SIGKILL), 0);
+	assert_int_equal(waitpid(ps, NULL, 0), ps);
+	pthread_join(th, NULL);
+	printf("# the ps killed under an update: %d after %.2f s: %s\n", q.r, q.ns / 1e9, q.msg);
+	assert_int_equal(q.r, COORD_EUNAVAILABLE);
+	assert_non_null(strstr(q.msg, "may or may not have been applied"));
+	assert_true(q.ns < 20000000000ull); /* not ps_timeout_ms */
+	local_stop(q.c, -1, wk);
+}
+
+/*
  * The workers' ps timeout follows the coordinator's option (PS_OPTS): with
  * heartbeats off and ps_timeout_ms 1000, a closure whose ps stops
  * answering (SIGSTOP) fails as a ps failure (UNAVAILABLE, cause ps task
@@ -220,6 +255,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_coordinator_update_through_stopped_ps),
+		cmocka_unit_test(test_coordinator_update_ps_died),
 		cmocka_unit_test(test_worker_ps_timeout_follows_coordinator),
 	};
 	int failed;

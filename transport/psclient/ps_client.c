@@ -590,12 +590,25 @@ static bool unknown(const struct coord_ps_op *op)
 		(op->fate == COORD_PS_ANSWERED && op->code == COORD_ETIMEDOUT));
 }
 
+/* Did the last dial of @k find nothing listening (the ps process gone)? */
+static bool gone(struct psc_conn *k)
+{
+	bool r;
+
+	pthread_mutex_lock(&k->conn_lock);
+	r = k->refused;
+	pthread_mutex_unlock(&k->conn_lock);
+	return r;
+}
+
 /*
  * Send @op (unknown) again under its key until the ps answers it or @until:
  * the ps answers "done" if it applied an earlier copy (runtime/ps/ps_once.c
  * O1), else applies it now.  A try that did not reach the ps (its
  * connection not up again yet, ps_conn.c conn_up()) or got no answer waits
- * a ping interval.  True if the outcome is known now (@op's code says it).
+ * a ping interval; one refused (the ps process is gone, and with it what it
+ * applied: a new one has other handles, COORD_ESTALE) ends the tries.  True
+ * if the outcome is known now (@op's code says it).
  */
 static bool send_again(struct coord_psc *p, struct coord_ps_op *op, uint64_t until)
 {
@@ -614,6 +627,8 @@ static bool send_again(struct coord_psc *p, struct coord_ps_op *op, uint64_t unt
 				  NULL);
 		}
 		(void)coord_psc_run(p, &q, 1, &e);
+		if (q.fate == COORD_PS_UNSENT && gone(&p->conns[op->task]))
+			return false;
 		if (q.fate == COORD_PS_UNSENT)
 			continue; /* the earlier copy's outcome is still unknown */
 		op->fate = q.fate;
@@ -642,10 +657,10 @@ int coord_psc_run_sure(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
 	if (lost)
 		return coord_seterr(
 			err, first,
-			"%u update(s) on ps task %u (%s) and others may or may not have "
-			"been applied: sent, then no answer from the ps within "
-			"ps_timeout_ms (%d ms); read the variable back before repeating "
-			"one",
+			"%u update(s), the first on ps task %u (%.64s), may or may not have been "
+			"applied: sent, no answer, none when sent again within ps_timeout_ms "
+			"(%d ms) or before the ps refused connections; read it back before "
+			"repeating one",
 			lost, task, p->conns[task].addr, p->op_timeout_ms);
 	if (first && first != r)
 		coord_seterr(err, first, "ps task: %s", coord_strerror(first));

@@ -607,6 +607,7 @@ int conn_up(struct psc_conn *k, struct coord_error *err)
 	if (k->reader_started) /* a lost connection: its reader has ended */
 		conn_retire(k);
 	r = conn_dial(k, tmo, &fd, err);
+	k->refused = r == -ECONNREFUSED;
 	if (r < 0) {
 		if (fd >= 0)
 			close(fd);
