@@ -20,7 +20,7 @@
  * they were, attempt unchanged), for whichever worker frees first, and
  * after it takes one closure at a time until it runs a short one again.
  * Each worker keeps its own table of run times (transport/engine/runest.h: a
- * function is short once two runs in a row, or its only one, took under
+ * function is short while one of its last two runs took under
  * COORD_RUN_SHORT_NS); it times a closure whose function is not known
  * short, and the first of every batch (so a short function that turned
  * long is noticed), never the others.  The same rule the network engine
