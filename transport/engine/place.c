@@ -250,7 +250,12 @@ unsigned coord_place_credit(struct coord_place *p, uint64_t now, uint64_t *next_
 	 * workers' windows with closures another loop's idle or starting
 	 * worker could run (S13). */
 	if (now >= p->start_end && coord_place_idle_elsewhere(p) <= 0) {
-		uint64_t f = p->last_long ? p->nidle : p->free_short; /* PL6 */
+		/* PL6: after a long one, one per idle connection, or one to
+		 * learn whether the stream turned short (it may go behind
+		 * short ones), not a batch to give back. */
+		uint64_t f = !p->last_long ? p->free_short
+			     : p->nidle	   ? p->nidle
+					   : p->free_short > 0;
 
 		*has_idle = p->nidle > 0;
 		*has_down = p->ndown > 0;

@@ -64,11 +64,12 @@
  *        packable, pick() never falls back to it, and its free slots leave
  *        free_short, the credit of PL4.  After a long closure was placed
  *        (last_long) the next are expected long too: credit is one per
- *        idle connection, so a loop does not take a batch to place one
- *        and give the rest back.  What a batch cannot place goes back to
- *        the front of the queue as it was (coord_dispatch_give_back():
- *        attempt unchanged), for whichever worker frees first, over any
- *        loop.  Not covered: a function known short whose closure turns
+ *        idle connection (or one, to learn whether the stream turned
+ *        short, while none is idle), so a loop does not take a batch to
+ *        place one and give the rest back.  What a batch cannot place
+ *        goes back to the front of the queue as it was
+ *        (coord_dispatch_give_back(): attempt unchanged), for whichever
+ *        worker frees first, over any loop.  Not covered: a function known short whose closure turns
  *        long holds what was packed behind it (PL3 stops more).
  *
  * Synchronization: a struct coord_place and its connections belong to one
