@@ -211,20 +211,25 @@ static void test_s2_idle_worker_not_left_idle(void **state)
 {
 	struct t_fx *f = *state;
 	uint32_t sl = t_fn(f->c, "sleep_us"), ul = 2000000, us = 50000;
-	struct coord_rv *l, *m[10];
+	struct coord_rv *l, *sh[10];
+	struct coord_metrics m;
 	int32_t wl, on_wl = 0;
 
 	assert_int_equal(coord_schedule(f->c, sl, &ul, sizeof(ul), &l, NULL), 0);
 	for (int i = 0; i < 10; i++)
-		assert_int_equal(coord_schedule(f->c, sl, &us, sizeof(us), &m[i], NULL), 0);
+		assert_int_equal(coord_schedule(f->c, sl, &us, sizeof(us), &sh[i], NULL), 0);
 	wl = fetch_i32(l);
 	for (int i = 0; i < 10; i++) {
-		on_wl += fetch_i32(m[i]) == wl;
-		coord_rv_put(m[i]);
+		on_wl += fetch_i32(sh[i]) == wl;
+		coord_rv_put(sh[i]);
 	}
 	coord_rv_put(l);
 	print_message("placement: %d of 10 short closures ran behind the long one\n", on_wl);
 	assert_int_equal(on_wl, 0);
+	/* what was given back never ran: not counted as put back (nor its
+	 * attempt raised: test_b4_targeted_not_put_back) */
+	assert_int_equal(coord_metrics(f->c, &m, NULL, 0), 0);
+	assert_int_equal(m.put_back, 0);
 }
 
 /* ---- S3 ---------------------------------------------------------------------- */
