@@ -65,9 +65,9 @@ void coord_place_start(struct coord_place *p)
 	for (unsigned i = 0; i < p->nconns; i++) {
 		struct coord_conn *k = p->conns[i];
 
-		if (k->up) {
+		if (k->up)
 			p->free_short += k->nlong ? 0 : k->nfree;
-		} else
+		else
 			p->ndown++;
 		p->nidle += k->idle;
 		if (k->w->start_at_ns > p->start_end)
