@@ -13,7 +13,8 @@
  *      turn: queued in the coordinator and in the workers' windows, as
  *      placement puts them (the metrics line says where they sat: with
  *      the default options placement sends nothing ahead of a closure of
- *      unknown or long run time, PL2, so they wait in the coordinator);
+ *      unknown or long run time, place.h PL6, so they wait in the
+ *      coordinator);
  *   3. `fail` after --fail-ms (50) on worker 4;
  *   4. coord_join(), timed to its return (t_ret), while a second thread
  *      fetches the failing closure and notes when it saw it fail (t_err).

@@ -203,29 +203,33 @@ static void test_s2_runs_on_any_worker(void **state)
  * while another worker is idle and could run it.  Two workers; one closure
  * of 2 s, then ten of 50 ms, all scheduled at once (none known yet).  The
  * ten take 0.5 s on the other worker; none of them may wait behind the
- * long one until it ends: whatever was sent ahead to its worker must come
- * back to the worker that went idle.  Not met yet (T_GROUPS=gaps): inproc
- * runs 4 of the ten, tcp (default window) 5, behind the long one; with a
- * loop per worker (tcp-loops) 0.
+ * long one until it ends: nothing may wait sent ahead (or in an inproc
+ * worker's batch) behind it (place.h PL6; before it, inproc ran 4 of the
+ * ten, tcp 5, behind the long one).
  */
 static void test_s2_idle_worker_not_left_idle(void **state)
 {
 	struct t_fx *f = *state;
 	uint32_t sl = t_fn(f->c, "sleep_us"), ul = 2000000, us = 50000;
-	struct coord_rv *l, *m[10];
+	struct coord_rv *l, *sh[10];
+	struct coord_metrics m;
 	int32_t wl, on_wl = 0;
 
 	assert_int_equal(coord_schedule(f->c, sl, &ul, sizeof(ul), &l, NULL), 0);
 	for (int i = 0; i < 10; i++)
-		assert_int_equal(coord_schedule(f->c, sl, &us, sizeof(us), &m[i], NULL), 0);
+		assert_int_equal(coord_schedule(f->c, sl, &us, sizeof(us), &sh[i], NULL), 0);
 	wl = fetch_i32(l);
 	for (int i = 0; i < 10; i++) {
-		on_wl += fetch_i32(m[i]) == wl;
-		coord_rv_put(m[i]);
+		on_wl += fetch_i32(sh[i]) == wl;
+		coord_rv_put(sh[i]);
 	}
 	coord_rv_put(l);
 	print_message("placement: %d of 10 short closures ran behind the long one\n", on_wl);
 	assert_int_equal(on_wl, 0);
+	/* what was given back never ran: not counted as put back (nor its
+	 * attempt raised: test_b4_targeted_not_put_back) */
+	assert_int_equal(coord_metrics(f->c, &m, NULL, 0), 0);
+	assert_int_equal(m.put_back, 0);
 }
 
 /* ---- S3 ---------------------------------------------------------------------- */
@@ -1417,15 +1421,6 @@ static void test_s13_stagger_spreads(void **state)
 	unsigned ran[3] = { 0 };
 	uint64_t t0;
 
-	if (t_tcp_loops > 1 && !(getenv("T_GROUPS") && t_group_on("gaps"))) {
-		/* Over several loops a loop whose workers are all busy fills
-		 * their windows while another loop's worker is about to go
-		 * idle (16 / 1 / 13 once under TSan): the take-back gap
-		 * (contract.md), run with T_GROUPS=gaps. */
-		print_message("skipped over several loops (T_GROUPS=gaps)\n");
-		coord_registry_destroy(reg);
-		skip();
-	}
 	t_reset_counters();
 	t_opts(&o, reg);
 	o.start_delay_ms = 150;
@@ -2670,7 +2665,7 @@ int main(void)
 /* The contract, once per transport (one configuration table). */
 #define CONTRACT_TESTS                                                                             \
 	T(test_s1_schedule_returns_at_once), cmocka_unit_test(test_s1_backpressure_tiny_ring),     \
-		T(test_s2_runs_on_any_worker),                                                     \
+		T(test_s2_runs_on_any_worker), T(test_s2_idle_worker_not_left_idle),               \
 		T(test_s3_schedule_returns_error_nothing_executing),                               \
 		cmocka_unit_test(test_s3_not_started_behind_long_is_cancelled),                    \
 		cmocka_unit_test(test_s3_cancel_reaches_windows),                                  \
@@ -2715,12 +2710,6 @@ int main(void)
 #define SERVER_TESTS                                                                               \
 	cmocka_unit_test_setup_teardown(test_worker_lacks_function_named, setup_extra_fns, teardown)
 	const struct CMUnitTest tcp_tests[] = { CONTRACT_TESTS, SERVER_TESTS };
-	/* What the contract asks and the transports do not do yet (issue 20:
-	 * take-back of work not started); run only when named, T_GROUPS=gaps:
-	 * an idle worker left idle (inproc, tcp), the staggered start over
-	 * several loops. */
-	const struct CMUnitTest gap_tests[] = { T(test_s2_idle_worker_not_left_idle) };
-	const struct CMUnitTest gap_loops_tests[] = { cmocka_unit_test(test_s13_stagger_spreads) };
 	const struct CMUnitTest rdma_tests[] = { CONTRACT_TESTS, SERVER_TESTS };
 	struct coord_error err = { 0 };
 	int failed = 0;
@@ -2741,13 +2730,6 @@ int main(void)
 	if (t_group_on("tcp-loops"))
 		failed += cmocka_run_group_tests_name("coord/tcp-loops", tcp_tests,
 						      t_group_tcp_loops, t_group_inproc);
-	if (getenv("T_GROUPS") && t_group_on("gaps")) {
-		failed += cmocka_run_group_tests_name("coord/gaps/inproc", gap_tests, NULL, NULL);
-		failed += cmocka_run_group_tests_name("coord/gaps/tcp", gap_tests, t_group_tcp,
-						      t_group_inproc);
-		failed += cmocka_run_group_tests_name("coord/gaps/tcp-loops", gap_loops_tests,
-						      t_group_tcp_loops, t_group_inproc);
-	}
 	if (t_group_on("rdma")) {
 		/* Over rdma when this host has a device (tests/rdma/rig.sh). */
 		if (coord_rdma_usable(&err) == 0) {

@@ -229,11 +229,13 @@ static struct coord_closure *local_to_pool(struct coord *c, struct coord_closure
 	return cl;
 }
 
-void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **cls, unsigned n)
+/* Put back (@again: attempt + 1, counted in put_back) or give back (not
+ * started: as it was) @n closures taken by @d. */
+static void back(struct coord_dispatcher *d, struct coord_closure **cls, unsigned n, bool again)
 {
 	struct coord *c = d->c;
 	struct coord_closure *newest = NULL, *oldest = NULL;
-	int64_t nb = 0;
+	int64_t nb = 0, nov = 0; /* back on the queue; of them in the overflow */
 
 	for (unsigned i = 0; i < n; i++) {
 		struct coord_closure *cl = cls[i];
@@ -244,7 +246,7 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 		}
 		if (unlikely(coord_closure_local(cl)))
 			cl = local_to_pool(c, cl); /* Q2: ours is reused by the next take */
-		cl->attempt++;			   /* B8: the next run sees attempt + 1 */
+		cl->attempt += again;		   /* B8: the next run sees attempt + 1 */
 		if (unlikely(cl->res_dirty & CL_HINT)) {
 			coord_hq_push(c, cl); /* B4: back under its hints */
 			nb++;
@@ -255,12 +257,14 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 		if (!oldest)
 			oldest = cl;
 		nb++;
+		nov++;
 	}
-	if (newest)
-		ov_push(c, newest, oldest, nb);
+	if (newest) /* only these: the hint queue counts its own */
+		ov_push(c, newest, oldest, nov);
 	/* Relaxed: a statistic (B7); an RMW, as a stopping transport's thread
 	 * may put back too. */
-	atomic_fetch_add_explicit(&d->m.put_back, (uint64_t)nb, memory_order_relaxed);
+	if (again)
+		atomic_fetch_add_explicit(&d->m.put_back, (uint64_t)nb, memory_order_relaxed);
 	/* Release: the closures are back on the queue (or cancelled) before
 	 * a canceller's D1 load sees the lower count. */
 	atomic_fetch_sub_explicit(&d->inflight, n, memory_order_release);
@@ -269,6 +273,16 @@ void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **
 		check_unavailable(c); /* C8: nobody may be left to run them */
 		queue_pushed(c);      /* ov_push's or coord_hq_push()'s RMW (E3) */
 	}
+}
+
+void coord_dispatch_put_back(struct coord_dispatcher *d, struct coord_closure **cls, unsigned n)
+{
+	back(d, cls, n, true);
+}
+
+void coord_dispatch_give_back(struct coord_dispatcher *d, struct coord_closure **cls, unsigned n)
+{
+	back(d, cls, n, false);
 }
 
 bool coord_dispatch_ps_retry_slow(struct coord_dispatcher *d, struct coord_closure *cl, int code,

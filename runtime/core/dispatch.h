@@ -270,6 +270,15 @@ COORD_HIDDEN void coord_dispatch_put_back(struct coord_dispatcher *d, struct coo
 					  unsigned n);
 
 /*
+ * coord_dispatch_give_back() - S2 placement: @n closures taken by @d were
+ * never started (never sent, or kept from waiting behind a long one while
+ * another worker could run them): back on the queue as put back, but as
+ * they were (attempt unchanged, not counted as put back).
+ */
+COORD_HIDDEN void coord_dispatch_give_back(struct coord_dispatcher *d, struct coord_closure **cls,
+					   unsigned n);
+
+/*
  * coord_dispatch_due() - B4: when this dispatcher should look at the queue
  * again even if nothing is pushed (a preferred closure's fallback, a
  * staggered start), in coord_now_ns() time; 0: no such time.  Event loops

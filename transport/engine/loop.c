@@ -167,35 +167,44 @@ static bool enqueue_req(struct coord_eloop *l, struct coord_conn *k, struct coor
 	return true;
 }
 
-/* Send @cl where its take aimed it (B4), or where pick() says. */
-static void place(struct coord_eloop *l, struct coord_closure *cl, uint64_t now)
+/* @n closures taken and not sent go back to the queue as they were
+ * (never started: place.h PL6); how many. */
+static unsigned give_back(struct coord_eloop *l, struct coord_closure **cls, unsigned n)
+{
+	coord_dispatch_give_back(l->d, cls, n);
+	l->inflight -= n;
+	return n;
+}
+
+/* Send @cl where its take aimed it (B4), or where pick() says; false if
+ * no connection may take it now (PL6): the caller gives it back. */
+static bool place(struct coord_eloop *l, struct coord_closure *cl, uint64_t now)
 {
 	struct coord_conn *k;
 
 	if (coord_dispatch_stale(l->e->c, cl)) {
 		coord_dispatch_cancel(l->d, cl); /* S3: not started */
 		l->inflight--;
-		return;
+		return true;
 	}
 	k = coord_closure_target(cl) < 0
 		    ? coord_place_pick(&l->place, now)				/* place.h PL1 */
 		    : coord_eng_conn(l->e, (unsigned)coord_closure_target(cl)); /* B4 */
-	if (!k || !k->up || !k->nfree) { /* lost meanwhile: back on the queue */
-		coord_dispatch_put_back(l->d, &cl, 1);
-		l->inflight--;
-		return;
-	}
+	if (!k || !k->up || !k->nfree) /* lost meanwhile, or PL6 */
+		return false;
 	if (!enqueue_req(l, k, cl, now)) {
 		coord_dispatch_complete(l->d, cl, k->w->index, -EMSGSIZE, 0,
 					"arguments too large for one frame");
 		coord_eng_done(l, cl);
 	}
+	return true;
 }
 
-static void dispatch(struct coord_eloop *l, unsigned n)
+/* Place the @n closures of l->batch; how many went back to the queue. */
+static unsigned dispatch(struct coord_eloop *l, unsigned n)
 {
 	uint64_t now = coord_now_ns();
-	unsigned m = 0;
+	unsigned m = 0, back = 0;
 
 	pw_release(l); /* S9: before these REQs (runtime/core/pw.c P3) */
 	l->inflight += n;
@@ -205,10 +214,16 @@ static void dispatch(struct coord_eloop *l, unsigned n)
 	for (unsigned i = 0; i < n; i++)
 		if (coord_closure_target(l->batch[i]) < 0)
 			l->batch[m++] = l->batch[i];
-		else
-			place(l, l->batch[i], now);
+		else if (!place(l, l->batch[i], now))
+			back += give_back(l, &l->batch[i], 1);
+	/* pick() does not look at the closure: once it finds no connection,
+	 * the rest of the batch goes back, in order, at once. */
 	for (unsigned i = 0; i < m; i++)
-		place(l, l->batch[i], now);
+		if (!place(l, l->batch[i], now)) {
+			back += give_back(l, &l->batch[i], m - i);
+			break;
+		}
+	return back;
 }
 
 /* ---- a round --------------------------------------------------------------------- */
@@ -231,15 +246,16 @@ static uint64_t cork_wait(const struct coord_eloop *l, uint64_t now)
 	return now + CORK_WAIT_NS;
 }
 
-/* Take more while whole batches come, credit @cr is left and there is
- * more work than idle workers on the other loops (this loop's own idle
- * ones are its to place on). */
-static unsigned take_more(struct coord_eloop *l, unsigned cr, unsigned got, unsigned max)
+/* Take more while whole batches come and were placed whole, credit @cr
+ * is left and there is more work than idle workers on the other loops
+ * (this loop's own idle ones are its to place on). */
+static unsigned take_more(struct coord_eloop *l, unsigned cr, unsigned got, unsigned max,
+			  unsigned back)
 {
 	struct coord *c = l->e->c;
 	unsigned batch = coord_cview(c)->opts.batch, n = 0;
 
-	while (got == max && cr > got) {
+	while (got == max && cr > got && !back) {
 		int idle = coord_place_idle_elsewhere(&l->place);
 
 		cr -= got;
@@ -248,8 +264,8 @@ static unsigned take_more(struct coord_eloop *l, unsigned cr, unsigned got, unsi
 			break;
 		got = coord_dispatch_try_take(l->d, l->batch, max);
 		if (got)
-			dispatch(l, got);
-		n += got;
+			back = dispatch(l, got);
+		n += got - back;
 	}
 	return n;
 }
@@ -258,7 +274,7 @@ static unsigned take_more(struct coord_eloop *l, unsigned cr, unsigned got, unsi
 static void take(struct coord_eloop *l, struct coord_eng_round *ro, unsigned cr, bool block)
 {
 	struct coord_view *c = coord_view(l->e->c);
-	unsigned max = cr < c->opts.batch ? cr : c->opts.batch, n;
+	unsigned max = cr < c->opts.batch ? cr : c->opts.batch, n, back = 0;
 
 	if (block && l->e->ops->submit)
 		l->e->ops->submit(l);
@@ -270,8 +286,8 @@ static void take(struct coord_eloop *l, struct coord_eng_round *ro, unsigned cr,
 		return;
 	}
 	if (n)
-		dispatch(l, n);
-	ro->took = n ? n + take_more(l, cr, n, max) : 0;
+		back = dispatch(l, n);
+	ro->took = n ? n - back + take_more(l, cr, n, max, back) : 0;
 	while (l->dirty) { /* the connections given closures, not a scan */
 		struct coord_conn *k = l->dirty;
 

@@ -12,11 +12,12 @@
 /* PL2: expected run time a closure may wait behind, at least (about one
  * loopback round trip: what a frame of its own would cost it under load);
  * more on a slower link (PL5). */
-#define PACK_WAIT_NS 50000u
+#define PACK_WAIT_NS COORD_RUN_SHORT_NS
 /* PL3: no result for this long, at least: stop packing onto a busy
  * connection (PL5: more on a slower link). */
 #define PACK_STALL_NS 1000000u
-/* PL2: run[slot] flag: the closure's run time is unknown or long. */
+/* PL2, PL6: run[slot] flag: the closure's run time is unknown or long
+ * (its function's gate, runest.h). */
 #define RUN_LONG 0x80000000u
 
 /* PL5: round-trip samples per window of the minimum. */
@@ -38,24 +39,25 @@ static inline uint64_t pack_stall(const struct coord_place *p)
 int coord_place_init(struct coord_place *p, unsigned nconns, uint32_t nfn, _Atomic int *idle_all)
 {
 	p->conns = calloc(nconns ? nconns : 1, sizeof(*p->conns));
-	p->run_ns = malloc((nfn ? nfn : 1) * sizeof(*p->run_ns));
-	if (!p->conns || !p->run_ns)
+	p->run = malloc((nfn ? nfn : 1) * sizeof(*p->run));
+	if (!p->conns || !p->run)
 		return -ENOMEM;
 	p->nconns = nconns;
 	p->nfn = nfn;
 	for (uint32_t f = 0; f < nfn; f++)
-		p->run_ns[f] = COORD_RUN_UNKNOWN;
+		coord_runest_init(&p->run[f]);
 	p->idle_all = idle_all;
 	p->rtt_win = UINT64_MAX;
+	p->last_long = true; /* PL6: nothing known yet */
 	return 0;
 }
 
 void coord_place_fini(struct coord_place *p)
 {
 	free(p->conns);
-	free(p->run_ns);
+	free(p->run);
 	p->conns = NULL;
-	p->run_ns = NULL;
+	p->run = NULL;
 }
 
 void coord_place_start(struct coord_place *p)
@@ -64,7 +66,7 @@ void coord_place_start(struct coord_place *p)
 		struct coord_conn *k = p->conns[i];
 
 		if (k->up)
-			p->free_up += k->nfree;
+			p->free_short += k->nlong ? 0 : k->nfree;
 		else
 			p->ndown++;
 		p->nidle += k->idle;
@@ -88,42 +90,31 @@ void coord_place_idle_update(struct coord_place *p, struct coord_conn *k)
 void coord_place_sent(struct coord_place *p, struct coord_conn *k, const struct coord_closure *cl,
 		      uint32_t slot, uint64_t now)
 {
-	/* PL2: what this closure adds to the work queued on @k; one of
-	 * unknown or long run time fills the budget, so nothing is packed
-	 * behind it. */
-	uint32_t run = cl->fn < p->nfn ? p->run_ns[cl->fn] : COORD_RUN_UNKNOWN;
+	/* PL2: what this closure adds to the work queued on @k (its
+	 * function's estimate, at most the budget: one expected to take that
+	 * long fills it).  PL6: one of unknown or long run time (the gate)
+	 * keeps anything from being placed behind it. */
+	const struct coord_runest *e = cl->fn < p->nfn ? &p->run[cl->fn] : NULL;
+	uint32_t run = e ? e->est : COORD_RUN_UNKNOWN;
 	uint64_t w = pack_wait(p);
-	bool lng = run >= w;
+	bool lng = !e || !coord_runest_short(e, w);
 
-	if (lng)
+	if (run >= w)
 		run = (uint32_t)(w < RUN_LONG ? w : RUN_LONG - 1);
 	k->run[slot] = run | (lng ? RUN_LONG : 0);
+	/* PL6: @k's free slots count as placeable while nothing long is on
+	 * it (the slot just taken was counted, nfree + 1 before). */
+	if (!k->nlong)
+		p->free_short -= lng ? k->nfree + 1 : 1;
 	k->nlong += lng;
+	p->last_long = lng;
 	if (k->nfree == k->window - 1)
 		k->busy_ns = now;
 	k->backlog_ns += run;
-	p->free_up--;
 	coord_place_idle_update(p, k);
 	/* PL2: the connection last sent to is the one being packed, also
 	 * when a take aimed the closure at it (B4): credit counts its room. */
 	p->pack = k;
-}
-
-/*
- * PL2: a function's expected run time from one reported sample @ns: up at
- * once to a longer sample, down by half the difference per shorter one, so
- * a function that turned long stops being packed at its first long result,
- * and a single slow run (a worker thread preempted mid-call, frequent when
- * 2 CPUs serve hundreds of connections) is forgotten within a few results.
- */
-static void run_note(uint32_t *est, uint32_t ns)
-{
-	if (ns == COORD_RUN_UNKNOWN)
-		return; /* not reported (an error, or an older worker) */
-	if (*est == COORD_RUN_UNKNOWN || ns >= *est)
-		*est = ns;
-	else
-		*est -= (*est - ns) / 2;
 }
 
 /*
@@ -153,18 +144,24 @@ static void rtt_note(struct coord_place *p, uint64_t sent, uint64_t rx, uint32_t
 void coord_place_result(struct coord_place *p, struct coord_conn *k, uint32_t fn, uint32_t slot,
 			uint32_t run_ns)
 {
+	bool lng = (k->run[slot] & RUN_LONG) != 0;
+
 	rtt_note(p, k->sent_ns[slot], k->last_rx_ns, run_ns);
-	p->free_up++;
 	k->backlog_ns -= k->run[slot] & ~RUN_LONG;
-	k->nlong -= (k->run[slot] & RUN_LONG) != 0;
+	k->nlong -= lng;
+	/* PL6: the slot freed (nfree counts it), and all of them once the
+	 * last long one left. */
+	if (!k->nlong)
+		p->free_short += lng ? k->nfree : 1;
 	coord_place_idle_update(p, k);
 	if (fn < p->nfn)
-		run_note(&p->run_ns[fn], run_ns);
+		coord_runest_note(&p->run[fn], run_ns);
 }
 
 void coord_place_down(struct coord_place *p, struct coord_conn *k)
 {
-	p->free_up -= k->nfree;
+	if (!k->nlong)
+		p->free_short -= k->nfree;
 	p->ndown++;
 	k->backlog_ns = 0;
 	k->nlong = 0;
@@ -175,7 +172,7 @@ void coord_place_down(struct coord_place *p, struct coord_conn *k)
 
 void coord_place_up(struct coord_place *p, struct coord_conn *k)
 {
-	p->free_up += k->nfree;
+	p->free_short += k->nfree; /* nlong is 0 since coord_place_down() */
 	p->ndown--;
 	coord_place_idle_update(p, k);
 }
@@ -186,11 +183,11 @@ bool coord_place_packable(const struct coord_place *p, const struct coord_conn *
 
 	if (!k->up || !k->nfree || k->nfree == k->window || now - seen >= pack_stall(p))
 		return false;
-	/* PL2: within the budget; or past it with nothing but known-short work
-	 * queued while no worker of the transport is idle (nobody else could
-	 * start it sooner, and the window keeps this one busy). */
-	return k->backlog_ns < pack_wait(p) ||
-	       (k->nlong == 0 && p->nidle == 0 && coord_place_idle_elsewhere(p) <= 0);
+	/* PL6: never behind one of unknown or long run time.  PL2: within the
+	 * budget; or past it while no worker of the transport is idle (nobody
+	 * else could start it sooner, and the window keeps this one busy). */
+	return k->nlong == 0 && (k->backlog_ns < pack_wait(p) ||
+				 (p->nidle == 0 && coord_place_idle_elsewhere(p) <= 0));
 }
 
 /* Is @k up, started and with nothing in flight? */
@@ -221,7 +218,8 @@ struct coord_conn *coord_place_pick(struct coord_place *p, uint64_t now)
 			idle = k;
 			idlei = j;
 		}
-		if (!any || k->nfree > any->nfree) {
+		/* PL6: never behind one of unknown or long run time. */
+		if (!k->nlong && (!any || k->nfree > any->nfree)) {
 			any = k;
 			anyi = j;
 		}
@@ -230,7 +228,7 @@ struct coord_conn *coord_place_pick(struct coord_place *p, uint64_t now)
 		p->pack = pack;
 		return pack;
 	}
-	if (!idle) { /* only within a batch that credit() overcounted */
+	if (!idle) { /* within a batch that credit() counted (PL4, PL6) */
 		idle = any;
 		idlei = anyi;
 	}
@@ -252,9 +250,16 @@ unsigned coord_place_credit(struct coord_place *p, uint64_t now, uint64_t *next_
 	 * workers' windows with closures another loop's idle or starting
 	 * worker could run (S13). */
 	if (now >= p->start_end && coord_place_idle_elsewhere(p) <= 0) {
+		/* PL6: after a long one, one per idle connection, or one to
+		 * learn whether the stream turned short (it may go behind
+		 * short ones), not a batch to give back. */
+		uint64_t f = !p->last_long ? p->free_short
+			     : p->nidle	   ? p->nidle
+					   : p->free_short > 0;
+
 		*has_idle = p->nidle > 0;
 		*has_down = p->ndown > 0;
-		return p->free_up < UINT_MAX ? (unsigned)p->free_up : UINT_MAX;
+		return f < UINT_MAX ? (unsigned)f : UINT_MAX;
 	}
 	*has_idle = false;
 	*has_down = false;

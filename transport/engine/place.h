@@ -10,23 +10,23 @@
  *        behind closures known to be short (packable(): their expected run
  *        times sum to under PACK_WAIT_NS and results are coming).  A
  *        closure is never sent ahead behind one of unknown or long run time
- *        while it could wait in the queue for any worker: an idle worker,
- *        one whose staggered start passes (S13) or one that comes back
- *        (S10) takes it from there.  So while a staggered start is still
- *        to come, credit (how many a loop may take) counts one closure per
- *        idle started connection and the free slots of the one being
- *        packed, not every free slot; the same while another loop has an
- *        idle worker (or one still to start: it counts as idle there), so
- *        that one loop does not fill its workers' windows with what the
- *        other loop's worker could start (S13 over several loops: all 30
- *        closures went to the loop whose one worker started first).  Once
- *        every worker has started and no other loop has one idle, it is
- *        every free slot (PL4): pick() still prefers an idle connection,
+ *        (PL6): it waits in the queue, where any worker takes it: an idle
+ *        one, one whose staggered start passes (S13) or one that comes back
+ *        (S10).  So while a staggered start is still to come, credit (how
+ *        many a loop may take) counts one closure per idle started
+ *        connection and the free slots of the one being packed, not every
+ *        free slot; the same while another loop has an idle worker (or one
+ *        still to start: it counts as idle there), so that one loop does
+ *        not fill its workers' windows with what the other loop's worker
+ *        could start (S13 over several loops: all 30 closures went to the
+ *        loop whose one worker started first).  Once every worker has
+ *        started and no other loop has one idle, it is every free slot
+ *        that PL6 allows (PL4): pick() still prefers an idle connection,
  *        so a closure goes behind a busy one only when no worker is idle,
  *        and one not started when an error is taken is dropped there (S3,
- *        the CANCEL frame).  Counting only placeable room there too cost
- *        2.5-3x of the rate at 256 in flight (bench_tcp: 1.6-1.9 against
- *        4.6-5.0 M closures/s, one or two workers).
+ *        the CANCEL frame).  Counting only the packed connection's room
+ *        there too cost 2.5-3x of the rate at 256 in flight (bench_tcp:
+ *        1.6-1.9 against 4.6-5.0 M closures/s, one or two workers).
  *   PL2  Packing: a frame costs each side a send, a receive and usually a
  *        wake-up; an empty closure costs a worker well under a microsecond.
  *        So a loop keeps adding to one busy connection while what is on it
@@ -37,11 +37,11 @@
  *        each successful call's run time in its result (wire.h), and each
  *        loop keeps per function an estimate that rises at once to a longer
  *        sample and falls by half the difference per shorter one
- *        (run_note()).  A function never seen to finish counts as long.
+ *        (runest.h @est).  A function never seen to finish counts as long.
  *   PL3  A known-short function that turns long is caught twice: its first
  *        long result raises the estimate, and a busy connection with no
  *        result for PACK_STALL_NS is no longer packed.
- *   PL4  Counts kept as slots and connections change (free_up, nidle,
+ *   PL4  Counts kept as slots and connections change (free_short, nidle,
  *        ndown), so credit() is O(1) once every staggered start has passed
  *        while no other loop has an idle worker; else it scans the loop's
  *        connections.
@@ -53,6 +53,24 @@
  *        least PACK_STALL_NS).  The round trip is the minimum, over a
  *        window of results, of result time less the reported run time: the
  *        link and the loops, not the wait behind other closures.
+ *   PL6  S2 (issue 20): a closure never waits in a worker's window behind
+ *        one of unknown or long run time, since another worker may go
+ *        idle (finish, start late, come back) while it waits; it is never
+ *        sent there rather than taken back (a worker busy in a long
+ *        closure could not answer a recall until it ends).  A slot's
+ *        closure is long when its function's gate (runest.h: the shorter
+ *        of its last two run times, unknown until one) is not under
+ *        PACK_WAIT_NS (PL5); a connection holding one (nlong) is not
+ *        packable, pick() never falls back to it, and its free slots leave
+ *        free_short, the credit of PL4.  After a long closure was placed
+ *        (last_long) the next are expected long too: credit is one per
+ *        idle connection (or one, to learn whether the stream turned
+ *        short, while none is idle), so a loop does not take a batch to
+ *        place one and give the rest back.  What a batch cannot place
+ *        goes back to the front of the queue as it was
+ *        (coord_dispatch_give_back(): attempt unchanged), for whichever
+ *        worker frees first, over any loop.  Not covered: a function known short whose closure turns
+ *        long holds what was packed behind it (PL3 stops more).
  *
  * Synchronization: a struct coord_place and its connections belong to one
  * loop (whoever holds it: rdma.c D1); nothing here is shared between
@@ -67,21 +85,23 @@
 #include <stdint.h>
 
 #include "transport/engine/conn.h"
-
-#define COORD_RUN_UNKNOWN UINT32_MAX
+#include "transport/engine/runest.h"
 
 struct coord_place {
 	struct coord_conn **conns; /* the loop's connections */
 	unsigned nconns, rr;
 	struct coord_conn *pack; /* the connection being packed (PL2) */
-	/* Per function: its expected run time on a worker in ns, or
-	 * COORD_RUN_UNKNOWN until a result reported one. */
-	uint32_t *run_ns;
+	/* Per function: its run time on a worker, as results reported it
+	 * (runest.h: the estimate PL2 budgets by, the gate PL6 places by). */
+	struct coord_runest *run;
 	uint32_t nfn;
-	/* PL4: free slots on live connections, the last staggered start,
-	 * idle and down connections of this loop. */
-	uint64_t free_up, start_end;
+	/* PL4, PL6: free slots on live connections with nothing of unknown
+	 * or long run time in flight, the last staggered start, idle and
+	 * down connections of this loop; was the last closure placed of
+	 * unknown or long run time? */
+	uint64_t free_short, start_end;
 	unsigned nidle, ndown;
+	bool last_long;
 	/* PL5: the link's round trip (the minimum of the last window of
 	 * samples), the minimum of the window being filled, its samples. */
 	uint64_t rtt_ns, rtt_win;

@@ -12,6 +12,21 @@
  * touches no pool closure for it.  The worker thread also destroys its
  * components of per-worker resources whose last handle was put (S9,
  * runtime/core/pw.c), before it runs the next batch it took.
+ *
+ * Placement (S2, issue 20).  A closure never waits in a worker's batch
+ * behind one of unknown or long run time while another worker could run
+ * it: before a worker starts such a closure, it gives the rest of its
+ * batch back to the front of the queue (coord_dispatch_give_back(): as
+ * they were, attempt unchanged), for whichever worker frees first, and
+ * after it takes one closure at a time until it runs a short one again.
+ * Each worker keeps its own table of run times (transport/engine/runest.h: a
+ * function is short while one of its last two runs took under
+ * COORD_RUN_SHORT_NS); it times a closure whose function is not known
+ * short, and the first of every batch (so a short function that turned
+ * long is noticed), never the others.  The same rule the network engine
+ * keeps (transport/engine/place.h PL6).  Not covered: inline entries run
+ * inside the take (runtime/core/inline.c Q3), and a closure behind one of
+ * a short function that turns long.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,6 +34,7 @@
 
 #include "runtime/core/dispatch.h"
 #include "runtime/ps/ps.h"
+#include "transport/engine/runest.h"
 
 struct inproc_worker {
 	pthread_t thread;
@@ -62,12 +78,20 @@ static void *inproc_main(void *arg)
 	struct coord_worker *w = &v->workers[d->index];
 	struct inproc_worker *iw = w->tp;
 	struct coord_closure **batch, **done;
+	struct coord_runest *run;
+	uint32_t nfn = v->reg->n;
+	/* S2: may others wait behind us (more than one worker), and was the
+	 * last closure run of unknown or long run time? */
+	bool share = v->ndisp > 1, last_long = false;
 	unsigned n;
 
 	batch = calloc(v->opts.batch, sizeof(*batch));
 	done = calloc(v->opts.batch, sizeof(*done));
-	if (!batch || !done)
+	run = malloc((nfn ? nfn : 1) * sizeof(*run));
+	if (!batch || !done || !run)
 		coord_die("inproc worker batch", ENOMEM);
+	for (uint32_t f = 0; f < nfn; f++)
+		coord_runest_init(&run[f]);
 	/* C9: this thread waits only inside coord_dispatch_take(). */
 	d->defer_fin = true;
 	/* Q3: inline entries run inside coord_dispatch_take(), here. */
@@ -75,7 +99,7 @@ static void *inproc_main(void *arg)
 		d->exec_env = &iw->env;
 	stagger_wait(w);
 	/* The take returns 0 when stopping, or with resources to release. */
-	while ((n = coord_dispatch_take(d, batch, v->opts.batch)) > 0 ||
+	while ((n = coord_dispatch_take(d, batch, last_long ? 1 : v->opts.batch)) > 0 ||
 	       coord_dispatch_pw_pending(d)) {
 		unsigned nd = 0;
 
@@ -88,12 +112,22 @@ static void *inproc_main(void *arg)
 			struct coord_closure *cl = batch[i];
 			struct coord_exec_call call;
 			struct coord_ctx ctx;
+			struct coord_runest *e = cl->fn < nfn ? &run[cl->fn] : NULL;
+			bool known = e && coord_runest_short(e, COORD_RUN_SHORT_NS);
+			uint64_t t0 = 0;
 			int code, cause;
 
 			if (coord_dispatch_stale(c, cl)) {
 				coord_dispatch_cancel(d, cl); /* S3: not started */
 				continue;
 			}
+			if (!known && share && i + 1 < n) {
+				/* S2: the rest would wait behind this one. */
+				coord_dispatch_give_back(d, &batch[i + 1], n - i - 1);
+				n = i + 1;
+			}
+			if (e && (!known || i == 0))
+				t0 = coord_now_ns();
 			call.id = cl->id;
 			call.fn = cl->fn;
 			call.attempt = cl->attempt;
@@ -111,6 +145,15 @@ static void *inproc_main(void *arg)
 			call.in_get = coord_closure_input;
 			call.in_src = cl;
 			code = coord_exec(&iw->env, &call, closure_result_buf, cl, &ctx, &cause);
+			if (t0) {
+				uint64_t ns = coord_now_ns() - t0;
+
+				coord_runest_note(e, ns < COORD_RUN_UNKNOWN
+							     ? (uint32_t)ns
+							     : COORD_RUN_UNKNOWN - 1);
+				known = coord_runest_short(e, COORD_RUN_SHORT_NS);
+			}
+			last_long = share && !known;
 			if (coord_dispatch_ps_retry(d, cl, code, cause)) {
 				coord_dispatch_put_back(d, &cl, 1); /* S11: transient */
 				continue;
@@ -122,6 +165,7 @@ static void *inproc_main(void *arg)
 		coord_dispatch_finish(d, w, done, nd);
 	}
 	coord_exec_env_fini(&iw->env);
+	free(run);
 	free(batch);
 	free(done);
 	return NULL;
