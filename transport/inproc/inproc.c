@@ -80,7 +80,7 @@ static void *inproc_main(void *arg)
 		unsigned nd = 0;
 
 		if (coord_dispatch_pw_pending(d))
-			pw_release(d, &iw->env); /* S9: before the batch runs (P3) */
+			pw_release(d, &iw->env); /* S9: before the batch runs (pw.c P3) */
 		if (n == 0)
 			continue;
 

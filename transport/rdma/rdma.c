@@ -214,7 +214,7 @@ static bool rdma_send(struct coord_conn *ck)
 	if (!k->fend && k->ooff < k->ow.len) {
 		size_t f = frame_len(k->obuf + k->ooff, k->ow.len - k->ooff, &t);
 
-		if (t == COORD_WIRE_CANCEL && !post(k, f, 1)) /* C4: the credit kept */
+		if (t == COORD_WIRE_CANCEL && !post(k, f, 1)) /* rdma_chan.c C4: the credit kept */
 			return true;
 	}
 	room = coord_rdma_chan_room(k->ch, REQ_MIN_CREDITS, &most);

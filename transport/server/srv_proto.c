@@ -688,8 +688,8 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 
 		r = coord_wire_get_ping(h, payload, &tok);
 		if (r == 0) {
-			if (tok >= 1 && tok <= 3600000) /* P5: the heartbeat interval */
-				/* Relaxed (P5): a hint for the watchdog. */
+			if (tok >= 1 && tok <= 3600000) /* tcp_pool.c P5: the heartbeat interval */
+				/* Relaxed (tcp_pool.c P5): a hint for the watchdog. */
 				atomic_store_explicit(&k->hb_ms, (uint32_t)tok,
 						      memory_order_relaxed);
 			coord_wire_writer_init(&w, b, sizeof(b));
