@@ -5,6 +5,9 @@
  * two-phase commit (PREPARE everywhere, check that the tasks staged every
  * variable of the checkpoint exactly once, then COMMIT or ABORT everywhere).
  * Each task's side is runtime/store/ckpt_prepare.c.
+ *
+ * Synchronization: none of its own beyond a relaxed counter that keeps
+ * nonces distinct; each ps task's stage is varstore.h's.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -59,6 +59,9 @@
  * the real size (so a truncated file is reported as truncated), the CRC, then
  * every length against the bytes that remain, names, shapes, duplicates.
  * What it returns is staged and committed by ckpt_restore.c.
+ *
+ * Synchronization: the store's locks (varstore.c V3: save_lock, then
+ * names_lock, then stripes) and varstore.h's table of what may run together.
  */
 #include <dirent.h>
 #include <fcntl.h>

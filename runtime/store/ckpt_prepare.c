@@ -25,6 +25,9 @@
  * file is read (memory: still one file plus this task's share).  The task
  * holding new shard 0 counts the old shards as staged, so the digests
  * still prove every variable of the checkpoint was taken exactly once.
+ *
+ * Synchronization: as checkpoint.c; one build at a time under save_lock,
+ * the stage installed, committed and dropped under names_lock.
  */
 #include <dirent.h>
 #include <fcntl.h>

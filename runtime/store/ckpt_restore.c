@@ -13,6 +13,9 @@
  * Restoring across layouts (prepare, commit, abort) and re-splitting
  * partitioned variables are in ckpt_prepare.c, over this file's stage and
  * file readers (ckpt_pvt.h).
+ *
+ * Synchronization: as checkpoint.c: the store's locks (varstore.c V3) and
+ * varstore.h's table; the stage (vs->stage) under names_lock.
  */
 #include <dirent.h>
 #include <fcntl.h>

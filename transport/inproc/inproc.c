@@ -12,6 +12,9 @@
  * touches no pool closure for it.  The worker thread also destroys its
  * components of per-worker resources whose last handle was put (S9,
  * runtime/core/pw.c), before it runs the next batch it took.
+ *
+ * Synchronization: each worker thread is its own dispatcher (dispatch.h);
+ * struct coord's fields it touches are coord_pvt.h's table.
  */
 #include <pthread.h>
 #include <stdlib.h>

@@ -74,6 +74,10 @@
  *       the timer wakes the thread, which takes the tok as for any other
  *       event and reaps.  tpend is the tok holder's; a thread that goes to
  *       sleep arms every CQ and stops the timer.
+ *
+ * Synchronization: the loop's shared fields (tok, armed, up, idle,
+ * rt_hint) are the engine's (engine.c's table); this backend adds none:
+ * its channels, CQs, timer and tpend belong to the tok's holder (D1).
  */
 #include <errno.h>
 #include <stddef.h>

@@ -29,6 +29,11 @@
  * What Give-up cannot tell, an update applied whose reply was lost, the
  * closure's key handles (runtime/ps/ps_once.c): a record with one goes
  * through coord_ps_apply_once() after the check above.
+ *
+ * Synchronization: srv_proto.h (a connection driven by one thread at a
+ * time; struct coord_srv under its lock); hb_ms is written relaxed by the
+ * connection's thread and read by the keepalive (tcp_pool.c P5,
+ * rdma_server.c Q3), a hint.
  */
 #include <errno.h>
 #include <pthread.h>
