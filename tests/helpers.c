@@ -1,10 +1,59 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/helpers.c - the tests' utilities: the clock, the watchdog, the
- * counters in shared memory (t_sh), the transports a group runs over, the
- * coord-worker / coord-ps processes a test starts, network namespaces and
- * the fixtures (t_opts, t_create, t_coord, t_fx_*).  The standard test
- * functions and t_registry() are in helpers_fns.c.
+ * tests/helpers.c - the standard test functions and small utilities: the
+ * clock, the watchdog, the counters in shared memory (t_sh), t_registry().
+ * The transports a group runs over, the processes a test starts, network
+ * namespaces and the fixtures are in helpers_run.c.
+ *
+ * Functions registered by t_registry():
+ *   echo      result = args
+ *   add       args two int64 -> their sum
+ *   sleep_us  args one uint32 microseconds; sleeps, result = worker index (int32)
+ *   spin_us   the same, on a CPU (a busy loop on the clock)
+ *   fail      fails with -EIO and a message
+ *   gated     spins until t_gate != 0 (bounded 20 s), then returns worker index,
+ *             or fails with -EIO if it was given any argument bytes
+ *   attempt   result = coord_ctx_attempt() (uint32)
+ *   order     appends its int64 argument to t_order (one worker: run order)
+ *   stamp     records the first start time per worker in t_first_ns, sleeps 1 ms
+ *   pw_next   per-worker arg 0 is a counter resource: result = worker index
+ *             (int32) and the counter's next value (int64)
+ *   counter   resource creator: an int64 counter starting at args (int64 or 0)
+ *   tracked   resource creator, args an int64 token: counts itself in
+ *             tr_creates[w] and its destroy callback in tr_destroys[w] when
+ *             the token is tr_token
+ *   tr_live   result = tr_creates[w] - tr_destroys[w] (int64) on its worker w:
+ *             how many tracked resources are alive there
+ *   closure_id result = { coord_ctx_closure() (uint64), attempt (uint32),
+ *             worker (int32) }
+ * Every function counts t_entered/t_exited (not the var_* ones):
+ *   sleep_attempt  uint32 us: stores its pid in running_pid, counts itself in
+ *                  running[worker] while it sleeps; result
+ *               = { attempt, worker } (uint32 x 2)
+ *   stuck_once  sleeps 3 s on its first attempt; result = { attempt, worker }
+ *   var_add     struct t_var_args: [off, off+n) += val through the ctx;
+ *               stores its attempt in last_attempt
+ *   var_read    struct t_var_args: result = floats [off, off+n)
+ *   var_code    struct t_var_args: reads [off, off+n) and succeeds with the
+ *               read's code as result (int32): what the function saw
+ *   var_scatter struct t_var_args (off = row length) + int64 idx[n]:
+ *               rows idx[k] += val
+ *   var_lookup  args a name: result = { handle, nelem } (uint64 x 2)
+ *   var_batch   struct t_var_args: one batch of += val and a read; result
+ *               = what the read saw
+ *   var_uniform struct t_var_args (pad = reads, n <= 1024): reads
+ *               [off, off+n) pad times; result = { torn, changes, reads }
+ *               (uint64 x 3): torn reads saw two values (a writer always
+ *               assigns one value to the whole range), changes counts reads
+ *               that differ from the one before
+ *   var_read_lat struct t_var_args (pad = reads, n <= 1024): times pad
+ *               reads of [off, off+n); result = { p50, p99, min } ns (uint64)
+ *   pvar_rows   struct t_pvar_args + ids (+ rows): a gather (result: the
+ *               rows, n * row_len <= 16384), a scatter_add, or a gather
+ *               through a handle the worker looks up by pv.name
+ *   pvar_multi  struct t_pvar_multi + ids (+ rows): one gather_multi (result:
+ *               the rows, <= 16384 floats) or scatter_add_multi of two
+ *               variables
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -122,433 +171,648 @@ void t_reset_counters(void)
 	}
 }
 
-/* ---- transports: inproc, or coord-worker processes over tcp or rdma -------------- */
+#define ENTER() atomic_fetch_add(&t_entered, 1)
+#define EXIT(r)                                                                                    \
+	do {                                                                                       \
+		int r_ = (r);                                                                      \
+		atomic_fetch_add(&t_exited, 1);                                                    \
+		return r_;                                                                         \
+	} while (0)
 
-const char *t_transport = "inproc";
-unsigned t_tcp_loops;
-
-bool t_group_on(const char *name)
+static int f_echo(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	const char *g = getenv("T_GROUPS");
-	size_t n = strlen(name);
-
-	for (const char *p = g; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0))
-		if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0))
-			return true;
-	return !g || !*g;
+	ENTER();
+	EXIT(coord_ctx_set_result(ctx, args, len));
 }
 
-int t_use_transport(const char *name, unsigned n)
+static int f_add(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	if (strcmp(name, "rdma") == 0)
-		setenv("COORD_CLUSTER_KEY",
-		       "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
-	t_transport = name;
-	return t_workers_start(n) == 0 ? 0 : -1;
+	int64_t ab[2], s;
+
+	ENTER();
+	if (len != sizeof(ab))
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "add wants 16 bytes, got %zu", len));
+	memcpy(ab, args, sizeof(ab));
+	s = ab[0] + ab[1];
+	EXIT(coord_ctx_set_result(ctx, &s, sizeof(s)));
 }
 
-void t_use_inproc(void)
+/* add, and when it ran: {sum, entry, exit} (CLOCK_MONOTONIC ns; one clock
+ * for every process of a host: bench_rdma's per-stage breakdown). */
+static int f_add_clock(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	t_workers_stop();
-	t_transport = "inproc";
-	t_tcp_loops = 0;
-	unsetenv("COORD_CLUSTER_KEY");
+	int64_t ab[2];
+	uint64_t out[3], in = t_now_ns();
+
+	ENTER();
+	if (len != sizeof(ab))
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "add_clock wants 16 bytes, got %zu", len));
+	memcpy(ab, args, sizeof(ab));
+	out[0] = (uint64_t)(ab[0] + ab[1]);
+	out[1] = in;
+	out[2] = t_now_ns();
+	EXIT(coord_ctx_set_result(ctx, out, sizeof(out)));
 }
 
-int t_group_tcp(void **state)
+static int f_sleep_us(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	(void)state;
-	return t_use_transport("tcp", 2);
+	uint32_t us = 0;
+	int32_t w = coord_ctx_worker(ctx);
+
+	ENTER();
+	if (len == sizeof(us))
+		memcpy(&us, args, sizeof(us));
+	t_sleep_ns((uint64_t)us * 1000);
+	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
 }
 
-int t_group_tcp_loops(void **state)
+static int f_spin_us(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	(void)state;
-	t_tcp_loops = 2;
-	return t_use_transport("tcp", 2);
+	uint32_t us = 0;
+	int32_t w = coord_ctx_worker(ctx);
+	uint64_t until;
+
+	ENTER();
+	if (len == sizeof(us))
+		memcpy(&us, args, sizeof(us));
+	until = t_now_ns() + (uint64_t)us * 1000;
+	while (t_now_ns() < until)
+		;
+	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
 }
 
-int t_group_rdma(void **state)
+static int f_fail(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	(void)state;
-	return t_use_transport("rdma", 2);
+	ENTER();
+	EXIT(coord_ctx_fail(ctx, -EIO, "injected failure on worker %d", coord_ctx_worker(ctx)));
 }
 
-int t_group_inproc(void **state)
+static int f_gated(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	(void)state;
-	t_use_inproc();
-	return 0;
+	uint64_t until = t_now_ns() + 20000000000ull;
+	int32_t w = coord_ctx_worker(ctx);
+
+	ENTER();
+	while (!atomic_load(&t_gate) && t_now_ns() < until)
+		t_sleep_ns(100000);
+	if (len > 0)
+		EXIT(coord_ctx_fail(ctx, -EIO, "gated failure on worker %d", w));
+	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
 }
 
-/* Where workers listen: loopback for tcp; over rdma an address on an RDMA
- * device ($RDMA_TEST_ADDR, default the rig's 10.0.2.15). */
-const char *t_addr(void)
+/* B1: args: optional int64 k; result: int64 k + the sum of the inputs,
+ * each an int64 or an int32 (a gated result); any other size fails. */
+static int f_sum_inputs(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	const char *a = getenv("RDMA_TEST_ADDR");
+	int64_t s = 0;
+	unsigned n = coord_ctx_num_inputs(ctx);
 
-	if (strcmp(t_transport, "rdma") != 0)
-		return "127.0.0.1";
-	return a && *a ? a : "10.0.2.15";
-}
+	ENTER();
+	if (len == sizeof(s))
+		memcpy(&s, args, sizeof(s));
+	for (unsigned i = 0; i < n; i++) {
+		size_t l;
+		const void *v = coord_ctx_input(ctx, i, &l);
+		int64_t x = 0;
+		int32_t y;
 
-const char *t_local_addr(void)
-{
-	const char *a = getenv("RDMA_LOCAL_ADDR");
-
-	return a && *a ? a : t_addr();
-}
-
-/*
- * Where tcp worker @i listens and is reached: t_addr(), or, on a cluster of
- * "hosts" (tests/cluster/netns.sh), the (i mod n)-th of $T_WORKER_HOSTS
- * (a comma list of IPv4 addresses, each shorter than 40 characters).
- */
-static const char *t_worker_addr(unsigned i, char *buf, size_t len)
-{
-	const char *h = getenv("T_WORKER_HOSTS"), *p;
-	size_t n = 0, k;
-
-	if (!h || !*h || strcmp(t_transport, "tcp") != 0)
-		return t_addr();
-	for (p = h; *p; p++)
-		n += *p == ',';
-	k = i % (n + 1);
-	for (p = h; k; p++)
-		k -= *p == ',';
-	snprintf(buf, len, "%.*s", (int)strcspn(p, ","), p);
-	return buf;
-}
-
-#define T_MAX_PROCS 8
-static pid_t t_pids[T_MAX_PROCS];
-static unsigned t_ports[T_MAX_PROCS], t_nprocs;
-
-pid_t t_spawn(char *const argv[], const char *banner, unsigned *port)
-{
-	const char *wrap = getenv("T_SPAWN_WRAP");
-	char fmt[96], line[128], *wargv[24];
-	int p[2];
-	pid_t pid;
-
-	signal(SIGPIPE, SIG_IGN);
-	if (pipe(p) < 0)
-		return -1;
-	pid = fork();
-	if (pid == 0) {
-		/* die with the test, so a failed test leaves no server holding
-		 * the test runner's pipes */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getenv("T_SERVER_STDERR")) { /* its log, for tests that read it */
-			int fd = open(getenv("T_SERVER_STDERR"), O_WRONLY | O_CREAT | O_APPEND,
-				      0600);
-
-			if (fd >= 0) {
-				dup2(fd, 2);
-				close(fd);
-			}
-		}
-		dup2(p[1], 1);
-		close(p[0]);
-		close(p[1]);
-		if (wrap && *wrap) { /* T_SPAWN_WRAP argv... (bounded: 22 words) */
-			size_t k = 0;
-
-			wargv[0] = (char *)wrap;
-			while (k < 22 && argv[k]) {
-				wargv[k + 1] = argv[k];
-				k++;
-			}
-			wargv[k + 1] = NULL;
-			if (!argv[k]) /* else too long: 127, the server "did not start" */
-				execv(wrap, wargv);
+		if (l == sizeof(x)) {
+			memcpy(&x, v, sizeof(x));
+		} else if (l == sizeof(y)) {
+			memcpy(&y, v, sizeof(y));
+			x = y;
 		} else {
-			execv(argv[0], argv);
+			EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "sum_inputs: input %u has %zu bytes",
+					    i, l));
 		}
-		_exit(127);
+		s += x;
 	}
-	close(p[1]);
-	snprintf(fmt, sizeof(fmt), "%s listening on port %%u", banner);
-	/* Bounded (20 s) without alarm(), which would cancel t_watchdog():
-	 * the server prints its port at once or dies (EOF). */
-	{
-		struct pollfd pf = { .fd = p[0], .events = POLLIN };
-		size_t n = 0;
-		uint64_t until = t_now_ns() + 20000000000ull;
-
-		while (n < sizeof(line) - 1 && t_now_ns() < until) {
-			ssize_t k;
-
-			if (poll(&pf, 1, 100) <= 0)
-				continue;
-			k = read(p[0], line + n, 1);
-			if (k <= 0 || line[n] == '\n')
-				break;
-			n++;
-		}
-		line[n] = 0;
-	}
-	close(p[0]);
-	if (sscanf(line, fmt, port) != 1) {
-		fprintf(stderr, "%s did not start\n", argv[0]);
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		return -1;
-	}
-	return pid;
+	EXIT(coord_ctx_set_result(ctx, &s, sizeof(s)));
 }
 
-void t_reap(pid_t pid)
+/* B1: result: the inputs' bytes one after another (in reverse order of
+ * index when args is "r", to read them out of order). */
+static int f_concat_inputs(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	int st;
-	uint64_t until = t_now_ns() + 5000000000ull;
+	unsigned n = coord_ctx_num_inputs(ctx);
+	int rev = len == 1 && *(const char *)args == 'r';
+	size_t total = 0, off = 0, l;
+	uint8_t *out;
 
-	kill(pid, SIGTERM);
-	while (waitpid(pid, &st, WNOHANG) == 0 && t_now_ns() < until)
-		t_sleep_ns(1000000);
-	if (waitpid(pid, &st, WNOHANG) == 0) {
-		kill(pid, SIGKILL);
-		waitpid(pid, &st, 0);
+	ENTER();
+	for (unsigned i = 0; i < n; i++) {
+		coord_ctx_input(ctx, i, &l);
+		total += l;
 	}
+	out = coord_ctx_result_buf(ctx, total);
+	if (!out && total)
+		EXIT(COORD_ENOMEM);
+	for (unsigned k = 0; k < n; k++) {
+		unsigned i = rev ? n - 1 - k : k;
+		const void *v = coord_ctx_input(ctx, i, &l);
+
+		if (l)
+			memcpy(out + (rev ? total - off - l : off), v, l);
+		off += l;
+	}
+	if (coord_ctx_input(ctx, n, &l) != NULL || l != 0)
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "input past the end"));
+	EXIT(0);
 }
 
-/* ---- network namespaces (partitions) ------------------------------------------- */
-
-static int t_sh_cmd(const char *fmt, ...)
+/* args: uint32 microseconds; records its pid, sleeps; result: { attempt,
+ * worker index } (uint32 x 2). */
+static int f_sleep_attempt(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	char cmd[512];
-	va_list ap;
-	int st;
+	uint32_t us, out[2];
 
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	st = system(cmd);
-	return st == 0 ? 0 : -1;
+	if (len != sizeof(us))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "sleep_attempt: want uint32 us");
+	memcpy(&us, args, sizeof(us));
+	out[0] = coord_ctx_attempt(ctx);
+	out[1] = (uint32_t)coord_ctx_worker(ctx);
+	atomic_fetch_add(&t_sh->running[out[1] % 64], 1);
+	atomic_store(&t_sh->running_pid, (int)getpid());
+	t_sleep_ns((uint64_t)us * 1000);
+	atomic_fetch_sub(&t_sh->running[out[1] % 64], 1);
+	return coord_ctx_set_result(ctx, out, sizeof(out));
 }
 
-int t_netns_create(struct t_netns *n, unsigned idx)
+/* On its first attempt sleeps 3 s (a stuck closure, B6); result: { attempt,
+ * worker index } (uint32 x 2). */
+static int f_stuck_once(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	unsigned first = ((unsigned)getpid() * 7 + idx) % 250, id = 0;
+	uint32_t out[2] = { coord_ctx_attempt(ctx), (uint32_t)coord_ctx_worker(ctx) };
 
-	memset(n, 0, sizeof(*n));
-	if (geteuid() != 0 || t_sh_cmd("ip netns list >/dev/null 2>&1") < 0)
-		return -1;
-	/* The subnet 10.231.<id>.0/24 and the names are claimed by making the
-	 * namespace named after <id> (`ip netns add` fails if it exists), so
-	 * test processes running at once never share a subnet or a veth name;
-	 * bounded: 250 ids at most. */
-	for (unsigned k = 0; k < 250 && !id; k++) {
-		unsigned c = (first + k) % 250 + 1;
+	(void)args;
+	(void)len;
+	if (out[0] == 1)
+		t_sleep_ns(3000000000ull);
+	return coord_ctx_set_result(ctx, out, sizeof(out));
+}
 
-		snprintf(n->name, sizeof(n->name), "coordt_s%u", c);
-		if (t_sh_cmd("ip netns add %s 2>/dev/null", n->name) == 0)
-			id = c;
-	}
-	if (!id)
-		return -1;
-	snprintf(n->veth_host, sizeof(n->veth_host), "cth%u", id);
-	snprintf(n->veth_ns, sizeof(n->veth_ns), "ctn%u", id);
-	snprintf(n->host_ip, sizeof(n->host_ip), "10.231.%u.1", id);
-	snprintf(n->ns_ip, sizeof(n->ns_ip), "10.231.%u.2", id);
-	n->made = 1;
-	if (t_sh_cmd("ip link add %s type veth peer name %s", n->veth_host, n->veth_ns) < 0 ||
-	    t_sh_cmd("ip link set %s netns %s", n->veth_ns, n->name) < 0 ||
-	    t_sh_cmd("ip addr add %s/24 dev %s", n->host_ip, n->veth_host) < 0 ||
-	    t_sh_cmd("ip link set %s up", n->veth_host) < 0 ||
-	    t_sh_cmd("ip netns exec %s ip addr add %s/24 dev %s", n->name, n->ns_ip, n->veth_ns) <
-		    0 ||
-	    t_sh_cmd("ip netns exec %s ip link set %s up", n->name, n->veth_ns) < 0 ||
-	    t_sh_cmd("ip netns exec %s ip link set lo up", n->name) < 0) {
-		t_netns_destroy(n);
-		return -1;
-	}
+static int f_attempt(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	uint32_t a = coord_ctx_attempt(ctx);
+
+	ENTER();
+	EXIT(coord_ctx_set_result(ctx, &a, sizeof(a)));
+}
+
+/* B4 stress: args int64[2]; result { int64 a + b, int32 worker, uint32
+ * attempt }, so a test checks the value, where it ran and how often. */
+static int f_add_where(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct {
+		int64_t sum;
+		int32_t worker;
+		uint32_t attempt;
+	} out;
+	int64_t ab[2];
+
+	ENTER();
+	if (len != sizeof(ab))
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "add_where wants 16 bytes, got %zu", len));
+	memcpy(ab, args, sizeof(ab));
+	out.sum = ab[0] + ab[1];
+	out.worker = coord_ctx_worker(ctx);
+	out.attempt = coord_ctx_attempt(ctx);
+	EXIT(coord_ctx_set_result(ctx, &out, sizeof(out)));
+}
+
+static int f_order(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	int64_t x = -1;
+	long i = atomic_fetch_add(&t_norder, 1);
+
+	ENTER();
+	if (len == sizeof(x))
+		memcpy(&x, args, sizeof(x));
+	if (i >= 0 && i < T_ORDER_MAX)
+		t_order[i] = x;
+	EXIT(0);
+}
+
+static int f_stamp(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	int w = coord_ctx_worker(ctx);
+	uint64_t zero = 0;
+
+	ENTER();
+	if (w >= 0 && w < 64)
+		atomic_compare_exchange_strong(&t_first_ns[w], &zero, t_now_ns());
+	t_sleep_ns(1000000);
+	EXIT(0);
+}
+
+struct t_counter {
+	int64_t next;
+	int worker;
+};
+
+static int f_pw_next(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_counter *k = coord_ctx_per_worker(ctx, 0);
+	struct {
+		int32_t worker;
+		int32_t owner;
+		int64_t value;
+	} out;
+
+	ENTER();
+	if (!k)
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "pw_next needs a per-worker argument"));
+	out.worker = coord_ctx_worker(ctx);
+	out.owner = k->worker;
+	out.value = k->next++;
+	EXIT(coord_ctx_set_result(ctx, &out, sizeof(out)));
+}
+
+static int r_counter(struct coord_ctx *ctx, const void *args, size_t len, void **res)
+{
+	struct t_counter *k;
+	int w = coord_ctx_worker(ctx);
+
+	if (w >= 0 && w < 64)
+		atomic_fetch_add(&t_creates[w], 1);
+	if (atomic_load(&t_create_fail))
+		return coord_ctx_fail(ctx, -ENOSPC, "counter creation refused on worker %d", w);
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return COORD_ENOMEM;
+	if (len == sizeof(k->next))
+		memcpy(&k->next, args, sizeof(k->next));
+	k->worker = w;
+	*res = k;
 	return 0;
 }
 
-int t_netns_link(struct t_netns *n, int up)
-{
-	return t_sh_cmd("ip link set %s %s", n->veth_host, up ? "up" : "down");
-}
+/* A "tracked" resource: its token and worker. */
+struct t_tracked {
+	int64_t token;
+	int worker;
+};
 
-void t_netns_destroy(struct t_netns *n)
+static int r_tracked(struct coord_ctx *ctx, const void *args, size_t len, void **res)
 {
-	if (!n->made)
-		return;
-	(void)t_sh_cmd("ip link del %s 2>/dev/null", n->veth_host); /* takes its peer too */
-	(void)t_sh_cmd("ip netns del %s", n->name);
-	n->made = 0;
-}
+	struct t_tracked *k = calloc(1, sizeof(*k));
+	int w = coord_ctx_worker(ctx);
 
-/* Start worker process @i listening on @port (0: any). */
-static int worker_spawn(unsigned i, unsigned port)
-{
-	const char *bin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
-	const char *log = getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error";
-	/* $T_WORKER_WRAP: a program that runs the worker's command line (on a
-	 * cluster of hosts: inside the namespace that owns its address) */
-	const char *wrap = getenv("T_WORKER_WRAP");
-	char listen[80], host[40];
-	char *argv[] = { (char *)wrap, (char *)bin,   "--fns",
-			 (char *)fns,  "--listen",    listen,
-			 "--log",      (char *)log,   "--partial-ms",
-			 "500",	       "--transport", (char *)t_transport,
-			 NULL };
-	char **av = wrap && *wrap ? argv : argv + 1;
-	pid_t pid;
-
-	if (!bin || !fns) {
-		fprintf(stderr, "COORD_WORKER_BIN and COORD_TESTFNS must be set\n");
-		return -1;
-	}
-	snprintf(listen, sizeof(listen), "%s:%u", t_worker_addr(i, host, sizeof(host)), port);
-	pid = t_spawn(av, "coord-worker", &t_ports[i]);
-	if (pid < 0)
-		return -1;
-	t_pids[i] = pid;
+	if (!k)
+		return COORD_ENOMEM;
+	if (len == sizeof(k->token))
+		memcpy(&k->token, args, sizeof(k->token));
+	k->worker = w;
+	if (w >= 0 && w < 64 && k->token && k->token == atomic_load(&t_sh->tr_token))
+		atomic_fetch_add(&t_sh->tr_creates[w], 1);
+	*res = k;
 	return 0;
 }
 
-int t_workers_start(unsigned n)
+static void r_tracked_destroy(void *res)
 {
-	for (t_nprocs = 0; t_nprocs < n && t_nprocs < T_MAX_PROCS; t_nprocs++)
-		if (worker_spawn(t_nprocs, 0) < 0)
-			return -1;
-	return 0;
+	struct t_tracked *k = res;
+
+	if (k->worker >= 0 && k->worker < 64 && k->token &&
+	    k->token == atomic_load(&t_sh->tr_token))
+		atomic_fetch_add(&t_sh->tr_destroys[k->worker], 1);
+	free(k);
 }
 
-pid_t t_worker_pid(unsigned i)
+static int f_tr_live(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	return i < t_nprocs ? t_pids[i] : -1;
+	int w = coord_ctx_worker(ctx);
+	int64_t live = 0;
+
+	ENTER();
+	if (w >= 0 && w < 64)
+		live = atomic_load(&t_sh->tr_creates[w]) - atomic_load(&t_sh->tr_destroys[w]);
+	EXIT(coord_ctx_set_result(ctx, &live, sizeof(live)));
 }
 
-int t_worker_restart(unsigned i)
+static int f_closure_id(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	if (i >= t_nprocs)
-		return -1;
-	kill(t_pids[i], SIGKILL);
-	waitpid(t_pids[i], NULL, 0);
-	/* the same port: a preempted machine coming back at its address;
-	 * bounded retries while the old socket's port is released */
-	for (int k = 0; k < 50; k++) {
-		if (worker_spawn(i, t_ports[i]) == 0)
-			return 0;
-		t_sleep_ns(20000000);
-	}
-	return -1;
+	struct {
+		uint64_t id;
+		uint32_t attempt;
+		int32_t worker;
+	} out = { coord_ctx_closure(ctx), coord_ctx_attempt(ctx), coord_ctx_worker(ctx) };
+
+	ENTER();
+	EXIT(coord_ctx_set_result(ctx, &out, sizeof(out)));
 }
 
-void t_workers_stop(void)
+/* ---- variables (coord/var.h) -------------------------------------------------------- */
+
+/* args: struct t_var_args; every element of [off, off + n) += val (n <= 64). */
+static int f_var_add(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	for (unsigned i = 0; i < t_nprocs; i++)
-		t_reap(t_pids[i]);
-	t_nprocs = 0;
+	struct t_var_args a;
+	float d[64];
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_add: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_add: n > 64");
+	atomic_store(&t_sh->last_attempt, (int)coord_ctx_attempt(ctx));
+	for (uint64_t i = 0; i < a.n; i++)
+		d[i] = a.val;
+	return coord_ctx_var_assign_add(ctx, a.var, a.off, a.n, d);
 }
 
-unsigned t_worker_port(unsigned i)
+/* args: struct t_var_args; result: elements [off, off + n) (n <= 64). */
+static int f_var_read(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	return i < t_nprocs ? t_ports[i] : 0;
-}
-
-char *t_spec_json(unsigned nworkers)
-{
-	size_t cap = 32 + (size_t)nworkers * 80;
-	char host[40];
-	char *s = malloc(cap);
-	size_t off = 0;
-
-	off += (size_t)snprintf(s + off, cap - off, "{\"worker\": [");
-	for (unsigned i = 0; i < nworkers; i++) {
-		unsigned k = i % (t_nprocs ? t_nprocs : 1);
-
-		off += (size_t)snprintf(s + off, cap - off, "%s\"%s:%u\"", i ? ", " : "",
-					t_worker_addr(k, host, sizeof(host)), t_ports[k]);
-	}
-	snprintf(s + off, cap - off, "]}");
-	return s;
-}
-
-void t_opts(struct coord_opts *o, struct coord_registry *reg)
-{
-	coord_opts_init(o);
-	o->registry = reg;
-	o->transport = t_transport;
-	o->start_delay_ms = 0;
-	o->start_delay_max_ms = -1;
-	/* window and tcp_loops: the library's defaults, what a user gets;
-	 * the "tcp-loops" groups ask for two loops (t_group_tcp_loops()) */
-	o->tcp_loops = t_tcp_loops;
-	/* a worker that dies unexpectedly (a sanitizer report) fails the
-	 * test in seconds rather than waiting out TF's hour (S10) */
-	o->recovery_limit_ms = 10000;
-}
-
-int t_create(struct coord_opts *o, unsigned nworkers, struct coord **c, struct coord_error *err)
-{
-	struct coord_spec *spec = NULL;
-	char *json;
+	struct t_var_args a;
+	float v[64];
 	int r;
 
-	if (strcmp(t_transport, "inproc") == 0) {
-		o->inproc_workers = nworkers;
-		return coord_create(NULL, o, c, err);
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_read: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_read: n > 64");
+	r = coord_ctx_var_read(ctx, a.var, a.off, a.n, v);
+	return r < 0 ? r : coord_ctx_set_result(ctx, v, 4 * a.n);
+}
+
+/* args: struct t_var_args; result: the code of reading [off, off + n). */
+static int f_var_code(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	float v[64];
+	int32_t code;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_code: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_code: n > 64");
+	code = coord_ctx_var_read(ctx, a.var, a.off, a.n, v);
+	return coord_ctx_set_result(ctx, &code, sizeof(code));
+}
+
+/* args: struct t_var_args (pad = reads, n <= 1024); see the table above. */
+static int f_var_uniform(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	uint64_t out[3] = { 0 };
+	float v[1024], last = 0;
+	int r;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_uniform: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n == 0 || a.n > 1024 || a.pad > 100000)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_uniform: n 1..1024, pad <= 100000");
+	for (uint32_t k = 0; k < a.pad; k++) {
+		r = coord_ctx_var_read(ctx, a.var, a.off, a.n, v);
+		if (r < 0)
+			return r;
+		for (uint64_t i = 1; i < a.n; i++)
+			if (v[i] != v[0]) {
+				out[0]++;
+				break;
+			}
+		out[1] += k && v[0] != last;
+		last = v[0];
+		out[2]++;
 	}
-	json = t_spec_json(nworkers);
-	r = coord_spec_parse(json, &spec, err);
-	free(json);
-	if (r == 0)
-		r = coord_create(spec, o, c, err);
-	coord_spec_destroy(spec);
+	return coord_ctx_set_result(ctx, out, sizeof(out));
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* args: struct t_var_args (pad = reads, n <= 1024); see the table above. */
+static int f_var_read_lat(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	uint64_t out[3], *lat;
+	float v[1024];
+	int r = 0;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_read_lat: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n == 0 || a.n > 1024 || a.pad == 0 || a.pad > 100000)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_read_lat: n 1..1024, pad 1..100000");
+	lat = malloc(a.pad * sizeof(*lat));
+	if (!lat)
+		return coord_ctx_fail(ctx, COORD_ENOMEM, "var_read_lat: no memory");
+	for (uint32_t k = 0; k < a.pad && r == 0; k++) {
+		uint64_t t0 = t_now_ns();
+
+		r = coord_ctx_var_read(ctx, a.var, a.off, a.n, v);
+		lat[k] = t_now_ns() - t0;
+	}
+	if (r == 0) {
+		qsort(lat, a.pad, sizeof(*lat), cmp_u64);
+		out[0] = lat[a.pad / 2];
+		out[1] = lat[(uint64_t)a.pad * 99 / 100];
+		out[2] = lat[0];
+	}
+	free(lat);
+	return r < 0 ? r : coord_ctx_set_result(ctx, out, sizeof(out));
+}
+
+/* args: struct t_var_args (off = row length, n = indices) + int64 idx[n];
+ * every updated row gets val in each element. */
+static int f_var_scatter(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	int64_t idx[16];
+	float rows[16 * 16];
+
+	memcpy(&a, args, len < sizeof(a) ? len : sizeof(a));
+	if (len < sizeof(a) || a.n > 16 || a.off > 16 || len != sizeof(a) + 8 * a.n)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_scatter: bad args");
+	memcpy(idx, (const uint8_t *)args + sizeof(a), 8 * a.n);
+	for (uint64_t i = 0; i < a.n * a.off; i++)
+		rows[i] = a.val;
+	return coord_ctx_var_scatter_add(ctx, a.var, idx, a.n, a.off, rows);
+}
+
+/* args: struct t_pvar_args + int64 ids[n] (+ rows); see the table above. */
+static int f_pvar_rows(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_pvar_args a;
+	const uint8_t *p = (const uint8_t *)args + sizeof(a);
+	struct coord_pvar pv;
+	int64_t *ids;
+	float *rows;
+	size_t rl, need;
+	int r;
+
+	memcpy(&a, args, len < sizeof(a) ? len : sizeof(a));
+	rl = a.pv.row_len;
+	if (len < sizeof(a) || rl == 0 || rl > 16384 || a.n > 16384 / rl ||
+	    a.op > T_PV_LOOKUP_GATHER)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "pvar_rows: bad args");
+	need = sizeof(a) + 8 * (size_t)a.n + (a.op == T_PV_SCATTER ? 4 * (size_t)a.n * rl : 0);
+	if (len != need)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "pvar_rows: %zu bytes, %zu expected", len,
+				      need);
+	ids = malloc(8 * (size_t)a.n + 4 * (size_t)a.n * rl + 8);
+	if (!ids)
+		return coord_ctx_fail(ctx, COORD_ENOMEM, "pvar_rows: no memory");
+	rows = (float *)(ids + a.n);
+	memcpy(ids, p, 8 * (size_t)a.n);
+	pv = a.pv;
+	if (a.op == T_PV_SCATTER) {
+		memcpy(rows, p + 8 * (size_t)a.n, 4 * (size_t)a.n * rl);
+		r = coord_ctx_pvar_scatter_add(ctx, &pv, ids, a.n, rows);
+	} else {
+		r = a.op == T_PV_LOOKUP_GATHER ? coord_ctx_pvar_lookup(ctx, a.pv.name, &pv) : 0;
+		if (r == 0)
+			r = coord_ctx_pvar_gather(ctx, &pv, ids, a.n, rows);
+		if (r == 0)
+			r = coord_ctx_set_result(ctx, rows, 4 * (size_t)a.n * rl);
+	}
+	free(ids);
 	return r;
 }
 
-struct coord *t_coord(struct coord_registry *reg, unsigned nworkers, unsigned cap)
+/* args: struct t_pvar_multi + ids (+ rows); see the table above. */
+static int f_pvar_multi(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	struct coord_opts o;
-	struct coord_error err;
-	struct coord *c;
+	struct t_pvar_multi a;
+	struct coord_pvar_rows v[2];
+	const uint8_t *p = (const uint8_t *)args + sizeof(a);
+	size_t ids = 0, floats = 0, at = 0;
+	uint8_t *b;
+	int r;
 
-	t_opts(&o, reg);
-	o.ring_capacity = cap;
-	if (t_create(&o, nworkers, &c, &err)) {
-		fprintf(stderr, "t_coord: %s\n", err.msg);
-		abort();
+	memcpy(&a, args, len < sizeof(a) ? len : sizeof(a));
+	if (len < sizeof(a) || a.op > T_PV_SCATTER)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "pvar_multi: bad args");
+	for (int i = 0; i < 2; i++) {
+		if (a.pv[i].row_len > 16384 || a.n[i] > 16384)
+			return coord_ctx_fail(ctx, COORD_EINVAL, "pvar_multi: bad args");
+		ids += a.n[i];
+		floats += (size_t)a.n[i] * a.pv[i].row_len;
 	}
-	return c;
+	if (floats > 16384 || len != sizeof(a) + 8 * ids + (a.op == T_PV_SCATTER ? 4 * floats : 0))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "pvar_multi: bad length");
+	b = malloc(8 * ids + 4 * floats + 8);
+	if (!b)
+		return coord_ctx_fail(ctx, COORD_ENOMEM, "pvar_multi: no memory");
+	memcpy(b, p, 8 * ids + (a.op == T_PV_SCATTER ? 4 * floats : 0));
+	for (int i = 0; i < 2; i++) {
+		float *rows = (float *)(b + 8 * ids) + at;
+
+		v[i] = (struct coord_pvar_rows){ .pv = &a.pv[i],
+						 .ids = (const int64_t *)b + (i ? a.n[0] : 0),
+						 .n = a.n[i],
+						 .out = rows,
+						 .updates = rows };
+		at += (size_t)a.n[i] * a.pv[i].row_len;
+	}
+	if (a.op == T_PV_SCATTER) {
+		r = coord_ctx_pvar_scatter_add_multi(ctx, v, 2);
+	} else {
+		r = coord_ctx_pvar_gather_multi(ctx, v, 2);
+		if (r == 0)
+			r = coord_ctx_set_result(ctx, b + 8 * ids, 4 * floats);
+	}
+	free(b);
+	return r;
 }
 
-int t_fx_setup(void **state, unsigned nworkers, unsigned cap)
+/* args: a variable name; result: its handle, as the worker resolves it. */
+static int f_var_lookup(struct coord_ctx *ctx, const void *args, size_t len)
 {
-	struct t_fx *f = calloc(1, sizeof(*f));
+	char name[COORD_VAR_NAME_LEN + 1];
+	struct coord_var_shape sh;
+	coord_var_t v;
+	uint64_t out[2];
+	int r;
 
-	if (!f)
+	if (len == 0 || len > COORD_VAR_NAME_LEN)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_lookup: bad name");
+	memcpy(name, args, len);
+	name[len] = 0;
+	r = coord_ctx_var_lookup(ctx, name, &v, &sh);
+	if (r < 0)
+		return r;
+	out[0] = v;
+	out[1] = sh.nelem;
+	return coord_ctx_set_result(ctx, out, sizeof(out));
+}
+
+/* args: struct t_var_args; one batch: += val on [off, off+n), then read
+ * the same range (one frame); result: what the read saw. */
+static int f_var_batch(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_var_args a;
+	float d[64], v[64];
+	struct coord_var_op ops[2];
+	int r;
+
+	if (len != sizeof(a))
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_batch: bad args");
+	memcpy(&a, args, sizeof(a));
+	if (a.n > 64)
+		return coord_ctx_fail(ctx, COORD_EINVAL, "var_batch: n > 64");
+	for (uint64_t i = 0; i < a.n; i++)
+		d[i] = a.val;
+	memset(ops, 0, sizeof(ops));
+	ops[0] = (struct coord_var_op){
+		.op = COORD_VAR_ASSIGN_ADD, .var = a.var, .off = a.off, .n = a.n, .src = d
+	};
+	ops[1] = (struct coord_var_op){
+		.op = COORD_VAR_READ, .var = a.var, .off = a.off, .n = a.n, .dst = v
+	};
+	r = coord_ctx_var_batch(ctx, ops, 2);
+	return r < 0 ? r : coord_ctx_set_result(ctx, v, 4 * a.n);
+}
+
+int t_register(struct coord_registry *r)
+{
+	if (coord_registry_add(r, "var_add", f_var_add) ||
+	    coord_registry_add(r, "sleep_attempt", f_sleep_attempt) ||
+	    coord_registry_add(r, "stuck_once", f_stuck_once) ||
+	    coord_registry_add(r, "var_read", f_var_read) ||
+	    coord_registry_add(r, "var_code", f_var_code) ||
+	    coord_registry_add(r, "var_scatter", f_var_scatter) ||
+	    coord_registry_add(r, "var_lookup", f_var_lookup) ||
+	    coord_registry_add(r, "pvar_rows", f_pvar_rows) ||
+	    coord_registry_add(r, "pvar_multi", f_pvar_multi) ||
+	    coord_registry_add(r, "var_batch", f_var_batch) ||
+	    coord_registry_add(r, "var_uniform", f_var_uniform) ||
+	    coord_registry_add(r, "var_read_lat", f_var_read_lat))
 		return -1;
-	t_reset_counters();
-	f->reg = t_registry();
-	f->c = t_coord(f->reg, nworkers, cap);
-	*state = f;
+	if (coord_registry_add(r, "echo", f_echo) || coord_registry_add(r, "add", f_add) ||
+	    coord_registry_add(r, "add_clock", f_add_clock) ||
+	    coord_registry_add(r, "sleep_us", f_sleep_us) ||
+	    coord_registry_add(r, "spin_us", f_spin_us) || coord_registry_add(r, "fail", f_fail) ||
+	    coord_registry_add(r, "gated", f_gated) ||
+	    coord_registry_add(r, "attempt", f_attempt) ||
+	    coord_registry_add(r, "add_where", f_add_where) ||
+	    coord_registry_add(r, "stamp", f_stamp) || coord_registry_add(r, "order", f_order) ||
+	    coord_registry_add(r, "pw_next", f_pw_next) ||
+	    coord_registry_add(r, "sum_inputs", f_sum_inputs) ||
+	    coord_registry_add(r, "concat_inputs", f_concat_inputs) ||
+	    coord_registry_add(r, "tr_live", f_tr_live) ||
+	    coord_registry_add(r, "closure_id", f_closure_id) ||
+	    coord_registry_add_resource(r, "tracked", r_tracked, r_tracked_destroy) ||
+	    coord_registry_add_resource(r, "counter", r_counter, free))
+		return -1;
 	return 0;
 }
 
-int t_fx_teardown(void **state)
+struct coord_registry *t_registry(void)
 {
-	struct t_fx *f = *state;
+	struct coord_registry *r;
 
-	atomic_store(&t_gate, 1);
-	coord_destroy(f->c);
-	coord_registry_destroy(f->reg);
-	free(f);
-	return 0;
-}
-
-uint32_t t_fn(struct coord *c, const char *name)
-{
-	uint32_t id;
-	struct coord_error err;
-
-	if (coord_fn_lookup(c, name, &id, &err)) {
-		fprintf(stderr, "t_fn: %s\n", err.msg);
+	if (coord_registry_create(&r) || t_register(r)) {
+		fprintf(stderr, "t_registry failed\n");
 		abort();
 	}
-	return id;
+	return r;
 }

@@ -20,7 +20,7 @@ void t_sleep_ns(uint64_t ns);
 /* Abort the test binary with a message if it runs longer than @secs. */
 void t_watchdog(unsigned secs);
 
-/* A registry with the standard test functions (see helpers_fns.c). */
+/* A registry with the standard test functions (see helpers.c). */
 struct coord_registry *t_registry(void);
 
 /* A coordinator over @nworkers in-process workers, ring of @cap slots. */
@@ -76,7 +76,7 @@ extern struct t_shared *t_sh;
 #define t_order (t_sh->order)
 void t_reset_counters(void);
 
-/* Arguments of the var_* test functions (helpers_fns.c). */
+/* Arguments of the var_* test functions (helpers.c). */
 struct t_var_args {
 	uint64_t var;
 	uint64_t off;
@@ -85,7 +85,7 @@ struct t_var_args {
 	uint32_t pad;
 };
 
-/* Arguments of the pvar_rows test function (helpers_fns.c), followed by
+/* Arguments of the pvar_rows test function (helpers.c), followed by
  * int64 ids[n] and, for scatter_add, float rows[n][row_len]. */
 enum { T_PV_GATHER, T_PV_SCATTER, T_PV_LOOKUP_GATHER };
 struct t_pvar_args {
@@ -94,7 +94,7 @@ struct t_pvar_args {
 	uint32_t n;
 };
 
-/* Arguments of the pvar_multi test function (helpers_fns.c), followed by
+/* Arguments of the pvar_multi test function (helpers.c), followed by
  * int64 ids[n[0]], ids[n[1]] and, for scatter_add, the rows of pv[0] then
  * of pv[1]; a gather's result: the rows of pv[0] then of pv[1]. */
 struct t_pvar_multi {

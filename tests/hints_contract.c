@@ -23,7 +23,7 @@
 #include "helpers.h"
 #include "hints_tests.h"
 
-/* The result of add_where (helpers_fns.c): the sum, where it ran, which attempt. */
+/* The result of add_where (helpers.c): the sum, where it ran, which attempt. */
 struct where {
 	int64_t sum;
 	int32_t worker;
