@@ -2,8 +2,7 @@
 /*
  * runtime/core/dispatch.c - the dispatch interface the transports drive: take (with
  * the idle wait and the gather of a streaming producer), put back, cancel,
- * complete, finish.  Invariants: C1-C10 in coord_pvt.h, with its
- * synchronization table (who writes and reads each shared field).
+ * complete, finish.  Invariants: C1-C10 in coord_pvt.h.
  */
 #include <errno.h>
 #include <sched.h>

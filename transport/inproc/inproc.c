@@ -2,6 +2,9 @@
 /*
  * transport/inproc/inproc.c - the in-process transport (the embedded default).
  *
+ * Synchronization: each worker thread is its own dispatcher (dispatch.h);
+ * the fields of struct coord it touches are in coord_pvt.h's table.
+ *
  * Each worker is a thread of the coordinator's process and is its own
  * dispatcher: it takes a batch from the queue, runs each closure through the
  * same worker-side code a coord-worker process uses (runtime/core/exec.c), writes
@@ -12,9 +15,6 @@
  * touches no pool closure for it.  The worker thread also destroys its
  * components of per-worker resources whose last handle was put (S9,
  * runtime/core/pw.c), before it runs the next batch it took.
- *
- * Synchronization: each worker thread is its own dispatcher (dispatch.h);
- * struct coord's fields it touches are coord_pvt.h's table.
  */
 #include <pthread.h>
 #include <stdlib.h>
