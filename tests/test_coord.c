@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/test_coord.c - the coordinator's contract (design.md S1-S9, S13-S15,
- * B1, B3, B7, B8) over every transport: main() and the group tables (inproc,
- * tcp, tcp-loops, rdma, gaps), the fixtures and fetch helpers the parts share,
- * and the gap tests.  The tests themselves are in the parts linked into the
- * same executable, declared in coord_tests.h: coord_s1_s3.c, coord_s4_s7.c,
- * coord_s8_s9.c, coord_s13_s15.c, coord_b1.c, coord_b7_w1.c.  Each test
- * names its item.
+ * B1, B3, B7, B8) over every transport: main() and the group tables, the
+ * fixtures and fetch helpers the parts share, and the two placement tests of
+ * issue 20 (test_s2_idle_worker_not_left_idle, test_s13_stagger_spreads).
+ * The other tests are in the parts linked into the same executable,
+ * declared in coord_tests.h: coord_s1_s3.c, coord_s4_s7.c, coord_s8_s9.c,
+ * coord_s13_s15.c, coord_b1.c, coord_b7_w1.c.  Each test names its item.
  *
  * "Nothing is executing": every test function counts t_entered / t_exited,
  * so entered == exited means no function is running at that instant.
