@@ -51,7 +51,7 @@ static int cluster_start(void)
 {
 	const char *wbin = getenv("COORD_WORKER_BIN"), *fns = getenv("COORD_TESTFNS");
 	const char *pbin = getenv("COORD_PS_BIN");
-	const char *lvl = getenv("T_SERVER_LOG") ? getenv("T_SERVER_LOG") : "error";
+	const char *lvl = getenv("T_WORKER_LOG") ? getenv("T_WORKER_LOG") : "error";
 	char listen[48];
 	FILE *f;
 

@@ -498,6 +498,79 @@ static void test_wire_every_bit_flip(void **state)
 /* VAR_REQ (data from one or two buffers, a closure's key or none), VAR_RES
  * and PS_TABLE round trip; every truncation and bit flip of a VAR_REQ
  * frame decodes or is refused; a ONCE flag without a key is refused. */
+/* Every bit flip of the VAR_REQ frame of @n bytes in buf decodes or is
+ * refused. */
+static void vreq_flips(size_t n)
+{
+	struct coord_wire_vreq q2;
+	struct coord_wire_iter it;
+
+	for (size_t k = 0; k < n; k++)
+		for (int bit = 0; bit < 8; bit++) {
+			uint8_t *copy = malloc(n);
+			struct coord_wire_hdr hh;
+			int r;
+
+			memcpy(copy, buf, n);
+			copy[k] ^= (uint8_t)(1u << bit);
+			r = coord_wire_parse_hdr(copy, n, 1 << 20, &hh);
+			if (r == 0 && hh.type == COORD_WIRE_VAR_REQ &&
+			    hh.len <= n - COORD_WIRE_HDR) {
+				coord_wire_iter_init(&it, &hh, copy + COORD_WIRE_HDR);
+				while ((r = coord_wire_next_vreq(&it, &q2)) == 1)
+					;
+				assert_true(r == 0 || r == -EPROTO);
+			}
+			free(copy);
+		}
+}
+
+/* VAR_RES and PS_TABLE round trip; a truncated record and a NUL inside an
+ * address are refused. */
+static void var_res_and_ps_table(void)
+{
+	struct coord_wire_vres s = { .rid = 99, .code = -22, .len = 6, .data = "oops!" }, s2;
+	struct coord_wire_writer w;
+	struct coord_wire_hdr h;
+	struct coord_wire_iter it;
+	const char *addr;
+	uint32_t task;
+	uint16_t len;
+
+	/* VAR_RES */
+	coord_wire_writer_init(&w, buf, sizeof(buf));
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_VAR_RES), 0);
+	assert_int_equal(coord_wire_put_vres(&w, &s), 0);
+	coord_wire_end(&w);
+	assert_int_equal(coord_wire_parse_hdr(buf, w.len, 1 << 20, &h), 0);
+	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_vres(&it, &s2), 1);
+	assert_true(s2.rid == 99 && s2.code == -22 && s2.len == 6);
+	assert_string_equal(s2.data, "oops!");
+	/* a truncated record inside a well-formed header is refused */
+	h.len -= 1;
+	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_vres(&it, &s2), -EPROTO);
+	/* PS_TABLE: addresses of < 256 bytes, no NUL inside */
+	coord_wire_writer_init(&w, buf, sizeof(buf));
+	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_PS_TABLE), 0);
+	assert_int_equal(coord_wire_put_addr(&w, 0, "127.0.0.1:7000"), 0);
+	assert_int_equal(coord_wire_put_addr(&w, 1, "[::1]:7001"), 0);
+	assert_int_equal(coord_wire_put_addr(&w, 2, ""), -EINVAL);
+	coord_wire_end(&w);
+	assert_int_equal(coord_wire_parse_hdr(buf, w.len, 1 << 20, &h), 0);
+	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), 1);
+	assert_true(task == 0 && len == 14 && !memcmp(addr, "127.0.0.1:7000", 14));
+	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), 1);
+	assert_true(task == 1 && len == 10);
+	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), 0);
+	buf[COORD_WIRE_HDR + 6 + 3] = 0; /* a NUL inside an address */
+	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
+	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), -EPROTO);
+	assert_string_equal(coord_wire_type_name(COORD_WIRE_VAR_RES), "VAR_RES");
+}
+
 static void test_wire_var_and_ps_table(void **state)
 {
 	struct coord_wire_writer w;
@@ -516,10 +589,6 @@ static void test_wire_var_and_ps_table(void **state)
 				     .data2 = "WXYZ",
 				     .len2 = 4 },
 			       q2;
-	struct coord_wire_vres s = { .rid = 99, .code = -22, .len = 6, .data = "oops!" }, s2;
-	const char *addr;
-	uint32_t task;
-	uint16_t len;
 	size_t n;
 
 	(void)state;
@@ -574,56 +643,8 @@ static void test_wire_var_and_ps_table(void **state)
 		assert_int_equal(coord_wire_next_vreq(&it, &q2), 1);
 		assert_int_equal(coord_wire_next_vreq(&it, &q2), -EPROTO);
 	}
-	for (size_t k = 0; k < n; k++)
-		for (int bit = 0; bit < 8; bit++) {
-			uint8_t *copy = malloc(n);
-			struct coord_wire_hdr hh;
-			int r;
-
-			memcpy(copy, buf, n);
-			copy[k] ^= (uint8_t)(1u << bit);
-			r = coord_wire_parse_hdr(copy, n, 1 << 20, &hh);
-			if (r == 0 && hh.type == COORD_WIRE_VAR_REQ &&
-			    hh.len <= n - COORD_WIRE_HDR) {
-				coord_wire_iter_init(&it, &hh, copy + COORD_WIRE_HDR);
-				while ((r = coord_wire_next_vreq(&it, &q2)) == 1)
-					;
-				assert_true(r == 0 || r == -EPROTO);
-			}
-			free(copy);
-		}
-	/* VAR_RES */
-	coord_wire_writer_init(&w, buf, sizeof(buf));
-	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_VAR_RES), 0);
-	assert_int_equal(coord_wire_put_vres(&w, &s), 0);
-	coord_wire_end(&w);
-	assert_int_equal(coord_wire_parse_hdr(buf, w.len, 1 << 20, &h), 0);
-	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
-	assert_int_equal(coord_wire_next_vres(&it, &s2), 1);
-	assert_true(s2.rid == 99 && s2.code == -22 && s2.len == 6);
-	assert_string_equal(s2.data, "oops!");
-	/* a truncated record inside a well-formed header is refused */
-	h.len -= 1;
-	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
-	assert_int_equal(coord_wire_next_vres(&it, &s2), -EPROTO);
-	/* PS_TABLE: addresses of < 256 bytes, no NUL inside */
-	coord_wire_writer_init(&w, buf, sizeof(buf));
-	assert_int_equal(coord_wire_begin(&w, COORD_WIRE_PS_TABLE), 0);
-	assert_int_equal(coord_wire_put_addr(&w, 0, "127.0.0.1:7000"), 0);
-	assert_int_equal(coord_wire_put_addr(&w, 1, "[::1]:7001"), 0);
-	assert_int_equal(coord_wire_put_addr(&w, 2, ""), -EINVAL);
-	coord_wire_end(&w);
-	assert_int_equal(coord_wire_parse_hdr(buf, w.len, 1 << 20, &h), 0);
-	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
-	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), 1);
-	assert_true(task == 0 && len == 14 && !memcmp(addr, "127.0.0.1:7000", 14));
-	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), 1);
-	assert_true(task == 1 && len == 10);
-	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), 0);
-	buf[COORD_WIRE_HDR + 6 + 3] = 0; /* a NUL inside an address */
-	coord_wire_iter_init(&it, &h, buf + COORD_WIRE_HDR);
-	assert_int_equal(coord_wire_next_addr(&it, &task, &addr, &len), -EPROTO);
-	assert_string_equal(coord_wire_type_name(COORD_WIRE_VAR_RES), "VAR_RES");
+	vreq_flips(n);
+	var_res_and_ps_table();
 }
 
 /* VAR_SYNC and PS_OPTS (the ps heartbeat and give-up clock) round trip;

@@ -261,7 +261,7 @@ struct coord_worker_metrics {
  *               snapshots over the difference of their @now_ns.
  * @queued:      closures waiting in the queue.
  * @in_flight:   taken by a dispatcher and not yet final (running, or sent).
- * @outstanding: scheduled and not yet final (queued + in flight, C1).
+ * @outstanding: scheduled and not yet final (queued + in flight).
  * @completed:   final with a value or an error since creation.
  * @failed:      of those, with an error.
  * @cancelled:   final as CANCELLED (S3, or destroy).

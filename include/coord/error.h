@@ -45,6 +45,8 @@
  *   -EBADMSG       a corrupt checkpoint (the file named in err->msg)
  *   -EFBIG         a checkpoint over the ps task's size limit
  *   -ENAMETOOLONG  a checkpoint directory name too long
+ *   -EACCES        a checkpoint directory that escapes a ps task's
+ *                  checkpoint root (coord-ps --ckpt-root)
  *   other -errno   a file operation of a checkpoint that failed
  *
  * Codes cross the wire as they are (i32); the wire version (2) that gave

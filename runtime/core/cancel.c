@@ -3,7 +3,8 @@
  * runtime/core/cancel.c - completion, cancellation and the error rule (S3-S5): the
  * error slot (C4), the canceller (gen bump, drain, wait: C2, C5, C7), the
  * outstanding count (C1, C9) and the UNAVAILABLE report (C8).
- * Invariants: C1-C10 in coord_pvt.h.
+ * Invariants: C1-C10 in coord_pvt.h, with its synchronization table (who
+ * writes and reads each shared field of struct coord).
  */
 #include <errno.h>
 #include <sched.h>

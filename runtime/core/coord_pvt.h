@@ -13,6 +13,14 @@
  *   dispatch.c     the dispatch interface the transports drive
  *   metrics.c      coord_metrics() and the histograms (B7)
  *
+ * Labels in the pieces: C1-C10 are below (D1, D2: the seq_cst edges of C2);
+ * E1-E3 are runtime/util/futex.h's eventcount, which every wake relies on;
+ * Q1 is queue.c's, Q2-Q3 inline.c's, DF1-DF3 dataflow.c's, V1-V4 and W1
+ * rv.c's, H1-H4 sched.c's, R1-R3 recovery.c's, P1-P4 pw.c's.  ring.c's
+ * (I1-I3) and pool.c's (P1-P5) labels, and the R1 / A1 release / acquire
+ * edges of the ring, the pool and rv.c, are cited with their file or
+ * function; S and B are only the contract's (design.md).
+ *
  * Overview
  *   schedule() takes a closure from a type-stable pool, copies the arguments
  *   in, counts it in `outstanding`, stamps it with the current cancellation

@@ -39,6 +39,9 @@
  *       end while the canceller waits for in-flight ones, or are consumers
  *       (by induction); the canceller drains the queue once more after the
  *       wait, for consumers queued by completers that read the old gen.
+ *
+ * Synchronization: struct coord's fields in coord_pvt.h's table; a
+ * closure's state, refs and deps in rv.c (V1-V4) and DF1-DF3 above.
  */
 #include <errno.h>
 #include <sched.h>

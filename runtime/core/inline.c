@@ -35,6 +35,9 @@
  *       transport's loop would have; direct runs then stop for this take.
  *       Only the plain ring is taken this way: with put-backs waiting in
  *       the overflow FIFO or hinted closures queued, the take is Q2's.
+ *
+ * Synchronization: struct coord's fields in coord_pvt.h's table; a ring
+ * entry's words are published by the ring's release (ring.c I1-I3).
  */
 #include <errno.h>
 #include <sched.h>

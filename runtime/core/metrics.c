@@ -8,6 +8,10 @@
  * the library and can grow (runtime/util/abi.h): the caller's compiled size
  * comes through coord_metrics()'s inline wrapper.  coord_hist_percentile()
  * keeps its answer within 1/32 of the sample of that rank (coord.h).
+ *
+ * Synchronization: a dispatcher's counters and histograms are written by
+ * its own thread and read by coord_metrics() (relaxed both: a snapshot, no
+ * order needed); a worker's state is recovery.c's (R1).
  */
 #include <errno.h>
 #include <sched.h>

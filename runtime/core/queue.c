@@ -3,7 +3,8 @@
  * runtime/core/queue.c - the queue closures wait in: the bounded MPMC ring (ring.c)
  * plus the overflow FIFO for put-backs and the unbounded mode; pushes,
  * pops, the waits for room (S1) and the event-loop sleep protocol.
- * Invariants: C1-C10 in coord_pvt.h; Q1 below.
+ * Invariants: C1-C10 in coord_pvt.h, with its synchronization table (who
+ * writes and reads each shared field of struct coord); Q1 below.
  */
 #include <errno.h>
 #include <sched.h>

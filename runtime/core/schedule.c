@@ -2,7 +2,8 @@
 /*
  * runtime/core/schedule.c - the user's side of the queue: coord_schedule*() (checks,
  * closures from the producer stashes C10, pushes), join and done.
- * Invariants: C1-C10 in coord_pvt.h.
+ * Invariants: C1-C10 in coord_pvt.h, with its synchronization table (who
+ * writes and reads each shared field of struct coord).
  */
 #include <errno.h>
 #include <sched.h>

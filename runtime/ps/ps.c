@@ -5,6 +5,10 @@
  * coord_var_*() / coord_ctx_var_*() calls, which turn into batches of struct
  * coord_ps_op (runtime/ps/ps.h has the op table).  coord_checkpoint_*():
  * ps_ckpt.c.
+ *
+ * Synchronization: the ps failure counts (failures[task], S11) are
+ * relaxed RMWs: each report gets its own count, nothing is published with
+ * it; a variable's storage is varstore.h's, the client's ps_client.c's.
  */
 #include <errno.h>
 #include <stdio.h>

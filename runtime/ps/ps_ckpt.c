@@ -4,7 +4,10 @@
  * across the ps tasks: a save is one SAVE op on every task; a restore is a
  * two-phase commit (PREPARE everywhere, check that the tasks staged every
  * variable of the checkpoint exactly once, then COMMIT or ABORT everywhere).
- * Each task's side is runtime/store/ckpt_restore.c.
+ * Each task's side is runtime/store/ckpt_prepare.c.
+ *
+ * Synchronization: none of its own beyond a relaxed counter that keeps
+ * nonces distinct; each ps task's stage is varstore.h's.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -59,6 +59,9 @@
  * the real size (so a truncated file is reported as truncated), the CRC, then
  * every length against the bytes that remain, names, shapes, duplicates.
  * What it returns is staged and committed by ckpt_restore.c.
+ *
+ * Synchronization: the store's locks (varstore.c V3: save_lock, then
+ * names_lock, then stripes) and varstore.h's table of what may run together.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -611,7 +614,8 @@ static int save_at(struct coord_varstore *vs, int dfd, const char *dir, uint64_t
 				    task, nps);
 	pthread_mutex_lock(&vs->save_lock);
 	coord_ckpt_clean_tmp(dfd, dir);
-	/* The set of variables and their shapes, at one instant (V2, V3). */
+	/* The set of variables and their shapes, at one instant (varstore.c V2,
+	 * V3). */
 	pthread_mutex_lock(&vs->names_lock);
 	/* Relaxed: names_lock is held and nvars is stored only under it. */
 	n = atomic_load_explicit(&vs->nvars, memory_order_relaxed);

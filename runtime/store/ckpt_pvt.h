@@ -2,7 +2,8 @@
 /*
  * runtime/store/ckpt_pvt.h - what the checkpoint files share, private to
  * runtime/store/: checkpoint.c (the format, its save and its parse),
- * ckpt_restore.c (staging, restore, prepare/commit/abort) and ckpt_root.c
+ * ckpt_restore.c (staging, reading files, restore), ckpt_prepare.c
+ * (prepare/commit/abort across layouts, re-splitting) and ckpt_root.c
  * (the checkpoint root and the ps-<task> directories).  The file format is
  * the offset table at the top of checkpoint.c.
  */
@@ -117,8 +118,42 @@ COORD_HIDDEN int coord_ckpt_parse(const unsigned char *buf, uint64_t size, uint6
 				  const char *path, struct ent **entsp, uint32_t *nentsp,
 				  struct ckpt_meta *meta, struct coord_error *err);
 
-/* ckpt_restore.c */
+/* ckpt_restore.c: the stage, and reading files (ckpt_prepare.c uses both) */
+/*
+ * A restore being built or prepared: every variable it will set, as new
+ * unpublished variables holding the checkpoint's values (sorted by name
+ * once installed), and the chunk arrays their ids may need, so that
+ * committing allocates nothing and cannot fail.  A store holds at most one
+ * prepared stage (vs->stage, under names_lock), owned by the session that
+ * prepared it (a connection, or the in-process coordinator).
+ */
+struct coord_ckpt_stage {
+	const void *owner;
+	uint32_t nonce;
+	uint32_t n, cap;
+	struct coord_var **vars;
+	unsigned nspare;
+	struct coord_var ***spare;
+};
+
 COORD_HIDDEN void coord_ckpt_stage_free(struct coord_ckpt_stage *st);
+COORD_HIDDEN int coord_ckpt_cmp_var(const void *a, const void *b);
+COORD_HIDDEN int coord_ckpt_stage_new(struct coord_ckpt_stage *st, const char *name, unsigned ndim,
+				      const uint64_t *dims, const char *path, struct coord_var **vp,
+				      struct coord_error *err);
+COORD_HIDDEN int coord_ckpt_stage_add(struct coord_ckpt_stage *st, const struct ent *e,
+				      const char *path, struct coord_error *err);
+COORD_HIDDEN int coord_ckpt_stage_spares(struct coord_ckpt_stage *st, struct coord_error *err);
+COORD_HIDDEN int coord_ckpt_stage_check_locked(struct coord_varstore *vs,
+					       const struct coord_ckpt_stage *st, const char *what,
+					       struct coord_error *err);
+COORD_HIDDEN void coord_ckpt_stage_commit_locked(struct coord_varstore *vs,
+						 struct coord_ckpt_stage *st);
+COORD_HIDDEN int coord_ckpt_read_file(struct coord_varstore *vs, int dfd, const char *name,
+				      const char *path, bool nofollow, unsigned char **bufp,
+				      uint64_t *sizep, struct coord_error *err);
+COORD_HIDDEN int coord_ckpt_read_latest(int dfd, const char *dir, bool nofollow, uint64_t *stepp,
+					struct coord_error *err);
 
 /* ckpt_root.c */
 COORD_HIDDEN int coord_ckpt_open_sub(int dfd, const char *name, int flags, bool nofollow);

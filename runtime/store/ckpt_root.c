@@ -13,6 +13,8 @@
  * At start (coord_varstore_set_ckpt_root() with a task) the temp files of
  * interrupted saves are removed from every ps-<task> directory under the
  * root, within a bounded walk.
+ *
+ * Synchronization: none but a once-only warning flag (a relaxed exchange).
  */
 #include <dirent.h>
 #include <fcntl.h>

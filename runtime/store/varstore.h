@@ -605,7 +605,7 @@ struct coord_varstore {
 	pthread_mutex_t save_lock;
 	uint64_t tmp_seq; /* under save_lock */
 	struct coord_varstore_opts opts;
-	/* A prepared restore (ckpt_restore.c), under names_lock. */
+	/* A prepared restore (ckpt_pvt.h, ckpt_prepare.c), under names_lock. */
 	struct coord_ckpt_stage *stage;
 	/* The checkpoint root (its real path; NULL = none) and its fd. */
 	char *ckpt_root;

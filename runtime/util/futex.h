@@ -37,6 +37,11 @@
  * deadline; anything else is a broken invariant: coord_die().  Futex words
  * live inside objects whose lifetime the callers document (the coordinator,
  * a closure held by a reference).
+ *
+ * Synchronization: the word is shared by every waiter and signaler of an
+ * eventcount, ordered by the protocol above (E1-E3: fences F1 / F2, or the
+ * seq_cst RMW of E3); the condition itself is the caller's, with its own
+ * table.
  */
 #ifndef COORD_RUNTIME_FUTEX_H
 #define COORD_RUNTIME_FUTEX_H

@@ -12,6 +12,18 @@
  * and its arg are always read as the pair that was set (one immutable sink,
  * published by one pointer), and a replaced sink stays allocated (reachable
  * through the new one) because a racing logger may still be using it.
+ *
+ * Synchronization: the shared fields, who writes them, who reads them, and
+ * what orders the two.
+ *   field         written by (how)               read by (how)          order
+ *   log_level_v   the first logger ($COORD_LOG,  every logger           none: a lone value;
+ *                 relaxed CAS from -1);          (relaxed)              the CAS keeps a set
+ *                 coord_set_log_level()                                 level from being lost
+ *                 (relaxed exchange)
+ *   log_sink_v    coord_set_log_fn() (release)   coord_log() (acquire)  release / acquire:
+ *                                                                       the sink's fn and arg
+ *   all           coord_set_log_fn() (relaxed    nobody (a root for     none needed
+ *                 CAS push)                      leak checkers)
  */
 #include <errno.h>
 #include <stdarg.h>

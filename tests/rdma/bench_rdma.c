@@ -218,12 +218,59 @@ static int breakdown(struct coord *c, const char *tp, unsigned n, uint64_t chan_
 	return bad;
 }
 
+/* Closures of add through @c over @tp, 64 in flight for @secs: their rate.
+ * Non-zero if a result was wrong. */
+static int run_throughput(struct coord *c, uint32_t add, const char *tp, double secs)
+{
+	uint64_t t0, sched = 0, done = 0;
+	struct coord_rv *win[64];
+	int bad = 0;
+
+	t0 = t_now_ns();
+	while (t_now_ns() - t0 < (uint64_t)(secs * 1e9) || done < sched) {
+		int64_t ab[2] = { (int64_t)sched, 2 };
+
+		if (sched - done == 64 ||
+		    (sched > done && t_now_ns() - t0 >= (uint64_t)(secs * 1e9))) {
+			bad |= fetch_check(win[done % 64], (int64_t)done + 2) != 0;
+			done++;
+			continue;
+		}
+		bad |= coord_schedule(c, add, ab, sizeof(ab), &win[sched % 64], NULL) != 0;
+		sched++;
+	}
+	printf("SUMMARY transport=%s workload=throughput in_flight=64 closures=%llu secs=%.2f "
+	       "closures_per_s=%.0f\n",
+	       tp, (unsigned long long)done, (t_now_ns() - t0) / 1e9,
+	       done / ((t_now_ns() - t0) / 1e9));
+	bad |= coord_join(c, NULL) != 0;
+	return bad;
+}
+
+/* A backlog of @n * 5 adds through @c over @tp queued at once (no
+ * RemoteValues), then join: their rate.  Non-zero if one failed. */
+static int run_backlog(struct coord *c, uint32_t add, const char *tp, unsigned n)
+{
+	uint64_t t0;
+	int bad = 0;
+
+	t0 = t_now_ns();
+	for (unsigned i = 0; i < n * 5; i++) {
+		int64_t ab[2] = { i, 3 };
+
+		bad |= coord_schedule(c, add, ab, sizeof(ab), NULL, NULL) != 0;
+	}
+	bad |= coord_join(c, NULL) != 0;
+	printf("SUMMARY transport=%s workload=backlog closures=%u secs=%.2f closures_per_s=%.0f\n",
+	       tp, n * 5, (t_now_ns() - t0) / 1e9, n * 5 / ((t_now_ns() - t0) / 1e9));
+	return bad;
+}
+
 static int run(const char *tp, unsigned n, double secs)
 {
 	struct coord_registry *reg = t_registry();
 	struct coord *c;
-	uint64_t *lat = calloc(n, sizeof(*lat)), t0, sched = 0, done = 0;
-	struct coord_rv *win[64];
+	uint64_t *lat = calloc(n, sizeof(*lat));
 	uint32_t add;
 	double mean = 0;
 	int bad = 0;
@@ -291,37 +338,10 @@ static int run(const char *tp, unsigned n, double secs)
 		       ratio[ROUNDS / 2], ratio[0], ratio[ROUNDS - 1], ratio[ROUNDS / 2] / 2);
 	}
 	bad |= breakdown(c, tp, per, strcmp(tp, "rdma") ? 0 : chan_p50);
-	if (rtt_only)
-		goto out;
-	t0 = t_now_ns();
-	while (t_now_ns() - t0 < (uint64_t)(secs * 1e9) || done < sched) {
-		int64_t ab[2] = { (int64_t)sched, 2 };
-
-		if (sched - done == 64 ||
-		    (sched > done && t_now_ns() - t0 >= (uint64_t)(secs * 1e9))) {
-			bad |= fetch_check(win[done % 64], (int64_t)done + 2) != 0;
-			done++;
-			continue;
-		}
-		bad |= coord_schedule(c, add, ab, sizeof(ab), &win[sched % 64], NULL) != 0;
-		sched++;
+	if (!rtt_only) {
+		bad |= run_throughput(c, add, tp, secs);
+		bad |= run_backlog(c, add, tp, n);
 	}
-	printf("SUMMARY transport=%s workload=throughput in_flight=64 closures=%llu secs=%.2f "
-	       "closures_per_s=%.0f\n",
-	       tp, (unsigned long long)done, (t_now_ns() - t0) / 1e9,
-	       done / ((t_now_ns() - t0) / 1e9));
-	bad |= coord_join(c, NULL) != 0;
-	/* backlog: N*5 closures queued at once (no RemoteValues), then join */
-	t0 = t_now_ns();
-	for (unsigned i = 0; i < n * 5; i++) {
-		int64_t ab[2] = { i, 3 };
-
-		bad |= coord_schedule(c, add, ab, sizeof(ab), NULL, NULL) != 0;
-	}
-	bad |= coord_join(c, NULL) != 0;
-	printf("SUMMARY transport=%s workload=backlog closures=%u secs=%.2f closures_per_s=%.0f\n",
-	       tp, n * 5, (t_now_ns() - t0) / 1e9, n * 5 / ((t_now_ns() - t0) / 1e9));
-out:
 	coord_destroy(c);
 	coord_registry_destroy(reg);
 	t_workers_stop();
@@ -588,6 +608,98 @@ static int run_read_floor(unsigned n, unsigned bytes)
 	return 0;
 }
 
+/* A variable the var_read rows read: its shape, the floats read, and how
+ * they are read (one READ of the whole block, or a chain). */
+struct vr_var {
+	const char *name;
+	unsigned ndim;
+	uint64_t dims[2], floats;
+	const char *how;
+};
+
+/* The rows of variable @vr through @c: VROUNDS rounds of @n reads from a
+ * function beside @n raw READs (and ib_read_lat with -p).  Non-zero if a
+ * step failed. */
+static int var_read_rows(struct coord *c, const struct vr_var *vr, unsigned n)
+{
+	uint64_t floats = vr->floats;
+	struct t_var_args a = { .off = 0, .n = floats, .pad = n };
+	uint64_t out[3], r50 = 0, r99 = 0;
+	coord_var_t v;
+	struct coord_rv *rv;
+	const void *p;
+	size_t len;
+	int bad = 0;
+
+	bad |= coord_var_create(c, vr->name, vr->ndim, vr->dims, NULL, &v, NULL) != 0;
+	a.var = v;
+	/* warm-up: maps the variable on this worker's ps connection */
+	a.pad = 200;
+	bad |= coord_schedule(c, t_fn(c, "var_read_lat"), &a, sizeof(a), &rv, NULL) != 0 ||
+	       coord_rv_fetch_timeout(rv, 60000000000ll, &p, &len, NULL) != 0;
+	if (!bad)
+		coord_rv_put(rv);
+	/* VROUNDS rounds, each N var reads then N raw reads, so both see
+	 * the same (shared, noisy) machine; medians of the rounds' p50s.
+	 * With -p, ib_read_lat runs after the reads in even rounds and
+	 * before them in odd ones, so neither side of a round's ratio
+	 * is always the one that runs later as TCG's speed drifts. */
+	uint64_t v50[VROUNDS], v99[VROUNDS], q50[VROUNDS], q99[VROUNDS];
+	double ib[VROUNDS], ibr[VROUNDS], busy[VROUNDS];
+
+	for (unsigned k = 0; !bad && k < VROUNDS; k++) {
+		struct rusage ru0, ru1;
+		uint64_t t0;
+
+		if (k & 1)
+			ib[k] = perftest("ib_read_lat", n, (unsigned)floats * 4);
+		t0 = t_now_ns();
+		getrusage(RUSAGE_SELF, &ru0);
+		a.pad = n;
+		bad |= coord_schedule(c, t_fn(c, "var_read_lat"), &a, sizeof(a), &rv, NULL) != 0 ||
+		       coord_rv_fetch_timeout(rv, 120000000000ll, &p, &len, NULL) != 0 ||
+		       len != sizeof(out);
+		if (bad)
+			break;
+		getrusage(RUSAGE_SELF, &ru1);
+		busy[k] = (cpu_us(&ru1) - cpu_us(&ru0)) * 1e3 / (double)(t_now_ns() - t0);
+		memcpy(out, p, sizeof(out));
+		coord_rv_put(rv);
+		v50[k] = out[0];
+		v99[k] = out[1];
+		bad |= raw_read(floats * 4, n, false, &q50[k], &q99[k]) != 0;
+		if (!(k & 1))
+			ib[k] = perftest("ib_read_lat", n, (unsigned)floats * 4);
+		ibr[k] = ib[k] > 0 ? v50[k] / 1e3 / ib[k] : 0;
+	}
+	if (bad)
+		return bad;
+	qsort(v50, VROUNDS, sizeof(v50[0]), cmp_u64);
+	qsort(v99, VROUNDS, sizeof(v99[0]), cmp_u64);
+	qsort(q50, VROUNDS, sizeof(q50[0]), cmp_u64);
+	qsort(q99, VROUNDS, sizeof(q99[0]), cmp_u64);
+	r50 = q50[VROUNDS / 2];
+	r99 = q99[VROUNDS / 2];
+	printf("SUMMARY transport=rdma workload=var_read one_sided=%s var=%s floats=%llu "
+	       "n=%ux%u p50_us=%.1f p99_us=%.1f coordinator_cpu_while_waiting=%.2f\n",
+	       vr->how, vr->name, (unsigned long long)floats, VROUNDS, n, v50[VROUNDS / 2] / 1e3,
+	       v99[VROUNDS / 2] / 1e3, median_dbl(busy, VROUNDS));
+	printf("SUMMARY transport=rdma workload=raw_read bytes=%llu n=%ux%u p50_us=%.1f "
+	       "p99_us=%.1f var_read_over_raw_p50=%.2f\n",
+	       (unsigned long long)floats * 4, VROUNDS, n, r50 / 1e3, r99 / 1e3,
+	       r50 ? (double)v50[VROUNDS / 2] / (double)r50 : 0.0);
+	if (perftest_sh && ib[0] > 0 && ib[VROUNDS - 1] > 0) {
+		qsort(ib, VROUNDS, sizeof(ib[0]), cmp_dbl);
+		qsort(ibr, VROUNDS, sizeof(ibr[0]), cmp_dbl);
+		printf("SUMMARY transport=rdma workload=var_read_vs_ib_read_lat var=%s "
+		       "bytes=%llu ib_read_lat_t_typical_us=%.1f (%.1f..%.1f) "
+		       "var_read_over_ib_read_lat=%.2f (%.2f..%.2f)\n",
+		       vr->name, (unsigned long long)floats * 4, ib[VROUNDS / 2], ib[0],
+		       ib[VROUNDS - 1], ibr[VROUNDS / 2], ibr[0], ibr[VROUNDS - 1]);
+	}
+	return bad;
+}
+
 static int run_var_read(unsigned n)
 {
 	const char *bin = getenv("COORD_PS_BIN");
@@ -600,14 +712,9 @@ static int run_var_read(unsigned n)
 	struct coord *c = NULL;
 	/* a 1-float and a 256-float variable (one READ of the whole block
 	 * each), and 256 floats of a 64 x 1024 one (a chain of three) */
-	static const struct {
-		const char *name;
-		unsigned ndim;
-		uint64_t dims[2], floats;
-		const char *how;
-	} vars[] = { { "bench/v1", 1, { 1, 0 }, 1, "block" },
-		     { "bench/v256", 1, { 256, 0 }, 256, "block" },
-		     { "bench/big", 2, { 64, 1024 }, 256, "chain" } };
+	static const struct vr_var vars[] = { { "bench/v1", 1, { 1, 0 }, 1, "block" },
+					      { "bench/v256", 1, { 256, 0 }, 256, "block" },
+					      { "bench/big", 2, { 64, 1024 }, 256, "chain" } };
 	unsigned port;
 	pid_t ps;
 	int bad = 0;
@@ -627,84 +734,8 @@ static int run_var_read(unsigned n)
 	bad |= coord_spec_parse(json, &spec, NULL) != 0;
 	bad |= !spec || coord_create(spec, &o, &c, NULL) != 0;
 	coord_spec_destroy(spec);
-	for (unsigned vi = 0; !bad && vi < sizeof(vars) / sizeof(vars[0]); vi++) {
-		uint64_t floats = vars[vi].floats;
-		struct t_var_args a = { .off = 0, .n = floats, .pad = n };
-		uint64_t out[3], r50 = 0, r99 = 0;
-		coord_var_t v;
-		struct coord_rv *rv;
-		const void *p;
-		size_t len;
-
-		bad |= coord_var_create(c, vars[vi].name, vars[vi].ndim, vars[vi].dims, NULL, &v,
-					NULL) != 0;
-		a.var = v;
-		/* warm-up: maps the variable on this worker's ps connection */
-		a.pad = 200;
-		bad |= coord_schedule(c, t_fn(c, "var_read_lat"), &a, sizeof(a), &rv, NULL) != 0 ||
-		       coord_rv_fetch_timeout(rv, 60000000000ll, &p, &len, NULL) != 0;
-		if (!bad)
-			coord_rv_put(rv);
-		/* VROUNDS rounds, each N var reads then N raw reads, so both see
-		 * the same (shared, noisy) machine; medians of the rounds' p50s.
-		 * With -p, ib_read_lat runs after the reads in even rounds and
-		 * before them in odd ones, so neither side of a round's ratio
-		 * is always the one that runs later as TCG's speed drifts. */
-		uint64_t v50[VROUNDS], v99[VROUNDS], q50[VROUNDS], q99[VROUNDS];
-		double ib[VROUNDS], ibr[VROUNDS], busy[VROUNDS];
-
-		for (unsigned k = 0; !bad && k < VROUNDS; k++) {
-			struct rusage ru0, ru1;
-			uint64_t t0;
-
-			if (k & 1)
-				ib[k] = perftest("ib_read_lat", n, (unsigned)floats * 4);
-			t0 = t_now_ns();
-			getrusage(RUSAGE_SELF, &ru0);
-			a.pad = n;
-			bad |= coord_schedule(c, t_fn(c, "var_read_lat"), &a, sizeof(a), &rv,
-					      NULL) != 0 ||
-			       coord_rv_fetch_timeout(rv, 120000000000ll, &p, &len, NULL) != 0 ||
-			       len != sizeof(out);
-			if (bad)
-				break;
-			getrusage(RUSAGE_SELF, &ru1);
-			busy[k] = (cpu_us(&ru1) - cpu_us(&ru0)) * 1e3 / (double)(t_now_ns() - t0);
-			memcpy(out, p, sizeof(out));
-			coord_rv_put(rv);
-			v50[k] = out[0];
-			v99[k] = out[1];
-			bad |= raw_read(floats * 4, n, false, &q50[k], &q99[k]) != 0;
-			if (!(k & 1))
-				ib[k] = perftest("ib_read_lat", n, (unsigned)floats * 4);
-			ibr[k] = ib[k] > 0 ? v50[k] / 1e3 / ib[k] : 0;
-		}
-		if (bad)
-			break;
-		qsort(v50, VROUNDS, sizeof(v50[0]), cmp_u64);
-		qsort(v99, VROUNDS, sizeof(v99[0]), cmp_u64);
-		qsort(q50, VROUNDS, sizeof(q50[0]), cmp_u64);
-		qsort(q99, VROUNDS, sizeof(q99[0]), cmp_u64);
-		r50 = q50[VROUNDS / 2];
-		r99 = q99[VROUNDS / 2];
-		printf("SUMMARY transport=rdma workload=var_read one_sided=%s var=%s floats=%llu "
-		       "n=%ux%u p50_us=%.1f p99_us=%.1f coordinator_cpu_while_waiting=%.2f\n",
-		       vars[vi].how, vars[vi].name, (unsigned long long)floats, VROUNDS, n,
-		       v50[VROUNDS / 2] / 1e3, v99[VROUNDS / 2] / 1e3, median_dbl(busy, VROUNDS));
-		printf("SUMMARY transport=rdma workload=raw_read bytes=%llu n=%ux%u p50_us=%.1f "
-		       "p99_us=%.1f var_read_over_raw_p50=%.2f\n",
-		       (unsigned long long)floats * 4, VROUNDS, n, r50 / 1e3, r99 / 1e3,
-		       r50 ? (double)v50[VROUNDS / 2] / (double)r50 : 0.0);
-		if (perftest_sh && ib[0] > 0 && ib[VROUNDS - 1] > 0) {
-			qsort(ib, VROUNDS, sizeof(ib[0]), cmp_dbl);
-			qsort(ibr, VROUNDS, sizeof(ibr[0]), cmp_dbl);
-			printf("SUMMARY transport=rdma workload=var_read_vs_ib_read_lat var=%s "
-			       "bytes=%llu ib_read_lat_t_typical_us=%.1f (%.1f..%.1f) "
-			       "var_read_over_ib_read_lat=%.2f (%.2f..%.2f)\n",
-			       vars[vi].name, (unsigned long long)floats * 4, ib[VROUNDS / 2],
-			       ib[0], ib[VROUNDS - 1], ibr[VROUNDS / 2], ibr[0], ibr[VROUNDS - 1]);
-		}
-	}
+	for (unsigned vi = 0; !bad && vi < sizeof(vars) / sizeof(vars[0]); vi++)
+		bad |= var_read_rows(c, &vars[vi], n);
 	if (c) {
 		bad |= coord_join(c, NULL) != 0;
 		coord_destroy(c);

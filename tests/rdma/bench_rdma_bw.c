@@ -102,6 +102,66 @@ static int check_one_sided(struct coord *c, coord_var_t v, pid_t ps, float *dst)
 	return bad;
 }
 
+/* The rows of one size: a variable of @bytes (@src's first floats) on the
+ * coord-ps @ps, read into @dst and assigned again as many times as make
+ * 64 MiB (3 to 500), beside ib_read_bw / ib_write_bw with -p.  Non-zero if
+ * a step failed. */
+static int bw_rows(struct coord *c, pid_t ps, const float *src, float *dst, size_t bytes)
+{
+	uint64_t n = bytes / 4, dims[1] = { n }, t0, tr, ta;
+	unsigned reps = (unsigned)((64u << 20) / bytes);
+	struct coord_error err = { 0 };
+	double rd, wr, ib_r, ib_w;
+	char name[32];
+	coord_var_t v;
+	int bad = 0;
+
+	reps = reps < 3 ? 3 : reps > 500 ? 500 : reps;
+	snprintf(name, sizeof(name), "bw/%zu", bytes);
+	if (coord_var_create(c, name, 1, dims, NULL, &v, &err) != 0 ||
+	    assign_all(c, v, src, n) < 0) {
+		printf("bench_rdma_bw: %s: cannot create or assign: %s\n", name, err.msg);
+		return 1;
+	}
+	memset(dst, 0xff, bytes);
+	bad |= coord_var_read(c, v, 0, n, dst, NULL) != 0; /* maps it; checked */
+	if (!bad && memcmp(dst, src, bytes) != 0) {
+		printf("bench_rdma_bw: %s: the floats read are not the ones assigned\n", name);
+		bad = 1;
+	}
+	if (!bad && bytes == (1u << 20))
+		bad |= check_one_sided(c, v, ps, dst);
+	t0 = t_now_ns();
+	for (unsigned i = 0; !bad && i < reps; i++)
+		bad |= coord_var_read(c, v, 0, n, dst, NULL) != 0;
+	tr = t_now_ns() - t0;
+	t0 = t_now_ns();
+	for (unsigned i = 0; !bad && i < reps; i++)
+		bad |= assign_all(c, v, src, n) < 0;
+	ta = t_now_ns() - t0;
+	if (bad) {
+		printf("bench_rdma_bw: %s: a read or assign failed\n", name);
+		return bad;
+	}
+	rd = mib_s(bytes, reps, tr);
+	wr = mib_s(bytes, reps, ta);
+	printf("bench_rdma_bw: %zu B: %u reads %.1f s, %u assigns %.1f s\n", bytes, reps, tr / 1e9,
+	       reps, ta / 1e9);
+	ib_r = perftest_bw("ib_read_bw", reps < 5 ? 5 : reps, bytes);
+	ib_w = perftest_bw("ib_write_bw", reps < 5 ? 5 : reps, bytes);
+	printf("SUMMARY transport=rdma workload=var_read_bw bytes=%zu reps=%u MiB_s=%.1f", bytes,
+	       reps, rd);
+	if (ib_r > 0)
+		printf(" ib_read_bw_MiB_s=%.1f over_ib_read_bw=%.2f", ib_r, rd / ib_r);
+	printf("\nSUMMARY transport=rdma workload=var_assign_bw bytes=%zu reps=%u "
+	       "MiB_s=%.1f",
+	       bytes, reps, wr);
+	if (ib_w > 0)
+		printf(" ib_write_bw_MiB_s=%.1f over_ib_write_bw=%.2f", ib_w, wr / ib_w);
+	printf("\n");
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	static const size_t sizes[] = { 64u << 10, 1u << 20, 16u << 20, 64u << 20 };
@@ -163,60 +223,9 @@ int main(int argc, char **argv)
 	bad |= !spec || coord_create(spec, &o, &c, NULL) != 0;
 	coord_spec_destroy(spec);
 	for (unsigned si = 0; !bad && si < sizeof(sizes) / sizeof(sizes[0]); si++) {
-		size_t bytes = sizes[si];
-		uint64_t n = bytes / 4, dims[1] = { n }, t0, tr, ta;
-		unsigned reps = (unsigned)((64u << 20) / bytes);
-		double rd, wr, ib_r, ib_w;
-		char name[32];
-		coord_var_t v;
-
-		if (bytes > max)
+		if (sizes[si] > max)
 			break;
-		reps = reps < 3 ? 3 : reps > 500 ? 500 : reps;
-		snprintf(name, sizeof(name), "bw/%zu", bytes);
-		if (coord_var_create(c, name, 1, dims, NULL, &v, &err) != 0 ||
-		    assign_all(c, v, src, n) < 0) {
-			printf("bench_rdma_bw: %s: cannot create or assign: %s\n", name, err.msg);
-			bad = 1;
-			break;
-		}
-		memset(dst, 0xff, bytes);
-		bad |= coord_var_read(c, v, 0, n, dst, NULL) != 0; /* maps it; checked */
-		if (!bad && memcmp(dst, src, bytes) != 0) {
-			printf("bench_rdma_bw: %s: the floats read are not the ones assigned\n",
-			       name);
-			bad = 1;
-		}
-		if (!bad && bytes == (1u << 20))
-			bad |= check_one_sided(c, v, ps, dst);
-		t0 = t_now_ns();
-		for (unsigned i = 0; !bad && i < reps; i++)
-			bad |= coord_var_read(c, v, 0, n, dst, NULL) != 0;
-		tr = t_now_ns() - t0;
-		t0 = t_now_ns();
-		for (unsigned i = 0; !bad && i < reps; i++)
-			bad |= assign_all(c, v, src, n) < 0;
-		ta = t_now_ns() - t0;
-		if (bad) {
-			printf("bench_rdma_bw: %s: a read or assign failed\n", name);
-			break;
-		}
-		rd = mib_s(bytes, reps, tr);
-		wr = mib_s(bytes, reps, ta);
-		printf("bench_rdma_bw: %zu B: %u reads %.1f s, %u assigns %.1f s\n", bytes, reps,
-		       tr / 1e9, reps, ta / 1e9);
-		ib_r = perftest_bw("ib_read_bw", reps < 5 ? 5 : reps, bytes);
-		ib_w = perftest_bw("ib_write_bw", reps < 5 ? 5 : reps, bytes);
-		printf("SUMMARY transport=rdma workload=var_read_bw bytes=%zu reps=%u MiB_s=%.1f",
-		       bytes, reps, rd);
-		if (ib_r > 0)
-			printf(" ib_read_bw_MiB_s=%.1f over_ib_read_bw=%.2f", ib_r, rd / ib_r);
-		printf("\nSUMMARY transport=rdma workload=var_assign_bw bytes=%zu reps=%u "
-		       "MiB_s=%.1f",
-		       bytes, reps, wr);
-		if (ib_w > 0)
-			printf(" ib_write_bw_MiB_s=%.1f over_ib_write_bw=%.2f", ib_w, wr / ib_w);
-		printf("\n");
+		bad |= bw_rows(c, ps, src, dst, sizes[si]);
 	}
 	if (c) {
 		bad |= coord_join(c, NULL) != 0;

@@ -208,6 +208,56 @@ static void expect_log(const char *what, int n)
 	fail_msg("the worker's log has fewer than %d lines with \"%s\"", n, what);
 }
 
+/* A handshake with @key (@what: the step, for the log) to the worker at @a:
+ * refused, the channel closed, the @nlog-th refusal logged. */
+static void handshake_refused(const char *a, const struct coord_key *key, const char *what,
+			      int nlog)
+{
+	struct coord_frame_io io;
+	struct coord_error err;
+	struct coord_rdma_chan *ch;
+	unsigned frames;
+	uint16_t last = 0;
+	int r;
+
+	ch = dial();
+	coord_rdma_chan_io(&io, ch);
+	memset(&err, 0, sizeof(err));
+	r = coord_handshake_client_io(&io, key, COORD_ROLE_COORDINATOR, COORD_ROLE_WORKER, 0,
+				      WAIT_MS, a, &err);
+	print_message("%s: %d (%s)\n", what, r, err.msg);
+	assert_true(r < 0);
+	drain_until_closed(ch, &frames, &last);
+	coord_rdma_chan_destroy(ch);
+	expect_log("refused", nlog);
+}
+
+/* The worker process still serves a new coordinator: 50 adds, right. */
+static void serves_new_coordinator(struct coord_registry *reg)
+{
+	struct healthy h = { 0 };
+	struct coord_opts o;
+
+	assert_int_equal(kill(t_worker_pid(0), 0), 0);
+	t_opts(&o, reg);
+	assert_int_equal(t_create(&o, 1, &h.c, NULL), 0);
+	h.add = t_fn(h.c, "add");
+	for (int64_t i = 0; i < 50; i++) {
+		int64_t ab[2] = { i, 3 }, x;
+		struct coord_rv *rv;
+		const void *v;
+		size_t len;
+
+		assert_int_equal(coord_schedule(h.c, h.add, ab, sizeof(ab), &rv, NULL), 0);
+		assert_int_equal(coord_rv_fetch_timeout(rv, 30000000000ll, &v, &len, NULL), 0);
+		memcpy(&x, v, sizeof(x));
+		assert_int_equal(x, i + 3);
+		coord_rv_put(rv);
+	}
+	assert_int_equal(coord_join(h.c, NULL), 0);
+	coord_destroy(h.c);
+}
+
 static void test_rdma_hostile_peers_refused_healthy_served(void **state)
 {
 	struct coord_registry *reg = t_registry();
@@ -264,30 +314,12 @@ static void test_rdma_hostile_peers_refused_healthy_served(void **state)
 
 	/* 3. a wrong cluster key: refused by the proof */
 	memset(key.bytes, 0x5a, key.len);
-	ch = dial();
-	coord_rdma_chan_io(&io, ch);
-	memset(&err, 0, sizeof(err));
-	r = coord_handshake_client_io(&io, &key, COORD_ROLE_COORDINATOR, COORD_ROLE_WORKER, 0,
-				      WAIT_MS, a, &err);
-	print_message("3. wrong key: %d (%s)\n", r, err.msg);
-	assert_true(r < 0);
-	drain_until_closed(ch, &frames, &last);
-	coord_rdma_chan_destroy(ch);
-	expect_log("refused", 2);
+	handshake_refused(a, &key, "3. wrong key", 2);
 
 	/* 4. no key at all, against a keyed server */
 	coord_key_wipe(&key);
 	memset(&key, 0, sizeof(key));
-	ch = dial();
-	coord_rdma_chan_io(&io, ch);
-	memset(&err, 0, sizeof(err));
-	r = coord_handshake_client_io(&io, &key, COORD_ROLE_COORDINATOR, COORD_ROLE_WORKER, 0,
-				      WAIT_MS, a, &err);
-	print_message("4. no key: %d (%s)\n", r, err.msg);
-	assert_true(r < 0);
-	drain_until_closed(ch, &frames, &last);
-	coord_rdma_chan_destroy(ch);
-	expect_log("refused", 3);
+	handshake_refused(a, &key, "4. no key", 3);
 
 	/* 5. a raw QP that posts no receives (infinite RNR retries asked),
 	 * sends a HELLO and then nothing: the server's answer cannot land, its
@@ -313,25 +345,7 @@ static void test_rdma_hostile_peers_refused_healthy_served(void **state)
 	coord_destroy(h.c);
 
 	/* the same process still serves a new coordinator */
-	assert_int_equal(kill(t_worker_pid(0), 0), 0);
-	memset(&h, 0, sizeof(h));
-	t_opts(&o, reg);
-	assert_int_equal(t_create(&o, 1, &h.c, NULL), 0);
-	h.add = t_fn(h.c, "add");
-	for (int64_t i = 0; i < 50; i++) {
-		int64_t ab[2] = { i, 3 }, x;
-		struct coord_rv *rv;
-		const void *v;
-		size_t len;
-
-		assert_int_equal(coord_schedule(h.c, h.add, ab, sizeof(ab), &rv, NULL), 0);
-		assert_int_equal(coord_rv_fetch_timeout(rv, 30000000000ll, &v, &len, NULL), 0);
-		memcpy(&x, v, sizeof(x));
-		assert_int_equal(x, i + 3);
-		coord_rv_put(rv);
-	}
-	assert_int_equal(coord_join(h.c, NULL), 0);
-	coord_destroy(h.c);
+	serves_new_coordinator(reg);
 	log_count("refused");
 	log_count("closing:");
 	coord_registry_destroy(reg);

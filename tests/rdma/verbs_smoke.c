@@ -496,15 +496,32 @@ static void usage(void)
 	exit(2);
 }
 
+/* Whether this host has an RDMA device; says how to get one if not. */
+static bool have_device(void)
+{
+	struct ibv_device **devs;
+	int ndev;
+
+	devs = ibv_get_device_list(&ndev);
+	if (!devs || ndev == 0) {
+		printf("verbs_smoke: SKIP: no RDMA device (load rdma_rxe and run `rdma link add "
+		       "rxe0 type rxe netdev IFACE`, or use tests/rdma/rig.sh)\n");
+		if (devs)
+			ibv_free_device_list(devs);
+		return false;
+	}
+	ibv_free_device_list(devs);
+	return true;
+}
+
 int main(int argc, char **argv)
 {
 	struct server sv = { .s.name = "server" };
 	struct side c = { .name = "client" };
-	struct ibv_device **devs;
 	struct sockaddr_storage addr;
 	const char *addr_arg = NULL;
 	char host[INET6_ADDRSTRLEN];
-	int ndev, opt, nreads = 1000, secs = 60, ret;
+	int opt, nreads = 1000, secs = 60, ret;
 	pthread_t th;
 
 	while ((opt = getopt(argc, argv, "a:d:n:t:")) != -1) {
@@ -529,15 +546,8 @@ int main(int argc, char **argv)
 	alarm(secs > 0 ? secs : 60);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
-	devs = ibv_get_device_list(&ndev);
-	if (!devs || ndev == 0) {
-		printf("verbs_smoke: SKIP: no RDMA device (load rdma_rxe and run `rdma link add "
-		       "rxe0 type rxe netdev IFACE`, or use tests/rdma/rig.sh)\n");
-		if (devs)
-			ibv_free_device_list(devs);
+	if (!have_device())
 		return SKIP;
-	}
-	ibv_free_device_list(devs);
 
 	sv.s.ch = rdma_create_event_channel();
 	c.ch = rdma_create_event_channel();

@@ -2,6 +2,11 @@
 /*
  * transport/engine/conn.c - a coordinator's connection to a worker, the part the
  * tcp and rdma transports share (see conn.h).
+ *
+ * Synchronization: a connection belongs to its loop's tok holder (conn.h,
+ * engine.h E1); it reads the coordinator's generation (acquire: struct
+ * coord_view, dispatch.h) and bumps its worker's executed count (relaxed,
+ * a metric).
  */
 #include <errno.h>
 #include <sched.h>

@@ -19,9 +19,22 @@
  * When every worker is past the recovery limit the coordinator reports
  * UNAVAILABLE (runtime/core/recovery.c).
  *
- * Synchronization: E1 (engine.h).  Shared fields: admit/admit_next under
- * admit_lock, admit_pending (release by the recovery thread, acquire by
- * the loop); up, idle, rt_hint: relaxed counters and hints.
+ * Synchronization: E1 (engine.h): a loop's connections belong to the tok's
+ * holder.  The shared fields, who writes them, who reads them, and what
+ * orders the two:
+ *   field            written by (how)               read by (how)           order
+ *   l->tok           the holder (acquire CAS to     every would-be driver   acquire / release:
+ *                    take, release exchange to      (loop.c)                one holder's rounds
+ *                    give back; TOK_WANT: relaxed)                          before the next's
+ *   l->armed         the loop's thread (relaxed,    coord_eng_wake()        coord_loop_sleep()'s
+ *                    before it sleeps and after)    (acq_rel exchange)      RMW and fence
+ *   admit,           a reconnect attempt (recovery  the loop (under         admit_lock
+ *   admit_next       thread) and the loop putting   admit_lock)
+ *                    one back, under admit_lock
+ *   admit_pending    the same, after the list       the loop (relaxed       release / acquire:
+ *                    (release)                      look, acquire xchg)     the dialled connection
+ *   up, idle,        the loops (relaxed)            loops, rdma.c's         none: counters and
+ *   rt_hint                                         drivers (relaxed)       hints
  */
 #include <errno.h>
 #include <stdio.h>

@@ -28,6 +28,10 @@
  *   E3  A round sends a CANCEL to every live connection whenever the
  *       generation moved since its last (conn.h coord_conn_cancel()), and
  *       ops->cancel wakes every loop for it.
+ *
+ * Synchronization: the shared fields of struct coord_eloop and struct
+ * coord_eng (tok, armed, admit, admit_pending, up, idle, rt_hint): engine.c's
+ * table; the rest belongs to the tok's holder (E1).
  */
 #ifndef COORD_TRANSPORT_ENGINE_H
 #define COORD_TRANSPORT_ENGINE_H

@@ -44,6 +44,9 @@
  * lets go only while it sleeps (ops->wait returns with it again), or a
  * backend's driver (rdma.c D1-D6).  Its acquire/release hands the loop's
  * state on.
+ *
+ * Synchronization: engine.c's table (tok, armed, admit_pending, the
+ * counters); everything else a loop touches belongs to the tok's holder (E1).
  */
 #include <errno.h>
 #include <stdio.h>

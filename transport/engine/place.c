@@ -2,6 +2,9 @@
 /*
  * transport/place.c - the placement policy of the network transports' event
  * loops (see place.h for the rules PL1-PL4).
+ *
+ * Synchronization: a struct coord_place belongs to its loop (place.h);
+ * idle_all, shared by the loops, is a relaxed count (a hint for takes).
  */
 #include <errno.h>
 #include <limits.h>

@@ -2,6 +2,9 @@
 /*
  * transport/inproc/inproc.c - the in-process transport (the embedded default).
  *
+ * Synchronization: each worker thread is its own dispatcher (dispatch.h);
+ * the fields of struct coord it touches are in coord_pvt.h's table.
+ *
  * Each worker is a thread of the coordinator's process and is its own
  * dispatcher: it takes a batch from the queue, runs each closure through the
  * same worker-side code a coord-worker process uses (runtime/core/exec.c), writes
@@ -104,7 +107,7 @@ static void *inproc_main(void *arg)
 		unsigned nd = 0;
 
 		if (coord_dispatch_pw_pending(d))
-			pw_release(d, &iw->env); /* S9: before the batch runs (P3) */
+			pw_release(d, &iw->env); /* S9: before the batch runs (pw.c P3) */
 		if (n == 0)
 			continue;
 

@@ -32,6 +32,11 @@
  *       completed or the channel was shut down (a READ that timed out may
  *       still be in flight: only a dead queue pair stops it), so no READ
  *       ever lands in the buffer after the caller has it back.
+ * Synchronization: ch (every user) under chan_lock; rch, buf and mr (the
+ * reading threads) under read_lock (P1); stop: written by shutdown, read by
+ * the reader each time it wakes (relaxed: the wake_fd write and the
+ * disconnects that follow it order nothing else, P3); wake_fd: set at
+ * create, then read-only.
  * The payload coord_psr_next() returns stays valid until the reader's next
  * call: only a read moves the channel past a frame (other lock holders
  * post sends and READs, which leave the received frames alone).

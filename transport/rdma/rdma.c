@@ -74,6 +74,10 @@
  *       the timer wakes the thread, which takes the tok as for any other
  *       event and reaps.  tpend is the tok holder's; a thread that goes to
  *       sleep arms every CQ and stops the timer.
+ *
+ * Synchronization: the loop's shared fields (tok, armed, up, idle,
+ * rt_hint) are the engine's (engine.c's table); this backend adds none:
+ * its channels, CQs, timer and tpend belong to the tok's holder (D1).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -214,7 +218,7 @@ static bool rdma_send(struct coord_conn *ck)
 	if (!k->fend && k->ooff < k->ow.len) {
 		size_t f = frame_len(k->obuf + k->ooff, k->ow.len - k->ooff, &t);
 
-		if (t == COORD_WIRE_CANCEL && !post(k, f, 1)) /* C4: the credit kept */
+		if (t == COORD_WIRE_CANCEL && !post(k, f, 1)) /* rdma_chan.c C4: the credit kept */
 			return true;
 	}
 	room = coord_rdma_chan_room(k->ch, REQ_MIN_CREDITS, &most);

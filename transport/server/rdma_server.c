@@ -57,6 +57,32 @@
  *       intervals) is closed with an ERROR frame by its own thread, at
  *       an idle tick (nothing of it runs then: its thread serves it).
  *
+ * Synchronization: the shared fields, who writes them, who reads them, and
+ * what orders the two.
+ *   field             written by (how)              read by (how)            order
+ *   k->done           the connection's thread       the acceptor, the        Q1: release / acquire,
+ *                     (release, its last store)     keeper (acquire)         then pthread_join()
+ *   k->ch             the connection's thread;      the same                 chan_lock (Q3)
+ *                     the keeper's PONG
+ *   k->busy_since     the connection's thread       the keeper (relaxed)     none: a hint (a stale
+ *                     (relaxed)                                              one costs one PONG)
+ *   k->last_sent_ns   the connection's thread and   the keeper (relaxed)     as busy_since; both
+ *                     the keeper (relaxed, under                             writers hold chan_lock
+ *                     chan_lock)
+ *   k->p.hb_ms        the connection's thread       the keeper (relaxed)     a hint (tcp_pool.c P5)
+ *                     (srv_proto.c, relaxed)
+ *   rs->conns         the acceptor (adds, reaps)    the keeper (walks)       list_lock (Q3)
+ *   rs->pending       the acceptor + (and - if it   the acceptor (relaxed)   a bound, not an order
+ *                     cannot start the thread); the                          (Q5): only the acceptor
+ *                     connection's thread -                                  adds, so what it reads
+ *                     (relaxed)                                              is never too low
+ *   rs->stopping      the acceptor at stop          every thread (relaxed,   the keeper's join and
+ *                     (relaxed)                     each tick)               reap(all) after it
+ *   rs->maps, nmaps   connection threads (MAP,      the same; the acceptor   map_lock (Q4); at stop,
+ *                     DELETE)                       at stop                  after every join
+ *   peek_ns, rx_ns (the connection's thread's) and refused, refused_logged_ns
+ *   (the acceptor's) have one thread each: plain.
+ *
  * Hostile input: the channel checks every header (coord_wire_parse_hdr())
  * before it buffers anything, the engine decodes every frame with the
  * checked decoder; a peer that fails either, that is not a coord channel

@@ -29,6 +29,11 @@
  * What Give-up cannot tell, an update applied whose reply was lost, the
  * closure's key handles (runtime/ps/ps_once.c): a record with one goes
  * through coord_ps_apply_once() after the check above.
+ *
+ * Synchronization: srv_proto.h (a connection driven by one thread at a
+ * time; struct coord_srv under its lock); hb_ms is written relaxed by the
+ * connection's thread and read by the keepalive (tcp_pool.c P5,
+ * rdma_server.c Q3), a hint.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -688,8 +693,8 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 
 		r = coord_wire_get_ping(h, payload, &tok);
 		if (r == 0) {
-			if (tok >= 1 && tok <= 3600000) /* P5: the heartbeat interval */
-				/* Relaxed (P5): a hint for the watchdog. */
+			if (tok >= 1 && tok <= 3600000) /* tcp_pool.c P5: the heartbeat interval */
+				/* Relaxed (tcp_pool.c P5): a hint for the watchdog. */
 				atomic_store_explicit(&k->hb_ms, (uint32_t)tok,
 						      memory_order_relaxed);
 			coord_wire_writer_init(&w, b, sizeof(b));

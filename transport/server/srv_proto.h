@@ -9,8 +9,8 @@
  * per channel, rdma_server.c) drive the same code.  The engine lives in
  * srv_proto.c.
  *
- * Concurrency: a connection is driven by one thread at a time (the
- * transport's P1); coord_srv_conn_frame() may call @io.send from that
+ * Concurrency: a connection is driven by one thread at a time (tcp_server.c
+ * P1, rdma_server.c Q1); coord_srv_conn_frame() may call @io.send from that
  * thread.  The shared part (struct coord_srv) is guarded by its lock, taken
  * only on PS_TABLE frames and connection set-up / tear-down.
  */
