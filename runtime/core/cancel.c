@@ -96,9 +96,10 @@ void cancel_one(struct coord *c, struct coord_closure *cl)
 		outstanding_sub(c, 1);
 		return;
 	}
-	if (cl->res_cls != COORD_BUF_INLINE)
+	if (cl->res_cls != COORD_BUF_INLINE && cl->res_cls != CL_RES_SMALL)
 		coord_buf_put(&c->bufs, cl->res, cl->res_cls);
-	cl->res_cls = COORD_BUF_INLINE;
+	cl->res_cls = COORD_BUF_INLINE; /* no value, small (V5 in rv.c) or not */
+	cl->res_dirty &= (uint8_t)~CL_SMALL_MASK;
 	cl->res = cl->inline_res;
 	cl->res_len = 0;
 	coord_rv_set_final(cl, COORD_RV_CANCELLED);

@@ -42,6 +42,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <urcu-bp.h>
@@ -72,10 +73,18 @@
 #define RV_HASIN 0x20u
 
 /* res_dirty bits (drop_contents resets what they name). */
-#define CL_DIRTY_RES 0x1u  /* res_len or err_code written */
+#define CL_DIRTY_RES 0x1u  /* res, res_len or err_code written */
 #define CL_DIRTY_DEPS 0x2u /* deps sealed: reset to NULL before reuse */
 #define CL_HAS_IN 0x4u	   /* nin inputs in @in (read by the executor) */
 #define CL_HINT 0x8u	   /* priority or affinity (B4): the hint fields are set */
+/* The length (1..8) of a small result, in res_small (res_cls is
+ * CL_RES_SMALL): the high nibble of res_dirty. */
+#define CL_SMALL_SHIFT 4
+#define CL_SMALL_MASK 0xf0u
+
+/* res_cls of a closure whose result is its res_small (V5 in rv.c), beside
+ * the buffer classes of pool.h (COORD_BUF_INLINE, COORD_BUF_MALLOC, 0..). */
+#define CL_RES_SMALL 0xfdu
 
 /* The dependents list's sealed marker (never a valid edge address). */
 #define COORD_DEPS_SEALED ((struct coord_dep *)(uintptr_t)1)
@@ -96,12 +105,15 @@ struct coord_dep {
 };
 
 /*
- * Layout: the first cache line holds everything schedule() writes and the
- * worker reads and writes for a closure with up to 8 argument bytes, no
- * per-worker arguments and no result (inline_args begins in it), so such a
- * closure moves between the producer's and the worker's caches as one line.
- * The result fields are left clean by the previous life (see
- * coord_closure_drop_contents()) instead of being rewritten by schedule().
+ * Layout: the first cache line holds everything schedule() writes, the
+ * worker reads and writes, and a fetch reads for a closure with up to 8
+ * argument bytes, no per-worker arguments and a result of at most 8 bytes
+ * (inline_args begins in it, res_small is in it: V5 in rv.c), so such a
+ * closure moves between the producer's and the worker's caches as one line,
+ * and a fetched result costs no other.  The other result fields are left
+ * clean by the previous life (see coord_closure_drop_contents()) instead of
+ * being rewritten by schedule(); @args, on the second line, is rewritten
+ * only when it changes.
  */
 struct coord_closure {
 	/* RemoteValue (S7): the state word and the references. */
@@ -119,8 +131,11 @@ struct coord_closure {
 	uint32_t idx;	   /* pool index, fixed for the object's life */
 	uint64_t gen;	   /* cancellation generation, taken when queued (S3) */
 	uint64_t id;	   /* reuse << 32 | pool index: coord_rv_id() */
-	void *args;
+	/* A result of 1..8 bytes (V5 in rv.c): written by the completer before
+	 * its release CAS of @state, read after an acquire load. */
+	uint64_t res_small;
 	char inline_args[CL_INLINE_ARGS];
+	void *args; /* inline_args, or a buffer (args_cls) */
 
 	/* Result fields, written by the completer before its release CAS of
 	 * @state and read after an acquire load. */
@@ -159,6 +174,25 @@ struct coord_closure {
 static inline int coord_closure_target(const struct coord_closure *cl)
 {
 	return unlikely(cl->res_dirty & CL_HINT) ? cl->target : -1;
+}
+
+_Static_assert(offsetof(struct coord_closure, res_small) + sizeof(uint64_t) <= CACHELINE &&
+		       offsetof(struct coord_closure, inline_args) + sizeof(uint64_t) <= CACHELINE,
+	       "state, a small result and 8 argument bytes share the first line");
+
+/*
+ * coord_closure_value() - the value (or the error message) of final @cl:
+ * res_small when it is small (V5 in rv.c), else res.  Read after the
+ * acquire of a final state (V2).
+ */
+static inline const void *coord_closure_value(const struct coord_closure *cl, uint32_t *len)
+{
+	if (cl->res_cls == CL_RES_SMALL) {
+		*len = (cl->res_dirty & CL_SMALL_MASK) >> CL_SMALL_SHIFT;
+		return &cl->res_small;
+	}
+	*len = cl->res_len;
+	return cl->res;
 }
 
 /* A registered function or resource creator. */

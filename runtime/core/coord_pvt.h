@@ -205,6 +205,9 @@ COORD_HIDDEN unsigned ring_pop_raw(struct coord *c, struct coord_dispatcher *d, 
 COORD_HIDDEN unsigned direct_run(struct coord_dispatcher *d, struct coord_closure **out, unsigned n,
 				 uint64_t g, unsigned *own);
 
+/* schedule.c */
+COORD_HIDDEN bool closure_stash_put(struct coord *c, struct coord_closure *cl);
+
 /* cancel.c */
 COORD_HIDDEN void cancel_one(struct coord *c, struct coord_closure *cl);
 COORD_HIDDEN void drain_cancel(struct coord *c);
@@ -334,7 +337,10 @@ static inline int closure_fill_args(struct coord *c, struct coord_closure *cl, u
 	cl->fn = fn;
 	cl->attempt = 1;
 	if (likely(len <= CL_INLINE_ARGS)) {
-		cl->args = cl->inline_args;
+		/* Only when it changes: the line it is on then stays shared
+		 * with the workers that read it (closure.h, Layout). */
+		if (unlikely(cl->args != cl->inline_args))
+			cl->args = cl->inline_args;
 		cl->args_cls = COORD_BUF_INLINE;
 		if (likely(len == sizeof(uint64_t)))
 			memcpy(cl->args, args, sizeof(uint64_t)); /* one store */

@@ -2,7 +2,18 @@
 /*
  * runtime/core/dispatch.c - the dispatch interface the transports drive: take (with
  * the idle wait and the gather of a streaming producer), put back, cancel,
- * complete, finish.  Invariants: C1-C10 in coord_pvt.h.
+ * complete, finish.  Invariants: C1-C10 in coord_pvt.h, and
+ *   RL1  A dispatcher with d->released (inproc) drops the runtime's
+ *        reference of a closure that has a handle in
+ *        coord_dispatch_complete(), right after the final CAS, instead of
+ *        in coord_dispatch_finish(); if that was not the last reference it
+ *        records the closure in d->released, and the finish that follows
+ *        (the closures it is given are the ones completed, in the same
+ *        order) skips it without reading it: the user's put may have
+ *        recycled it meanwhile.  If it was the last, refs is 0 and the
+ *        finish recycles it as it does a closure without a handle (V4 in
+ *        rv.c).  Only the counts (inflight, outstanding) wait for the
+ *        finish, as before, so C1, C2 and C9 are unchanged.
  */
 #include <errno.h>
 #include <sched.h>
@@ -327,6 +338,18 @@ void coord_dispatch_complete_slow(struct coord_dispatcher *d, struct coord_closu
 	    atomic_load_explicit(&cl->refs, memory_order_relaxed) == 0)
 		return;
 	coord_rv_set_final(cl, st);
+	/* RL1: a dispatcher that runs functions itself (inproc: d->released)
+	 * drops the runtime's reference now, while the line the final CAS
+	 * took is still in its cache: the fetcher, who reads that line next,
+	 * then drops the last reference and recycles the closure where it
+	 * will schedule the next (closure_stash_put()), instead of this thread
+	 * taking the line back for its finish.  Relaxed: refs == 0 is V4, a
+	 * closure nobody else holds (coord_closure_unref()). */
+	if (d->released && d->nreleased < d->nlocal &&
+	    atomic_load_explicit(&cl->refs, memory_order_relaxed) != 0 && !coord_closure_unref(cl))
+		d->released[d->nreleased++] = cl; /* not ours to touch again */
+	/* else (the last reference, or none taken): finish recycles it, as it
+	 * does a closure without a handle (refs == 0, V4). */
 }
 
 void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
@@ -334,7 +357,7 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 {
 	struct coord *c = d->c;
 	uint32_t freed[64];
-	unsigned nfree = 0;
+	unsigned nfree = 0, rel = 0;
 
 	/* Drop the runtime's references; the closures that are now free go back
 	 * to the pool in batches: one claim of its recycle ring (or one CAS on
@@ -342,6 +365,12 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 	for (unsigned i = 0; i < n; i++) {
 		struct coord_closure *cl = cls[i];
 
+		/* RL1: released at completion, in the same order: a user's put
+		 * may have recycled it since, so not even a look. */
+		if (rel < d->nreleased && cl == d->released[rel]) {
+			rel++;
+			continue;
+		}
 		/* Relaxed: V4 (rv.c): refs == 0 is the runtime's closure alone,
 		 * nothing to drop (coord_closure_unref() tests it too). */
 		if (atomic_load_explicit(&cl->refs, memory_order_relaxed) != 0 &&
@@ -362,6 +391,7 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 	}
 	if (nfree)
 		coord_pool_put_many(c->closures, freed, nfree);
+	d->nreleased = 0;
 	if (w)
 		/* Relaxed: a statistic. */
 		atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);

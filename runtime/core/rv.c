@@ -47,6 +47,12 @@
  *       Its completion need not touch the state word either (see
  *       coord_dispatch_complete()): the worker then only reads the closure's
  *       first line, which stays in the producer's cache for its next life.
+ *   V5  A result (or error message) of 1..8 bytes is kept in res_small, on
+ *       the closure's first line with the state word (res_cls ==
+ *       CL_RES_SMALL, its length in res_dirty's high nibble), and res and
+ *       res_len are not written: a fetch of it reads one line, the one its
+ *       completer wrote.  Readers take the value through
+ *       coord_closure_value() (closure.h), never res directly.
  *
  * Synchronization (one closure; struct coord's fields: coord_pvt.h):
  *   field          written by (how)               read by (how)              order
@@ -63,7 +69,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/core/internal.h"
+#include "runtime/core/coord_pvt.h"
 
 static inline uint32_t st_of(uint32_t w)
 {
@@ -93,13 +99,26 @@ uint64_t coord_rv_id(const struct coord_rv *rv)
 	return rv ? rv_cl(rv)->id : COORD_NO_CLOSURE;
 }
 
+/* Return @cl's result buffer, if it has one, and forget a small result. */
+static inline void res_release(struct coord_closure *cl)
+{
+	if (cl->res_cls != COORD_BUF_INLINE && cl->res_cls != CL_RES_SMALL)
+		coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+	cl->res_dirty &= (uint8_t)~CL_SMALL_MASK;
+}
+
 void *coord_closure_result_buf(struct coord_closure *cl, size_t len)
 {
 	void *b;
 
 	/* V1: only the owner writes, before R1. */
-	if (cl->res_cls != COORD_BUF_INLINE)
-		coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+	res_release(cl);
+	if (len && len <= sizeof(cl->res_small)) {
+		/* V5: in the first line; res and res_len stay as they are. */
+		cl->res_cls = CL_RES_SMALL;
+		cl->res_dirty |= (uint8_t)(len << CL_SMALL_SHIFT);
+		return &cl->res_small;
+	}
 	cl->res_dirty |= CL_DIRTY_RES;
 	b = coord_buf_get(&cl->c->bufs, len, cl->inline_res, CL_INLINE_RES, &cl->res_cls);
 	if (!b) {
@@ -224,11 +243,15 @@ static int rv_outcome(struct coord_closure *cl, const void **val, size_t *len,
 	/* Relaxed: rv_wait() or the caller already acquired the final state. */
 	uint32_t st = st_of(atomic_load_explicit(&cl->state, memory_order_relaxed));
 
+	uint32_t n;
+	const void *v;
+
 	if (st == COORD_RV_READY) {
+		v = coord_closure_value(cl, &n);
 		if (val)
-			*val = cl->res;
+			*val = v;
 		if (len)
-			*len = cl->res_len;
+			*len = n;
 		return 0;
 	}
 	if (st == COORD_RV_CANCELLED || st == COORD_RV_ABORTED) {
@@ -240,9 +263,9 @@ static int rv_outcome(struct coord_closure *cl, const void **val, size_t *len,
 			err->closure = cl->id;
 		return COORD_ECANCELLED;
 	}
-	/* READY with an error: its message is in res (V2). */
-	coord_seterr(err, cl->err_code, "%s",
-		     cl->res_len ? (const char *)cl->res : coord_strerror(cl->err_code));
+	/* READY with an error: its message is the value (V2). */
+	v = coord_closure_value(cl, &n);
+	coord_seterr(err, cl->err_code, "%s", n ? (const char *)v : coord_strerror(cl->err_code));
 	if (err) {
 		err->cause = cl->err_cause;
 		err->worker = cl->err_worker;
@@ -310,18 +333,23 @@ void coord_closure_drop_contents(struct coord_closure *cl)
 		cl->args_cls = COORD_BUF_INLINE;
 	}
 	if (cl->res_cls != COORD_BUF_INLINE) {
-		coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+		if (cl->res_cls != CL_RES_SMALL) {
+			coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+			cl->res = cl->inline_res;
+		}
 		cl->res_cls = COORD_BUF_INLINE;
-		cl->res = cl->inline_res;
 	}
 	if (cl->res_dirty) {
 		if (unlikely(cl->res_dirty & CL_DIRTY_DEPS))
 			/* Relaxed: refs == 0, so no consumer can register any
 			 * more (each holds a reference); DF2. */
 			atomic_store_explicit(&cl->deps, NULL, memory_order_relaxed);
-		cl->res = cl->inline_res;
-		cl->res_len = 0;
-		cl->err_code = 0;
+		/* A small result (V5) left the other lines alone. */
+		if (cl->res_dirty & ~CL_SMALL_MASK) {
+			cl->res = cl->inline_res;
+			cl->res_len = 0;
+			cl->err_code = 0;
+		}
 		cl->res_dirty = 0;
 	}
 }
@@ -337,7 +365,9 @@ bool coord_closure_unref(struct coord_closure *cl)
 	return atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1;
 }
 
-void coord_closure_put(struct coord_closure *cl)
+/* Drop one reference of @cl; the last one recycles it, into this thread's
+ * producer stash if @stash and it has room (C10 in coord_pvt.h). */
+static inline void closure_put(struct coord_closure *cl, bool stash)
 {
 	if (!coord_closure_unref(cl))
 		return;
@@ -346,12 +376,19 @@ void coord_closure_put(struct coord_closure *cl)
 	 * handle to the thread that puts it (see there). */
 	if (unlikely(atomic_load_explicit(&cl->c->dead, memory_order_relaxed)))
 		coord_closure_release_dead(cl);
-	else
+	else if (!stash || !closure_stash_put(cl->c, cl))
 		coord_pool_put(cl->c->closures, cl->idx);
 }
 
+void coord_closure_put(struct coord_closure *cl)
+{
+	closure_put(cl, false);
+}
+
+/* The user's put: a thread that fetches and schedules in turn gets the
+ * closure back on its next schedule(), its lines still in its cache. */
 void coord_rv_put(struct coord_rv *rv)
 {
 	if (rv)
-		coord_closure_put(rv_cl(rv));
+		closure_put(rv_cl(rv), true);
 }
