@@ -14,6 +14,12 @@
  *        finish recycles it as it does a closure without a handle (V4 in
  *        rv.c).  Only the counts (inflight, outstanding) wait for the
  *        finish, as before, so C1, C2 and C9 are unchanged.
+ *   RL2  The same dispatcher returns an argument buffer (over the inline 64
+ *        bytes) when it makes the closure final, before the final CAS: a
+ *        final closure never runs again (a put-back happens instead of a
+ *        completion, B8) and nothing reads its arguments after, so the
+ *        next schedule() reuses the buffer while its lines are cached,
+ *        however many closures the user keeps in flight.
  */
 #include <errno.h>
 #include <sched.h>
@@ -337,6 +343,14 @@ void coord_dispatch_complete_slow(struct coord_dispatcher *d, struct coord_closu
 	if (st == COORD_RV_READY && !(cl->res_dirty & CL_HAS_IN) &&
 	    atomic_load_explicit(&cl->refs, memory_order_relaxed) == 0)
 		return;
+	if (d->released && unlikely(cl->args_cls != COORD_BUF_INLINE)) {
+		/* RL2: nobody reads the arguments of a final closure: their
+		 * buffer goes back now, while its lines are in this cache and
+		 * the next schedule() can reuse it, not when the user puts. */
+		coord_buf_put(&d->c->bufs, cl->args, cl->args_cls);
+		cl->args_cls = COORD_BUF_INLINE;
+		cl->args = cl->inline_args;
+	}
 	coord_rv_set_final(cl, st);
 	/* RL1: a dispatcher that runs functions itself (inproc: d->released)
 	 * drops the runtime's reference now, while the line the final CAS
