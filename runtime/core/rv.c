@@ -356,10 +356,20 @@ void coord_closure_drop_contents(struct coord_closure *cl)
 
 bool coord_closure_unref(struct coord_closure *cl)
 {
-	/* Relaxed: V4: 0 only on a closure without a handle, which the caller
-	 * (the runtime) owns alone; nobody else ever writes refs then. */
-	if (atomic_load_explicit(&cl->refs, memory_order_relaxed) == 0)
+	/* Acquire: pairs with the release of the other holders' drops (the
+	 * acq_rel below): when we see 1, ours is the only reference left, and
+	 * nobody can take another (only a holder can: V3), so their uses of
+	 * the closure happen-before our recycling it, with no RMW.  0: V4, a
+	 * closure without a handle, which the caller (the runtime) owns alone. */
+	uint32_t r = atomic_load_explicit(&cl->refs, memory_order_acquire);
+
+	if (r <= 1) {
+		if (r)
+			/* Relaxed: nobody else reads or writes refs now (see
+			 * above); 0 marks it free for coord_destroy()'s count. */
+			atomic_store_explicit(&cl->refs, 0, memory_order_relaxed);
 		return true;
+	}
 	/* acq_rel: release our uses of the closure to the thread that frees
 	 * it; acquire theirs if we are the one (V3). */
 	return atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1;
