@@ -11,12 +11,14 @@
  *              the RemoteValue.  Queued on the ring (or the overflow FIFO).
  *   dispatch:  a dispatcher pops it (counted in its inflight), runs
  *              or sends it, and completes it: result, one state exchange,
- *              FUTEX_WAKE only if a fetcher parked.  Then the runtime ref goes.
+ *              FUTEX_WAKE only if a fetcher parked.  Then the runtime ref goes
+ *              (in process right after the exchange: RL1 in dispatch.c).
  *   cancel:    a queued closure of an old generation is made CANCELLED by
  *              whoever pops it (canceller or dispatcher); its runtime ref is
  *              dropped through call_rcu (epoch reclamation).
  *   free:      refs == 0: buffers back to their size classes, the closure
- *              back to the pool.  Pool memory is type-stable: a stale pointer
+ *              back to the pool (a user's last put: to its thread's producer
+ *              stash, C10 in coord_pvt.h, while it has room).  Pool memory is type-stable: a stale pointer
  *              reads a recycled closure, never unmapped memory, and the
  *              closure id (index, reuse count) tells the two apart.
  *

@@ -81,8 +81,9 @@
  *       final, by whoever settles them).  While a producer and a worker
  *       chase each other one closure at a time, `outstanding` then changes
  *       caches once per batch instead of once per closure.
- *   C10 A closure in a producer stash (c->pstash, closure_get()) is free:
- *       refs == 0, in no queue, owned by the stash.  The stash's contents
+ *   C10 A closure in a producer stash (c->pstash, closure_get(); a user's
+ *       last put adds to it, closure_stash_put()) is free: refs == 0, in no
+ *       queue, owned by the stash.  The stash's contents
  *       are read and written only by the thread that holds its busy flag:
  *       the acquire CAS that takes the flag and the release store that
  *       drops it order one holder's accesses before the next's.
@@ -190,6 +191,7 @@ COORD_HIDDEN unsigned queue_pop(struct coord *c, struct coord_closure **out, uns
 				bool block, struct coord_dispatcher *d);
 COORD_HIDDEN void queue_pushed(struct coord *c);
 COORD_HIDDEN bool work_for(struct coord_dispatcher *d);
+COORD_HIDDEN bool work_hint(struct coord_dispatcher *d);
 COORD_HIDDEN void queue_push(struct coord *c, struct coord_closure *cl,
 			     const struct coord_ring_ent *e);
 COORD_HIDDEN void queue_push_ents(struct coord *c, const struct coord_ring_ent *e, unsigned n);

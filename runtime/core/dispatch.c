@@ -37,10 +37,12 @@
 
 /* Wait for work (spin, then sleep); true if it came within
  * COORD_GATHER_POLLS polls.  @gap: pauses between two looks at the queue
- * while spinning; a look takes the ring's head line from a producer that
- * is pushing, so a dispatcher whose last take found several closures (a
- * producer streaming) looks less often than one that took a lone closure
- * (a round trip, which wants the quickest response). */
+ * while spinning; a look reads the ring's tail slot (work_hint()), whose
+ * line a producer that is pushing writes next, so a dispatcher whose last
+ * take found several closures (a producer streaming) looks less often
+ * than one that took a lone closure (a round trip, which wants the
+ * quickest response).  The sleep re-checks with work_for(), through the
+ * head: E3 pairs that with the push's CAS. */
 static bool idle_wait(struct coord_dispatcher *d, unsigned gap)
 {
 	struct coord *c = d->c;
@@ -49,7 +51,7 @@ static bool idle_wait(struct coord_dispatcher *d, unsigned gap)
 	for (unsigned i = 0;; i++) {
 		/* Relaxed: stop is re-checked after every wake. */
 		if ((i % gap) == 0 &&
-		    (work_for(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed)))
+		    (work_hint(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed)))
 			return i <= COORD_GATHER_POLLS * gap;
 		if ((i & 63) == 63 && coord_now_ns() >= until)
 			break;
@@ -90,13 +92,24 @@ static bool idle_wait(struct coord_dispatcher *d, unsigned gap)
  */
 static void gather(struct coord *c)
 {
-	/* Few looks, pauses between them: reading the ring's head while the
-	 * producer pushes takes its line from it. */
-	uint64_t q = coord_ring_size(&c->ring), last;
+	uint64_t q, last;
+	unsigned spins = 2;
 
+	/* Enough queued: the slot COORD_GATHER_MIN - 1 past the tail is
+	 * published, a line the producer has left; no look at the head. */
+	if (coord_ring_capacity(&c->ring) > COORD_GATHER_MIN &&
+	    coord_ring_ready_ent(&c->ring, COORD_GATHER_MIN - 1))
+		return;
+	/* Few looks, pauses between them: reading the ring's head while the
+	 * producer pushes takes its line from it.  The first look comes soon
+	 * (2 pauses): a producer that stopped pushing (one waiting for a
+	 * result this worker is to compute: a window of RemoteValues) is not
+	 * kept waiting, and the rest every COORD_GATHER_SPINS pauses. */
+	q = coord_ring_size(&c->ring);
 	for (unsigned look = 0; q < COORD_GATHER_MIN && look < COORD_GATHER_LOOKS; look++) {
-		for (unsigned i = 0; i < COORD_GATHER_SPINS; i++)
+		for (unsigned i = 0; i < spins; i++)
 			cpu_relax();
+		spins = COORD_GATHER_SPINS;
 		last = q;
 		q = coord_ring_size(&c->ring);
 		if (q <= last)
@@ -114,7 +127,7 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 
 	/* Take a fair share of the backlog, not all of it, so a dispatcher
 	 * does not hoard closures while another is idle. */
-	backlog = coord_queue_size(c) / c->ndisp;
+	backlog = c->ndisp == 1 ? max : coord_queue_size(c) / c->ndisp;
 	want = backlog < 1 ? 1 : backlog < max ? (unsigned)backlog : max;
 	/* D2 (seq_cst): reserve before the pop; see C2. */
 	atomic_fetch_add_explicit(&d->inflight, want, memory_order_seq_cst);
@@ -188,7 +201,7 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 			fin_settle(d); /* C9 */
 			return 0;
 		}
-		if (!work_for(d)) {
+		if (!work_hint(d)) {
 			fin_settle(d); /* C9: before waiting for work */
 			stream = idle_wait(d, gap);
 			continue;
