@@ -114,8 +114,9 @@ struct coord_dep {
  * closure moves between the producer's and the worker's caches as one line,
  * and a fetched result costs no other.  The other result fields are left
  * clean by the previous life (see coord_closure_drop_contents()) instead of
- * being rewritten by schedule(); @args, on the second line, is rewritten
- * only when it changes.
+ * being rewritten by schedule(); so is @args, on the second line: it is
+ * inline_args whenever args_cls is COORD_BUF_INLINE (whoever returns an
+ * argument buffer resets both), and schedule() writes it only for a buffer.
  */
 struct coord_closure {
 	/* RemoteValue (S7): the state word and the references. */

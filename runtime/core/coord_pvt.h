@@ -339,21 +339,28 @@ static inline int closure_fill_args(struct coord *c, struct coord_closure *cl, u
 	cl->fn = fn;
 	cl->attempt = 1;
 	if (likely(len <= CL_INLINE_ARGS)) {
-		/* Only when it changes: the line it is on then stays shared
-		 * with the workers that read it (closure.h, Layout). */
-		if (unlikely(cl->args != cl->inline_args))
+		/* cl->args is inline_args already: args_cls is INLINE on a
+		 * free closure, and whoever returns an argument buffer resets
+		 * both (closure.h, Layout), so the second line is neither read
+		 * nor written.  (Checked on the first line, at no cost.) */
+		if (unlikely(cl->args_cls != COORD_BUF_INLINE)) {
+			coord_buf_put(&c->bufs, cl->args, cl->args_cls);
+			cl->args_cls = COORD_BUF_INLINE;
 			cl->args = cl->inline_args;
-		cl->args_cls = COORD_BUF_INLINE;
+		}
 		if (likely(len == sizeof(uint64_t)))
-			memcpy(cl->args, args, sizeof(uint64_t)); /* one store */
+			memcpy(cl->inline_args, args, sizeof(uint64_t)); /* one store */
 		else if (len)
-			memcpy(cl->args, args, len);
+			memcpy(cl->inline_args, args, len);
 	} else {
-		cl->args = coord_buf_get(&c->bufs, len, cl->inline_args, CL_INLINE_ARGS,
-					 &cl->args_cls);
-		if (unlikely(!cl->args))
-			return COORD_ENOMEM;
-		memcpy(cl->args, args, len);
+		uint8_t cls;
+		void *b = coord_buf_get(&c->bufs, len, cl->inline_args, CL_INLINE_ARGS, &cls);
+
+		if (unlikely(!b))
+			return COORD_ENOMEM; /* args and args_cls untouched */
+		memcpy(b, args, len);
+		cl->args = b;
+		cl->args_cls = cls;
 	}
 	cl->args_len = (uint32_t)len;
 	cl->npw = 0;

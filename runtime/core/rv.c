@@ -331,6 +331,7 @@ void coord_closure_drop_contents(struct coord_closure *cl)
 	if (cl->args_cls != COORD_BUF_INLINE) {
 		coord_buf_put(&cl->c->bufs, cl->args, cl->args_cls);
 		cl->args_cls = COORD_BUF_INLINE;
+		cl->args = cl->inline_args; /* both, always (closure.h, Layout) */
 	}
 	if (cl->res_cls != COORD_BUF_INLINE) {
 		if (cl->res_cls != CL_RES_SMALL) {
