@@ -73,6 +73,10 @@
 #define RV_DEPS 0x10u
 /* This closure has inputs whose references it drops when it is final. */
 #define RV_HASIN 0x20u
+/* A final word's copy of a small result's length (V5 in rv.c): bits 8-11,
+ * set by the final CAS, so a reader takes it with the state it acquired. */
+#define RV_SMALL_SHIFT 8
+#define RV_SMALL_MASK 0xf00u
 
 /* res_dirty bits (drop_contents resets what they name). */
 #define CL_DIRTY_RES 0x1u  /* res, res_len or err_code written */
@@ -80,7 +84,8 @@
 #define CL_HAS_IN 0x4u	   /* nin inputs in @in (read by the executor) */
 #define CL_HINT 0x8u	   /* priority or affinity (B4): the hint fields are set */
 /* The length (1..8) of a small result, in res_small (res_cls is
- * CL_RES_SMALL): the high nibble of res_dirty. */
+ * CL_RES_SMALL): the high nibble of res_dirty while its owner writes it;
+ * readers take the final state word's copy (RV_SMALL_MASK). */
 #define CL_SMALL_SHIFT 4
 #define CL_SMALL_MASK 0xf0u
 
@@ -185,13 +190,17 @@ _Static_assert(offsetof(struct coord_closure, res_small) + sizeof(uint64_t) <= C
 
 /*
  * coord_closure_value() - the value (or the error message) of final @cl:
- * res_small when it is small (V5 in rv.c), else res.  Read after the
- * acquire of a final state (V2).
+ * res_small when it is small (V5 in rv.c), its length from the final state
+ * word, else res.  Read after the acquire of a final state (V2); the word
+ * does not change while final.
  */
 static inline const void *coord_closure_value(const struct coord_closure *cl, uint32_t *len)
 {
 	if (cl->res_cls == CL_RES_SMALL) {
-		*len = (cl->res_dirty & CL_SMALL_MASK) >> CL_SMALL_SHIFT;
+		/* Relaxed: the caller acquired this final word already. */
+		uint32_t w = atomic_load_explicit(&cl->state, memory_order_relaxed);
+
+		*len = (w & RV_SMALL_MASK) >> RV_SMALL_SHIFT;
 		return &cl->res_small;
 	}
 	*len = cl->res_len;

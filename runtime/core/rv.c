@@ -7,6 +7,7 @@
  *   bit  3    RV_WAITER: a fetcher is parked (or about to be) on the word.
  *   bit  4    RV_DEPS: a consumer registered on the dependents list (B1).
  *   bit  5    RV_HASIN: the closure holds inputs (B1).
+ *   bits 8-11 a final word's small result length (V5).
  *   Bits 3-5 live only while NOT_READY: the final CAS replaces the whole
  *   word, and its old value tells the completer whether there is dataflow
  *   work (coord_deps_final()): the default path tests a register, no load.
@@ -49,10 +50,12 @@
  *       first line, which stays in the producer's cache for its next life.
  *   V5  A result (or error message) of 1..8 bytes is kept in res_small, on
  *       the closure's first line with the state word (res_cls ==
- *       CL_RES_SMALL, its length in res_dirty's high nibble), and res and
- *       res_len are not written: a fetch of it reads one line, the one its
- *       completer wrote.  Readers take the value through
- *       coord_closure_value() (closure.h), never res directly.
+ *       CL_RES_SMALL; its owner keeps the length in res_dirty's high
+ *       nibble, and the final CAS copies it into the state word, bits 8-11,
+ *       which stay as they are while final), and res and res_len are not
+ *       written: a fetch of it reads one line, the one its completer wrote.
+ *       Readers take the value through coord_closure_value() (closure.h),
+ *       never res directly.
  *
  * Synchronization (one closure; struct coord's fields: coord_pvt.h):
  *   field          written by (how)               read by (how)              order
@@ -140,6 +143,12 @@ bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
 {
 	/* Relaxed: a snapshot for the CAS loop, which re-validates. */
 	uint32_t w = atomic_load_explicit(&cl->state, memory_order_relaxed);
+
+	/* V5: the small result's length goes with the state (the owner's
+	 * res_dirty may change after the CAS: coord_deps_final()). */
+	if (cl->res_cls == CL_RES_SMALL)
+		st |= (uint32_t)((cl->res_dirty & CL_SMALL_MASK) >> CL_SMALL_SHIFT)
+		      << RV_SMALL_SHIFT;
 
 	for (;;) {
 		uint32_t cur = st_of(w);
