@@ -83,8 +83,7 @@
  *       caches once per batch instead of once per closure.
  *   C10 A closure in a producer stash (c->pstash, closure_get(); a user's
  *       last put adds to it, closure_stash_put()) is free: refs == 0, in no
- *       queue, owned by the stash.  (C11, a thread's one free closure of
- *       its own: schedule.c.)  The stash's contents
+ *       queue, owned by the stash.  The stash's contents
  *       are read and written only by the thread that holds its busy flag:
  *       the acquire CAS that takes the flag and the release store that
  *       drops it order one holder's accesses before the next's.
@@ -210,8 +209,6 @@ COORD_HIDDEN unsigned direct_run(struct coord_dispatcher *d, struct coord_closur
 
 /* schedule.c */
 COORD_HIDDEN bool closure_stash_put(struct coord *c, struct coord_closure *cl);
-/* C11 (schedule.c): raised by every coord_destroy() before it frees. */
-COORD_HIDDEN extern _Atomic uint64_t coord_destroy_epoch;
 
 /* cancel.c */
 COORD_HIDDEN void cancel_one(struct coord *c, struct coord_closure *cl);

@@ -492,10 +492,6 @@ void coord_destroy(struct coord *c)
 
 	if (!c)
 		return;
-	/* Relaxed: C11 (schedule.c): no thread names a free closure of ours
-	 * from now on; ordered before any reuse of our memory by the hand-off
-	 * of whatever is made there next. */
-	atomic_fetch_add_explicit(&coord_destroy_epoch, 1, memory_order_relaxed);
 	cancel_older(c, gen_bump(c)); /* queued: CANCELLED; in flight: finish */
 	coord_stop_dispatchers(c);
 	coord_recovery_stop(c); /* no reconnect races the transport's stop */

@@ -161,60 +161,18 @@ static inline void stash_drop(struct coord_pstash *st)
 	atomic_store_explicit(&st->busy, 0, memory_order_release);
 }
 
-/*
- * C11 A thread keeps at most one free closure of its own (tl_free_cl), the
- *     last one its put freed (closure_stash_put()), for its next
- *     schedule() on the same coordinator: no atomic on either side, and the
- *     closure's lines are in this cache.  Free as in C10 (refs == 0, in no
- *     queue), owned by the thread.  It is named only while tl_free_epoch
- *     equals coord_destroy_epoch, which every coord_destroy() raises before
- *     it frees anything: a closure of a destroyed coordinator (or of a new
- *     one at the same address) is never touched, only forgotten.
- */
-static __thread struct coord *tl_free_c;
-static __thread struct coord_closure *tl_free_cl;
-static __thread uint64_t tl_free_epoch;
-_Atomic uint64_t coord_destroy_epoch;
-
-static inline uint64_t destroy_epoch(void)
-{
-	/* Relaxed: C11: a coordinator's destroy happens-before any use of a
-	 * coordinator made later at its address (whoever hands that one to
-	 * this thread orders it), so coherence shows the raised epoch. */
-	return atomic_load_explicit(&coord_destroy_epoch, memory_order_relaxed);
-}
-
-/* C11: this thread's free closure for @c, or NULL. */
-static inline struct coord_closure *tl_free_take(struct coord *c)
-{
-	struct coord_closure *cl = tl_free_cl;
-
-	if (!cl || tl_free_c != c || tl_free_epoch != destroy_epoch())
-		return NULL;
-	tl_free_cl = NULL;
-	return cl;
-}
-
 /* A free closure for schedule(), through this thread's stash (C10);
  * @count: raise outstanding for it (C1), in the stash if we hold it. */
 static struct coord_closure *closure_get(struct coord *c, bool count)
 {
 	struct coord_pstash *st = my_stash(c);
-	struct coord_closure *cl = tl_free_take(c); /* C11 */
+	struct coord_closure *cl;
 
 	if (!stash_take(st)) {
 		/* The pool is thread-safe. */
-		if (!cl)
-			cl = coord_pool_get(c->closures);
+		cl = coord_pool_get(c->closures);
 		if (cl && count)
 			stash_count(c, st, false);
-		return cl;
-	}
-	if (cl) {
-		/* C11: ours; the stash only counts it (C1). */
-		if (count)
-			stash_count(c, st, true);
-		stash_drop(st);
 		return cl;
 	}
 	if (st->n <= COORD_PSTASH / 4) {
@@ -240,24 +198,16 @@ static struct coord_closure *closure_get(struct coord *c, bool count)
 }
 
 /*
- * closure_stash_put() - free closure @cl (refs == 0, contents dropped) is
- * kept by this thread (C11), or goes into its stash (C10), where its next
- * schedule() takes it while its lines are still in this cache; false if
- * neither has room (the caller returns it to the pool).
+ * closure_stash_put() - C10: free closure @cl (refs == 0, contents dropped)
+ * goes into this thread's stash, where its next schedule() takes it while
+ * its lines are still in this cache; false if the stash is busy or full
+ * (the caller returns it to the pool).
  */
 bool closure_stash_put(struct coord *c, struct coord_closure *cl)
 {
-	struct coord_pstash *st;
-	uint64_t e = destroy_epoch();
+	struct coord_pstash *st = my_stash(c);
 	bool put;
 
-	if (!tl_free_cl || tl_free_epoch != e) {
-		tl_free_c = c;
-		tl_free_cl = cl;
-		tl_free_epoch = e;
-		return true;
-	}
-	st = my_stash(c);
 	if (!stash_take(st))
 		return false;
 	put = st->n < COORD_PSTASH;
