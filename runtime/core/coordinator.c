@@ -502,7 +502,11 @@ void coord_destroy(struct coord *c)
 	c->ps = NULL;
 	cancel_older(c, gen_bump(c)); /* anything left (none expected) */
 	urcu_bp_barrier();	      /* every deferred closure release has run */
-	pw_held = coord_pw_fini(c);   /* per-worker handles the user holds (pw.c P4) */
+	/* Acquire: pairs with the release in cancel.c's rcu_put_cb(): what
+	 * the barrier waited for, as TSan can see it; 0 by now. */
+	if (atomic_load_explicit(&c->rcu_puts, memory_order_acquire) != 0)
+		coord_log(COORD_LOG_ERROR, "coord_destroy: deferred closure puts still pending");
+	pw_held = coord_pw_fini(c); /* per-worker handles the user holds (pw.c P4) */
 	coord_hq_destroy(c);
 	coord_ring_fini(&c->ring);
 	pthread_mutex_destroy(&c->ov_lock);
