@@ -502,6 +502,38 @@ static int f_closure_id(struct coord_ctx *ctx, const void *args, size_t len)
 	EXIT(coord_ctx_set_result(ctx, &out, sizeof(out)));
 }
 
+/* Fails with -EIO and its argument bytes as the whole message (a short
+ * message travels in the closure's first line: V5 in runtime/core/rv.c). */
+static int f_fail_msg(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	ENTER();
+	EXIT(coord_ctx_fail(ctx, -EIO, "%.*s", (int)len, (const char *)args));
+}
+
+/* args: two uint32 lengths a, b: sets a result of a bytes of 0xaa, then
+ * replaces it with b bytes of 0xbb (the value is the second). */
+static int f_set_twice(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	uint32_t ab[2];
+	void *b;
+
+	ENTER();
+	if (len != sizeof(ab))
+		EXIT(coord_ctx_fail(ctx, COORD_EINVAL, "set_twice wants 8 bytes, got %zu", len));
+	memcpy(ab, args, sizeof(ab));
+	b = coord_ctx_result_buf(ctx, ab[0]);
+	if (!b && ab[0])
+		EXIT(COORD_ENOMEM);
+	if (ab[0])
+		memset(b, 0xaa, ab[0]);
+	b = coord_ctx_result_buf(ctx, ab[1]);
+	if (!b && ab[1])
+		EXIT(COORD_ENOMEM);
+	if (ab[1])
+		memset(b, 0xbb, ab[1]);
+	EXIT(0);
+}
+
 /* ---- variables (coord/var.h) -------------------------------------------------------- */
 
 /* args: struct t_var_args; every element of [off, off + n) += val (n <= 64). */
@@ -800,6 +832,8 @@ int t_register(struct coord_registry *r)
 	    coord_registry_add(r, "concat_inputs", f_concat_inputs) ||
 	    coord_registry_add(r, "tr_live", f_tr_live) ||
 	    coord_registry_add(r, "closure_id", f_closure_id) ||
+	    coord_registry_add(r, "fail_msg", f_fail_msg) ||
+	    coord_registry_add(r, "set_twice", f_set_twice) ||
 	    coord_registry_add_resource(r, "tracked", r_tracked, r_tracked_destroy) ||
 	    coord_registry_add_resource(r, "counter", r_counter, free))
 		return -1;

@@ -81,7 +81,26 @@ void fin_settle_all(struct coord *c)
 
 static void rcu_put_cb(struct rcu_head *head)
 {
-	coord_closure_put(container_of(head, struct coord_closure, rcu));
+	struct coord_closure *cl = container_of(head, struct coord_closure, rcu);
+	struct coord *c = cl->c; /* alive: coord_destroy() waits for us */
+
+	coord_closure_put(cl);
+	/* Release: pairs with the acquire in coord_destroy() after its
+	 * urcu_bp_barrier(): this callback's uses of the closure and the pool
+	 * happen-before their memory is freed, in a way TSan sees (liburcu's
+	 * own ordering it does not). */
+	atomic_fetch_sub_explicit(&c->rcu_puts, 1, memory_order_release);
+}
+
+/* Drop the runtime's reference of @cl after a grace period (call_rcu): a
+ * transport may still resolve its id in a read-side section. */
+static void rcu_put(struct coord *c, struct coord_closure *cl)
+{
+	/* Relaxed: counted before the callback can run (call_rcu orders it);
+	 * read by coord_destroy() after the barrier only. */
+	atomic_fetch_add_explicit(&c->rcu_puts, 1, memory_order_relaxed);
+	urcu_bp_register_thread();
+	urcu_bp_call_rcu(&cl->rcu, rcu_put_cb);
 }
 
 /* Make a queued closure CANCELLED and retire it.  Caller owns it (popped). */
@@ -97,9 +116,10 @@ void cancel_one(struct coord *c, struct coord_closure *cl)
 		outstanding_sub(c, 1);
 		return;
 	}
-	if (cl->res_cls != COORD_BUF_INLINE)
+	if (cl->res_cls != COORD_BUF_INLINE && cl->res_cls != CL_RES_SMALL)
 		coord_buf_put(&c->bufs, cl->res, cl->res_cls);
-	cl->res_cls = COORD_BUF_INLINE;
+	cl->res_cls = COORD_BUF_INLINE; /* no value, small (V5 in rv.c) or not */
+	cl->res_dirty &= (uint8_t)~CL_SMALL_MASK;
 	cl->res = cl->inline_res;
 	cl->res_len = 0;
 	coord_rv_set_final(cl, COORD_RV_CANCELLED);
@@ -108,8 +128,7 @@ void cancel_one(struct coord *c, struct coord_closure *cl)
 	outstanding_sub(c, 1);
 	/* The runtime's reference goes through epoch reclamation: a transport
 	 * may still resolve this closure's id in a read-side section. */
-	urcu_bp_register_thread();
-	urcu_bp_call_rcu(&cl->rcu, rcu_put_cb);
+	rcu_put(c, cl);
 }
 
 void coord_cancel_queued(struct coord *c, struct coord_closure *cl)
@@ -141,8 +160,7 @@ void coord_fail_queued(struct coord *c, struct coord_closure *cl, int code, int 
 	outstanding_sub(c, 1);
 	/* Through epoch reclamation, as cancel_one(): a put-back closure's id
 	 * may still be resolved by a transport. */
-	urcu_bp_register_thread();
-	urcu_bp_call_rcu(&cl->rcu, rcu_put_cb);
+	rcu_put(c, cl);
 }
 
 void record_error(struct coord *c, int worker, struct coord_closure *cl, int code, int cause,

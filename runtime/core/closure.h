@@ -11,12 +11,14 @@
  *              the RemoteValue.  Queued on the ring (or the overflow FIFO).
  *   dispatch:  a dispatcher pops it (counted in its inflight), runs
  *              or sends it, and completes it: result, one state exchange,
- *              FUTEX_WAKE only if a fetcher parked.  Then the runtime ref goes.
+ *              FUTEX_WAKE only if a fetcher parked.  Then the runtime ref goes
+ *              (in process right after the exchange: RL1 in dispatch.c).
  *   cancel:    a queued closure of an old generation is made CANCELLED by
  *              whoever pops it (canceller or dispatcher); its runtime ref is
  *              dropped through call_rcu (epoch reclamation).
  *   free:      refs == 0: buffers back to their size classes, the closure
- *              back to the pool.  Pool memory is type-stable: a stale pointer
+ *              back to the pool (a user's last put: to its thread's producer
+ *              stash, C10 in coord_pvt.h, while it has room).  Pool memory is type-stable: a stale pointer
  *              reads a recycled closure, never unmapped memory, and the
  *              closure id (index, reuse count) tells the two apart.
  *
@@ -42,6 +44,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <urcu-bp.h>
@@ -70,12 +73,25 @@
 #define RV_DEPS 0x10u
 /* This closure has inputs whose references it drops when it is final. */
 #define RV_HASIN 0x20u
+/* A final word's copy of a small result's length (V5 in rv.c): bits 8-11,
+ * set by the final CAS, so a reader takes it with the state it acquired. */
+#define RV_SMALL_SHIFT 8
+#define RV_SMALL_MASK 0xf00u
 
 /* res_dirty bits (drop_contents resets what they name). */
-#define CL_DIRTY_RES 0x1u  /* res_len or err_code written */
+#define CL_DIRTY_RES 0x1u  /* res, res_len or err_code written */
 #define CL_DIRTY_DEPS 0x2u /* deps sealed: reset to NULL before reuse */
 #define CL_HAS_IN 0x4u	   /* nin inputs in @in (read by the executor) */
 #define CL_HINT 0x8u	   /* priority or affinity (B4): the hint fields are set */
+/* The length (1..8) of a small result, in res_small (res_cls is
+ * CL_RES_SMALL): the high nibble of res_dirty while its owner writes it;
+ * readers take the final state word's copy (RV_SMALL_MASK). */
+#define CL_SMALL_SHIFT 4
+#define CL_SMALL_MASK 0xf0u
+
+/* res_cls of a closure whose result is its res_small (V5 in rv.c), beside
+ * the buffer classes of pool.h (COORD_BUF_INLINE, COORD_BUF_MALLOC, 0..). */
+#define CL_RES_SMALL 0xfdu
 
 /* The dependents list's sealed marker (never a valid edge address). */
 #define COORD_DEPS_SEALED ((struct coord_dep *)(uintptr_t)1)
@@ -96,12 +112,16 @@ struct coord_dep {
 };
 
 /*
- * Layout: the first cache line holds everything schedule() writes and the
- * worker reads and writes for a closure with up to 8 argument bytes, no
- * per-worker arguments and no result (inline_args begins in it), so such a
- * closure moves between the producer's and the worker's caches as one line.
- * The result fields are left clean by the previous life (see
- * coord_closure_drop_contents()) instead of being rewritten by schedule().
+ * Layout: the first cache line holds everything schedule() writes, the
+ * worker reads and writes, and a fetch reads for a closure with up to 8
+ * argument bytes, no per-worker arguments and a result of at most 8 bytes
+ * (inline_args begins in it, res_small is in it: V5 in rv.c), so such a
+ * closure moves between the producer's and the worker's caches as one line,
+ * and a fetched result costs no other.  The other result fields are left
+ * clean by the previous life (see coord_closure_drop_contents()) instead of
+ * being rewritten by schedule(); so is @args, on the second line: it is
+ * inline_args whenever args_cls is COORD_BUF_INLINE (whoever returns an
+ * argument buffer resets both), and schedule() writes it only for a buffer.
  */
 struct coord_closure {
 	/* RemoteValue (S7): the state word and the references. */
@@ -119,8 +139,11 @@ struct coord_closure {
 	uint32_t idx;	   /* pool index, fixed for the object's life */
 	uint64_t gen;	   /* cancellation generation, taken when queued (S3) */
 	uint64_t id;	   /* reuse << 32 | pool index: coord_rv_id() */
-	void *args;
+	/* A result of 1..8 bytes (V5 in rv.c): written by the completer before
+	 * its release CAS of @state, read after an acquire load. */
+	uint64_t res_small;
 	char inline_args[CL_INLINE_ARGS];
+	void *args; /* inline_args, or a buffer (args_cls) */
 
 	/* Result fields, written by the completer before its release CAS of
 	 * @state and read after an acquire load. */
@@ -159,6 +182,29 @@ struct coord_closure {
 static inline int coord_closure_target(const struct coord_closure *cl)
 {
 	return unlikely(cl->res_dirty & CL_HINT) ? cl->target : -1;
+}
+
+_Static_assert(offsetof(struct coord_closure, res_small) + sizeof(uint64_t) <= CACHELINE &&
+		       offsetof(struct coord_closure, inline_args) + sizeof(uint64_t) <= CACHELINE,
+	       "state, a small result and 8 argument bytes share the first line");
+
+/*
+ * coord_closure_value() - the value (or the error message) of final @cl:
+ * res_small when it is small (V5 in rv.c), its length from the final state
+ * word, else res.  Read after the acquire of a final state (V2); the word
+ * does not change while final.
+ */
+static inline const void *coord_closure_value(const struct coord_closure *cl, uint32_t *len)
+{
+	if (cl->res_cls == CL_RES_SMALL) {
+		/* Relaxed: the caller acquired this final word already. */
+		uint32_t w = atomic_load_explicit(&cl->state, memory_order_relaxed);
+
+		*len = (w & RV_SMALL_MASK) >> RV_SMALL_SHIFT;
+		return &cl->res_small;
+	}
+	*len = cl->res_len;
+	return cl->res;
 }
 
 /* A registered function or resource creator. */

@@ -89,8 +89,9 @@
  *       final, by whoever settles them).  While a producer and a worker
  *       chase each other one closure at a time, `outstanding` then changes
  *       caches once per batch instead of once per closure.
- *   C10 A closure in a producer stash (c->pstash, closure_get()) is free:
- *       refs == 0, in no queue, owned by the stash.  The stash's contents
+ *   C10 A closure in a producer stash (c->pstash, closure_get(); a user's
+ *       last put adds to it, closure_stash_put()) is free: refs == 0, in no
+ *       queue, owned by the stash.  The stash's contents
  *       are read and written only by the thread that holds its busy flag:
  *       the acquire CAS that takes the flag and the release store that
  *       drops it order one holder's accesses before the next's.
@@ -198,6 +199,7 @@ COORD_HIDDEN unsigned queue_pop(struct coord *c, struct coord_closure **out, uns
 				bool block, struct coord_dispatcher *d);
 COORD_HIDDEN void queue_pushed(struct coord *c);
 COORD_HIDDEN bool work_for(struct coord_dispatcher *d);
+COORD_HIDDEN bool work_hint(struct coord_dispatcher *d);
 COORD_HIDDEN void queue_push(struct coord *c, struct coord_closure *cl,
 			     const struct coord_ring_ent *e);
 COORD_HIDDEN void queue_push_ents(struct coord *c, const struct coord_ring_ent *e, unsigned n);
@@ -212,6 +214,9 @@ COORD_HIDDEN unsigned ring_pop(struct coord *c, struct coord_closure **out, unsi
 COORD_HIDDEN unsigned ring_pop_raw(struct coord *c, struct coord_dispatcher *d, unsigned max);
 COORD_HIDDEN unsigned direct_run(struct coord_dispatcher *d, struct coord_closure **out, unsigned n,
 				 uint64_t g, unsigned *own);
+
+/* schedule.c */
+COORD_HIDDEN bool closure_stash_put(struct coord *c, struct coord_closure *cl);
 
 /* cancel.c */
 COORD_HIDDEN void cancel_one(struct coord *c, struct coord_closure *cl);
@@ -342,18 +347,28 @@ static inline int closure_fill_args(struct coord *c, struct coord_closure *cl, u
 	cl->fn = fn;
 	cl->attempt = 1;
 	if (likely(len <= CL_INLINE_ARGS)) {
-		cl->args = cl->inline_args;
-		cl->args_cls = COORD_BUF_INLINE;
+		/* cl->args is inline_args already: args_cls is INLINE on a
+		 * free closure, and whoever returns an argument buffer resets
+		 * both (closure.h, Layout), so the second line is neither read
+		 * nor written.  (Checked on the first line, at no cost.) */
+		if (unlikely(cl->args_cls != COORD_BUF_INLINE)) {
+			coord_buf_put(&c->bufs, cl->args, cl->args_cls);
+			cl->args_cls = COORD_BUF_INLINE;
+			cl->args = cl->inline_args;
+		}
 		if (likely(len == sizeof(uint64_t)))
-			memcpy(cl->args, args, sizeof(uint64_t)); /* one store */
+			memcpy(cl->inline_args, args, sizeof(uint64_t)); /* one store */
 		else if (len)
-			memcpy(cl->args, args, len);
+			memcpy(cl->inline_args, args, len);
 	} else {
-		cl->args = coord_buf_get(&c->bufs, len, cl->inline_args, CL_INLINE_ARGS,
-					 &cl->args_cls);
-		if (unlikely(!cl->args))
-			return COORD_ENOMEM;
-		memcpy(cl->args, args, len);
+		uint8_t cls;
+		void *b = coord_buf_get(&c->bufs, len, cl->inline_args, CL_INLINE_ARGS, &cls);
+
+		if (unlikely(!b))
+			return COORD_ENOMEM; /* args and args_cls untouched */
+		memcpy(b, args, len);
+		cl->args = b;
+		cl->args_cls = cls;
 	}
 	cl->args_len = (uint32_t)len;
 	cl->npw = 0;

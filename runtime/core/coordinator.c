@@ -152,6 +152,7 @@ static void closure_init(void *obj, uint32_t idx, void *arg)
 	cl->res = cl->inline_res;
 	cl->res_cls = COORD_BUF_INLINE;
 	cl->args_cls = COORD_BUF_INLINE;
+	cl->args = cl->inline_args;
 }
 
 /* Q2: @d's own closures, as closure_init() makes pool ones, with indices
@@ -163,8 +164,9 @@ static int local_init(struct coord *c, struct coord_dispatcher *d)
 
 	d->nlocal = c->opts.batch;
 	d->local = aligned_alloc(CACHELINE, bytes);
-	d->ents = calloc(c->opts.batch, sizeof(*d->ents)); /* Q3 */
-	if (!d->local || !d->ents)
+	d->ents = calloc(c->opts.batch, sizeof(*d->ents));	   /* Q3 */
+	d->released = calloc(c->opts.batch, sizeof(*d->released)); /* RL1 */
+	if (!d->local || !d->ents || !d->released)
 		return COORD_ENOMEM;
 	memset(d->local, 0, bytes);
 	for (unsigned i = 0; i < d->nlocal; i++) {
@@ -433,6 +435,7 @@ int coord_create(const struct coord_spec *spec, const struct coord_opts *opts, s
 	for (unsigned i = 0; i < c->ndisp; i++) {
 		free(c->disp[i].local);
 		free(c->disp[i].ents);
+		free(c->disp[i].released);
 	}
 	free(c->disp);
 err_workers:
@@ -499,7 +502,11 @@ void coord_destroy(struct coord *c)
 	c->ps = NULL;
 	cancel_older(c, gen_bump(c)); /* anything left (none expected) */
 	urcu_bp_barrier();	      /* every deferred closure release has run */
-	pw_held = coord_pw_fini(c);   /* per-worker handles the user holds (pw.c P4) */
+	/* Acquire: pairs with the release in cancel.c's rcu_put_cb(): what
+	 * the barrier waited for, as TSan can see it; 0 by now. */
+	if (atomic_load_explicit(&c->rcu_puts, memory_order_acquire) != 0)
+		coord_log(COORD_LOG_ERROR, "coord_destroy: deferred closure puts still pending");
+	pw_held = coord_pw_fini(c); /* per-worker handles the user holds (pw.c P4) */
 	coord_hq_destroy(c);
 	coord_ring_fini(&c->ring);
 	pthread_mutex_destroy(&c->ov_lock);
@@ -507,6 +514,7 @@ void coord_destroy(struct coord *c)
 	for (unsigned i = 0; i < c->ndisp; i++) {
 		free(c->disp[i].local);
 		free(c->disp[i].ents);
+		free(c->disp[i].released);
 	}
 	free(c->disp);
 	c->workers = NULL;

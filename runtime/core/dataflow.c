@@ -65,8 +65,7 @@ const void *coord_closure_input(const void *src, uint32_t i, uint32_t *len,
 	(void)cur;
 	/* READY and unchanging (V2); its state was acquired by the thread that
 	 * queued x, whose push published it to this worker (DF3). */
-	*len = in->res_len;
-	return in->res;
+	return coord_closure_value(in, len); /* V5 in rv.c */
 }
 
 /* @x's inputs all failed or finished: fail it with COORD_EINPUT for input
@@ -75,6 +74,8 @@ static void dep_fail(struct coord *c, struct coord_closure *x, uint32_t i)
 {
 	const struct coord_closure *in = x->in[i].input;
 	char msg[COORD_ERRMSG_LEN];
+	uint32_t mlen;
+	const char *m = coord_closure_value(in, &mlen); /* V5 in rv.c */
 	size_t len;
 	char *b;
 	/* The underlying failure: a failed input's own cause when it failed
@@ -82,8 +83,7 @@ static void dep_fail(struct coord *c, struct coord_closure *x, uint32_t i)
 	int cause = in->err_code == COORD_EINPUT && in->err_cause ? in->err_cause : in->err_code;
 
 	snprintf(msg, sizeof(msg), "input %u (closure %llu) failed: %s", i,
-		 (unsigned long long)in->id,
-		 in->res_len ? (const char *)in->res : coord_strerror(in->err_code));
+		 (unsigned long long)in->id, mlen ? m : coord_strerror(in->err_code));
 	len = strlen(msg) + 1;
 	b = coord_closure_result_buf(x, len);
 	if (b)

@@ -2,7 +2,24 @@
 /*
  * runtime/core/dispatch.c - the dispatch interface the transports drive: take (with
  * the idle wait and the gather of a streaming producer), put back, cancel,
- * complete, finish.  Invariants: C1-C10 in coord_pvt.h.
+ * complete, finish.  Invariants: C1-C10 in coord_pvt.h, and
+ *   RL1  A dispatcher with d->released (inproc) drops the runtime's
+ *        reference of a closure that has a handle in
+ *        coord_dispatch_complete(), right after the final CAS, instead of
+ *        in coord_dispatch_finish(); if that was not the last reference it
+ *        records the closure in d->released, and the finish that follows
+ *        (the closures it is given are the ones completed, in the same
+ *        order) skips it without reading it: the user's put may have
+ *        recycled it meanwhile.  If it was the last, refs is 0 and the
+ *        finish recycles it as it does a closure without a handle (V4 in
+ *        rv.c).  Only the counts (inflight, outstanding) wait for the
+ *        finish, as before, so C1, C2 and C9 are unchanged.
+ *   RL2  The same dispatcher returns an argument buffer (over the inline 64
+ *        bytes) when it makes the closure final, before the final CAS: a
+ *        final closure never runs again (a put-back happens instead of a
+ *        completion, B8) and nothing reads its arguments after, so the
+ *        next schedule() reuses the buffer while its lines are cached,
+ *        however many closures the user keeps in flight.
  */
 #include <errno.h>
 #include <sched.h>
@@ -20,10 +37,12 @@
 
 /* Wait for work (spin, then sleep); true if it came within
  * COORD_GATHER_POLLS polls.  @gap: pauses between two looks at the queue
- * while spinning; a look takes the ring's head line from a producer that
- * is pushing, so a dispatcher whose last take found several closures (a
- * producer streaming) looks less often than one that took a lone closure
- * (a round trip, which wants the quickest response). */
+ * while spinning; a look reads the ring's tail slot (work_hint()), whose
+ * line a producer that is pushing writes next, so a dispatcher whose last
+ * take found several closures (a producer streaming) looks less often
+ * than one that took a lone closure (a round trip, which wants the
+ * quickest response).  The sleep re-checks with work_for(), through the
+ * head: E3 pairs that with the push's CAS. */
 static bool idle_wait(struct coord_dispatcher *d, unsigned gap)
 {
 	struct coord *c = d->c;
@@ -32,7 +51,7 @@ static bool idle_wait(struct coord_dispatcher *d, unsigned gap)
 	for (unsigned i = 0;; i++) {
 		/* Relaxed: stop is re-checked after every wake. */
 		if ((i % gap) == 0 &&
-		    (work_for(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed)))
+		    (work_hint(d) || atomic_load_explicit(&c->stopping, memory_order_relaxed)))
 			return i <= COORD_GATHER_POLLS * gap;
 		if ((i & 63) == 63 && coord_now_ns() >= until)
 			break;
@@ -73,13 +92,24 @@ static bool idle_wait(struct coord_dispatcher *d, unsigned gap)
  */
 static void gather(struct coord *c)
 {
-	/* Few looks, pauses between them: reading the ring's head while the
-	 * producer pushes takes its line from it. */
-	uint64_t q = coord_ring_size(&c->ring), last;
+	uint64_t q, last;
+	unsigned spins = 2;
 
+	/* Enough queued: the slot COORD_GATHER_MIN - 1 past the tail is
+	 * published, a line the producer has left; no look at the head. */
+	if (coord_ring_capacity(&c->ring) > COORD_GATHER_MIN &&
+	    coord_ring_ready_ent(&c->ring, COORD_GATHER_MIN - 1))
+		return;
+	/* Few looks, pauses between them: reading the ring's head while the
+	 * producer pushes takes its line from it.  The first look comes soon
+	 * (2 pauses): a producer that stopped pushing (one waiting for a
+	 * result this worker is to compute: a window of RemoteValues) is not
+	 * kept waiting, and the rest every COORD_GATHER_SPINS pauses. */
+	q = coord_ring_size(&c->ring);
 	for (unsigned look = 0; q < COORD_GATHER_MIN && look < COORD_GATHER_LOOKS; look++) {
-		for (unsigned i = 0; i < COORD_GATHER_SPINS; i++)
+		for (unsigned i = 0; i < spins; i++)
 			cpu_relax();
+		spins = COORD_GATHER_SPINS;
 		last = q;
 		q = coord_ring_size(&c->ring);
 		if (q <= last)
@@ -97,7 +127,7 @@ static unsigned take_once(struct coord_dispatcher *d, struct coord_closure **out
 
 	/* Take a fair share of the backlog, not all of it, so a dispatcher
 	 * does not hoard closures while another is idle. */
-	backlog = coord_queue_size(c) / c->ndisp;
+	backlog = c->ndisp == 1 ? max : coord_queue_size(c) / c->ndisp;
 	want = backlog < 1 ? 1 : backlog < max ? (unsigned)backlog : max;
 	/* D2 (seq_cst): reserve before the pop; see C2. */
 	atomic_fetch_add_explicit(&d->inflight, want, memory_order_seq_cst);
@@ -171,7 +201,7 @@ unsigned coord_dispatch_take(struct coord_dispatcher *d, struct coord_closure **
 			fin_settle(d); /* C9 */
 			return 0;
 		}
-		if (!work_for(d)) {
+		if (!work_hint(d)) {
 			fin_settle(d); /* C9: before waiting for work */
 			stream = idle_wait(d, gap);
 			continue;
@@ -340,7 +370,27 @@ void coord_dispatch_complete_slow(struct coord_dispatcher *d, struct coord_closu
 	if (st == COORD_RV_READY && !(cl->res_dirty & CL_HAS_IN) &&
 	    atomic_load_explicit(&cl->refs, memory_order_relaxed) == 0)
 		return;
+	if (d->released && unlikely(cl->args_cls != COORD_BUF_INLINE)) {
+		/* RL2: nobody reads the arguments of a final closure: their
+		 * buffer goes back now, while its lines are in this cache and
+		 * the next schedule() can reuse it, not when the user puts. */
+		coord_buf_put(&d->c->bufs, cl->args, cl->args_cls);
+		cl->args_cls = COORD_BUF_INLINE;
+		cl->args = cl->inline_args;
+	}
 	coord_rv_set_final(cl, st);
+	/* RL1: a dispatcher that runs functions itself (inproc: d->released)
+	 * drops the runtime's reference now, while the line the final CAS
+	 * took is still in its cache: the fetcher, who reads that line next,
+	 * then drops the last reference and recycles the closure where it
+	 * will schedule the next (closure_stash_put()), instead of this thread
+	 * taking the line back for its finish.  Relaxed: refs == 0 is V4, a
+	 * closure nobody else holds (coord_closure_unref()). */
+	if (d->released && d->nreleased < d->nlocal &&
+	    atomic_load_explicit(&cl->refs, memory_order_relaxed) != 0 && !coord_closure_unref(cl))
+		d->released[d->nreleased++] = cl; /* not ours to touch again */
+	/* else (the last reference, or none taken): finish recycles it, as it
+	 * does a closure without a handle (refs == 0, V4). */
 }
 
 void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
@@ -348,7 +398,7 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 {
 	struct coord *c = d->c;
 	uint32_t freed[64];
-	unsigned nfree = 0;
+	unsigned nfree = 0, rel = 0;
 
 	/* Drop the runtime's references; the closures that are now free go back
 	 * to the pool in batches: one claim of its recycle ring (or one CAS on
@@ -356,6 +406,12 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 	for (unsigned i = 0; i < n; i++) {
 		struct coord_closure *cl = cls[i];
 
+		/* RL1: released at completion, in the same order: a user's put
+		 * may have recycled it since, so not even a look. */
+		if (rel < d->nreleased && cl == d->released[rel]) {
+			rel++;
+			continue;
+		}
 		/* Relaxed: V4 (rv.c): refs == 0 is the runtime's closure alone,
 		 * nothing to drop (coord_closure_unref() tests it too). */
 		if (atomic_load_explicit(&cl->refs, memory_order_relaxed) != 0 &&
@@ -376,6 +432,7 @@ void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,
 	}
 	if (nfree)
 		coord_pool_put_many(c->closures, freed, nfree);
+	d->nreleased = 0;
 	if (w)
 		/* Relaxed: a statistic. */
 		atomic_fetch_add_explicit(&w->executed, n, memory_order_relaxed);

@@ -96,6 +96,12 @@ struct coord_dispatcher {
 	 * into @ents (@nlocal of them).  This dispatcher's thread only. */
 	struct coord_exec_env *exec_env;
 	struct coord_ring_ent *ents;
+	/* RL1 (dispatch.c): closures whose runtime reference
+	 * coord_dispatch_complete() dropped at once, in the order completed
+	 * (room for @nlocal; NULL: none are); the finish that follows skips
+	 * them.  This dispatcher's thread only. */
+	struct coord_closure **released;
+	unsigned nreleased;
 	struct coord_dmetrics m __cacheline_aligned;
 };
 

@@ -96,8 +96,11 @@ struct coord {
 	const struct coord_ps_ops *ps_ops; /* how c->ps is reached (coord_transports[]) */
 	struct coord_recovery *recovery;   /* the slow path, or NULL (inproc) */
 	_Atomic uint64_t cancelled;	   /* metrics (B7) */
-	_Atomic uint64_t dep_failed;	   /* consumers failed by an input (B1, B7) */
-	_Atomic bool dataflow;		   /* a consumer was scheduled (B1, DF3) */
+	/* Deferred closure puts (cancel.c rcu_put()) not yet run: the end of
+	 * urcu_bp_barrier() as TSan can see it (coord_destroy()). */
+	_Atomic uint64_t rcu_puts;
+	_Atomic uint64_t dep_failed; /* consumers failed by an input (B1, B7) */
+	_Atomic bool dataflow;	     /* a consumer was scheduled (B1, DF3) */
 	uint64_t created_ns;
 	/* Free closures for producers (C10). */
 	struct coord_pstash pstash[COORD_PSTASH_SLOTS];

@@ -99,6 +99,17 @@ bool work_for(struct coord_dispatcher *d)
 	       coord_dispatch_pw_pending(d); /* S9: resources to release (pw.c) */
 }
 
+/* work_for() for a dispatcher's spinning polls: the same, but the ring is
+ * looked at through the slot at its tail (coord_ring_ready_ent()), not its
+ * head, whose line the producer claims with a CAS on every push: a poll
+ * then costs the producer nothing.  A slot claimed and not yet published
+ * reads as empty here (work_for() sees it): the poll comes back to it. */
+bool work_hint(struct coord_dispatcher *d)
+{
+	return coord_ring_ready_ent(&d->c->ring, 0) || !ov_empty(d->c) ||
+	       (hq_queued(d->c) > 0 && coord_hq_work(d)) || coord_dispatch_pw_pending(d);
+}
+
 /* Closures waiting, a snapshot for batch sizing. */
 uint64_t coord_queue_size(struct coord *c)
 {

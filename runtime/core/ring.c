@@ -255,6 +255,15 @@ unsigned coord_ring_pop_batch_ent_mc(struct coord_ring *r, struct coord_ring_ent
 	return ring_pop_batch(r, out, max, ENT_ESZ);
 }
 
+bool coord_ring_ready_ent(struct coord_ring *r, uint64_t k)
+{
+	/* Relaxed, both: a hint (I1: the seq says full at exactly this
+	 * position); the pop that follows re-reads the slot with A1. */
+	uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+
+	return atomic_load_explicit(slot_seq(r, t + k, ENT_ESZ), memory_order_relaxed) == t + k + 1;
+}
+
 bool coord_ring_empty(struct coord_ring *r)
 {
 	/* Relaxed: a snapshot for idle polling; callers re-check by popping. */

@@ -64,6 +64,10 @@ COORD_HIDDEN unsigned coord_ring_push_batch_ent_mp(struct coord_ring *r,
 						   const struct coord_ring_ent *e, unsigned n);
 COORD_HIDDEN unsigned coord_ring_pop_batch_ent_mc(struct coord_ring *r, struct coord_ring_ent *out,
 						  unsigned max);
+/* coord_ring_ready_ent() - a hint for a consumer's polls: is the entry
+ * @k (< capacity) positions past the tail published?  Reads the tail and
+ * that slot's seq, not the head, whose line every push claims with a CAS. */
+COORD_HIDDEN bool coord_ring_ready_ent(struct coord_ring *r, uint64_t k);
 /* coord_ring_empty() - a snapshot; may be stale by the time it returns. */
 COORD_HIDDEN bool coord_ring_empty(struct coord_ring *r);
 /* coord_ring_size() - a snapshot of the number of values. */

@@ -7,6 +7,7 @@
  *   bit  3    RV_WAITER: a fetcher is parked (or about to be) on the word.
  *   bit  4    RV_DEPS: a consumer registered on the dependents list (B1).
  *   bit  5    RV_HASIN: the closure holds inputs (B1).
+ *   bits 8-11 a final word's small result length (V5).
  *   Bits 3-5 live only while NOT_READY: the final CAS replaces the whole
  *   word, and its old value tells the completer whether there is dataflow
  *   work (coord_deps_final()): the default path tests a register, no load.
@@ -47,6 +48,14 @@
  *       Its completion need not touch the state word either (see
  *       coord_dispatch_complete()): the worker then only reads the closure's
  *       first line, which stays in the producer's cache for its next life.
+ *   V5  A result (or error message) of 1..8 bytes is kept in res_small, on
+ *       the closure's first line with the state word (res_cls ==
+ *       CL_RES_SMALL; its owner keeps the length in res_dirty's high
+ *       nibble, and the final CAS copies it into the state word, bits 8-11,
+ *       which stay as they are while final), and res and res_len are not
+ *       written: a fetch of it reads one line, the one its completer wrote.
+ *       Readers take the value through coord_closure_value() (closure.h),
+ *       never res directly.
  *
  * Synchronization (one closure; struct coord's fields: coord_pvt.h):
  *   field          written by (how)               read by (how)              order
@@ -63,7 +72,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/core/internal.h"
+#include "runtime/core/coord_pvt.h"
 
 static inline uint32_t st_of(uint32_t w)
 {
@@ -93,13 +102,26 @@ uint64_t coord_rv_id(const struct coord_rv *rv)
 	return rv ? rv_cl(rv)->id : COORD_NO_CLOSURE;
 }
 
+/* Return @cl's result buffer, if it has one, and forget a small result. */
+static inline void res_release(struct coord_closure *cl)
+{
+	if (cl->res_cls != COORD_BUF_INLINE && cl->res_cls != CL_RES_SMALL)
+		coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+	cl->res_dirty &= (uint8_t)~CL_SMALL_MASK;
+}
+
 void *coord_closure_result_buf(struct coord_closure *cl, size_t len)
 {
 	void *b;
 
 	/* V1: only the owner writes, before R1. */
-	if (cl->res_cls != COORD_BUF_INLINE)
-		coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+	res_release(cl);
+	if (len && len <= sizeof(cl->res_small)) {
+		/* V5: in the first line; res and res_len stay as they are. */
+		cl->res_cls = CL_RES_SMALL;
+		cl->res_dirty |= (uint8_t)(len << CL_SMALL_SHIFT);
+		return &cl->res_small;
+	}
 	cl->res_dirty |= CL_DIRTY_RES;
 	b = coord_buf_get(&cl->c->bufs, len, cl->inline_res, CL_INLINE_RES, &cl->res_cls);
 	if (!b) {
@@ -121,6 +143,12 @@ bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
 {
 	/* Relaxed: a snapshot for the CAS loop, which re-validates. */
 	uint32_t w = atomic_load_explicit(&cl->state, memory_order_relaxed);
+
+	/* V5: the small result's length goes with the state (the owner's
+	 * res_dirty may change after the CAS: coord_deps_final()). */
+	if (cl->res_cls == CL_RES_SMALL)
+		st |= (uint32_t)((cl->res_dirty & CL_SMALL_MASK) >> CL_SMALL_SHIFT)
+		      << RV_SMALL_SHIFT;
 
 	for (;;) {
 		uint32_t cur = st_of(w);
@@ -224,11 +252,15 @@ static int rv_outcome(struct coord_closure *cl, const void **val, size_t *len,
 	/* Relaxed: rv_wait() or the caller already acquired the final state. */
 	uint32_t st = st_of(atomic_load_explicit(&cl->state, memory_order_relaxed));
 
+	uint32_t n;
+	const void *v;
+
 	if (st == COORD_RV_READY) {
+		v = coord_closure_value(cl, &n);
 		if (val)
-			*val = cl->res;
+			*val = v;
 		if (len)
-			*len = cl->res_len;
+			*len = n;
 		return 0;
 	}
 	if (st == COORD_RV_CANCELLED || st == COORD_RV_ABORTED) {
@@ -240,9 +272,9 @@ static int rv_outcome(struct coord_closure *cl, const void **val, size_t *len,
 			err->closure = cl->id;
 		return COORD_ECANCELLED;
 	}
-	/* READY with an error: its message is in res (V2). */
-	coord_seterr(err, cl->err_code, "%s",
-		     cl->res_len ? (const char *)cl->res : coord_strerror(cl->err_code));
+	/* READY with an error: its message is the value (V2). */
+	v = coord_closure_value(cl, &n);
+	coord_seterr(err, cl->err_code, "%s", n ? (const char *)v : coord_strerror(cl->err_code));
 	if (err) {
 		err->cause = cl->err_cause;
 		err->worker = cl->err_worker;
@@ -308,36 +340,54 @@ void coord_closure_drop_contents(struct coord_closure *cl)
 	if (cl->args_cls != COORD_BUF_INLINE) {
 		coord_buf_put(&cl->c->bufs, cl->args, cl->args_cls);
 		cl->args_cls = COORD_BUF_INLINE;
+		cl->args = cl->inline_args; /* both, always (closure.h, Layout) */
 	}
 	if (cl->res_cls != COORD_BUF_INLINE) {
-		coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+		if (cl->res_cls != CL_RES_SMALL) {
+			coord_buf_put(&cl->c->bufs, cl->res, cl->res_cls);
+			cl->res = cl->inline_res;
+		}
 		cl->res_cls = COORD_BUF_INLINE;
-		cl->res = cl->inline_res;
 	}
 	if (cl->res_dirty) {
 		if (unlikely(cl->res_dirty & CL_DIRTY_DEPS))
 			/* Relaxed: refs == 0, so no consumer can register any
 			 * more (each holds a reference); DF2. */
 			atomic_store_explicit(&cl->deps, NULL, memory_order_relaxed);
-		cl->res = cl->inline_res;
-		cl->res_len = 0;
-		cl->err_code = 0;
+		/* A small result (V5) left the other lines alone. */
+		if (cl->res_dirty & ~CL_SMALL_MASK) {
+			cl->res = cl->inline_res;
+			cl->res_len = 0;
+			cl->err_code = 0;
+		}
 		cl->res_dirty = 0;
 	}
 }
 
 bool coord_closure_unref(struct coord_closure *cl)
 {
-	/* Relaxed: V4: 0 only on a closure without a handle, which the caller
-	 * (the runtime) owns alone; nobody else ever writes refs then. */
-	if (atomic_load_explicit(&cl->refs, memory_order_relaxed) == 0)
+	/* Acquire: pairs with the release of the other holders' drops (the
+	 * acq_rel below): when we see 1, ours is the only reference left, and
+	 * nobody can take another (only a holder can: V3), so their uses of
+	 * the closure happen-before our recycling it, with no RMW.  0: V4, a
+	 * closure without a handle, which the caller (the runtime) owns alone. */
+	uint32_t r = atomic_load_explicit(&cl->refs, memory_order_acquire);
+
+	if (r <= 1) {
+		if (r)
+			/* Relaxed: nobody else reads or writes refs now (see
+			 * above); 0 marks it free for coord_destroy()'s count. */
+			atomic_store_explicit(&cl->refs, 0, memory_order_relaxed);
 		return true;
+	}
 	/* acq_rel: release our uses of the closure to the thread that frees
 	 * it; acquire theirs if we are the one (V3). */
 	return atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1;
 }
 
-void coord_closure_put(struct coord_closure *cl)
+/* Drop one reference of @cl; the last one recycles it, into this thread's
+ * producer stash if @stash and it has room (C10 in coord_pvt.h). */
+static inline void closure_put(struct coord_closure *cl, bool stash)
 {
 	if (!coord_closure_unref(cl))
 		return;
@@ -346,12 +396,19 @@ void coord_closure_put(struct coord_closure *cl)
 	 * handle to the thread that puts it (see there). */
 	if (unlikely(atomic_load_explicit(&cl->c->dead, memory_order_relaxed)))
 		coord_closure_release_dead(cl);
-	else
+	else if (!stash || !closure_stash_put(cl->c, cl))
 		coord_pool_put(cl->c->closures, cl->idx);
 }
 
+void coord_closure_put(struct coord_closure *cl)
+{
+	closure_put(cl, false);
+}
+
+/* The user's put: a thread that fetches and schedules in turn gets the
+ * closure back on its next schedule(), its lines still in its cache. */
 void coord_rv_put(struct coord_rv *rv)
 {
 	if (rv)
-		coord_closure_put(rv_cl(rv));
+		closure_put(rv_cl(rv), true);
 }

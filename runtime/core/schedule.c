@@ -198,6 +198,26 @@ static struct coord_closure *closure_get(struct coord *c, bool count)
 	return cl;
 }
 
+/*
+ * closure_stash_put() - C10: free closure @cl (refs == 0, contents dropped)
+ * goes into this thread's stash, where its next schedule() takes it while
+ * its lines are still in this cache; false if the stash is busy or full
+ * (the caller returns it to the pool).
+ */
+bool closure_stash_put(struct coord *c, struct coord_closure *cl)
+{
+	struct coord_pstash *st = my_stash(c);
+	bool put;
+
+	if (!stash_take(st))
+		return false;
+	put = st->n < COORD_PSTASH;
+	if (put)
+		st->cl[st->n++] = cl;
+	stash_drop(st);
+	return put;
+}
+
 /* Q2: calls of a thread that could travel inline; every 64th does not. */
 static __thread uint32_t tl_inline;
 
