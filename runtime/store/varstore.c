@@ -601,12 +601,19 @@ int coord_vs_info(struct coord_varstore *vs, uint32_t id, struct coord_var_info 
 	return 0;
 }
 
-enum range_op { OP_READ, OP_ASSIGN, OP_ADD };
+enum range_op { OP_READ, OP_ASSIGN, OP_ADD, OP_FILL };
+
+/* How OP_FILL writes the range: coord_vs_assign_fill()'s @fill. */
+struct range_fill {
+	int (*fill)(void *arg, float *dst, size_t bytes, struct coord_error *err);
+	void *arg;
+};
 
 static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n, float *out,
-		    const float *in, enum range_op op, struct coord_error *err)
+		    const float *in, enum range_op op, const struct range_fill *f,
+		    struct coord_error *err)
 {
-	static const char *const names[] = { "read", "assign", "assign_add" };
+	static const char *const names[] = { "read", "assign", "assign_add", "assign" };
 	const char *opn = names[op];
 	struct coord_var *v;
 	unsigned lo, hi;
@@ -623,7 +630,7 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 				    opn, v->name, off, n, v->nelem);
 	if (n == 0)
 		return 0;
-	if (op == OP_READ ? !out : !in)
+	if (op == OP_READ ? !out : op == OP_FILL ? !f : !in)
 		return coord_seterr(err, -EINVAL, "%s: variable '%s': NULL buffer", opn, v->name);
 	lo = (unsigned)(off / v->rowlen / v->rows_per_stripe);
 	hi = (unsigned)((off + n - 1) / v->rowlen / v->rows_per_stripe);
@@ -648,27 +655,41 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 			d[i] += in[i];
 		coord_vs_write_end(v);
 		break;
+	case OP_FILL:
+		coord_vs_write_begin(v); /* SNAP1: the fill's stores (a DMA) inside */
+		ret = f->fill(f->arg, d, n * sizeof(float), err);
+		coord_vs_write_end(v);
+		break;
 	}
 	coord_vs_unlock(v, lo, hi);
-	return 0;
+	return ret;
 }
 
 int coord_vs_read(struct coord_varstore *vs, uint32_t id, size_t off, size_t n, float *out,
 		  struct coord_error *err)
 {
-	return range_op(vs, id, off, n, out, NULL, OP_READ, err);
+	return range_op(vs, id, off, n, out, NULL, OP_READ, NULL, err);
 }
 
 int coord_vs_assign(struct coord_varstore *vs, uint32_t id, size_t off, size_t n, const float *src,
 		    struct coord_error *err)
 {
-	return range_op(vs, id, off, n, NULL, src, OP_ASSIGN, err);
+	return range_op(vs, id, off, n, NULL, src, OP_ASSIGN, NULL, err);
 }
 
 int coord_vs_assign_add(struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
 			const float *delta, struct coord_error *err)
 {
-	return range_op(vs, id, off, n, NULL, delta, OP_ADD, err);
+	return range_op(vs, id, off, n, NULL, delta, OP_ADD, NULL, err);
+}
+
+int coord_vs_assign_fill(struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
+			 int (*fill)(void *arg, float *dst, size_t bytes, struct coord_error *err),
+			 void *arg, struct coord_error *err)
+{
+	struct range_fill f = { .fill = fill, .arg = arg };
+
+	return range_op(vs, id, off, n, NULL, NULL, OP_FILL, fill ? &f : NULL, err);
 }
 
 /* scatter_add (@in, @add) or gather (@out): rows @indices[0..@nidx) of @id. */

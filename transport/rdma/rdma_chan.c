@@ -112,8 +112,9 @@
  */
 #include "transport/rdma/rdma_chan_pvt.h"
 
-#define OFTEN_PER 10 /* "Often": events within 10 x spin_max_us on average */
-#define OFTEN_SPIN 5 /* then spin up to 5 x spin_max_us */
+#define OFTEN_PER 10	/* "Often": events within 10 x spin_max_us on average */
+#define OFTEN_SPIN 5	/* then spin up to 5 x spin_max_us */
+#define READ_TICK_MS 20 /* coord_rdma_readv_tick(): @tick at least this often */
 
 /* ---- completions ------------------------------------------------------------------ */
 
@@ -743,11 +744,11 @@ void coord_rdma_chan_io(struct coord_frame_io *io, struct coord_rdma_chan *ch)
 
 /* ---- one-sided RDMA READ ---------------------------------------------------------- */
 
-int coord_rdma_reg(struct coord_rdma_chan *ch, void *addr, size_t len, bool remote_read,
-		   struct coord_rdma_mr **out)
+/* Register @len bytes at @addr with @access (ibv_reg_mr's flags). */
+static int reg(struct coord_rdma_chan *ch, void *addr, size_t len, int access,
+	       struct coord_rdma_mr **out)
 {
 	struct coord_rdma_mr *m = calloc(1, sizeof(*m));
-	int access = IBV_ACCESS_LOCAL_WRITE | (remote_read ? IBV_ACCESS_REMOTE_READ : 0);
 
 	*out = NULL;
 	if (!m)
@@ -769,6 +770,21 @@ int coord_rdma_reg(struct coord_rdma_chan *ch, void *addr, size_t len, bool remo
 	return 0;
 }
 
+int coord_rdma_reg(struct coord_rdma_chan *ch, void *addr, size_t len, bool remote_read,
+		   struct coord_rdma_mr **out)
+{
+	return reg(ch, addr, len,
+		   IBV_ACCESS_LOCAL_WRITE | (remote_read ? IBV_ACCESS_REMOTE_READ : 0), out);
+}
+
+int coord_rdma_reg_src(struct coord_rdma_chan *ch, const void *addr, size_t len,
+		       struct coord_rdma_mr **out)
+{
+	/* No local write: the pages are pinned as they are (read-only memory
+	 * too); a peer's READ takes them, nothing writes them. */
+	return reg(ch, (void *)addr, len, IBV_ACCESS_REMOTE_READ, out);
+}
+
 void coord_rdma_dereg(struct coord_rdma_mr *mr)
 {
 	if (!mr)
@@ -786,6 +802,13 @@ void coord_rdma_mr_export(const struct coord_rdma_mr *mr, uint64_t *addr, uint32
 
 int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
 		     const struct coord_rdma_rseg *seg, unsigned n, int timeout_ms)
+{
+	return coord_rdma_readv_tick(ch, local, seg, n, timeout_ms, NULL, NULL);
+}
+
+int coord_rdma_readv_tick(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
+			  const struct coord_rdma_rseg *seg, unsigned n, int timeout_ms,
+			  void (*tick)(void *arg), void *arg)
 {
 	uint64_t deadline = deadline_ms(timeout_ms), seq;
 	struct ibv_send_wr *bad;
@@ -838,12 +861,24 @@ int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
 	}
 	ch->sq_head += n;
 	while (ch->sq_done <= seq) {
+		uint64_t until = deadline;
+
 		if (ch->err)
 			return ch->err == -EIO ? -EIO : -EPIPE;
 		if (ch->closed)
 			return -EPIPE;
-		if (wait_event(ch, deadline) < 0)
-			return -ETIMEDOUT;
+		if (tick) {
+			/* @tick may use the channel (a send): its completions
+			 * move sq_done as ours do, so the loop sees the READs'. */
+			uint64_t t = coord_now_ns() + READ_TICK_MS * 1000000ull;
+
+			until = t < deadline ? t : deadline;
+		}
+		if (wait_event(ch, until) < 0) {
+			if (!tick || coord_now_ns() >= deadline)
+				return -ETIMEDOUT;
+			tick(arg);
+		}
 	}
 	return 0;
 }
