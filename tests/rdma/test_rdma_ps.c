@@ -251,7 +251,7 @@ static int add_batch(struct coord *c, coord_var_t v, uint64_t off, uint64_t n, c
  */
 static void test_rdma_ps_rendezvous_updates(void **state)
 {
-	enum { N = 512 * 1024, OFF = 12345, M = 75 * 1024, AOFF = 300001, AM = 256 * 1024 };
+	enum { N = 512 * 1024, OFF = 12345, M = 75 * 1024, AOFF = 200001, AM = 256 * 1024 };
 	struct coord *c = make_opts(1, 0, 256u << 10);
 	uint64_t dims[1] = { N };
 	struct coord_error err = { 0 };
