@@ -15,7 +15,8 @@
  *                times: never a torn read (two values in one snapshot), and
  *                the value seen changes; for a small variable (each read one
  *                RDMA READ of its whole block) and a large one (a chain of
- *                three READs).
+ *                three READs); and for the large one assigned whole
+ *                (256 KiB: rendezvous, the ps READs into the variable).
  *   heartbeat    a stopped coord-ps is found lost by the heartbeat (4 x
  *                500 ms), not the 30 s op timeout; after SIGCONT an op
  *                dials again; idle, pings keep the connection up.
@@ -519,37 +520,41 @@ static void test_rdma_ps_heartbeat(void **state)
 struct assigner {
 	struct coord *c;
 	coord_var_t v;
+	uint64_t count; /* floats per assign, from 0 */
 	_Atomic int stop;
 	long n;
 	int bad;
 };
 
-/* Assign k to every element, k = 1, 2, ..., until told to stop (bounded). */
+/* Assign k to @count elements, k = 1, 2, ..., until told to stop (bounded). */
 static void *assigner_main(void *arg)
 {
 	struct assigner *a = arg;
 	uint64_t until = t_now_ns() + 120000000000ull;
-	float vals[1024];
+	float *vals = malloc(a->count * sizeof(float));
 
-	for (long k = 1; !atomic_load(&a->stop) && t_now_ns() < until && k < 200000; k++) {
-		for (int i = 0; i < 1024; i++)
+	for (long k = 1; vals && !atomic_load(&a->stop) && t_now_ns() < until && k < 200000; k++) {
+		for (uint64_t i = 0; i < a->count; i++)
 			vals[i] = (float)k;
-		if (coord_var_assign(a->c, a->v, 0, 1024, vals, NULL) != 0) {
+		if (coord_var_assign(a->c, a->v, 0, a->count, vals, NULL) != 0) {
 			a->bad = 1;
 			break;
 		}
 		a->n = k;
 	}
+	a->bad |= !vals;
+	free(vals);
 	return NULL;
 }
 
-/* Readers of [0, 1024) of @name (shape @rows x @cols) during assigns to it. */
-static void consistent_under_assigns(const char *name, uint64_t rows, uint64_t cols)
+/* Readers of [0, 1024) of @name (shape @rows x @cols) during assigns of
+ * its first @count floats. */
+static void consistent_under_assigns(const char *name, uint64_t rows, uint64_t cols, uint64_t count)
 {
 	struct coord *c = make(2);
 	uint64_t dims[2] = { rows, cols };
 	struct coord_error err = { 0 };
-	struct assigner as = { .c = c };
+	struct assigner as = { .c = c, .count = count };
 	struct coord_rv *rv[4];
 	uint64_t torn = 0, changes = 0, reads = 0;
 	pthread_t th;
@@ -598,7 +603,7 @@ static void consistent_under_assigns(const char *name, uint64_t rows, uint64_t c
 static void test_rdma_ps_one_sided_consistent_whole_block(void **state)
 {
 	(void)state;
-	consistent_under_assigns("rdma/u", 32, 32);
+	consistent_under_assigns("rdma/u", 32, 32, 1024);
 }
 
 /* A 64 x 1024 variable (256 KiB): reads of its first row take a chain of
@@ -606,7 +611,15 @@ static void test_rdma_ps_one_sided_consistent_whole_block(void **state)
 static void test_rdma_ps_one_sided_consistent_chain(void **state)
 {
 	(void)state;
-	consistent_under_assigns("rdma/big", 64, 1024);
+	consistent_under_assigns("rdma/big", 64, 1024, 1024);
+}
+
+/* The same variable assigned whole (256 KiB: rendezvous, the ps READs the
+ * floats straight into it inside the SNAP1 counts, rdma_server.c Q6). */
+static void test_rdma_ps_one_sided_consistent_rendezvous(void **state)
+{
+	(void)state;
+	consistent_under_assigns("rdma/rdvc", 64, 1024, 64 * 1024);
 }
 
 static int group_setup(void **state)
@@ -653,6 +666,7 @@ int main(void)
 		cmocka_unit_test(test_rdma_ps_heartbeat),
 		cmocka_unit_test(test_rdma_ps_one_sided_consistent_whole_block),
 		cmocka_unit_test(test_rdma_ps_one_sided_consistent_chain),
+		cmocka_unit_test(test_rdma_ps_one_sided_consistent_rendezvous),
 	};
 	struct coord_error err = { 0 };
 	int failed;

@@ -36,8 +36,14 @@
  * part in (runtime/store/varstore.c SNAP1-SNAP3: a snapshot between two writes, or a
  * retry; after COORD_PSR_TRIES, or on any failure, the READ goes two-sided
  * as before; over COORD_PSR_READ_MAX bytes, straight into the caller's
- * buffer, ps_rdma.c P4).  use_lock keeps the socket or channel open under a sender or
- * a one-sided reader while conn_up() closes or replaces a lost one.
+ * buffer, ps_rdma.c P4).  An assign or assign_add of COORD_PSR_PUT_MIN (64 KiB)
+ * or more goes rendezvous (ps_rdma.c P5): its caller registers the data
+ * (rdv_register(), before k->lock is taken), the request carries only
+ * where it is (ps.h ASSIGN_RDV), the ps RDMA READs it, and the caller
+ * deregisters it once the request is answered or withdrawn (coord_psc_run());
+ * a buffer that cannot be registered goes in frames as before.  use_lock
+ * keeps the socket or channel open under a sender, a one-sided reader or a
+ * registration while conn_up() closes or replaces a lost one.
  *
  * Why a mutex here when the closure path has none: a variable op is a round
  * trip to another process (tens of microseconds); the mutex covers a copy
