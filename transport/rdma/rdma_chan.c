@@ -810,7 +810,7 @@ int coord_rdma_readv_tick(struct coord_rdma_chan *ch, struct coord_rdma_mr *loca
 			  const struct coord_rdma_rseg *seg, unsigned n, int timeout_ms,
 			  void (*tick)(void *arg), void *arg)
 {
-	uint64_t deadline = deadline_ms(timeout_ms), seq;
+	uint64_t deadline = deadline_ms(timeout_ms), seq, next;
 	struct ibv_send_wr *bad;
 	int r;
 
@@ -860,25 +860,24 @@ int coord_rdma_readv_tick(struct coord_rdma_chan *ch, struct coord_rdma_mr *loca
 		return -EPIPE;
 	}
 	ch->sq_head += n;
+	next = tick ? coord_now_ns() + READ_TICK_MS * 1000000ull : FOREVER;
 	while (ch->sq_done <= seq) {
-		uint64_t until = deadline;
+		uint64_t now;
 
 		if (ch->err)
 			return ch->err == -EIO ? -EIO : -EPIPE;
 		if (ch->closed)
 			return -EPIPE;
-		if (tick) {
+		now = coord_now_ns();
+		if (now >= next) {
 			/* @tick may use the channel (a send): its completions
 			 * move sq_done as ours do, so the loop sees the READs'. */
-			uint64_t t = coord_now_ns() + READ_TICK_MS * 1000000ull;
-
-			until = t < deadline ? t : deadline;
-		}
-		if (wait_event(ch, until) < 0) {
-			if (!tick || coord_now_ns() >= deadline)
-				return -ETIMEDOUT;
 			tick(arg);
+			next = now + READ_TICK_MS * 1000000ull;
 		}
+		if (wait_event(ch, next < deadline ? next : deadline) < 0 &&
+		    coord_now_ns() >= deadline)
+			return -ETIMEDOUT;
 	}
 	return 0;
 }

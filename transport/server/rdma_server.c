@@ -61,8 +61,9 @@
  *       connection's thread RDMA READs exactly the 4 n bytes the op needs
  *       (srv_proto.c checked the declared length), in COORD_PSR_CHUNK
  *       pieces, one chain on the connection's channel: an assign straight
- *       into the variable's block (the MAP registration, made here if need
- *       be) under the store's stripes and SNAP1 counts
+ *       into the variable's block (its MAP registration, which srv_proto.c
+ *       makes before the stripes are held; without one, the range is
+ *       registered for the call) under the store's stripes and SNAP1 counts
  *       (coord_vs_assign_fill()), an assign_add into the connection's own
  *       registered buffer, then added.  While the chain runs the thread
  *       sends the keepalive PONGs itself (coord_rdma_readv_tick(), Q3: it
