@@ -380,10 +380,10 @@ static void gap_note(struct coord_rdma_chan *ch, uint64_t ns, uint64_t now, bool
  * @deadline: spin for spin_budget_ns(), then sleep on the two fds.
  * Return: 0; -ETIMEDOUT.
  */
-int wait_event(struct coord_rdma_chan *ch, uint64_t deadline)
+/* wait_event() spinning at most @budget ns before it sleeps. */
+static int wait_event_for(struct coord_rdma_chan *ch, uint64_t deadline, uint64_t budget)
 {
 	uint64_t start = coord_now_ns(), now = start;
-	uint64_t budget = spin_budget_ns(ch);
 	uint64_t spin_end = budget ? now + budget : 0;
 	unsigned spins = 0;
 
@@ -429,6 +429,11 @@ int wait_event(struct coord_rdma_chan *ch, uint64_t deadline)
 		now = coord_now_ns();
 		spin_end = 0;
 	}
+}
+
+int wait_event(struct coord_rdma_chan *ch, uint64_t deadline)
+{
+	return wait_event_for(ch, deadline, spin_budget_ns(ch));
 }
 
 int coord_rdma_chan_send(struct coord_rdma_chan *ch, const void *buf, size_t len, int timeout_ms)
@@ -811,6 +816,7 @@ int coord_rdma_readv_tick(struct coord_rdma_chan *ch, struct coord_rdma_mr *loca
 			  void (*tick)(void *arg), void *arg)
 {
 	uint64_t deadline = deadline_ms(timeout_ms), seq, next;
+	unsigned spun = 0;
 	struct ibv_send_wr *bad;
 	int r;
 
@@ -875,7 +881,11 @@ int coord_rdma_readv_tick(struct coord_rdma_chan *ch, struct coord_rdma_mr *loca
 			tick(arg);
 			next = now + READ_TICK_MS * 1000000ull;
 		}
-		if (wait_event(ch, next < deadline ? next : deadline) < 0 &&
+		/* Spin once, before the first sleep: a long chain's later waits
+		 * would spin at every tick, taking the CPU the transfer needs
+		 * (soft-RoCE moves the bytes on this machine's CPUs). */
+		if (wait_event_for(ch, next < deadline ? next : deadline,
+				   spun++ ? 0 : spin_budget_ns(ch)) < 0 &&
 		    coord_now_ns() >= deadline)
 			return -ETIMEDOUT;
 	}
