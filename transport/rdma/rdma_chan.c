@@ -881,11 +881,11 @@ int coord_rdma_readv_tick(struct coord_rdma_chan *ch, struct coord_rdma_mr *loca
 			tick(arg);
 			next = now + READ_TICK_MS * 1000000ull;
 		}
-		/* Spin once, before the first sleep: a long chain's later waits
-		 * would spin at every tick, taking the CPU the transfer needs
-		 * (soft-RoCE moves the bytes on this machine's CPUs). */
+		/* With @tick, spin once, before the first sleep: a long chain's
+		 * later waits would spin at every tick, taking the CPU the
+		 * transfer needs (soft-RoCE moves the bytes on the host's CPUs). */
 		if (wait_event_for(ch, next < deadline ? next : deadline,
-				   spun++ ? 0 : spin_budget_ns(ch)) < 0 &&
+				   tick && spun++ ? 0 : spin_budget_ns(ch)) < 0 &&
 		    coord_now_ns() >= deadline)
 			return -ETIMEDOUT;
 	}
