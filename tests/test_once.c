@@ -7,7 +7,8 @@
  * closure of the same slot and an update without a key are applied (O3);
  * the table stays within its bound; concurrent copies of one update apply
  * once.  Then the keys from worker functions, in process: each update of a
- * run has its own number, so a closure's repeated updates all land.
+ * run has its own number, so a closure's repeated updates all land; and
+ * the coordinator's own call keys (a thread's slot and call count).
  * Every loop is bounded in count (and t_watchdog bounds the time).
  */
 #include <stdarg.h>
@@ -364,6 +365,54 @@ static void test_once_each_update_of_a_run(void **state)
 	coord_registry_destroy(reg);
 }
 
+/* One coordinator call of @ops[0..3) then one of @ops[3], keyed. */
+static void *call_keys_main(void *arg)
+{
+	struct coord_ps_op *ops = arg;
+
+	coord_ps_call_key(SESS, ops, 3);
+	coord_ps_call_key(SESS, ops + 3, 1);
+	return NULL;
+}
+
+/*
+ * The coordinator's own call keys (coord_ps_call_key()): the updates of a
+ * call are numbered 1, 2, ... under (session, the thread's slot, its call
+ * count); reads and ops already keyed are left alone; a thread's next call
+ * is a later reuse of its slot; a live thread has another slot; an exited
+ * thread's slot goes to the next new thread, at a later reuse still.
+ */
+static void test_once_call_keys(void **state)
+{
+	struct coord_ps_op a[4] = { { .op = COORD_PS_ASSIGN_ADD },
+				    { .op = COORD_PS_READ },
+				    { .op = COORD_PS_SCATTER_ADD },
+				    { .op = COORD_PS_ASSIGN } },
+			   b[4], mine = { .op = COORD_PS_ASSIGN_ADD },
+			   keyed = { .op = COORD_PS_ASSIGN, .sess = 9, .closure = 9, .seq = 9 };
+	pthread_t th;
+
+	(void)state;
+	memcpy(b, a, sizeof(a));
+	coord_ps_call_key(SESS, &mine, 1); /* this thread's slot, held while it lives */
+	assert_int_equal(pthread_create(&th, NULL, call_keys_main, a), 0);
+	pthread_join(th, NULL);
+	assert_true(a[0].sess == SESS && a[0].seq == 1);
+	assert_true(a[1].sess == 0 && a[1].seq == 0 && a[1].closure == 0); /* a read */
+	assert_true(a[2].sess == SESS && a[2].seq == 2 && a[2].closure == a[0].closure);
+	assert_true(a[3].seq == 1 && (uint32_t)a[3].closure == (uint32_t)a[0].closure);
+	assert_int_equal((uint32_t)(a[3].closure >> 32), (uint32_t)(a[0].closure >> 32) + 1);
+	assert_int_not_equal((uint32_t)mine.closure, (uint32_t)a[0].closure); /* another */
+	coord_ps_call_key(SESS, &keyed, 1); /* keyed already: left alone */
+	assert_true(keyed.sess == 9 && keyed.closure == 9 && keyed.seq == 9);
+	coord_ps_call_key(0, b, 1); /* no session: no key */
+	assert_true(b[0].seq == 0);
+	assert_int_equal(pthread_create(&th, NULL, call_keys_main, b), 0);
+	pthread_join(th, NULL);
+	assert_int_equal((uint32_t)b[0].closure, (uint32_t)a[0].closure); /* the slot again */
+	assert_int_equal((uint32_t)(b[0].closure >> 32), (uint32_t)(a[3].closure >> 32) + 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -378,6 +427,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_once_concurrent_copies, fix_setup,
 						fix_teardown),
 		cmocka_unit_test(test_once_each_update_of_a_run),
+		cmocka_unit_test(test_once_call_keys),
 	};
 
 	t_watchdog(120);

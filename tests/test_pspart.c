@@ -152,6 +152,8 @@ struct run {
 	uint64_t err_ns, ok_ns;	  /* its first failure, the first success after its heal */
 	uint64_t err_max, ok_max; /* the longest delays over the cuts, ns */
 	unsigned noticed, resumed;
+	uint64_t other_joins; /* the job's errors other than UNAVAILABLE from the ps */
+	char other[COORD_ERRMSG_LEN];
 };
 
 /*
@@ -188,8 +190,15 @@ static void batch(struct coord *c, coord_var_t var, unsigned n, struct run *r)
 		}
 		coord_rv_put(rv[i]);
 	}
-	if (coord_join(c, &err) != 0) /* take any error (S3), so the next batch runs */
+	if (coord_join(c, &err) != 0) { /* take any error (S3), so the next batch runs */
 		r->joins++;
+		/* a ps failure past the threshold: UNAVAILABLE, typed (the ps task) */
+		if (err.code != COORD_EUNAVAILABLE || err.cause != 1) {
+			r->other_joins++;
+			snprintf(r->other, sizeof(r->other), "%d/%d: %.200s", err.code, err.cause,
+				 err.msg);
+		}
+	}
 }
 
 /* Close the books on one cut: its delays. */
@@ -271,6 +280,9 @@ static void partition_run(enum cut kind, int cut_ms, unsigned ncuts, int hb_ms, 
 	fflush(stdout);
 	assert_true(r.ok >= target);
 	assert_int_equal(cuts, ncuts);
+	if (r.other_joins) /* the job's error names the ps: UNAVAILABLE, cause ps task 0 */
+		fail_msg("%llu of %llu job errors not the ps's: %s",
+			 (unsigned long long)r.other_joins, (unsigned long long)r.joins, r.other);
 	assert_int_equal(r.noticed, ncuts); /* every partition was noticed */
 	assert_int_equal(r.resumed, ncuts); /* and work resumed after it */
 	/* Float counts are exact up to 2^24.  LINK: a request the ps applied
@@ -609,6 +621,107 @@ static void test_ps_applies_a_key_once(void **state)
 	t_reap(pid);
 }
 
+/* ---- the coordinator's own updates through lost replies ------------------------------ */
+
+/* A thread of the coordinator making its own assign_add(+1) calls. */
+struct caller {
+	struct coord *c;
+	coord_var_t var;
+	struct cutter *k;
+	uint64_t target, until;
+	_Atomic uint64_t *ok;
+	uint64_t failed, waited; /* calls that failed; that took over a second */
+	char msg[COORD_ERRMSG_LEN];
+};
+
+static void *caller_main(void *arg)
+{
+	struct caller *s = arg;
+	float one = 1.0f;
+	struct coord_var_op op = {
+		.op = COORD_VAR_ASSIGN_ADD, .var = s->var, .off = 0, .n = 1, .src = &one
+	};
+	struct coord_error err;
+
+	while ((atomic_load(s->ok) < s->target || !atomic_load(&s->k->done)) &&
+	       t_now_ns() < s->until) {
+		uint64_t t0 = t_now_ns();
+
+		if (coord_var_batch(s->c, &op, 1, &err) == 0) {
+			atomic_store(&s->k->ok, atomic_fetch_add(s->ok, 1) + 1);
+		} else if (!s->failed++) {
+			snprintf(s->msg, sizeof(s->msg), "%s", err.msg);
+		}
+		if (t_now_ns() - t0 > 1000000000ull)
+			s->waited++;
+	}
+	return NULL;
+}
+
+/*
+ * Issue 21 (a request that timed out is never applied later, and a retry
+ * never doubles it), for the coordinator's own calls: two threads of the
+ * coordinator make assign_add(+1) calls (coord_var_batch()) while the ps's
+ * replies are cut off 6 times for 2 s (OUTBOUND: each cut loses the reply
+ * of an update the ps applied; the heartbeat, 500 ms x 3, loses the
+ * connection).  Each call whose outcome was unknown is sent again under its
+ * key once the link is back (ps.h "At most once", coord_psc_run_sure()),
+ * within ps_timeout_ms: every call succeeds, the calls in flight at a cut
+ * waited it out, and the variable ends at exactly the number of calls.
+ */
+static void test_coordinator_updates_sum_exactly(void **state)
+{
+	struct cutter k = { .kind = OUTBOUND, .cut_ms = 2000, .ncuts = 6, .target = 20000 };
+	uint64_t dims[1] = { 1 }, until = t_now_ns() + 300000000000ull, waited = 0;
+	_Atomic uint64_t ok = 0;
+	struct caller s[2];
+	struct coord_error err;
+	pthread_t th, cth[2];
+	coord_var_t var;
+	struct coord *c;
+	float sum = -1;
+
+	(void)state;
+	if (!ns.made)
+		skip();
+	c = make(500, 3, 30000, 3);
+	if (coord_var_create(c, "pspart/coord", 1, dims, NULL, &var, &err) != 0)
+		fail_msg("create: %s", err.msg);
+	assert_int_equal(pthread_create(&th, NULL, cutter_main, &k), 0);
+	for (unsigned i = 0; i < 2; i++) {
+		s[i] = (struct caller){
+			.c = c, .var = var, .k = &k, .target = k.target, .until = until, .ok = &ok
+		};
+		assert_int_equal(pthread_create(&cth[i], NULL, caller_main, &s[i]), 0);
+	}
+	for (unsigned i = 0; i < 2; i++)
+		pthread_join(cth[i], NULL);
+	pthread_join(th, NULL);
+	for (int i = 0; i < 200; i++) {
+		if (coord_var_read(c, var, 0, 1, &sum, &err) == 0)
+			break;
+		t_sleep_ns(50000000);
+	}
+	waited = s[0].waited + s[1].waited;
+	printf("# %u outbound partitions of %d ms: %llu calls of the coordinator, %llu failed, "
+	       "%llu waited out a cut, sum %.0f\n",
+	       k.made, k.cut_ms, (unsigned long long)atomic_load(&ok),
+	       (unsigned long long)(s[0].failed + s[1].failed), (unsigned long long)waited,
+	       (double)sum);
+	fflush(stdout);
+	assert_int_equal(k.made, k.ncuts);
+	for (unsigned i = 0; i < 2; i++)
+		if (s[i].failed)
+			fail_msg("%llu calls failed: %s", (unsigned long long)s[i].failed,
+				 s[i].msg);
+	assert_true(waited > 0); /* calls were in flight in the cuts */
+	/* Float counts are exact up to 2^24. */
+	if ((uint64_t)sum != atomic_load(&ok))
+		fail_msg("sum %.0f after %llu successful calls", (double)sum,
+			 (unsigned long long)atomic_load(&ok));
+	coord_destroy(c);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -632,6 +745,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_partition_sums_exactly),
 		cmocka_unit_test(test_partition_link),
 		cmocka_unit_test(test_lost_replies_sum_exactly),
+		cmocka_unit_test(test_coordinator_updates_sum_exactly),
 	};
 	int failed;
 

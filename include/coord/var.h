@@ -139,10 +139,15 @@ COORD_API COORD_NODISCARD int coord_var_lookup(struct coord *c, const char *name
 /**
  * coord_var_batch() - run @n data operations from the coordinator, one
  * frame per ps task.  Each op's @code tells how it went.
+ * Updates are applied once each: one whose reply was lost with its
+ * connection is sent again (under a key the ps remembers) until the ps
+ * answers, opts.ps_timeout_ms has passed or the ps is gone (a dial refused).
  * Return: 0 if all succeeded, else the first failure's code (message in
  * @err): COORD_EINVAL a bad op; -ENOENT no such variable; COORD_ESTALE a
  * handle made before its ps task restarted; COORD_EUNAVAILABLE the ps cannot
- * be reached.
+ * be reached; COORD_EUNAVAILABLE or COORD_ETIMEDOUT with a message saying
+ * so: an update sent whose outcome stayed unknown (it may have been
+ * applied: read it back before repeating it).
  */
 COORD_API COORD_NODISCARD int coord_var_batch(struct coord *c, struct coord_var_op *ops, unsigned n,
 					      struct coord_error *err);

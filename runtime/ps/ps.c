@@ -544,6 +544,10 @@ int coord_ps_run(struct coord_ps *ps, struct coord_ps_op *ops, unsigned n, struc
 			return coord_seterr(err, COORD_EINVAL,
 					    "variable on ps task %u, but there are %u", ops[i].task,
 					    ps->nps);
+	if (ps->remote && ps->call_sess) { /* the coordinator's own call (ps.h) */
+		coord_ps_call_key(ps->call_sess, ops, n);
+		return coord_psc_run_sure(ps->remote, ops, n, err);
+	}
 	if (ps->remote)
 		return coord_psc_run(ps->remote, ops, n, err);
 	for (unsigned i = 0; i < n; i++) {

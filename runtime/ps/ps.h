@@ -59,10 +59,16 @@
  * 2, ...).  A ps task applies each key once; a closure run again (put back
  * after a ps error whose update was applied but whose reply was lost, S11,
  * or after its worker was lost, S2/S10) is answered "done" for the updates
- * its earlier attempt made.  The coordinator's own updates carry no key
- * (@seq 0): Give-up keeps them from being applied after the call failed,
- * but a reply lost with its connection leaves the caller an error for an
- * update that was made (ps_conn.c "Give-up").
+ * its earlier attempt made.  The coordinator's own updates (coord_var_*(),
+ * coord_pvar_*() outside a closure, over the network) carry a key too:
+ * the coordinator's call session (@call_sess below, not its closures'),
+ * the calling thread's number as the slot and its call count as the reuse
+ * (coord_ps_call_key(): a thread's calls are serial, as a slot's closures
+ * are), and the update's number in the call.  One whose outcome is unknown
+ * (sent, then its connection lost or no reply in time) is sent again under
+ * its key until the ps answers it or the op timeout has passed
+ * (coord_psc_run_sure()); what stays unknown fails with a message saying
+ * the update may have been applied.
  *
  * ASSIGN_RDV and ASSIGN_ADD_RDV (rdma only: rendezvous updates): an ASSIGN
  * or ASSIGN_ADD whose 4 n data bytes stay in the sender's memory, which it
@@ -254,6 +260,8 @@ struct coord_ps_op {
 	/* At most once (above): the closure's key; @seq 0: none. */
 	uint64_t sess, closure;
 	uint32_t seq;
+	/* The ps client's: enum coord_ps_fate, what became of the request. */
+	uint8_t fate;
 	/*
 	 * A ps's rendezvous update (ASSIGN_RDV and ASSIGN_ADD_RDV, run as
 	 * ASSIGN and ASSIGN_ADD with @src NULL and @src_len the data's bytes):
@@ -265,6 +273,13 @@ struct coord_ps_op {
 	int (*fetch)(void *arg, uint32_t id, void *dst, size_t len, const void **out,
 		     struct coord_error *err);
 	void *fetch_arg;
+};
+
+/* What became of a request sent by a ps client (coord_psc_run()). */
+enum coord_ps_fate {
+	COORD_PS_UNSENT,   /* never left: not applied */
+	COORD_PS_SENT,	   /* sent, no answer (connection lost, timed out): unknown */
+	COORD_PS_ANSWERED, /* the ps answered it (@code is its answer) */
 };
 
 struct coord_psc; /* transport/psclient/ps_client.c */
@@ -282,6 +297,10 @@ struct coord_ps {
 	/* The coordinator's session (at most once, above): random, never 0;
 	 * 0 in a worker's client (its closures' session is its env's). */
 	uint64_t sess;
+	/* The session of the coordinator's own calls (above): random, never
+	 * 0, over the network; 0 in-process (nothing is lost there) and in a
+	 * worker's client. */
+	uint64_t call_sess;
 	/* S11: failure reports per ps task (the coordinator's; see
 	 * coord_dispatch_ps_retry()). */
 	_Atomic uint32_t *failures;
@@ -375,6 +394,11 @@ COORD_HIDDEN uint64_t coord_ps_session_new(void);
 struct coord_ctx;
 COORD_HIDDEN void coord_ps_ctx_key(struct coord_ctx *ctx, struct coord_ps_op *ops, unsigned n);
 
+/* Key the updates among @ops not keyed yet (a coordinator's own call, above):
+ * session @sess, the calling thread's slot and its next call count, the
+ * numbers 1, 2, ... Any thread. */
+COORD_HIDDEN void coord_ps_call_key(uint64_t sess, struct coord_ps_op *ops, unsigned n);
+
 /*
  * coord_ps_handle_check() - may @op (of ps task @task) run on @vs?  An op
  * on a variable (READ .. DELETE, MAP) must carry @vs's tag: another one is a
@@ -407,6 +431,17 @@ COORD_HIDDEN int coord_psc_create(const char *const *addrs, unsigned nps, uint8_
 COORD_HIDDEN void coord_psc_destroy(struct coord_psc *p);
 COORD_HIDDEN int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
 			       struct coord_error *err);
+/*
+ * coord_psc_run_sure() - coord_psc_run() for the coordinator's own calls
+ * (their updates keyed, coord_ps_call_key()): a keyed update whose outcome
+ * is unknown (COORD_PS_SENT) is sent again under its key, a ping interval
+ * apart, until the ps answers it or the op timeout since the call has
+ * passed (one re-send at least).  Return: as coord_psc_run(); an update
+ * still unknown keeps its COORD_EUNAVAILABLE or COORD_ETIMEDOUT, and @err
+ * says it may have been applied.
+ */
+COORD_HIDDEN int coord_psc_run_sure(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
+				    struct coord_error *err);
 /*
  * The coordinator's ps tasks (struct coord_ps_ops, runtime/core/internal.h):
  * coord_ps_local_ops, local stores for the inproc transport (the spec's

@@ -70,6 +70,16 @@
  * the oldest, and go first), reaches the bound.  The table holds at most
  * COORD_PS_ONCE_MAX entries (32 MiB), allocated as used.
  *
+ * The coordinator's own calls (ps.h) are keyed the same way under a
+ * session of their own (its closures' slots are pool indices, these are
+ * thread numbers): slot = the calling thread's number, reuse = its call
+ * count, seq = the update's number in the call (coord_ps_call_key()).  A
+ * thread's calls are serial, so a later reuse of its slot proves the
+ * earlier call final, as for a pool slot (O2, O3); the client re-sends an
+ * update whose outcome is unknown within the call (coord_psc_run_sure()).
+ * Their live keys are at most (threads alive at once that made calls) x
+ * (updates per call): an exited thread's slot goes to the next new one.
+ *
  * Not covered: a closure whose run takes another path (a different number
  * of updates before this one) is keyed differently, and only op, variable
  * and range are compared (O3); a ps task that restarts forgets its table
@@ -392,5 +402,83 @@ void coord_ps_ctx_key(struct coord_ctx *ctx, struct coord_ps_op *ops, unsigned n
 		ops[i].sess = sess;
 		ops[i].closure = id;
 		ops[i].seq = ctx->ps_seq;
+	}
+}
+
+/*
+ * The coordinator's call keys (coord_ps_call_key()): a thread's slot and
+ * its call count, held while the thread lives; when it exits, the pair
+ * goes to a free list and the next new thread continues it (a later reuse
+ * of the slot: the exited thread's calls had returned, final), so the
+ * slots in use are at most the threads alive at once, and a program that
+ * makes a thread per call does not fill the table with dead threads' keys.
+ */
+struct call_id {
+	uint32_t slot, count;
+	struct call_id *next; /* on the free list */
+};
+
+static pthread_once_t call_once = PTHREAD_ONCE_INIT;
+static pthread_key_t call_key;
+static bool call_key_ok;
+static pthread_mutex_t call_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct call_id *call_free; /* under call_lock */
+static uint32_t call_slots;	  /* under call_lock */
+
+/* A thread's exit: its pair to the free list. */
+static void call_id_put(void *arg)
+{
+	struct call_id *id = arg;
+
+	pthread_mutex_lock(&call_lock);
+	id->next = call_free;
+	call_free = id;
+	pthread_mutex_unlock(&call_lock);
+}
+
+static void call_key_make(void)
+{
+	call_key_ok = pthread_key_create(&call_key, call_id_put) == 0;
+}
+
+/* The calling thread's pair, or NULL (no memory: its calls go unkeyed). */
+static struct call_id *call_id_get(void)
+{
+	struct call_id *id;
+
+	pthread_once(&call_once, call_key_make);
+	if (!call_key_ok)
+		return NULL;
+	id = pthread_getspecific(call_key);
+	if (id)
+		return id;
+	pthread_mutex_lock(&call_lock);
+	id = call_free;
+	if (id)
+		call_free = id->next;
+	else if ((id = calloc(1, sizeof(*id))))
+		id->slot = ++call_slots;
+	pthread_mutex_unlock(&call_lock);
+	if (id && pthread_setspecific(call_key, id) != 0) {
+		call_id_put(id);
+		id = NULL;
+	}
+	return id;
+}
+
+void coord_ps_call_key(uint64_t sess, struct coord_ps_op *ops, unsigned n)
+{
+	struct call_id *id = sess ? call_id_get() : NULL;
+	uint32_t seq = 0;
+
+	if (!id)
+		return;
+	id->count++; /* a thread's calls are serial: a later reuse of its slot */
+	for (unsigned i = 0; i < n; i++) {
+		if (!is_update(ops[i].op) || ops[i].seq)
+			continue;
+		ops[i].sess = sess;
+		ops[i].closure = (uint64_t)id->count << 32 | id->slot;
+		ops[i].seq = ++seq; /* n < 2^32: never 0 (no key) */
 	}
 }

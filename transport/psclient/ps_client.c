@@ -77,7 +77,7 @@
  *   *w->err          winner writes the message)      after left reads 0      left's release ->
  *                                                                            acquire
  *   op->code, dst,   on_result() (the reader, under  the caller, after left  as w->left
- *   dst_len          k->lock; *dst outside it while  reads 0
+ *   dst_len, fate    k->lock; *dst outside it while  reads 0
  *                    the slot is busy, read_direct());
  *                    fail_pending();
  *                    the caller (before queueing,
@@ -92,6 +92,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/util/futex.h"
@@ -263,6 +264,7 @@ static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait 
 	}
 	k->slots[idx].w = w;
 	k->slots[idx].op = op;
+	op->fate = COORD_PS_SENT; /* from now its outcome is the ps's */
 	*slot = idx;
 	return 0;
 }
@@ -613,6 +615,7 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 	atomic_store_explicit(&w.left, n, memory_order_relaxed);
 	for (unsigned i = 0; i < n; i++) {
 		ops[i].code = 1; /* not answered */
+		ops[i].fate = COORD_PS_UNSENT;
 		ops[i].dst_len = 0;
 		slot[i] = UINT32_MAX;
 	}
@@ -635,6 +638,94 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 		coord_seterr(err, first, "%s", coord_strerror(first));
 	if (first && err)
 		err->code = first;
+	return first;
+}
+
+/* ---- the coordinator's own calls: an unknown outcome sent again ---------------------- */
+
+/* Is the outcome of @op still unknown: a keyed update sent and not answered,
+ * or answered COORD_ETIMEDOUT (the ps gave this copy up, not an earlier)? */
+static bool unknown(const struct coord_ps_op *op)
+{
+	return op->seq && op->code < 0 &&
+	       (op->fate == COORD_PS_SENT ||
+		(op->fate == COORD_PS_ANSWERED && op->code == COORD_ETIMEDOUT));
+}
+
+/* Did the last dial of @k find nothing listening (the ps process gone)? */
+static bool gone(struct psc_conn *k)
+{
+	bool r;
+
+	pthread_mutex_lock(&k->conn_lock);
+	r = k->refused;
+	pthread_mutex_unlock(&k->conn_lock);
+	return r;
+}
+
+/*
+ * Send @op (unknown) again under its key until the ps answers it or @until:
+ * the ps answers "done" if it applied an earlier copy (runtime/ps/ps_once.c
+ * O1), else applies it now.  A try that did not reach the ps (its
+ * connection not up again yet, ps_conn.c conn_up()) or got no answer waits
+ * a ping interval; one refused (the ps process is gone, and with it what it
+ * applied: a new one has other handles, COORD_ESTALE) ends the tries.  True
+ * if the outcome is known now (@op's code says it).
+ */
+static bool send_again(struct coord_psc *p, struct coord_ps_op *op, uint64_t until)
+{
+	uint64_t gap = p->ping_ns ? p->ping_ns : 100000000u;
+
+	for (unsigned tries = 0; tries == 0 || coord_now_ns() < until; tries++) {
+		struct coord_ps_op q = *op;
+		struct coord_error e;
+
+		if (tries) {
+			uint64_t now = coord_now_ns(), d = until > now ? until - now : 0;
+
+			d = d < gap ? d : gap;
+			nanosleep(&(struct timespec){ .tv_sec = (time_t)(d / 1000000000u),
+						      .tv_nsec = (long)(d % 1000000000u) },
+				  NULL);
+		}
+		(void)coord_psc_run(p, &q, 1, &e);
+		if (q.fate == COORD_PS_UNSENT && gone(&p->conns[op->task]))
+			return false;
+		if (q.fate == COORD_PS_UNSENT)
+			continue; /* the earlier copy's outcome is still unknown */
+		op->fate = q.fate;
+		op->code = q.code;
+		if (!unknown(&q))
+			return true;
+	}
+	return false;
+}
+
+int coord_psc_run_sure(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
+		       struct coord_error *err)
+{
+	uint64_t until = coord_deadline((int64_t)p->op_timeout_ms * 1000000);
+	unsigned lost = 0, task = 0;
+	int r = coord_psc_run(p, ops, n, err), first = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		if (unknown(&ops[i]) && !send_again(p, &ops[i], until) && !lost++)
+			task = ops[i].task;
+	if (!lost && r == 0)
+		return 0;
+	for (unsigned i = 0; i < n && !first; i++)
+		if (ops[i].code < 0)
+			first = ops[i].code;
+	if (lost)
+		return coord_seterr(
+			err, first,
+			"%u update(s), the first on ps task %u (%.64s), may or may not have been "
+			"applied: sent, no answer, none when sent again within ps_timeout_ms "
+			"(%d ms) or before the ps refused connections; read it back before "
+			"repeating one",
+			lost, task, p->conns[task].addr, p->op_timeout_ms);
+	if (first && first != r)
+		coord_seterr(err, first, "ps task: %s", coord_strerror(first));
 	return first;
 }
 
@@ -706,8 +797,10 @@ static int ps_remote_setup(struct coord *c, const struct coord_spec *spec, struc
 		v->ps = NULL;
 		r = coord_seterr(err, COORD_ENOMEM, "no memory");
 	}
-	if (r == 0)
-		v->ps->sess = coord_ps_session_new(); /* at most once (ps.h): PS_OPTS */
+	if (r == 0) {
+		v->ps->sess = coord_ps_session_new();	   /* at most once (ps.h): PS_OPTS */
+		v->ps->call_sess = coord_ps_session_new(); /* its own calls' keys */
+	}
 	return r;
 }
 

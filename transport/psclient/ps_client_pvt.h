@@ -82,6 +82,10 @@ struct psc_conn {
 	bool was_up;
 	uint64_t retry_at;
 	char dial_why[COORD_ERRMSG_LEN];
+	/* The last dial was refused (-ECONNREFUSED: nothing listens there, the
+	 * ps process is gone; under conn_lock): coord_psc_run_sure() stops
+	 * sending an update again. */
+	bool refused;
 	pthread_t reader;
 	/* Everything below: under lock. */
 	pthread_mutex_t lock;

@@ -46,7 +46,8 @@
  * frame) is outside this.  A request the ps applied whose reply is lost
  * with the connection fails here though its update was made: its closure
  * is put back, and the key it carries keeps its update to once
- * (runtime/ps/ps_once.c); the coordinator's own calls carry none (ps.h).
+ * (runtime/ps/ps_once.c); the coordinator's own calls carry keys of their
+ * own and are sent again until answered (ps.h, coord_psc_run_sure()).
  *
  * Over rdma the heartbeat holds on the frame channel (ps_rdma.h), Give-up
  * does not: any receive completed is the sign of life (frames, and the
@@ -63,7 +64,10 @@
  * one still holds the connection's thread as long (tens of MiB: seconds
  * under TCG), and a request queued behind it would start after the window
  * all the same.  A request timed out over rdma may still reach the ps
- * later; its key keeps a re-run from applying it twice.
+ * later; its key keeps a re-run (or the coordinator's re-send) from
+ * applying it twice, and the ps refuses it once a later closure of its
+ * slot (or a later call of the coordinator's thread) has made that update
+ * (ps_once.c O2).
  *
  * Synchronization: the client's set-up, a connection's socket or channel
  * and its reader thread; the fields under k->lock and a caller's batch are
@@ -224,6 +228,7 @@ static int on_result(struct psc_conn *k, const struct coord_wire_vres *res)
 		return 0;
 	}
 	op = k->slots[idx].op;
+	op->fate = COORD_PS_ANSWERED;
 	if (res->code < 0) {
 		op->code = res->code;
 		wait_error(k->slots[idx].w, res->code, res->data, res->len);
@@ -291,6 +296,7 @@ static int read_direct(struct psc_conn *k, struct coord_frame_reader *rd,
 			if (r == 0) {
 				k->slots[idx].op->dst_len = res.len;
 				k->slots[idx].op->code = 0;
+				k->slots[idx].op->fate = COORD_PS_ANSWERED;
 			} else {
 				k->slots[idx].op->code = COORD_EUNAVAILABLE;
 				wait_error(k->slots[idx].w, COORD_EUNAVAILABLE,
@@ -605,6 +611,7 @@ int conn_up(struct psc_conn *k, struct coord_error *err)
 	if (k->reader_started) /* a lost connection: its reader has ended */
 		conn_retire(k);
 	r = conn_dial(k, tmo, &fd, err);
+	k->refused = r == -ECONNREFUSED;
 	if (r < 0) {
 		if (fd >= 0)
 			close(fd);
