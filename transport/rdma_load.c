@@ -163,6 +163,19 @@ int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64
 	return r ? prov->psr_read_var(r, m, off, n, dst, tries) : -EPIPE;
 }
 
+int coord_psr_put_reg(struct coord_psr *r, const void *src, size_t len, struct coord_rdma_mr **out,
+		      struct coord_ps_rsrc *d)
+{
+	*out = NULL;
+	return r ? prov->psr_put_reg(r, src, len, out, d) : -EPIPE;
+}
+
+void coord_psr_put_done(struct coord_rdma_mr *mr)
+{
+	if (mr)
+		prov->psr_put_done(mr);
+}
+
 void coord_psr_shutdown(struct coord_psr *r)
 {
 	if (r)

@@ -24,6 +24,8 @@ __attribute__((visibility("default"))) const struct coord_rdma_provider coord_rd
 	.psr_rx = coord_psr_rx,
 	.psr_next = coord_psr_next,
 	.psr_read_var = coord_psr_read_var,
+	.psr_put_reg = coord_psr_put_reg,
+	.psr_put_done = coord_psr_put_done,
 	.psr_shutdown = coord_psr_shutdown,
 	.psr_destroy = coord_psr_destroy,
 };

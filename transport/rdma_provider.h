@@ -42,7 +42,7 @@
 struct coord_srv;
 
 /* Bumped whenever struct coord_rdma_provider changes (RP1). */
-#define COORD_RDMA_PROVIDER_ABI 2
+#define COORD_RDMA_PROVIDER_ABI 3
 /* The one symbol a provider exports: a const struct coord_rdma_provider. */
 #define COORD_RDMA_PROVIDER_SYM "coord_rdma_provider"
 /* The environment variable that names the provider's file. */
@@ -74,6 +74,9 @@ struct coord_rdma_provider {
 			int wait_ms);
 	int (*psr_read_var)(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off,
 			    uint64_t n, void *dst, unsigned *tries);
+	int (*psr_put_reg)(struct coord_psr *r, const void *src, size_t len,
+			   struct coord_rdma_mr **out, struct coord_ps_rsrc *d);
+	void (*psr_put_done)(struct coord_rdma_mr *mr);
 	void (*psr_shutdown)(struct coord_psr *r);
 	void (*psr_destroy)(struct coord_psr *r);
 };

@@ -315,6 +315,14 @@ int coord_ps_handle_check(struct coord_varstore *vs, unsigned task, const struct
 			    op->id, task, op->tag, tag);
 }
 
+/* coord_vs_assign_fill()'s fill of a rendezvous assign: the op's fetch. */
+static int fill_fetch(void *arg, float *dst, size_t bytes, struct coord_error *err)
+{
+	const struct coord_ps_op *op = arg;
+
+	return op->fetch(op->fetch_arg, op->id, dst, bytes, NULL, err);
+}
+
 int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_ps_op *op,
 		   struct coord_ps_scratch *s, coord_ps_emit_t emit, void *arg,
 		   struct coord_error *err)
@@ -365,7 +373,22 @@ int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_
 			return coord_seterr(err, COORD_EINVAL, "%s: %llu elements but %u bytes",
 					    op->op == COORD_PS_ASSIGN ? "assign" : "assign_add",
 					    (unsigned long long)op->n, op->src_len);
-		src = aligned(s, op->src, op->src_len, 0, 4);
+		if (op->fetch && op->op == COORD_PS_ASSIGN) { /* rendezvous: into the variable */
+			r = coord_vs_assign_fill(vs, op->id, op->off, op->n, fill_fetch, (void *)op,
+						 err);
+			return r < 0 ? r : emit(arg, NULL, 0);
+		}
+		if (op->fetch) { /* rendezvous: into the transport's buffer, then added */
+			const void *p = NULL;
+
+			r = op->n ? op->fetch(op->fetch_arg, op->id, NULL, op->src_len, &p, err)
+				  : 0;
+			if (r < 0)
+				return r;
+			src = aligned(s, p, op->src_len, 0, 4);
+		} else {
+			src = aligned(s, op->src, op->src_len, 0, 4);
+		}
 		if (!src && op->n)
 			return coord_seterr(err, COORD_ENOMEM, "no memory");
 		r = op->op == COORD_PS_ASSIGN

@@ -37,6 +37,8 @@
  *   COMMIT       -       nonce -     -      -                           u32 count
  *   ABORT        -       -    -      -      -                           -
  *   GATHER       -       id   -      nidx   i64 idx[nidx]              f32 rows[nidx][row]
+ *   ASSIGN_RDV   -       id   off    n      struct coord_ps_rsrc        -
+ *   ASSIGN_ADD_RDV -     id   off    n      struct coord_ps_rsrc        -
  *
  * PREPARE's data: the partitioned variables to re-split (struct
  * coord_ckpt_resplit_spec, at most COORD_CKPT_RESPLIT_MAX), each u32
@@ -67,6 +69,16 @@
  * its key until the ps answers it or the op timeout has passed
  * (coord_psc_run_sure()); what stays unknown fails with a message saying
  * the update may have been applied.
+ *
+ * ASSIGN_RDV and ASSIGN_ADD_RDV (rdma only: rendezvous updates): an ASSIGN
+ * or ASSIGN_ADD whose 4 n data bytes stay in the sender's memory, which it
+ * registered for the ps to RDMA READ (struct coord_ps_rsrc: where, how long,
+ * the rkey); the ps READs them (into the variable itself for an assign) and
+ * then answers, and the sender lets go of its buffer after the answer
+ * (transport/rdma/ps_rdma.c P5, transport/server/rdma_server.c Q6).  The ps
+ * runs them as the ASSIGN or ASSIGN_ADD they stand for (at most once
+ * included: a key, its fingerprint, are the plain op's); elsewhere they
+ * fail with COORD_EINVAL.
  *
  * MAP (rdma only: a ps served over rdma registers the variable's memory for
  * remote reads and answers with its address and keys, COORD_PS_MAP_LEN
@@ -114,8 +126,45 @@ enum coord_ps_opcode {
 	COORD_PS_COMMIT = 12,
 	COORD_PS_ABORT = 13,
 	COORD_PS_GATHER = 14,
-	COORD_PS_OP_MAX = 14,
+	COORD_PS_ASSIGN_RDV = 15,
+	COORD_PS_ASSIGN_ADD_RDV = 16,
+	COORD_PS_OP_MAX = 16,
 };
+
+/*
+ * struct coord_ps_rsrc - a rendezvous update's data (ASSIGN_RDV,
+ * ASSIGN_ADD_RDV; little-endian on the wire, packed as listed): @len bytes
+ * at @addr in the sender's memory, readable with @rkey.
+ */
+struct coord_ps_rsrc {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t rkey;
+	uint32_t reserved; /* 0 */
+};
+#define COORD_PS_RSRC_LEN 24
+
+static inline void coord_ps_rsrc_put(uint8_t *b, const struct coord_ps_rsrc *d)
+{
+	uint64_t q[2] = { htole64(d->addr), htole64(d->len) };
+	uint32_t w[2] = { htole32(d->rkey), 0 };
+
+	memcpy(b, q, sizeof(q));
+	memcpy(b + 16, w, sizeof(w));
+}
+
+static inline void coord_ps_rsrc_get(const uint8_t *b, struct coord_ps_rsrc *d)
+{
+	uint64_t q[2];
+	uint32_t w[2];
+
+	memcpy(q, b, sizeof(q));
+	memcpy(w, b + 16, sizeof(w));
+	d->addr = le64toh(q[0]);
+	d->len = le64toh(q[1]);
+	d->rkey = le32toh(w[0]);
+	d->reserved = le32toh(w[1]);
+}
 
 /*
  * struct coord_ps_map - a MAP result (little-endian on the wire, packed as
@@ -213,6 +262,17 @@ struct coord_ps_op {
 	uint32_t seq;
 	/* The ps client's: enum coord_ps_fate, what became of the request. */
 	uint8_t fate;
+	/*
+	 * A ps's rendezvous update (ASSIGN_RDV and ASSIGN_ADD_RDV, run as
+	 * ASSIGN and ASSIGN_ADD with @src NULL and @src_len the data's bytes):
+	 * @fetch(@fetch_arg, @id, dst, len, out, err) RDMA READs the data,
+	 * into @dst (inside variable @id, whose stripes the caller holds) or,
+	 * @dst NULL, into a buffer of its own it points *@out at (valid until
+	 * the next call).  0 or a coord error code with @err.  NULL: none.
+	 */
+	int (*fetch)(void *arg, uint32_t id, void *dst, size_t len, const void **out,
+		     struct coord_error *err);
+	void *fetch_arg;
 };
 
 /* What became of a request sent by a ps client (coord_psc_run()). */

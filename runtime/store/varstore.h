@@ -229,6 +229,29 @@ COORD_HIDDEN COORD_NODISCARD int coord_vs_assign_add(struct coord_varstore *vs, 
 						     struct coord_error *err);
 
 /**
+ * coord_vs_assign_fill() - coord_vs_assign() whose data @fill writes in
+ *                          place: @fill(@arg, dst, bytes, @err) stores the
+ *                          @n floats at @dst (the variable's own memory,
+ *                          @bytes = 4 @n) and returns 0 or an error code.
+ * @vs/@id/@off/@n/@err: as coord_vs_assign().
+ *
+ * For a ps over rdma, whose @fill RDMA READs the floats from the sender's
+ * memory straight into the variable (a rendezvous update, ps.h): no copy.
+ * The range is checked first (V5); @fill runs under the stripes of the
+ * range and inside the write's SNAP1 counts, so locked readers wait for it
+ * and one-sided readers see the value before or after it, or retry.  If
+ * @fill fails, the range may hold part of the new data (what the DMA wrote
+ * before the failure); the error is returned.
+ *
+ * Concurrency: any thread; holds the range's stripes while @fill runs.
+ * Return: 0; what coord_vs_assign() returns; @fill's error.
+ */
+COORD_HIDDEN COORD_NODISCARD int coord_vs_assign_fill(
+	struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
+	int (*fill)(void *arg, float *dst, size_t bytes, struct coord_error *err), void *arg,
+	struct coord_error *err);
+
+/**
  * coord_vs_scatter_add() - add row @updates[k] to row @indices[k] of @id.
  * @vs:      store.
  * @id:      variable id; must have at least one dimension.

@@ -36,8 +36,14 @@
  * part in (runtime/store/varstore.c SNAP1-SNAP3: a snapshot between two writes, or a
  * retry; after COORD_PSR_TRIES, or on any failure, the READ goes two-sided
  * as before; over COORD_PSR_READ_MAX bytes, straight into the caller's
- * buffer, ps_rdma.c P4).  use_lock keeps the socket or channel open under a sender or
- * a one-sided reader while conn_up() closes or replaces a lost one.
+ * buffer, ps_rdma.c P4).  An assign or assign_add of COORD_PSR_PUT_MIN (64 KiB)
+ * or more goes rendezvous (ps_rdma.c P5): its caller registers the data
+ * (rdv_register(), before k->lock is taken), the request carries only
+ * where it is (ps.h ASSIGN_RDV), the ps RDMA READs it, and the caller
+ * deregisters it once the request is answered or withdrawn (coord_psc_run());
+ * a buffer that cannot be registered goes in frames as before.  use_lock
+ * keeps the socket or channel open under a sender, a one-sided reader or a
+ * registration while conn_up() closes or replaces a lost one.
  *
  * Why a mutex here when the closure path has none: a variable op is a round
  * trip to another process (tens of microseconds); the mutex covers a copy
@@ -189,7 +195,7 @@ int out_room(struct psc_conn *k, size_t need)
  * data then stays in its buffers (struct psc_ext), in a frame of its own.
  */
 static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait *w, uint32_t *slot,
-		    bool ext_ok)
+		    bool ext_ok, const struct psc_rdv *rdv)
 {
 	struct coord_wire_vreq q = { .op = op->op,
 				     .name_len = op->name_len,
@@ -205,11 +211,22 @@ static int queue_op(struct psc_conn *k, struct coord_ps_op *op, struct psc_wait 
 				     .session = op->sess,
 				     .closure = op->closure,
 				     .seq = op->seq };
-	size_t need = coord_wire_vreq_size(&q);
+	uint8_t desc[COORD_PS_RSRC_LEN];
+	size_t need;
 	bool ext = ext_ok && !k->p->rdma && q.len >= PSC_EXT_MIN && k->next < PSC_EXT_MAX;
 	uint32_t idx;
 	int r;
 
+	if (rdv && rdv->mr) { /* rendezvous (ps_rdma.c P5): where the data is, not the data */
+		q.op = op->op == COORD_PS_ASSIGN ? COORD_PS_ASSIGN_RDV : COORD_PS_ASSIGN_ADD_RDV;
+		coord_ps_rsrc_put(desc, &rdv->d);
+		q.data = desc;
+		q.len = sizeof(desc);
+		q.data2 = NULL;
+		q.len2 = 0;
+		ext = false;
+	}
+	need = coord_wire_vreq_size(&q);
 	/* The request, and a read's reply, must each fit in one frame. */
 	if ((uint64_t)op->src_len + op->src2_len > UINT32_MAX ||
 	    need > k->p->max_frame - COORD_WIRE_HDR ||
@@ -412,6 +429,37 @@ static bool read_one_sided(struct coord_psc *p, struct coord_ps_op *op)
 	return true;
 }
 
+/* ---- rendezvous updates (rdma) -------------------------------------------------------- */
+
+/* Does @op go rendezvous over rdma (ps_rdma.c P5)? */
+static bool rdv_wanted(const struct coord_ps_op *op)
+{
+	return (op->op == COORD_PS_ASSIGN || op->op == COORD_PS_ASSIGN_ADD) && op->src &&
+	       !op->src2 && op->src_len >= COORD_PSR_PUT_MIN &&
+	       op->src_len <= COORD_PSR_LARGE_MAX && op->src_len == 4 * op->n;
+}
+
+/* Register the data of @ops' rendezvous updates for ps task @t (outside
+ * k->lock: ibv_reg_mr is slow); one that cannot be goes two-sided. */
+static void rdv_register(struct psc_conn *k, unsigned t, struct coord_ps_op *ops, unsigned n,
+			 const uint32_t *slot, struct psc_rdv *rdv)
+{
+	pthread_rwlock_rdlock(&k->use_lock); /* k->r stays */
+	for (unsigned i = 0; k->r && i < n; i++) {
+		int r;
+
+		if (ops[i].task != t || slot[i] == SLOT_DONE || !rdv_wanted(&ops[i]) || rdv[i].mr)
+			continue;
+		r = coord_psr_put_reg(k->r, ops[i].src, ops[i].src_len, &rdv[i].mr, &rdv[i].d);
+		if (r < 0)
+			coord_log(COORD_LOG_DEBUG,
+				  "ps task %u: cannot register %u bytes for a rendezvous update: "
+				  "%s; sent in frames",
+				  t, ops[i].src_len, strerror(-r));
+	}
+	pthread_rwlock_unlock(&k->use_lock);
+}
+
 /* ---- running a batch ------------------------------------------------------------------ */
 
 /* rdma: READs one-sided where they can (no ps CPU); a delete through
@@ -441,7 +489,7 @@ static void run_one_sided(struct coord_psc *p, struct coord_ps_op *ops, unsigned
 /* Queue and send the ops of @ops for ps task @t that are still to go
  * (not done one-sided); an op that cannot go is answered with its error. */
 static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *ops, unsigned n,
-			 uint32_t *slot, struct psc_wait *w)
+			 uint32_t *slot, struct psc_wait *w, struct psc_rdv *rdv)
 {
 	struct psc_conn *k = &p->conns[t];
 	bool any = false;
@@ -453,6 +501,8 @@ static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *op
 	if (!any)
 		return;
 	r = conn_up(k, &e);
+	if (r == 0 && rdv)
+		rdv_register(k, t, ops, n, slot, rdv);
 	pthread_mutex_lock(&k->lock);
 	/* Give-up (ps_conn.c): the last VAR_SYNC names a frame received long ago (a
 	 * quarter window) while newer ones came: name the newest before
@@ -479,7 +529,8 @@ static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *op
 			r = coord_seterr(&e, COORD_EUNAVAILABLE, "ps task %u (%s) unavailable: %s",
 					 t, k->addr, k->why);
 		if (r == 0) {
-			int q = queue_op(k, &ops[i], w, &slot[i], !k->flushing);
+			int q = queue_op(k, &ops[i], w, &slot[i], !k->flushing,
+					 rdv ? &rdv[i] : NULL);
 
 			if (q == 0)
 				continue;
@@ -550,10 +601,16 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 {
 	struct psc_wait w = { .err = err };
 	uint32_t small[16], *slot = small;
+	struct psc_rdv small_rdv[16], *rdv = NULL;
 	int first = 0;
 
 	if (n > 16 && !(slot = malloc(n * sizeof(*slot))))
 		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	for (unsigned i = 0; p->rdma && i < n && !rdv; i++)
+		if (rdv_wanted(&ops[i])) /* only then: the small ops' batches pay nothing */
+			rdv = n <= 16 ? small_rdv : malloc(n * sizeof(*rdv));
+	if (rdv)
+		memset(rdv, 0, n * sizeof(*rdv)); /* (no memory: all two-sided) */
 	/* Relaxed: nobody else sees w before the ops are queued (under lock). */
 	atomic_store_explicit(&w.left, n, memory_order_relaxed);
 	for (unsigned i = 0; i < n; i++) {
@@ -564,8 +621,13 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 	}
 	run_one_sided(p, ops, n, slot, &w);
 	for (unsigned t = 0; t < p->nps; t++)
-		send_to_task(p, t, ops, n, slot, &w);
+		send_to_task(p, t, ops, n, slot, &w, rdv);
 	wait_replies(p, ops, n, slot, &w);
+	/* P5: answered or withdrawn: the ps reads them no more */
+	for (unsigned i = 0; rdv && i < n; i++)
+		coord_psr_put_done(rdv[i].mr);
+	if (rdv && rdv != small_rdv)
+		free(rdv);
 	if (slot != small)
 		free(slot);
 	for (unsigned i = 0; i < n && !first; i++)

@@ -52,6 +52,13 @@ struct psc_ext {
 	size_t l1, l2;
 };
 
+/* A rendezvous update's registered data (rdma; ps_rdma.c P5), per op of a
+ * batch: @mr NULL: none (the op's data goes in the frame). */
+struct psc_rdv {
+	struct coord_rdma_mr *mr;
+	struct coord_ps_rsrc d;
+};
+
 #define PSC_EXT_MAX 16
 /* From this many data bytes a request's data is sent from its caller's
  * buffers (struct psc_ext), not copied into the frame buffer. */

@@ -59,11 +59,15 @@
  * redialled.  No VAR_SYNC goes over rdma: under TCG soft-RoCE takes in an
  * 8 MiB frame in seconds, and the ps refuses a request that starts a
  * window (at most heartbeat x misses) after the frame its VAR_SYNC names,
- * so large assigns failed with COORD_ETIMEDOUT.  A request timed out over
- * rdma may still reach the ps later; its key keeps a re-run (or the
- * coordinator's re-send) from applying it twice, and the ps refuses it
- * once a later closure of its slot (or a later call of the coordinator's
- * thread) has made that update (ps_once.c O2).
+ * so large assigns failed with COORD_ETIMEDOUT.  Large updates no longer
+ * cross the frame channel (rendezvous, ps_rdma.c P5), but the ps's READ of
+ * one still holds the connection's thread as long (tens of MiB: seconds
+ * under TCG), and a request queued behind it would start after the window
+ * all the same.  A request timed out over rdma may still reach the ps
+ * later; its key keeps a re-run (or the coordinator's re-send) from
+ * applying it twice, and the ps refuses it once a later closure of its
+ * slot (or a later call of the coordinator's thread) has made that update
+ * (ps_once.c O2).
  *
  * Synchronization: the client's set-up, a connection's socket or channel
  * and its reader thread; the fields under k->lock and a caller's batch are

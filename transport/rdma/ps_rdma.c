@@ -32,6 +32,20 @@
  *       completed or the channel was shut down (a READ that timed out may
  *       still be in flight: only a dead queue pair stops it), so no READ
  *       ever lands in the buffer after the caller has it back.
+ *   P5  Rendezvous updates (runtime/ps/ps.h ASSIGN_RDV): the ps client
+ *       registers the caller's data read-only for remote READs
+ *       (coord_psr_put_reg(): ibv_reg_mr on the device's protection
+ *       domain, which every channel of this process to that device shares,
+ *       so a connection replaced meanwhile changes nothing) and sends its
+ *       address, length and rkey in a small request on the frame channel;
+ *       the ps READs exactly that many bytes (straight into the variable for
+ *       an assign, transport/server/rdma_server.c Q6) and answers.  The
+ *       caller deregisters (coord_psr_put_done()) after the answer or
+ *       after giving up on it: a READ of the ps after that fails (its
+ *       request with it), it never sees the buffer the caller has back.
+ *       No copy of the data on either side: the frame path copied it into
+ *       the frame buffer, the send buffers, the ps's reassembly buffer and
+ *       the variable, and waited for credits every 512 KiB.
  * Synchronization: ch (every user) under chan_lock; rch, buf and mr (the
  * reading threads) under read_lock (P1); stop: written by shutdown, read by
  * the reader each time it wakes (relaxed: the wake_fd write and the
@@ -321,6 +335,29 @@ int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64
 	pthread_mutex_unlock(&r->read_lock);
 	*tries = t;
 	return rc;
+}
+
+int coord_psr_put_reg(struct coord_psr *r, const void *src, size_t len, struct coord_rdma_mr **out,
+		      struct coord_ps_rsrc *d)
+{
+	int rc;
+
+	*out = NULL;
+	if (len == 0 || len > COORD_PSR_LARGE_MAX)
+		return -EINVAL;
+	/* P5: only the channel's device is used (immutable), no channel state. */
+	rc = coord_rdma_reg_src(r->ch, src, len, out);
+	if (rc < 0)
+		return rc;
+	coord_rdma_mr_export(*out, &d->addr, &d->rkey);
+	d->len = len;
+	d->reserved = 0;
+	return 0;
+}
+
+void coord_psr_put_done(struct coord_rdma_mr *mr)
+{
+	coord_rdma_dereg(mr);
 }
 
 void coord_psr_shutdown(struct coord_psr *r)

@@ -15,6 +15,10 @@
  * Built into the rdma provider; libcoord.so's callers reach these through
  * transport/rdma_load.c, which forwards them (connect: -ENODEV when the
  * provider cannot be loaded).
+ *
+ * Rendezvous updates (ps_rdma.c P5): an assign or assign_add of at least
+ * COORD_PSR_PUT_MIN bytes sends a small request naming the caller's
+ * registered buffer (coord_psr_put_reg()); the ps READs the data from it.
  */
 #ifndef COORD_TRANSPORT_PS_RDMA_H
 #define COORD_TRANSPORT_PS_RDMA_H
@@ -46,6 +50,10 @@ struct coord_psr;
 /* Snapshots tried before a read goes two-sided (varstore.c SNAP2: a writer kept
  * overlapping). */
 #define COORD_PSR_TRIES 8
+/* Updates (assign, assign_add) of at least this many data bytes, and at most
+ * COORD_PSR_LARGE_MAX, go rendezvous (ps_rdma.c P5): the ps RDMA READs
+ * the data from the caller's buffer. */
+#define COORD_PSR_PUT_MIN (64u << 10)
 
 /**
  * coord_psr_connect() - a channel to ps task @task at @addr, handshake done.
@@ -89,6 +97,20 @@ COORD_HIDDEN int coord_psr_next(struct coord_psr *r, struct coord_wire_hdr *h,
  */
 COORD_HIDDEN int coord_psr_read_var(struct coord_psr *r, const struct coord_ps_map *m, uint64_t off,
 				    uint64_t n, void *dst, unsigned *tries);
+/*
+ * coord_psr_put_reg() - register @len bytes at @src (the data of a
+ * rendezvous update, P5) for the ps to RDMA READ, and describe them in @d
+ * (ps.h struct coord_ps_rsrc).  Any thread (it touches no channel state).
+ * Return: 0 with *@out, to give to coord_psr_put_done() once the ps has
+ * answered the request or the request was given up; -errno (the caller
+ * sends the data two-sided).
+ */
+struct coord_rdma_mr;
+COORD_HIDDEN int coord_psr_put_reg(struct coord_psr *r, const void *src, size_t len,
+				   struct coord_rdma_mr **out, struct coord_ps_rsrc *d);
+/* coord_psr_put_done() - deregister what coord_psr_put_reg() registered:
+ * a READ of the ps after this fails, never reads the buffer (NULL is fine). */
+COORD_HIDDEN void coord_psr_put_done(struct coord_rdma_mr *mr);
 /* coord_psr_shutdown() - disconnect and wake the reader (any thread). */
 COORD_HIDDEN void coord_psr_shutdown(struct coord_psr *r);
 /* coord_psr_destroy() - free (the reader has returned; NULL is fine). */

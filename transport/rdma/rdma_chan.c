@@ -112,8 +112,9 @@
  */
 #include "transport/rdma/rdma_chan_pvt.h"
 
-#define OFTEN_PER 10 /* "Often": events within 10 x spin_max_us on average */
-#define OFTEN_SPIN 5 /* then spin up to 5 x spin_max_us */
+#define OFTEN_PER 10	/* "Often": events within 10 x spin_max_us on average */
+#define OFTEN_SPIN 5	/* then spin up to 5 x spin_max_us */
+#define READ_TICK_MS 20 /* coord_rdma_readv_tick(): @tick at least this often */
 
 /* ---- completions ------------------------------------------------------------------ */
 
@@ -379,10 +380,10 @@ static void gap_note(struct coord_rdma_chan *ch, uint64_t ns, uint64_t now, bool
  * @deadline: spin for spin_budget_ns(), then sleep on the two fds.
  * Return: 0; -ETIMEDOUT.
  */
-int wait_event(struct coord_rdma_chan *ch, uint64_t deadline)
+/* wait_event() spinning at most @budget ns before it sleeps. */
+static int wait_event_for(struct coord_rdma_chan *ch, uint64_t deadline, uint64_t budget)
 {
 	uint64_t start = coord_now_ns(), now = start;
-	uint64_t budget = spin_budget_ns(ch);
 	uint64_t spin_end = budget ? now + budget : 0;
 	unsigned spins = 0;
 
@@ -428,6 +429,11 @@ int wait_event(struct coord_rdma_chan *ch, uint64_t deadline)
 		now = coord_now_ns();
 		spin_end = 0;
 	}
+}
+
+int wait_event(struct coord_rdma_chan *ch, uint64_t deadline)
+{
+	return wait_event_for(ch, deadline, spin_budget_ns(ch));
 }
 
 int coord_rdma_chan_send(struct coord_rdma_chan *ch, const void *buf, size_t len, int timeout_ms)
@@ -743,11 +749,11 @@ void coord_rdma_chan_io(struct coord_frame_io *io, struct coord_rdma_chan *ch)
 
 /* ---- one-sided RDMA READ ---------------------------------------------------------- */
 
-int coord_rdma_reg(struct coord_rdma_chan *ch, void *addr, size_t len, bool remote_read,
-		   struct coord_rdma_mr **out)
+/* Register @len bytes at @addr with @access (ibv_reg_mr's flags). */
+static int reg(struct coord_rdma_chan *ch, void *addr, size_t len, int access,
+	       struct coord_rdma_mr **out)
 {
 	struct coord_rdma_mr *m = calloc(1, sizeof(*m));
-	int access = IBV_ACCESS_LOCAL_WRITE | (remote_read ? IBV_ACCESS_REMOTE_READ : 0);
 
 	*out = NULL;
 	if (!m)
@@ -769,6 +775,21 @@ int coord_rdma_reg(struct coord_rdma_chan *ch, void *addr, size_t len, bool remo
 	return 0;
 }
 
+int coord_rdma_reg(struct coord_rdma_chan *ch, void *addr, size_t len, bool remote_read,
+		   struct coord_rdma_mr **out)
+{
+	return reg(ch, addr, len,
+		   IBV_ACCESS_LOCAL_WRITE | (remote_read ? IBV_ACCESS_REMOTE_READ : 0), out);
+}
+
+int coord_rdma_reg_src(struct coord_rdma_chan *ch, const void *addr, size_t len,
+		       struct coord_rdma_mr **out)
+{
+	/* No local write: the pages are pinned as they are (read-only memory
+	 * too); a peer's READ takes them, nothing writes them. */
+	return reg(ch, (void *)addr, len, IBV_ACCESS_REMOTE_READ, out);
+}
+
 void coord_rdma_dereg(struct coord_rdma_mr *mr)
 {
 	if (!mr)
@@ -787,7 +808,15 @@ void coord_rdma_mr_export(const struct coord_rdma_mr *mr, uint64_t *addr, uint32
 int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
 		     const struct coord_rdma_rseg *seg, unsigned n, int timeout_ms)
 {
-	uint64_t deadline = deadline_ms(timeout_ms), seq;
+	return coord_rdma_readv_tick(ch, local, seg, n, timeout_ms, NULL, NULL);
+}
+
+int coord_rdma_readv_tick(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
+			  const struct coord_rdma_rseg *seg, unsigned n, int timeout_ms,
+			  void (*tick)(void *arg), void *arg)
+{
+	uint64_t deadline = deadline_ms(timeout_ms), seq, next;
+	unsigned spun = 0;
 	struct ibv_send_wr *bad;
 	int r;
 
@@ -837,12 +866,27 @@ int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
 		return -EPIPE;
 	}
 	ch->sq_head += n;
+	next = tick ? coord_now_ns() + READ_TICK_MS * 1000000ull : FOREVER;
 	while (ch->sq_done <= seq) {
+		uint64_t now;
+
 		if (ch->err)
 			return ch->err == -EIO ? -EIO : -EPIPE;
 		if (ch->closed)
 			return -EPIPE;
-		if (wait_event(ch, deadline) < 0)
+		now = coord_now_ns();
+		if (now >= next) {
+			/* @tick may use the channel (a send): its completions
+			 * move sq_done as ours do, so the loop sees the READs'. */
+			tick(arg);
+			next = now + READ_TICK_MS * 1000000ull;
+		}
+		/* With @tick, spin once, before the first sleep: a long chain's
+		 * later waits would spin at every tick, taking the CPU the
+		 * transfer needs (soft-RoCE moves the bytes on the host's CPUs). */
+		if (wait_event_for(ch, next < deadline ? next : deadline,
+				   tick && spun++ ? 0 : spin_budget_ns(ch)) < 0 &&
+		    coord_now_ns() >= deadline)
 			return -ETIMEDOUT;
 	}
 	return 0;

@@ -370,6 +370,19 @@ COORD_HIDDEN int coord_rdma_reg(struct coord_rdma_chan *ch, void *addr, size_t l
 				bool remote_read, struct coord_rdma_mr **out);
 
 /**
+ * coord_rdma_reg_src() - register @len bytes at @addr for peers to RDMA
+ *                        READ, and for nothing else (no local write: the
+ *                        memory may be read-only, e.g. a const buffer).
+ * @ch/@out: as coord_rdma_reg().
+ *
+ * For a buffer handed to a peer for one exchange (a rendezvous update,
+ * transport/rdma/ps_rdma.c P5); coord_rdma_mr_export() names it.
+ * Return: 0 or -errno.
+ */
+COORD_HIDDEN int coord_rdma_reg_src(struct coord_rdma_chan *ch, const void *addr, size_t len,
+				    struct coord_rdma_mr **out);
+
+/**
  * coord_rdma_dereg() - deregister and free @mr (NULL is fine).
  * @mr: no RDMA READ into or out of it may be in flight.
  */
@@ -430,6 +443,20 @@ struct coord_rdma_rseg {
  */
 COORD_HIDDEN int coord_rdma_readv(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
 				  const struct coord_rdma_rseg *seg, unsigned n, int timeout_ms);
+
+/**
+ * coord_rdma_readv_tick() - coord_rdma_readv() that calls @tick(@arg)
+ *                           every 20 ms or so while it waits for the chain.
+ * @tick: runs on the calling thread, which owns the channel: it may send on
+ *        @ch (a keepalive, rdma_server.c Q3), nothing else.
+ *
+ * For long chains (a rendezvous update's READs, rdma_server.c Q6), during
+ * which the thread that owns the channel must not fall silent.
+ * Return: as coord_rdma_readv().
+ */
+COORD_HIDDEN int coord_rdma_readv_tick(struct coord_rdma_chan *ch, struct coord_rdma_mr *local,
+				       const struct coord_rdma_rseg *seg, unsigned n,
+				       int timeout_ms, void (*tick)(void *arg), void *arg);
 
 /**
  * coord_rdma_chan_verbs() - @ch's queue pair and completion queue, and

@@ -56,6 +56,28 @@
  *       (at least COORD_SRV_IDLE_HB_MULT of its coordinator's heartbeat
  *       intervals) is closed with an ERROR frame by its own thread, at
  *       an idle tick (nothing of it runs then: its thread serves it).
+ *   Q6  Rendezvous updates (ps, ASSIGN_RDV / ASSIGN_ADD_RDV, runtime/ps/ps.h):
+ *       the client registered its data and sent where it is; the
+ *       connection's thread RDMA READs exactly the 4 n bytes the op needs
+ *       (srv_proto.c checked the declared length), in COORD_PSR_CHUNK
+ *       pieces, one chain on the connection's channel: an assign straight
+ *       into the variable's block (its MAP registration, which srv_proto.c
+ *       makes before the stripes are held; without one, the range is
+ *       registered for the call) under the store's stripes and SNAP1 counts
+ *       (coord_vs_assign_fill()), an assign_add into the connection's own
+ *       registered buffer, then added.  While the chain runs the thread
+ *       sends the keepalive PONGs itself (coord_rdma_readv_tick(), Q3: it
+ *       holds chan_lock), so the client's heartbeat sees the ps alive.
+ *       A registration in use by a READ is not deregistered (the
+ *       map's `users`: unmap_var() waits for 0, under map_lock with
+ *       map_cond).  The READ's bound is that of a large read (5 s + 1 s a
+ *       MiB); past it the channel is shut down before the thread lets go
+ *       of the stripes, so no READ lands in the variable later.  Whatever
+ *       the peer names (address, rkey, a region too short), a bad READ
+ *       only fails: RC puts our queue pair in error, the request and its
+ *       connection end (logged), the ps serves the others; the variable's
+ *       range may then hold part of that assign's data (its SNAP1 counts
+ *       are closed: readers see a value, never a write in progress).
  *
  * Synchronization: the shared fields, who writes them, who reads them, and
  * what orders the two.
@@ -103,6 +125,7 @@
 
 #include "runtime/ps/ps.h"
 #include "runtime/store/varstore.h"
+#include "transport/rdma/ps_rdma.h"
 #include "transport/rdma/rdma_chan.h"
 #include "transport/wire/sock.h"
 #include "transport/server/srv_proto.h"
@@ -110,6 +133,7 @@
 #define IDLE_TICK_MS 200 /* an idle connection's thread looks at `stopping` this often */
 #define ACCEPT_TICK_MS 50
 #define KEEP_TICK_MS 10 /* Q3: the keeper looks at every busy connection this often */
+#define FETCH_MS 5000	/* Q6: a rendezvous READ chain's bound, plus 1 s a MiB */
 
 struct rsrv;
 
@@ -125,12 +149,17 @@ struct rconn {
 	_Atomic uint64_t busy_since, last_sent_ns;
 	uint64_t peek_ns; /* S3: when the serving thread last scanned for a CANCEL */
 	uint64_t rx_ns;	  /* Q5: when the serving thread last read a frame */
+	/* Q6: the assign_add buffer, registered (the serving thread's) */
+	uint8_t *fbuf;
+	size_t fcap;
+	struct coord_rdma_mr *fmr;
 	struct rconn *next;
 };
 
 /* A variable registered for remote reads (ps, MAP ops; Q4). */
 struct rmap {
 	uint32_t id;
+	unsigned users;		  /* Q6: READs into the block in progress */
 	struct coord_rdma_mr *mr; /* the variable's block (varstore.h) */
 	struct coord_ps_map m;
 };
@@ -147,6 +176,7 @@ struct rsrv {
 	/* Q4: registrations, shared by every connection (one protection
 	 * domain per device in this process); off the fast path. */
 	pthread_mutex_t map_lock;
+	pthread_cond_t map_cond; /* Q6: a map's users fell to 0 */
 	struct rmap *maps;
 	unsigned nmaps, capmaps;
 };
@@ -301,6 +331,8 @@ static void *conn_main(void *arg)
 
 static void conn_free(struct rconn *k)
 {
+	coord_rdma_dereg(k->fmr); /* Q6: before its channel */
+	free(k->fbuf);
 	coord_rdma_chan_destroy(k->ch);
 	coord_srv_conn_fini(&k->p);
 	pthread_mutex_destroy(&k->chan_lock);
@@ -314,7 +346,7 @@ static void conn_free(struct rconn *k)
  * one SEND, which credits allow now or not at all (then the connection is
  * busy sending: alive, or its sends will time out).
  */
-static void keepalive(struct rconn *k, uint64_t now)
+static void keepalive_locked(struct rconn *k, uint64_t now)
 {
 	uint8_t b[COORD_SRV_PONG_LEN];
 	/* Relaxed (Q3): hints, both. */
@@ -323,12 +355,23 @@ static void keepalive(struct rconn *k, uint64_t now)
 		atomic_load_explicit(&k->last_sent_ns, memory_order_relaxed), now, b);
 	size_t sent = 0;
 
-	if (!len || pthread_mutex_trylock(&k->chan_lock) != 0)
-		return; /* none due, or the thread uses the channel: alive */
-	if (coord_rdma_chan_send_some(k->ch, b, len, &sent) == 0 && sent == len)
+	if (len && coord_rdma_chan_send_some(k->ch, b, len, &sent) == 0 && sent == len)
 		/* Relaxed (Q3): as above. */
 		atomic_store_explicit(&k->last_sent_ns, now, memory_order_relaxed);
+}
+
+static void keepalive(struct rconn *k, uint64_t now)
+{
+	if (pthread_mutex_trylock(&k->chan_lock) != 0)
+		return; /* the thread uses the channel: alive (Q6: it sends them itself) */
+	keepalive_locked(k, now);
 	pthread_mutex_unlock(&k->chan_lock);
+}
+
+/* Q6: coord_rdma_readv_tick()'s tick: the serving thread, chan_lock held. */
+static void fetch_tick(void *arg)
+{
+	keepalive_locked(arg, coord_now_ns());
 }
 
 /* Join and free finished connections; with @all, every one (stopping).
@@ -379,36 +422,34 @@ static void *keeper_main(void *arg)
 	return NULL;
 }
 
-/* Q4: the MAP op (struct coord_srv map_var). */
-static int map_var(struct coord_srv_conn *p, uint32_t id, struct coord_ps_map *out,
-		   struct coord_error *err)
+static struct rconn *conn_of(struct coord_srv_conn *p)
 {
-	struct rconn *k = (struct rconn *)((char *)p - offsetof(struct rconn, p));
+	return (struct rconn *)((char *)p - offsetof(struct rconn, p));
+}
+
+/* Q4: variable @id's registration, found or made; under map_lock.  The
+ * pointer is valid until map_lock is let go. */
+static int map_locked(struct rconn *k, uint32_t id, struct rmap **out, struct coord_error *err)
+{
 	struct rsrv *rs = k->s;
 	struct coord_var_map vm;
 	struct rmap *m = NULL;
 	int r;
 
-	pthread_mutex_lock(&rs->map_lock);
-	for (unsigned i = 0; i < rs->nmaps && !m; i++)
-		if (rs->maps[i].id == id)
-			m = &rs->maps[i];
-	if (m) {
-		*out = m->m;
-		pthread_mutex_unlock(&rs->map_lock);
-		return 0;
-	}
+	for (unsigned i = 0; i < rs->nmaps; i++)
+		if (rs->maps[i].id == id) {
+			*out = &rs->maps[i];
+			return 0;
+		}
 	r = coord_vs_map(rs->base->vs, id, &vm, err);
 	if (r < 0)
-		goto out;
+		return r;
 	if (rs->nmaps == rs->capmaps) {
 		unsigned cap = rs->capmaps ? 2 * rs->capmaps : 16;
 		struct rmap *b = realloc(rs->maps, cap * sizeof(*b));
 
-		if (!b) {
-			r = coord_seterr(err, COORD_ENOMEM, "map: no memory");
-			goto out;
-		}
+		if (!b)
+			return coord_seterr(err, COORD_ENOMEM, "map: no memory");
 		rs->maps = b;
 		rs->capmaps = cap;
 	}
@@ -416,17 +457,29 @@ static int map_var(struct coord_srv_conn *p, uint32_t id, struct coord_ps_map *o
 	memset(m, 0, sizeof(*m));
 	m->id = id;
 	r = coord_rdma_reg(k->ch, vm.block, vm.block_len, true, &m->mr);
-	if (r < 0) {
-		r = coord_seterr(err, r, "map: cannot register the variable: %s", strerror(-r));
-		goto out;
-	}
+	if (r < 0)
+		return coord_seterr(err, r, "map: cannot register the variable: %s", strerror(-r));
 	coord_rdma_mr_export(m->mr, &m->m.block_addr, &m->m.rkey);
 	m->m.block_len = vm.block_len;
 	m->m.nelem = vm.nelem;
 	rs->nmaps++;
-	*out = m->m;
-out:
-	pthread_mutex_unlock(&rs->map_lock);
+	*out = m;
+	return 0;
+}
+
+/* Q4: the MAP op (struct coord_srv map_var). */
+static int map_var(struct coord_srv_conn *p, uint32_t id, struct coord_ps_map *out,
+		   struct coord_error *err)
+{
+	struct rconn *k = conn_of(p);
+	struct rmap *m = NULL;
+	int r;
+
+	pthread_mutex_lock(&k->s->map_lock);
+	r = map_locked(k, id, &m, err);
+	if (r == 0)
+		*out = m->m;
+	pthread_mutex_unlock(&k->s->map_lock);
 	return r;
 }
 
@@ -436,13 +489,144 @@ static void unmap_var(struct coord_srv *s, uint32_t id)
 	struct rsrv *rs = s->map_ctx;
 
 	pthread_mutex_lock(&rs->map_lock);
-	for (unsigned i = 0; i < rs->nmaps; i++)
-		if (rs->maps[i].id == id) {
-			coord_rdma_dereg(rs->maps[i].mr);
-			rs->maps[i] = rs->maps[--rs->nmaps];
-			break;
+	for (unsigned i = 0; i < rs->nmaps; i++) {
+		if (rs->maps[i].id != id)
+			continue;
+		if (rs->maps[i].users) { /* Q6: a READ into it: wait, then look again */
+			pthread_cond_wait(&rs->map_cond, &rs->map_lock);
+			i = (unsigned)-1;
+			continue;
 		}
+		coord_rdma_dereg(rs->maps[i].mr);
+		rs->maps[i] = rs->maps[--rs->nmaps];
+		break;
+	}
 	pthread_mutex_unlock(&rs->map_lock);
+}
+
+/* Q6: @k's assign_add buffer, at least @len bytes, registered. */
+static int fbuf_reserve(struct rconn *k, size_t len, struct coord_error *err)
+{
+	size_t cap = k->fcap ? k->fcap : 1u << 20;
+	int r;
+
+	if (len <= k->fcap)
+		return 0;
+	while (cap < len)
+		cap *= 2;
+	coord_rdma_dereg(k->fmr);
+	free(k->fbuf);
+	k->fmr = NULL;
+	k->fcap = 0;
+	k->fbuf = aligned_alloc(4096, cap);
+	if (!k->fbuf)
+		return coord_seterr(err, COORD_ENOMEM, "rendezvous update: no memory for %zu bytes",
+				    cap);
+	r = coord_rdma_reg(k->ch, k->fbuf, cap, false, &k->fmr);
+	if (r < 0) {
+		free(k->fbuf);
+		k->fbuf = NULL;
+		return coord_seterr(err, COORD_ENOMEM,
+				    "rendezvous update: cannot register %zu bytes: %s", cap,
+				    strerror(-r));
+	}
+	k->fcap = cap;
+	return 0;
+}
+
+/*
+ * Q6: the READs of @src (its @len bytes, in COORD_PSR_CHUNK pieces, one
+ * chain) into @mr at @loff, keepalives meanwhile.  0, or a coord error
+ * code with @err (the connection is then broken or shut down).
+ */
+static int fetch_chain(struct rconn *k, struct coord_rdma_mr *mr, size_t loff,
+		       const struct coord_ps_rsrc *src, struct coord_error *err)
+{
+	struct coord_rdma_rseg seg[COORD_PSR_LARGE_MAX / COORD_PSR_CHUNK];
+	int ms = FETCH_MS + (int)(src->len >> 20) * 1000;
+	unsigned ns = 0;
+	int r;
+
+	for (uint64_t at = 0; at < src->len; at += COORD_PSR_CHUNK)
+		seg[ns++] = (struct coord_rdma_rseg){
+			.mr = mr,
+			.loff = loff + at,
+			.raddr = src->addr + at, /* wraps for a hostile peer: its READ fails */
+			.rkey = src->rkey,
+			.len = src->len - at < COORD_PSR_CHUNK ? src->len - at : COORD_PSR_CHUNK
+		};
+	pthread_mutex_lock(&k->chan_lock);
+	r = coord_rdma_readv_tick(k->ch, mr, seg, ns, ms, fetch_tick, k);
+	if (r == -ETIMEDOUT)
+		coord_rdma_chan_shutdown(k->ch); /* no READ lands after we return */
+	pthread_mutex_unlock(&k->chan_lock);
+	if (r == 0)
+		return 0;
+	coord_log(COORD_LOG_WARN,
+		  "%s: rendezvous update: RDMA READ of %llu bytes (rkey %#x) failed: %s; "
+		  "closing the connection",
+		  k->p.peer, (unsigned long long)src->len, src->rkey,
+		  r == -EIO ? "the peer's memory cannot be read (address, rkey or length)"
+			    : strerror(-r));
+	return coord_seterr(err, COORD_EUNAVAILABLE,
+			    "rendezvous update: the ps could not RDMA READ the %llu bytes (%s)",
+			    (unsigned long long)src->len, strerror(-r));
+}
+
+/* Q6: struct coord_srv @fetch. */
+static int fetch(struct coord_srv_conn *p, const struct coord_ps_rsrc *src, uint32_t id, void *dst,
+		 const void **out, struct coord_error *err)
+{
+	struct rconn *k = conn_of(p);
+	struct rsrv *rs = k->s;
+	struct coord_rdma_mr *mr = NULL, *own;
+	size_t loff = 0;
+	int r;
+
+	if (src->len > COORD_PSR_LARGE_MAX)
+		return coord_seterr(err, COORD_EINVAL,
+				    "rendezvous update of %llu bytes: at most %u",
+				    (unsigned long long)src->len, COORD_PSR_LARGE_MAX);
+	if (!dst) {
+		r = fbuf_reserve(k, src->len, err);
+		if (r == 0)
+			r = fetch_chain(k, k->fmr, 0, src, err);
+		*out = k->fbuf;
+		return r;
+	}
+	/* The variable's registration (on_var_req() made it before the
+	 * stripes were taken: coord_vs_map() takes one, so never here). */
+	pthread_mutex_lock(&rs->map_lock);
+	for (unsigned i = 0; i < rs->nmaps && !mr; i++) {
+		struct rmap *m = &rs->maps[i];
+
+		if (m->id != id)
+			continue;
+		loff = (size_t)((uintptr_t)dst - (uintptr_t)m->m.block_addr);
+		if ((uintptr_t)dst < m->m.block_addr || loff > m->m.block_len ||
+		    src->len > m->m.block_len - loff)
+			break; /* never: the store gave @dst */
+		mr = m->mr;    /* stays: users > 0 (the array may move) */
+		m->users++;
+	}
+	pthread_mutex_unlock(&rs->map_lock);
+	if (!mr) { /* none (deleted and mapped again meanwhile?): this range, for this call */
+		r = coord_rdma_reg(k->ch, dst, src->len, false, &own);
+		if (r < 0)
+			return coord_seterr(err, COORD_ENOMEM,
+					    "rendezvous update: cannot register the variable: %s",
+					    strerror(-r));
+		r = fetch_chain(k, own, 0, src, err);
+		coord_rdma_dereg(own);
+		return r;
+	}
+	r = fetch_chain(k, mr, loff, src, err);
+	pthread_mutex_lock(&rs->map_lock);
+	for (unsigned i = 0; i < rs->nmaps; i++)
+		if (rs->maps[i].id == id && --rs->maps[i].users == 0)
+			pthread_cond_broadcast(&rs->map_cond);
+	pthread_mutex_unlock(&rs->map_lock);
+	return r;
 }
 
 /* S3: a scan this recent needs no other. */
@@ -577,9 +761,11 @@ int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
 		return coord_seterr(err, -r, "rdma: cannot start the keepalive thread");
 	}
 	pthread_mutex_init(&rs.map_lock, NULL);
-	if (s->role == COORD_ROLE_PS && s->vs) { /* Q4 */
+	pthread_cond_init(&rs.map_cond, NULL);
+	if (s->role == COORD_ROLE_PS && s->vs) { /* Q4, Q6 */
 		s->map_var = map_var;
 		s->unmap_var = unmap_var;
+		s->fetch = fetch;
 		s->map_ctx = &rs;
 	}
 	if (s->role == COORD_ROLE_PS)
@@ -611,10 +797,12 @@ int coord_rdma_serve(struct coord_srv *s, struct coord_error *err)
 	pthread_mutex_destroy(&rs.list_lock);
 	s->map_var = NULL;
 	s->unmap_var = NULL;
+	s->fetch = NULL;
 	for (unsigned i = 0; i < rs.nmaps; i++) { /* Q4: before the store goes */
 		coord_rdma_dereg(rs.maps[i].mr);
 	}
 	free(rs.maps);
+	pthread_cond_destroy(&rs.map_cond);
 	pthread_mutex_destroy(&rs.map_lock);
 	coord_rdma_listener_destroy(l);
 	return 0;

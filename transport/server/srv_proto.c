@@ -435,6 +435,56 @@ static int on_map(struct coord_srv_conn *k, const struct coord_ps_op *op, struct
 	return emit_vres(v, b, sizeof(b));
 }
 
+/* A rendezvous update's fetch (struct coord_ps_op @fetch): the transport's,
+ * for the descriptor the request carried. */
+struct rdv {
+	struct coord_srv_conn *k;
+	struct coord_ps_rsrc src;
+};
+
+static int rdv_fetch(void *arg, uint32_t id, void *dst, size_t len, const void **out,
+		     struct coord_error *err)
+{
+	struct rdv *d = arg;
+
+	if (len != d->src.len) /* coord_ps_apply() asks for what src_len says */
+		return coord_seterr(err, COORD_EINVAL,
+				    "rendezvous update: %zu bytes asked, %llu "
+				    "declared",
+				    len, (unsigned long long)d->src.len);
+	return d->k->s->fetch(d->k, &d->src, id, dst, out, err);
+}
+
+/*
+ * ASSIGN_RDV / ASSIGN_ADD_RDV (ps.h): the ASSIGN or ASSIGN_ADD @op stands
+ * for, its data to be fetched with @d, once the descriptor is checked: its
+ * length exactly the 4 n bytes the op needs (the ps reads no more than that
+ * from the sender), a transport that can fetch.  0 or COORD_EINVAL with @err.
+ */
+static int rdv_op(struct coord_srv_conn *k, const struct coord_wire_vreq *q, struct coord_ps_op *op,
+		  struct rdv *d, struct coord_error *err)
+{
+	if (!k->s->fetch || !k->s->vs)
+		return coord_seterr(err, COORD_EINVAL,
+				    "rendezvous updates need a ps served over rdma");
+	if (q->len != COORD_PS_RSRC_LEN)
+		return coord_seterr(err, COORD_EINVAL,
+				    "rendezvous update: a descriptor of %u bytes (not %u)", q->len,
+				    COORD_PS_RSRC_LEN);
+	coord_ps_rsrc_get(q->data, &d->src);
+	if (d->src.reserved || q->n > COORD_VAR_MAX_ELEMS || d->src.len != 4 * q->n)
+		return coord_seterr(err, COORD_EINVAL,
+				    "rendezvous update: %llu bytes declared for %llu elements",
+				    (unsigned long long)d->src.len, (unsigned long long)q->n);
+	d->k = k;
+	op->op = q->op == COORD_PS_ASSIGN_RDV ? COORD_PS_ASSIGN : COORD_PS_ASSIGN_ADD;
+	op->src = NULL;
+	op->src_len = (uint32_t)d->src.len; /* <= 4 x 2^28 - 4 */
+	op->fetch = rdv_fetch;
+	op->fetch_arg = d;
+	return 0;
+}
+
 /* VAR_REQ: run each op on our store; one VAR_RES record each. */
 static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		      const uint8_t *payload)
@@ -461,17 +511,28 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 					  .seq = q.seq };
 		struct vres_sink v = { .k = k, .rid = q.rid };
 		struct coord_error err = { 0 };
+		struct rdv d;
 		int code = 0;
 
 		k->scratch.room = room_vres;
-		if (unlikely(sync_stale(k)))
+		if (q.op == COORD_PS_ASSIGN_RDV || q.op == COORD_PS_ASSIGN_ADD_RDV)
+			code = rdv_op(k, &q, &op, &d, &err);
+		if (code == 0 && unlikely(sync_stale(k)))
 			code = coord_seterr(&err, COORD_ETIMEDOUT,
 					    "not applied: it reached ps task %u after its "
 					    "sender's deadline",
 					    task);
 		/* A stale handle's id is not ours to map or unmap. */
-		else if (k->s->vs)
+		else if (code == 0 && k->s->vs)
 			code = coord_ps_handle_check(k->s->vs, task, &op, &err);
+		/* A rendezvous assign READs into the variable's registered block:
+		 * registered now, before its stripes are held (rdma_server.c Q6). */
+		if (code == 0 && op.fetch && op.op == COORD_PS_ASSIGN && k->s->map_var) {
+			struct coord_error e2;
+			struct coord_ps_map mm;
+
+			(void)k->s->map_var(k, op.id, &mm, &e2); /* else fetch() registers */
+		}
 		if (code == 0 && q.op == COORD_PS_DELETE && k->s->unmap_var)
 			k->s->unmap_var(k->s, q.var); /* no remote read of freed memory */
 		if (code == 0)

@@ -47,6 +47,7 @@ struct coord_srv_ps;
  *        the thread that drives @k.
  * @unmap_var: ps over rdma: variable @id is about to be deleted: deregister
  *        it first, so no remote read reaches its freed memory.  NULL elsewhere.
+ * @fetch: ps over rdma: see below.
  */
 struct coord_srv_conn;
 struct coord_srv {
@@ -61,6 +62,14 @@ struct coord_srv {
 		       struct coord_error *err);
 	void (*unmap_var)(struct coord_srv *s, uint32_t id);
 	void *map_ctx; /* the transport's, for map_var */
+	/* ps over rdma: a rendezvous update's data (ps.h ASSIGN_RDV), @src,
+	 * RDMA READ on @k's connection: into @dst, inside variable @id (whose
+	 * stripes the caller holds), or @dst NULL into the connection's own
+	 * buffer (*@out).  0 or a coord error code with @err; a failed READ
+	 * also closes @k's connection (its queue pair is in error).  NULL
+	 * elsewhere (the ops then fail).  Called by the thread that drives @k. */
+	int (*fetch)(struct coord_srv_conn *k, const struct coord_ps_rsrc *src, uint32_t id,
+		     void *dst, const void **out, struct coord_error *err);
 };
 
 /**
