@@ -323,12 +323,45 @@ static int fill_fetch(void *arg, float *dst, size_t bytes, struct coord_error *e
 	return op->fetch(op->fetch_arg, op->id, dst, bytes, NULL, err);
 }
 
+/* ASSIGN / ASSIGN_ADD: from the frame, or fetched (rendezvous: an assign
+ * straight into the variable, an assign_add into the transport's buffer). */
+static int op_assign(struct coord_varstore *vs, const struct coord_ps_op *op,
+		     struct coord_ps_scratch *s, coord_ps_emit_t emit, void *arg,
+		     struct coord_error *err)
+{
+	const float *src;
+	int r;
+
+	if (op->n > COORD_VAR_MAX_ELEMS || op->src_len != 4 * op->n)
+		return coord_seterr(err, COORD_EINVAL, "%s: %llu elements but %u bytes",
+				    op->op == COORD_PS_ASSIGN ? "assign" : "assign_add",
+				    (unsigned long long)op->n, op->src_len);
+	if (op->fetch && op->op == COORD_PS_ASSIGN) { /* rendezvous: into the variable */
+		r = coord_vs_assign_fill(vs, op->id, op->off, op->n, fill_fetch, (void *)op, err);
+		return r < 0 ? r : emit(arg, NULL, 0);
+	}
+	if (op->fetch) { /* rendezvous: into the transport's buffer, then added */
+		const void *p = NULL;
+
+		r = op->n ? op->fetch(op->fetch_arg, op->id, NULL, op->src_len, &p, err) : 0;
+		if (r < 0)
+			return r;
+		src = aligned(s, p, op->src_len, 0, 4);
+	} else {
+		src = aligned(s, op->src, op->src_len, 0, 4);
+	}
+	if (!src && op->n)
+		return coord_seterr(err, COORD_ENOMEM, "no memory");
+	r = op->op == COORD_PS_ASSIGN ? coord_vs_assign(vs, op->id, op->off, op->n, src, err)
+				      : coord_vs_assign_add(vs, op->id, op->off, op->n, src, err);
+	return r < 0 ? r : emit(arg, NULL, 0);
+}
+
 int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_ps_op *op,
 		   struct coord_ps_scratch *s, coord_ps_emit_t emit, void *arg,
 		   struct coord_error *err)
 {
 	char path[COORD_PS_DIR_MAX + 1];
-	const float *src;
 	uint64_t step;
 	uint8_t b[8];
 	uint32_t id;
@@ -369,32 +402,7 @@ int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_
 	}
 	case COORD_PS_ASSIGN:
 	case COORD_PS_ASSIGN_ADD:
-		if (op->n > COORD_VAR_MAX_ELEMS || op->src_len != 4 * op->n)
-			return coord_seterr(err, COORD_EINVAL, "%s: %llu elements but %u bytes",
-					    op->op == COORD_PS_ASSIGN ? "assign" : "assign_add",
-					    (unsigned long long)op->n, op->src_len);
-		if (op->fetch && op->op == COORD_PS_ASSIGN) { /* rendezvous: into the variable */
-			r = coord_vs_assign_fill(vs, op->id, op->off, op->n, fill_fetch, (void *)op,
-						 err);
-			return r < 0 ? r : emit(arg, NULL, 0);
-		}
-		if (op->fetch) { /* rendezvous: into the transport's buffer, then added */
-			const void *p = NULL;
-
-			r = op->n ? op->fetch(op->fetch_arg, op->id, NULL, op->src_len, &p, err)
-				  : 0;
-			if (r < 0)
-				return r;
-			src = aligned(s, p, op->src_len, 0, 4);
-		} else {
-			src = aligned(s, op->src, op->src_len, 0, 4);
-		}
-		if (!src && op->n)
-			return coord_seterr(err, COORD_ENOMEM, "no memory");
-		r = op->op == COORD_PS_ASSIGN
-			    ? coord_vs_assign(vs, op->id, op->off, op->n, src, err)
-			    : coord_vs_assign_add(vs, op->id, op->off, op->n, src, err);
-		return r < 0 ? r : emit(arg, NULL, 0);
+		return op_assign(vs, op, s, emit, arg, err);
 	case COORD_PS_SCATTER_ADD:
 		r = op_scatter(vs, op, s, err);
 		return r < 0 ? r : emit(arg, NULL, 0);

@@ -97,6 +97,9 @@ COORD_HIDDEN void cq_events_drain(struct coord_rdma_chan *ch);
 COORD_HIDDEN int post_chain(struct coord_rdma_chan *ch, unsigned n, bool sig_last);
 COORD_HIDDEN int wait_event(struct coord_rdma_chan *ch, uint64_t deadline);
 COORD_HIDDEN void wr_fill(struct coord_rdma_chan *ch, unsigned k, uint64_t seq, uint32_t len);
+COORD_HIDDEN void chan_break(struct coord_rdma_chan *ch, int r, const char *why);
+COORD_HIDDEN uint64_t spin_budget_ns(const struct coord_rdma_chan *ch);
+COORD_HIDDEN int wait_event_for(struct coord_rdma_chan *ch, uint64_t deadline, uint64_t budget);
 
 static inline uint8_t *rbuf(const struct coord_rdma_chan *ch, uint32_t idx)
 {
