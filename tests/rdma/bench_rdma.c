@@ -64,6 +64,7 @@
 #include "runtime/core/internal.h"
 #include "transport/rdma/rdma_chan.h"
 #include "../helpers.h"
+#include "perftest_run.h"
 
 #define ROUNDS 5
 /* var_read's rounds: more than ROUNDS, as ib_read_lat's t_typical swings by
@@ -84,27 +85,9 @@ static uint64_t chan_p50;
  */
 static double perftest(const char *tool, unsigned iters, unsigned bytes)
 {
-	char cmd[512], line[512], sz[32] = "";
-	double us = 0;
-	FILE *f;
+	double us = t_perftest(perftest_sh, tool, iters, bytes, "t_typical");
 
-	if (!perftest_sh)
-		return 0;
-	if (bytes)
-		snprintf(sz, sizeof(sz), " -s %u", bytes);
-	snprintf(cmd, sizeof(cmd), "sh %s %s -n %u%s 2>&1", perftest_sh, tool, iters, sz);
-	f = popen(cmd, "r");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		const char *p = strstr(line, "t_typical ");
-
-		if (!strncmp(line, "SUMMARY ", 8) && p)
-			us = atof(p + strlen("t_typical "));
-	}
-	if (pclose(f) != 0)
-		us = 0;
-	if (us <= 0)
+	if (perftest_sh && us <= 0)
 		printf("bench_rdma: %s did not run (%s): no baseline beside this row\n", tool,
 		       perftest_sh);
 	return us;

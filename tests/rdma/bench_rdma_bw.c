@@ -43,6 +43,7 @@
 #include "runtime/core/internal.h"
 #include "transport/rdma/rdma_chan.h"
 #include "../helpers.h"
+#include "perftest_run.h"
 
 #define PIECE (8u << 20) /* an assign's largest frame of floats */
 
@@ -52,25 +53,9 @@ static const char *perftest_sh;
  * @iters messages of @bytes, run now by perftest_pair.sh; 0 if it failed. */
 static double perftest_bw(const char *tool, unsigned iters, size_t bytes)
 {
-	char cmd[512], line[512];
-	double bw = 0;
-	FILE *f;
+	double bw = t_perftest(perftest_sh, tool, iters, bytes, "BW average");
 
-	if (!perftest_sh)
-		return 0;
-	snprintf(cmd, sizeof(cmd), "sh %s %s -n %u -s %zu 2>&1", perftest_sh, tool, iters, bytes);
-	f = popen(cmd, "r");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		const char *p = strstr(line, "BW average ");
-
-		if (!strncmp(line, "SUMMARY ", 8) && p)
-			bw = atof(p + strlen("BW average "));
-	}
-	if (pclose(f) != 0)
-		bw = 0;
-	if (bw <= 0)
+	if (perftest_sh && bw <= 0)
 		printf("bench_rdma_bw: %s -s %zu did not run: no baseline beside this row\n", tool,
 		       bytes);
 	return bw;
