@@ -119,7 +119,8 @@ static int closure_fill(struct coord *c, struct coord_closure *cl, const struct 
  * to the one thread that holds stash_owned[s], process-wide; it takes the
  * slot on its first schedule or put (a CAS, once per thread) and gives it
  * back when it exits (a pthread key's destructor, which touches only
- * stash_owned[], never a coordinator, so it cannot race a destroy).  The
+ * stash_owned[], never a coordinator, so it cannot race a destroy; a
+ * fork()'s child frees the slots of the threads it does not have).  The
  * owner uses its stashes with plain loads and stores: no RMW per call.  A
  * thread that finds every slot taken goes to the pool (and looks for a
  * free slot again every STASH_RETRY calls), so a program that starts a
@@ -145,9 +146,20 @@ static void stash_slot_release(void *arg)
 	atomic_store_explicit(&stash_owned[s], 0, memory_order_release);
 }
 
+/* A child of fork() has only the forking thread: the other owners' slots
+ * are free again there. */
+static void stash_after_fork(void)
+{
+	for (uint32_t s = 0; s < COORD_PSTASH_SLOTS; s++)
+		if (s + 1 != tl_pstash)
+			/* Relaxed: the child has no other thread yet. */
+			atomic_store_explicit(&stash_owned[s], 0, memory_order_relaxed);
+}
+
 static void stash_key_make(void)
 {
-	stash_key_ok = pthread_key_create(&stash_key, stash_slot_release) == 0;
+	stash_key_ok = pthread_key_create(&stash_key, stash_slot_release) == 0 &&
+		       pthread_atfork(NULL, NULL, stash_after_fork) == 0;
 }
 
 /* A free slot for this thread (+ 1), or 0: none free. */
