@@ -419,6 +419,16 @@ bool coord_closure_unref(struct coord_closure *cl)
 	return atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1;
 }
 
+/* The last holder's drop left @rt (the runtime's released reference) in
+ * refs: 0 marks the closure free for coord_destroy()'s count.  True. */
+static inline bool refs_clear(struct coord_closure *cl, uint32_t rt)
+{
+	if (rt)
+		/* Relaxed: nobody else holds a reference (V3). */
+		atomic_store_explicit(&cl->refs, 0, memory_order_relaxed);
+	return true;
+}
+
 /*
  * holder_unref() - drop a holder's reference (a handle, or a consumer's on
  * its input), never the runtime's; true if it was the last.  RL1: a final
@@ -431,16 +441,6 @@ bool coord_closure_unref(struct coord_closure *cl)
  * first (RV_RTREL), this holder was the last.  Both decide on the state
  * word, one CAS after the other, so exactly one of them frees it.
  */
-/* The last holder's drop left @rt (the runtime's released reference) in
- * refs: 0 marks the closure free for coord_destroy()'s count.  True. */
-static inline bool refs_clear(struct coord_closure *cl, uint32_t rt)
-{
-	if (rt)
-		/* Relaxed: nobody else holds a reference (V3). */
-		atomic_store_explicit(&cl->refs, 0, memory_order_relaxed);
-	return true;
-}
-
 static bool holder_unref(struct coord_closure *cl)
 {
 	/* Acquire: pairs with R1 (the acq_rel final CAS in rv_final()): with
