@@ -44,6 +44,9 @@
  * discrepancy exits 1.
  *
  * --throughput-only runs the throughput and fetched tables alone (A/B runs).
+ * --fetch-cost runs only a probe of the fetched path that a loaded machine
+ * does not blur (fetch_cost()): each side's serial cost per fetched
+ * closure, with the closures' lines in the other side's cache.
  * Knobs for exploring (not used by run.sh): BENCH_SPIN_NS and BENCH_BATCH
  * in the environment set coord_opts.spin_ns and .batch of every coordinator
  * made here; the values are printed in the titles.
@@ -56,6 +59,8 @@
  *   coord_schedule() median <= 100 ns; round trip p50 <= 5 us.
  */
 #include <inttypes.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,6 +413,116 @@ static void row(const char *name, struct bench_samples *s, struct bench_stats *s
 #define FETCH_TARGET 25e6
 #define BIG_ARG (64u * 1024u)
 
+/* ---- every result fetched: each side's serial cost (--fetch-cost) -------------------- */
+
+/* fetch_cost()'s gate: holds the one worker until opened, yielding its CPU
+ * meanwhile (on a loaded machine the caller may share it); it notes when it
+ * saw the gate open, where the worker's timed part begins. */
+static atomic_int gate_open, gate_in;
+static _Atomic uint64_t gate_t0;
+
+static int coord_gate(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	(void)ctx;
+	(void)args;
+	(void)len;
+	/* Release: tells the bench the worker is held (the value is all). */
+	atomic_store_explicit(&gate_in, 1, memory_order_release);
+	/* Acquire: pairs with the bench's release when it opens. */
+	while (!atomic_load_explicit(&gate_open, memory_order_acquire))
+		sched_yield();
+	/* Relaxed: read after fetching a closure this worker finished later
+	 * (its final state's release orders this store before). */
+	atomic_store_explicit(&gate_t0, bench_now_ns(), memory_order_relaxed);
+	return 0;
+}
+
+/*
+ * fetch_cost() - one worker, FETCH_WINDOW closures returning a value, all
+ * final (their lines last written by the worker); the worker held in a
+ * gate.  Timed: the caller fetches, checks, puts each and schedules the next
+ * in its place (the coordinator's cost per fetched closure, the worker
+ * idle); then the gate opens, and the time from the worker seeing it open
+ * until the last new one is final is the worker's cost per closure with a
+ * result (the lines last written by the caller).  A round of each is one sample of each; a loaded machine
+ * preempts few of these 10-20 us rounds, so their medians and minima stay
+ * put where end-to-end rates do not.
+ */
+static void fetch_cost(struct env *e, unsigned rounds)
+{
+	enum { W = FETCH_WINDOW };
+	struct bench_samples cs = { 0 }, ws = { 0 };
+	struct bench_stats cst, wst;
+	struct coord_rv *rv[W];
+	int64_t want[W], x = 0;
+	struct coord_error err;
+	uint32_t f_count, f_echo, f_gate;
+	struct coord *c = make_coord(e, 1, &f_count, &f_echo);
+	bool ok = coord_fn_lookup(c, "gate", &f_gate, &err) == 0;
+
+	for (unsigned i = 0; ok && i < W; i++, x++) {
+		want[i] = x ^ XOR;
+		ok = coord_schedule(c, f_echo, &x, sizeof(x), &rv[i], &err) == 0;
+	}
+	for (unsigned r = 0; ok && r < rounds; r++) {
+		uint64_t t0, t1;
+
+		ok = coord_join(c, &err) == 0;
+		/* Relaxed: read by the gate after the push below publishes it. */
+		atomic_store_explicit(&gate_open, 0, memory_order_relaxed);
+		atomic_store_explicit(&gate_in, 0, memory_order_relaxed);
+		ok = ok && coord_schedule(c, f_gate, &x, sizeof(x), NULL, &err) == 0;
+		/* Acquire: the gate's release; the worker is held from here. */
+		while (ok && !atomic_load_explicit(&gate_in, memory_order_acquire))
+			sched_yield();
+		t0 = bench_now_ns();
+		for (unsigned i = 0; ok && i < W; i++, x++) {
+			const void *v;
+			size_t len = 0;
+			int64_t got = 0;
+
+			ok = coord_rv_fetch(rv[i], &v, &len, &err) == 0 && len == sizeof(got);
+			if (ok)
+				memcpy(&got, v, sizeof(got));
+			ok = bench_check(ok && got == want[i], "fetch cost: closure %u: %" PRId64,
+					 i, got);
+			coord_rv_put(rv[i]);
+			want[i] = x ^ XOR;
+			ok = ok && coord_schedule(c, f_echo, &x, sizeof(x), &rv[i], &err) == 0;
+		}
+		t1 = bench_now_ns();
+		bench_samples_add(&cs, (double)(t1 - t0) / W);
+		/* Release: pairs with the gate's acquire. */
+		atomic_store_explicit(&gate_open, 1, memory_order_release);
+		ok = ok && coord_rv_fetch(rv[W - 1], NULL, NULL, &err) == 0;
+		t1 = bench_now_ns();
+		/* Relaxed: the fetch acquired the worker's later release. */
+		t0 = atomic_load_explicit(&gate_t0, memory_order_relaxed);
+		bench_samples_add(&ws, (double)(t1 - t0) / W);
+	}
+	if (!ok)
+		bench_check(false, "fetch cost: %s", err.msg);
+	/* Relaxed: nothing waits in the gate any more (or it is opened now). */
+	atomic_store_explicit(&gate_open, 1, memory_order_release);
+	for (unsigned i = 0; i < W; i++)
+		coord_rv_put(rv[i]);
+	if (coord_join(c, &err))
+		bench_check(false, "fetch cost: coord_join: %s", err.msg);
+	coord_destroy(c);
+	bench_summarize(&cs, false, &cst);
+	bench_summarize(&ws, false, &wst);
+	bench_header("bench_e2e fetched, each side's serial cost: 1 worker, 256 closures "
+		     "returning an int64, one round of each side a sample",
+		     "ns per closure; min = the least disturbed round");
+	bench_row("caller: fetch + put + schedule", &cst, &cst, false);
+	bench_row("worker: run with a result", &wst, &wst, false);
+	printf("SUMMARY bench_e2e config=fetch_cost workers=1 rounds=%zu coord_ns_median=%.1f "
+	       "coord_ns_min=%.1f worker_ns_median=%.1f worker_ns_min=%.1f loadavg=%.2f\n",
+	       cst.n, cst.median, cst.min, wst.median, wst.min, bench_loadavg());
+	bench_samples_free(&cs);
+	bench_samples_free(&ws);
+}
+
 static const unsigned big_inflight[] = { 1, 64, 256, 1024 };
 #define NBIG (sizeof(big_inflight) / sizeof(big_inflight[0]))
 
@@ -656,10 +771,12 @@ static void targets(const struct totals *t)
 
 int main(int argc, char **argv)
 {
-	unsigned long only_tput = 0;
+	unsigned long only_tput = 0, only_cost = 0;
 	const struct bench_opt opts[] = {
 		{ "throughput-only", "only the throughput and fetched tables (for A/B runs)", 0, 1,
 		  &only_tput, true },
+		{ "fetch-cost", "only each side's serial cost per fetched closure (A/B under load)",
+		  0, 1, &only_cost, true },
 	};
 	struct bench_args a;
 	struct env e;
@@ -676,9 +793,17 @@ int main(int argc, char **argv)
 	arg = calloc(1, BIG_ARG);
 	if (!rvs || !arg || coord_registry_create(&e.reg) ||
 	    coord_registry_add(e.reg, "count", coord_count) ||
-	    coord_registry_add(e.reg, "echo", coord_echo)) {
+	    coord_registry_add(e.reg, "echo", coord_echo) ||
+	    coord_registry_add(e.reg, "gate", coord_gate)) {
 		fprintf(stderr, "registry setup failed\n");
 		return 1;
+	}
+	if (only_cost) {
+		fetch_cost(&e, a.quick ? 20 : 100 * a.repeats);
+		free(rvs);
+		free(arg);
+		coord_registry_destroy(e.reg);
+		return bench_exit_code();
 	}
 	for (unsigned nw = 1; nw <= MAX_WORKERS; nw++) {
 		struct tput_samples s = { 0 };

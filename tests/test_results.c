@@ -282,13 +282,47 @@ static void test_rl1_handles_put_in_every_order(void **state)
 	assert_int_equal(coord_join(f->c, NULL), 0);
 }
 
+/*
+ * C10: producer stash slots pass from thread to thread.  Waves of threads,
+ * more at once than there are slots (4), each schedule, fetch and put in
+ * every order (rl1_producer()) and exit; a thread of a later wave takes a
+ * slot an exited one left, with the closures and the count (`added`) in
+ * its stashes (TSan: ordered by the exit's release, the take's acquire).
+ * Every value is right, join returns 0 and nothing stays outstanding.
+ */
+static void test_c10_threads_come_and_go(void **state)
+{
+	enum { WAVES = 4, T = 6, N = 3000 };
+	struct t_fx *f = *state;
+	struct coord_metrics m;
+
+	for (unsigned w = 0; w < WAVES; w++) {
+		struct rl1_arg a[T];
+		pthread_t th[T];
+
+		for (unsigned t = 0; t < T; t++) {
+			a[t] = (struct rl1_arg){
+				.c = f->c, .echo = t_fn(f->c, "echo"), .seed = w * T + t, .n = N
+			};
+			assert_int_equal(pthread_create(&th[t], NULL, rl1_producer, &a[t]), 0);
+		}
+		for (unsigned t = 0; t < T; t++) {
+			assert_int_equal(pthread_join(th[t], NULL), 0);
+			assert_int_equal(a[t].bad, 0);
+		}
+	}
+	assert_int_equal(coord_join(f->c, NULL), 0);
+	assert_int_equal(coord_metrics(f->c, &m, NULL, 0), 0);
+	assert_int_equal(m.outstanding, 0);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup2, teardown)
 	const struct CMUnitTest tests[] = {
 		T(test_v5_every_length_fetched),	T(test_v5_result_replaced),
 		T(test_v5_short_error_messages),	T(test_v5_inputs_every_length),
-		T(test_rl1_handles_put_in_every_order),
+		T(test_rl1_handles_put_in_every_order), T(test_c10_threads_come_and_go),
 	};
 	int failed = 0;
 

@@ -73,6 +73,14 @@
 #define RV_DEPS 0x10u
 /* This closure has inputs whose references it drops when it is final. */
 #define RV_HASIN 0x20u
+/* RL1 (dispatch.c): set by an in-process completer's final CAS, lives while
+ * final: the runtime's reference went with that CAS (it is still counted in
+ * refs, so a holder that sees this bit counts one reference fewer). */
+#define RV_RTREL 0x40u
+/* While NOT_READY: the holders have all dropped theirs, only the runtime's
+ * reference is left (rv.c, holder_unref()), so the final CAS must not set
+ * RV_RTREL: the runtime frees the closure itself. */
+#define RV_ORPHAN 0x80u
 /* A final word's copy of a small result's length (V5 in rv.c): bits 8-11,
  * set by the final CAS, so a reader takes it with the state it acquired. */
 #define RV_SMALL_SHIFT 8
@@ -267,12 +275,19 @@ static inline struct coord_closure *rv_cl(const struct coord_rv *rv)
  * Then, if the old word says so, drops @cl's inputs and hands its
  * dependents on (coord_deps_final()). */
 COORD_HIDDEN bool coord_rv_set_final(struct coord_closure *cl, uint32_t st);
+/* The same for RL1 (dispatch.c): 1 if the final CAS also released the
+ * runtime's reference (RV_RTREL: the caller must not touch @cl again), 0 if
+ * it was made final but the runtime still holds it, -1 if already final. */
+COORD_HIDDEN int coord_rv_set_final_rel(struct coord_closure *cl, uint32_t st);
 /* runtime/core/dataflow.c: the dataflow half of a final transition (B1):
  * @old is the state word the final CAS replaced (RV_DEPS / RV_HASIN). */
 COORD_HIDDEN void coord_deps_final(struct coord_closure *cl, uint32_t old);
-/* Drop one reference; the last one recycles the closure. */
+/* Drop the runtime's reference; the last one recycles the closure. */
 COORD_HIDDEN void coord_closure_put(struct coord_closure *cl);
-/* The two halves of coord_closure_put(), for batched returns: unref says
+/* Drop a holder's reference (a handle, or a consumer's on its input:
+ * RV_RTREL-aware); the last one recycles the closure. */
+COORD_HIDDEN void coord_closure_put_held(struct coord_closure *cl);
+/* The two halves of coord_closure_put() (the runtime's), for batched returns: unref says
  * whether that was the last reference; drop_contents releases the buffers
  * and per-worker handles before the caller returns the object to the pool. */
 COORD_HIDDEN bool coord_closure_unref(struct coord_closure *cl);

@@ -44,8 +44,8 @@
  *       so outstanding == 0 means no function is running (S5).  It is a
  *       sum (outstanding_total()): c->outstanding, which every drop and
  *       most raises change with an RMW, plus each producer stash's `added`,
- *       which coord_schedule() raises with a plain store while it holds the
- *       stash (C10), so the one-at-a-time path has no RMW on a shared
+ *       which coord_schedule() raises with a plain store (its owner's,
+ *       C10), so the one-at-a-time path has no RMW on a shared
  *       counter.  A reader takes c->outstanding first (acquire), then the
  *       stashes: every drop it sees came after its closure's raise in
  *       happens-before (raise, push R1, pop A1, drop), so it sees that
@@ -91,12 +91,13 @@
  *       caches once per batch instead of once per closure.
  *   C10 A closure in a producer stash (c->pstash, closure_get(); a user's
  *       last put adds to it, closure_stash_put()) is free: refs == 0, in no
- *       queue, owned by the stash.  The stash's contents
- *       are read and written only by the thread that holds its busy flag:
- *       the acquire CAS that takes the flag and the release store that
- *       drops it order one holder's accesses before the next's.
- *       coord_destroy() frees the pool with the stashes in it (their
- *       closures count as free, not held).
+ *       queue, owned by the stash.  Stash slot s (of every coordinator) is
+ *       read and written only by the thread that owns slot s process-wide
+ *       (schedule.c, stash_owned[]): it takes the slot with an acquire CAS
+ *       once and gives it back at its exit with a release store, which
+ *       orders one owner's accesses before the next's; in between it uses
+ *       the stash with no atomic RMW.  coord_destroy() frees the pool with
+ *       the stashes in it (their closures count as free, not held).
  *
  * Synchronization: the shared fields of struct coord (internal.h) and of
  * a dispatcher d, who writes them, who reads them, and what orders the two.
@@ -104,10 +105,11 @@
  *   outstanding      producers + (relaxed),          join, done, metrics     C1: raise, push
  *                    finishers - (seq_cst)           (acquire, outstanding_  (ring R1), pop (A1),
  *                                                    total())                drop; the acquire
- *   pstash[].added   the stash's holder (plain       outstanding_total()     C1 (coherence after
+ *   pstash[].added   the slot's owner (plain         outstanding_total()     C1 (coherence after
  *                    store of a relaxed load)        (relaxed)               the acquire), C10
- *   pstash[].busy    producers (acquire CAS,         the same                C10
- *                    release store)
+ *   stash_owned[]    a thread taking a slot          the same                C10
+ *   (schedule.c)     (acquire CAS), leaving it at
+ *                    exit (release store)
  *   gen              the canceller (seq_cst RMW,     producers (acquire,     C3; C2 (the seq_cst
  *                    gen_bump())                     stamp_gen()); takes     pair with inflight);
  *                                                    (seq_cst); early-outs   C5, C7

@@ -163,7 +163,7 @@ void coord_deps_final(struct coord_closure *cl, uint32_t old)
 		cl->in = NULL;
 		cl->nin = 0;
 		for (uint32_t i = 0; i < n; i++)
-			coord_closure_put(in[i].input);
+			coord_closure_put_held(in[i].input);
 		coord_buf_put(&cl->c->bufs, in, cl->in_cls);
 	}
 	if (old & RV_DEPS) {

@@ -5,9 +5,11 @@
  * complete, finish.  Invariants: C1-C10 in coord_pvt.h, and
  *   RL1  A dispatcher with d->released (inproc) drops the runtime's
  *        reference of a closure that has a handle in
- *        coord_dispatch_complete(), right after the final CAS, instead of
- *        in coord_dispatch_finish(); if that was not the last reference it
- *        records the closure in d->released, and the finish that follows
+ *        coord_dispatch_complete(), with the final CAS (RV_RTREL in the
+ *        final word, rv.c: no RMW on refs; the holders count it out), or,
+ *        if a holder's drop raced that CAS (RV_ORPHAN), right after it,
+ *        instead of in coord_dispatch_finish(); if that was not the last
+ *        reference it records the closure in d->released, and the finish that follows
  *        (the closures it is given are the ones completed, in the same
  *        order) skips it without reading it: the user's put may have
  *        recycled it meanwhile.  If it was the last, refs is 0 and the
@@ -378,19 +380,26 @@ void coord_dispatch_complete_slow(struct coord_dispatcher *d, struct coord_closu
 		cl->args_cls = COORD_BUF_INLINE;
 		cl->args = cl->inline_args;
 	}
-	coord_rv_set_final(cl, st);
 	/* RL1: a dispatcher that runs functions itself (inproc: d->released)
-	 * drops the runtime's reference now, while the line the final CAS
-	 * took is still in its cache: the fetcher, who reads that line next,
-	 * then drops the last reference and recycles the closure where it
-	 * will schedule the next (closure_stash_put()), instead of this thread
-	 * taking the line back for its finish.  Relaxed: refs == 0 is V4, a
-	 * closure nobody else holds (coord_closure_unref()). */
+	 * drops the runtime's reference with the final CAS itself (RV_RTREL),
+	 * while the line is in its cache: the fetcher, who reads that line
+	 * next, then drops the last reference with no RMW and recycles the
+	 * closure where it will schedule the next (closure_stash_put()),
+	 * instead of this thread taking the line back for its finish.  Not
+	 * when every holder has gone already (RV_ORPHAN: the finish recycles
+	 * it, as it does a closure without a handle), nor when the released
+	 * list is full.  Relaxed: refs == 0 is V4, a closure nobody else
+	 * holds (coord_closure_unref()). */
 	if (d->released && d->nreleased < d->nlocal &&
-	    atomic_load_explicit(&cl->refs, memory_order_relaxed) != 0 && !coord_closure_unref(cl))
-		d->released[d->nreleased++] = cl; /* not ours to touch again */
-	/* else (the last reference, or none taken): finish recycles it, as it
-	 * does a closure without a handle (refs == 0, V4). */
+	    atomic_load_explicit(&cl->refs, memory_order_relaxed) != 0) {
+		if (coord_rv_set_final_rel(cl, st) > 0)
+			d->released[d->nreleased++] = cl; /* not ours to touch again */
+		else if (!coord_closure_unref(cl))
+			d->released[d->nreleased++] = cl; /* the holders free it */
+		/* else the last reference: finish recycles it (refs == 0, V4) */
+		return;
+	}
+	coord_rv_set_final(cl, st);
 }
 
 void coord_dispatch_finish(struct coord_dispatcher *d, struct coord_worker *w,

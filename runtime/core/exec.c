@@ -146,7 +146,9 @@ int coord_ctx_set_result(struct coord_ctx *ctx, const void *p, size_t len)
 
 	if (!buf && len)
 		return COORD_ENOMEM;
-	if (len)
+	if (len == sizeof(uint64_t))
+		memcpy(buf, p, sizeof(uint64_t)); /* the common small value: one store */
+	else if (len)
 		memcpy(buf, p, len);
 	return 0;
 }

@@ -32,16 +32,16 @@ struct coord_tp_ops;
  * the pool a batch at a time, with the batch's first lines prefetched for
  * writing at once, so the one-at-a-time path pays one overlapped round of
  * misses per batch instead of one miss per call on a line the worker last
- * had.  A producer thread uses the stash its slot number names, while it
- * holds @busy; one that finds it busy takes from the pool directly.
+ * had.  Slot s belongs to the thread that owns it process-wide (schedule.c,
+ * stash_slot_claim()), which alone reads and writes it; a thread without a
+ * slot takes from the pool directly.
  */
 #define COORD_PSTASH 16	      /* closures per stash */
 #define COORD_PSTASH_SLOTS 4u /* stashes per coordinator */
 struct coord_pstash {
-	_Atomic uint32_t busy __cacheline_aligned; /* owner flag (C10) */
+	/* C1: closures its owners counted as outstanding (only grows). */
+	_Atomic uint64_t added __cacheline_aligned;
 	uint32_t n;
-	/* C1: closures its holders counted as outstanding (only grows). */
-	_Atomic uint64_t added;
 	struct coord_closure *cl[COORD_PSTASH];
 };
 

@@ -7,8 +7,11 @@
  *   bit  3    RV_WAITER: a fetcher is parked (or about to be) on the word.
  *   bit  4    RV_DEPS: a consumer registered on the dependents list (B1).
  *   bit  5    RV_HASIN: the closure holds inputs (B1).
+ *   bit  6    RV_RTREL (final words): the runtime's reference went with the
+ *             final CAS (RL1 in dispatch.c; holder_unref()).
+ *   bit  7    RV_ORPHAN (NOT_READY): only the runtime's reference is left.
  *   bits 8-11 a final word's small result length (V5).
- *   Bits 3-5 live only while NOT_READY: the final CAS replaces the whole
+ *   Bits 3-5 and 7 live only while NOT_READY: the final CAS replaces the whole
  *   word, and its old value tells the completer whether there is dataflow
  *   work (coord_deps_final()): the default path tests a register, no load.
  *
@@ -38,7 +41,9 @@
  *   V2  After a final state (READY, READY_ERR, CANCELLED) the result fields
  *       never change until the closure is freed (refs == 0).
  *   V3  refs counts the user's handle and the runtime's; the closure (and its
- *       buffers) are recycled by whoever drops the last one.
+ *       buffers) are recycled by whoever drops the last one.  A final word
+ *       with RV_RTREL says the runtime's, still counted, is gone (RL1), so
+ *       a holder that sees it and refs == 2 holds the last one.
  *   V4  A closure scheduled without a RemoteValue (out == NULL) has refs == 0
  *       for its whole life: nobody holds a handle, so nobody can fetch it,
  *       wait on it or consume it (dataflow inputs are handles, DF2), and the
@@ -66,6 +71,9 @@
  *                  NOT_READY (plain, V1)
  *   refs           handles and the runtime        the same                   acq_rel on the drop
  *                  (relaxed +, acq_rel -, V3)                                that may free (V3)
+ *   RV_RTREL,      the in-process completer's     holders' drops             acq_rel CASes on the
+ *   RV_ORPHAN      final CAS / a holder leaving   (acquire), that final      state word: one of the
+ *                  only the runtime (acq_rel CAS)  CAS (acq_rel)              two frees (V3)
  *   wait_avg_ns,   fetchers that waited           fetchers (relaxed)         none needed: a spin
  *   waits, parked  (relaxed)                                                 budget and metrics
  */
@@ -136,13 +144,18 @@ void *coord_closure_result_buf(struct coord_closure *cl, size_t len)
 }
 
 /*
- * rv_set_final() - publish final state @st (V1, V2).  Returns false if the
- * closure was already final (a late, out-of-generation result: discarded).
+ * rv_final() - publish final state @st (V1, V2); with @rel (RL1 in
+ * dispatch.c), release the runtime's reference with the same CAS (RV_RTREL)
+ * unless only the runtime holds the closure (RV_ORPHAN) or it has dataflow
+ * work to do after the CAS (RV_DEPS, RV_HASIN: that reads the closure).
+ * Returns -1 if the closure was already final (a late, out-of-generation
+ * result: discarded), 1 if the runtime's reference went with the CAS, else 0.
  */
-bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
+static int rv_final(struct coord_closure *cl, uint32_t st, bool rel)
 {
 	/* Relaxed: a snapshot for the CAS loop, which re-validates. */
 	uint32_t w = atomic_load_explicit(&cl->state, memory_order_relaxed);
+	uint32_t nw;
 
 	/* V5: the small result's length goes with the state (the owner's
 	 * res_dirty may change after the CAS: coord_deps_final()). */
@@ -154,21 +167,42 @@ bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
 		uint32_t cur = st_of(w);
 
 		if (cur != COORD_RV_NOT_READY && cur != COORD_RV_ABORTED)
-			return false;
+			return -1;
+		nw = st;
+		if (rel && !(w & (RV_ORPHAN | RV_DEPS | RV_HASIN)))
+			nw |= RV_RTREL;
 		/* R1 (release): pairs with A1 in coord_rv_state()/rv_wait(): the
 		 * result fields written before it are visible to any thread that
-		 * sees the final state.  The CAS (not a plain store) reads the
-		 * RV_WAITER bit atomically and clears it. */
-		if (atomic_compare_exchange_weak_explicit(&cl->state, &w, st, memory_order_release,
+		 * sees the final state.  Acquire: pairs with the acq_rel CAS that
+		 * set RV_ORPHAN (holder_unref()): the holders' drops happen-
+		 * before the runtime's own (coord_closure_unref()) that follows.
+		 * The CAS (not a plain store) reads RV_WAITER and RV_ORPHAN
+		 * atomically and clears them. */
+		if (atomic_compare_exchange_weak_explicit(&cl->state, &w, nw, memory_order_acq_rel,
 							  memory_order_relaxed))
 			break;
 	}
+	/* With RV_RTREL the closure may be recycled by now: the wake only
+	 * names its address (type-stable pool memory, coord_destroy() waits
+	 * for this dispatcher's finish), and a waiter of its next life
+	 * re-checks its word. */
 	if (w & RV_WAITER)
 		coord_futex_wake_all(&cl->state);
-	/* B1: inputs to drop, dependents to hand on (DF1-DF3, dataflow.c). */
+	/* B1: inputs to drop, dependents to hand on (DF1-DF3, dataflow.c);
+	 * never with RV_RTREL (above). */
 	if (unlikely(w & (RV_DEPS | RV_HASIN)))
 		coord_deps_final(cl, w);
-	return true;
+	return (nw & RV_RTREL) != 0;
+}
+
+bool coord_rv_set_final(struct coord_closure *cl, uint32_t st)
+{
+	return rv_final(cl, st, false) >= 0;
+}
+
+int coord_rv_set_final_rel(struct coord_closure *cl, uint32_t st)
+{
+	return rv_final(cl, st, true);
 }
 
 /* W1: fold a wait that began at @since into the coordinator's average. */
@@ -385,12 +419,67 @@ bool coord_closure_unref(struct coord_closure *cl)
 	return atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel) == 1;
 }
 
-/* Drop one reference of @cl; the last one recycles it, into this thread's
- * producer stash if @stash and it has room (C10 in coord_pvt.h). */
-static inline void closure_put(struct coord_closure *cl, bool stash)
+/* The last holder's drop left @rt (the runtime's released reference) in
+ * refs: 0 marks the closure free for coord_destroy()'s count.  True. */
+static inline bool refs_clear(struct coord_closure *cl, uint32_t rt)
 {
-	if (!coord_closure_unref(cl))
-		return;
+	if (rt)
+		/* Relaxed: nobody else holds a reference (V3). */
+		atomic_store_explicit(&cl->refs, 0, memory_order_relaxed);
+	return true;
+}
+
+/*
+ * holder_unref() - drop a holder's reference (a handle, or a consumer's on
+ * its input), never the runtime's; true if it was the last.  RL1: a final
+ * word with RV_RTREL means the runtime's reference, still counted in refs,
+ * is gone, so one fewer is left than refs says: a fetcher that saw the
+ * value and holds the only handle frees the closure without an RMW.  A
+ * holder that leaves only the runtime's reference while the closure is not
+ * final tells the completer (RV_ORPHAN), whose final CAS then keeps the
+ * runtime's reference and frees it as before; if the completer's CAS came
+ * first (RV_RTREL), this holder was the last.  Both decide on the state
+ * word, one CAS after the other, so exactly one of them frees it.
+ */
+static bool holder_unref(struct coord_closure *cl)
+{
+	/* Acquire: pairs with R1 (the acq_rel final CAS in rv_final()): with
+	 * RV_RTREL seen, the completer's uses of the closure happen-before
+	 * our recycling it. */
+	uint32_t w = atomic_load_explicit(&cl->state, memory_order_acquire);
+	uint32_t rt = w & RV_RTREL ? 1 : 0, r;
+
+	/* Acquire: as in coord_closure_unref(); 1 + rt: ours is the only
+	 * reference left (V3). */
+	r = atomic_load_explicit(&cl->refs, memory_order_acquire);
+	if (r <= 1 + rt)
+		return refs_clear(cl, 1);
+	/* acq_rel: as in coord_closure_unref(). */
+	r = atomic_fetch_sub_explicit(&cl->refs, 1, memory_order_acq_rel);
+	if (rt || r != 2)
+		return r == 1 + rt && refs_clear(cl, rt);
+	/* One reference is left and RV_RTREL was not set when we looked: the
+	 * runtime's (not final yet, or final and dropped the old way), or,
+	 * final, another holder's. */
+	/* Acquire: as the first load. */
+	w = atomic_load_explicit(&cl->state, memory_order_acquire);
+	for (;;) {
+		if (st_final(st_of(w))) /* RV_RTREL: the completer's CAS came first */
+			return (w & RV_RTREL) && refs_clear(cl, 1);
+		/* acq_rel: releases our drop to the completer (its acquire CAS
+		 * in rv_final()); acquire on failure: the completer's R1, when
+		 * it came first. */
+		if (atomic_compare_exchange_weak_explicit(&cl->state, &w, w | RV_ORPHAN,
+							  memory_order_acq_rel,
+							  memory_order_acquire))
+			return false;
+	}
+}
+
+/* Recycle @cl, whose last reference was just dropped, into this thread's
+ * producer stash if @stash and it has room (C10 in coord_pvt.h). */
+static inline void closure_free(struct coord_closure *cl, bool stash)
+{
 	coord_closure_drop_contents(cl);
 	/* Relaxed: set by coord_destroy() before the caller could hand this
 	 * handle to the thread that puts it (see there). */
@@ -402,13 +491,20 @@ static inline void closure_put(struct coord_closure *cl, bool stash)
 
 void coord_closure_put(struct coord_closure *cl)
 {
-	closure_put(cl, false);
+	if (coord_closure_unref(cl))
+		closure_free(cl, false);
+}
+
+void coord_closure_put_held(struct coord_closure *cl)
+{
+	if (holder_unref(cl))
+		closure_free(cl, false);
 }
 
 /* The user's put: a thread that fetches and schedules in turn gets the
  * closure back on its next schedule(), its lines still in its cache. */
 void coord_rv_put(struct coord_rv *rv)
 {
-	if (rv)
-		closure_put(rv_cl(rv), true);
+	if (rv && holder_unref(rv_cl(rv)))
+		closure_free(rv_cl(rv), true);
 }

@@ -114,28 +114,94 @@ static int closure_fill(struct coord *c, struct coord_closure *cl, const struct 
 	return 0;
 }
 
-/* Producer stashes (C10). */
-/* Which stash this thread uses: a number handed out on first use. */
-static __thread unsigned tl_pstash = UINT32_MAX;
-static _Atomic unsigned pstash_next;
+/*
+ * Producer stashes (C10): slot s of every coordinator's pstash[] belongs
+ * to the one thread that holds stash_owned[s], process-wide; it takes the
+ * slot on its first schedule or put (a CAS, once per thread) and gives it
+ * back when it exits (a pthread key's destructor, which touches only
+ * stash_owned[], never a coordinator, so it cannot race a destroy; a
+ * fork()'s child frees the slots of the threads it does not have).  The
+ * owner uses its stashes with plain loads and stores: no RMW per call.  A
+ * thread that finds every slot taken goes to the pool (and looks for a
+ * free slot again every STASH_RETRY calls), so a program that starts a
+ * thread per request keeps at most COORD_PSTASH_SLOTS stashes in use.
+ */
+#define STASH_RETRY 1024u
+static _Atomic uint32_t stash_owned[COORD_PSTASH_SLOTS];
+static pthread_once_t stash_once = PTHREAD_ONCE_INIT;
+static pthread_key_t stash_key;
+static bool stash_key_ok;
+/* This thread's slot + 1, or 0: none (yet); calls since it last looked. */
+static __thread uint32_t tl_pstash, tl_pstash_miss;
 
-/* This thread's stash (C10). */
-static inline struct coord_pstash *my_stash(struct coord *c)
+/* A thread's exit: its slot (+ 1 in @arg) to the next thread. */
+static void stash_slot_release(void *arg)
 {
-	if (unlikely(tl_pstash == UINT32_MAX))
-		/* Relaxed: only spreads threads over the stashes. */
-		tl_pstash = atomic_fetch_add_explicit(&pstash_next, 1, memory_order_relaxed);
-	return &c->pstash[tl_pstash % COORD_PSTASH_SLOTS];
+	uint32_t s = (uint32_t)(uintptr_t)arg - 1;
+
+	tl_pstash = 0; /* a later call in this exit takes one anew */
+	/* Release (C10): this thread's accesses to slot s of every
+	 * coordinator happen-before the next owner's (its acquire CAS in
+	 * stash_slot_claim()). */
+	atomic_store_explicit(&stash_owned[s], 0, memory_order_release);
 }
 
-/* Raise outstanding by one for a closure about to be queued (C1), in the
- * stash @st if we hold it: a plain store. */
-static inline void stash_count(struct coord *c, struct coord_pstash *st, bool held)
+/* A child of fork() has only the forking thread: the other owners' slots
+ * are free again there. */
+static void stash_after_fork(void)
 {
-	if (held)
-		/* Relaxed: C1: only stash holders write `added` (C10), and the
-		 * push of this closure (R1 in ring.c) publishes the raise
-		 * before any drop of it; readers sum it (outstanding_total()). */
+	for (uint32_t s = 0; s < COORD_PSTASH_SLOTS; s++)
+		if (s + 1 != tl_pstash)
+			/* Relaxed: the child has no other thread yet. */
+			atomic_store_explicit(&stash_owned[s], 0, memory_order_relaxed);
+}
+
+static void stash_key_make(void)
+{
+	stash_key_ok = pthread_key_create(&stash_key, stash_slot_release) == 0 &&
+		       pthread_atfork(NULL, NULL, stash_after_fork) == 0;
+}
+
+/* A free slot for this thread (+ 1), or 0: none free. */
+static __attribute__((noinline)) uint32_t stash_slot_claim(void)
+{
+	pthread_once(&stash_once, stash_key_make);
+	for (uint32_t s = 0; stash_key_ok && s < COORD_PSTASH_SLOTS; s++) {
+		/* Relaxed: a look before the CAS, which decides. */
+		uint32_t idle = atomic_load_explicit(&stash_owned[s], memory_order_relaxed);
+
+		/* Acquire (C10): pairs with the release in
+		 * stash_slot_release(): the previous owner's accesses to the
+		 * slot's stashes happen-before ours. */
+		if (idle || !atomic_compare_exchange_strong_explicit(&stash_owned[s], &idle, 1,
+								     memory_order_acquire,
+								     memory_order_relaxed))
+			continue;
+		if (pthread_setspecific(stash_key, (void *)(uintptr_t)(s + 1)) == 0)
+			return s + 1;
+		stash_slot_release((void *)(uintptr_t)(s + 1)); /* no exit hook: give it back */
+		break;
+	}
+	return 0;
+}
+
+/* This thread's stash in @c (C10), or NULL: it owns none. */
+static inline struct coord_pstash *my_stash(struct coord *c)
+{
+	if (unlikely(!tl_pstash) && tl_pstash_miss++ % STASH_RETRY == 0)
+		tl_pstash = stash_slot_claim();
+	return likely(tl_pstash) ? &c->pstash[tl_pstash - 1] : NULL;
+}
+
+/* Raise outstanding by one for a closure about to be queued (C1), in this
+ * thread's stash @st if it has one: a plain store. */
+static inline void stash_count(struct coord *c, struct coord_pstash *st)
+{
+	if (st)
+		/* Relaxed: C1: only the slot's owner writes `added` (C10),
+		 * and the push of this closure (R1 in ring.c) publishes the
+		 * raise before any drop of it; readers sum it
+		 * (outstanding_total()). */
 		atomic_store_explicit(&st->added,
 				      atomic_load_explicit(&st->added, memory_order_relaxed) + 1,
 				      memory_order_relaxed);
@@ -144,36 +210,18 @@ static inline void stash_count(struct coord *c, struct coord_pstash *st, bool he
 		atomic_fetch_add_explicit(&c->outstanding, 1, memory_order_relaxed);
 }
 
-/* Take stash @st (C10); false if another thread holds it. */
-static inline bool stash_take(struct coord_pstash *st)
-{
-	uint32_t idle = 0;
-
-	/* Acquire (C10): the previous holder's accesses to the stash happen-
-	 * before ours.  Another thread holds it: the caller does without,
-	 * rather than wait. */
-	return atomic_compare_exchange_strong_explicit(&st->busy, &idle, 1, memory_order_acquire,
-						       memory_order_relaxed);
-}
-
-static inline void stash_drop(struct coord_pstash *st)
-{
-	/* Release (C10): hands the stash to its next holder. */
-	atomic_store_explicit(&st->busy, 0, memory_order_release);
-}
-
 /* A free closure for schedule(), through this thread's stash (C10);
- * @count: raise outstanding for it (C1), in the stash if we hold it. */
+ * @count: raise outstanding for it (C1), in the stash if it has one. */
 static struct coord_closure *closure_get(struct coord *c, bool count)
 {
 	struct coord_pstash *st = my_stash(c);
 	struct coord_closure *cl;
 
-	if (!stash_take(st)) {
+	if (!st) {
 		/* The pool is thread-safe. */
 		cl = coord_pool_get(c->closures);
 		if (cl && count)
-			stash_count(c, st, false);
+			stash_count(c, NULL);
 		return cl;
 	}
 	if (st->n <= COORD_PSTASH / 4) {
@@ -193,29 +241,24 @@ static struct coord_closure *closure_get(struct coord *c, bool count)
 	}
 	cl = st->n ? st->cl[--st->n] : NULL;
 	if (cl && count)
-		stash_count(c, st, true);
-	stash_drop(st);
+		stash_count(c, st);
 	return cl;
 }
 
 /*
  * closure_stash_put() - C10: free closure @cl (refs == 0, contents dropped)
  * goes into this thread's stash, where its next schedule() takes it while
- * its lines are still in this cache; false if the stash is busy or full
- * (the caller returns it to the pool).
+ * its lines are still in this cache; false if this thread owns no stash
+ * or it is full (the caller returns it to the pool).
  */
 bool closure_stash_put(struct coord *c, struct coord_closure *cl)
 {
 	struct coord_pstash *st = my_stash(c);
-	bool put;
 
-	if (!stash_take(st))
+	if (!st || st->n >= COORD_PSTASH)
 		return false;
-	put = st->n < COORD_PSTASH;
-	if (put)
-		st->cl[st->n++] = cl;
-	stash_drop(st);
-	return put;
+	st->cl[st->n++] = cl;
+	return true;
 }
 
 /* Q2: calls of a thread that could travel inline; every 64th does not. */
@@ -456,16 +499,11 @@ int coord_schedule(struct coord *c, uint32_t fn, const void *args, size_t len,
 	if (sample && likely(++tl_inline & COORD_SAMPLE_MASK)) {
 		/* Q2: the call travels in its ring entry; no closure. */
 		struct coord_ring_ent e;
-		struct coord_pstash *st = my_stash(c);
-		bool held;
 
 		qe_encode(&e, fn, args, len);
-		held = stash_take(st);
-		stash_count(c, st, held); /* C1, before the push */
-		if (held)
-			stash_drop(st);
-		e.w[2] = stamp_gen(c);	 /* C3 */
-		queue_push(c, NULL, &e); /* inproc: no wake to do (not rdma.c D5) */
+		stash_count(c, my_stash(c)); /* C1, before the push */
+		e.w[2] = stamp_gen(c);	     /* C3 */
+		queue_push(c, NULL, &e);     /* inproc: no wake to do (not rdma.c D5) */
 		return 0;
 	}
 	/* schedule_one() without per-worker arguments, hints or inputs; the
