@@ -349,8 +349,8 @@ static pid_t cut_start(int ms)
 	char line[160];
 	pid_t pid;
 
-	snprintf(line, sizeof(line), "ip link set eth1 down; sleep %d.%03d; ip link set eth1 up",
-		 ms / 1000, ms % 1000);
+	snprintf(line, sizeof(line), "ip link set eth1 down; sleep %d; ip link set eth1 up",
+		 (ms + 999) / 1000); /* busybox sleep: whole seconds */
 	pid = fork();
 	if (pid == 0) {
 		execl(getenv("RIG_PEER_EXEC"), getenv("RIG_PEER_EXEC"), "sh", "-c", line,

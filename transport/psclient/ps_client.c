@@ -602,19 +602,22 @@ static void wait_replies(struct coord_psc *p, struct coord_ps_op *ops, unsigned 
  * Late: which ops of a round to send again - those the ps answered
  * COORD_ETIMEDOUT (srv_proto.c "Give-up": the request started on the ps a
  * window after the frame its VAR_SYNC named, so it was not applied) while
- * we had not given up on them (@deadline, their timeout, has not passed):
- * the ps was busy (a large rendezvous READ, a large frame), not cut off.
+ * we had not given up on them: the ps was busy (a large rendezvous READ, a
+ * large frame), not cut off.  Only while their timeout (@deadline) is at
+ * least a window (@window) away: the copy sent again names a frame received
+ * by now, and Give-up holds only if we give up on it no sooner than a
+ * window after that (tests/test_giveup.c found the copy that kept less).
  * Those get code 1 (not answered) and fate UNSENT again and are counted in
  * *@w; the others' slots become SLOT_DONE (nothing to send).  Return: how
  * many go again.
  */
 static unsigned late_again(struct coord_ps_op *ops, unsigned n, uint32_t *slot, uint64_t deadline,
-			   struct psc_wait *w, struct coord_error *err)
+			   uint64_t window, struct psc_wait *w, struct coord_error *err)
 {
 	unsigned again = 0;
 	bool failed = false;
 
-	if (coord_now_ns() >= deadline)
+	if (!window || coord_now_ns() + window > deadline)
 		return 0;
 	for (unsigned i = 0; i < n; i++) {
 		if (ops[i].fate == COORD_PS_ANSWERED && ops[i].code == COORD_ETIMEDOUT) {
@@ -667,7 +670,7 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 	/* Acquire: pairs with wait_error()'s CAS (a round's message is in *err). */
 	said = atomic_load_explicit(&w.has_err, memory_order_acquire);
 	/* Late: bounded by the ops' own deadline; each round waits for the ps. */
-	while (late_again(ops, n, slot, deadline, &w, err)) {
+	while (late_again(ops, n, slot, deadline, p->gc.window_ns, &w, err)) {
 		for (unsigned t = 0; t < p->nps; t++)
 			send_to_task(p, t, ops, n, slot, &w, rdv, true);
 		wait_replies(p, ops, n, slot, &w, deadline);
