@@ -206,164 +206,185 @@ struct sim_stats {
 	unsigned applied, refused, gave_up, violations;
 };
 
-/* One connection from its handshake until the client has given it up (or
- * @horizon), then the ps drains what is in flight.  Return: the stats. */
-static struct sim_stats sim_run(const struct scen *sc, uint64_t seed, uint64_t horizon)
-{
-	static struct link c2s, s2c;
-	static struct req rq[NREQ];
+/* One simulated connection: both ends, their links, the requests. */
+struct sim {
+	const struct scen *sc;
+	uint64_t seed;
+	struct link c2s, s2c;
+	struct req rq[NREQ];
 	struct coord_gu_clock gc;
 	struct coord_gu_cli g;
 	struct coord_gu_srv y;
-	struct sim_stats st = { 0 };
-	uint64_t last_rx = 0, next_ping, busy_until = 0, keep_at = 0, next_req = 0;
-	unsigned nreq = 0, lo = 0, serving = NREQ;
-	bool alive = true;
-	const uint64_t c_off = 7 * MS * 1000, s_off = 123456789;
+	struct sim_stats st;
+	uint64_t last_rx, next_ping, busy_until, keep_at, next_req;
+	unsigned nreq, lo, serving; /* serving: the op the ps runs (NREQ: none) */
+	bool alive;
+};
 
-#define CCLK(t) ((uint64_t)((double)(t)*sc->rc) + c_off)
-#define SCLK(t) ((uint64_t)((double)(t)*sc->rs) + s_off)
-	memset(&c2s, 0, sizeof(c2s));
-	memset(&s2c, 0, sizeof(s2c));
-	memset(rq, 0, sizeof(rq));
-	memset(&y, 0, sizeof(y));
-	coord_gu_clock_init(&gc, 3000, 500, 3); /* window 1.5 s, ping 375 ms */
-	coord_gu_srv_init(&y, SCLK(0));
-	coord_gu_cli_reset(&g, CCLK(1000000)); /* the handshake's reply came at 1 ms */
-	g.ping_seq = 0;
-	last_rx = 1000000;
-	next_ping = 1000000 + gc.ping_ns;
-	{
-		struct msg m = { .type = M_SYNC };
+/* The two hosts' clocks at true time @t: rates and offsets of their own. */
+static uint64_t cclk(const struct sim *s, uint64_t t)
+{
+	return (uint64_t)((double)t * s->sc->rc) + 7 * MS * 1000;
+}
 
-		coord_gu_cli_sync(&g, &gc, false, &m.y); /* the first frame */
-		put(&c2s, sc, &seed, 1000000, m);
+static uint64_t sclk(const struct sim *s, uint64_t t)
+{
+	return (uint64_t)((double)t * s->sc->rs) + 123456789;
+}
+
+/* The client queues a VAR_SYNC at @t (@echo: a ping). */
+static void cli_sync(struct sim *s, uint64_t t, bool echo)
+{
+	struct msg m = { .type = M_SYNC };
+
+	coord_gu_cli_sync(&s->g, &s->gc, echo, &m.y);
+	put(&s->c2s, s->sc, &s->seed, t, m);
+}
+
+/* The client queues request @i at @t. */
+static void cli_req(struct sim *s, uint64_t t, uint64_t deadline_c)
+{
+	s->rq[s->nreq] = (struct req){ .deadline_c = deadline_c, .pending = true };
+	put(&s->c2s, s->sc, &s->seed, t, (struct msg){ .type = M_REQ, .req = s->nreq++ });
+}
+
+/* The ps at @t: the op it runs ends (its reply), keepalives while busy,
+ * then what arrived, in order, one op at a time. */
+static void ps_step(struct sim *s, uint64_t t)
+{
+	struct msg *m;
+
+	if (s->serving < NREQ && t >= s->busy_until) { /* the op is done: its reply */
+		coord_gu_srv_sent_at(&s->y, sclk(s, t));
+		put(&s->s2c, s->sc, &s->seed, t, (struct msg){ .type = M_RES, .req = s->serving });
+		s->serving = NREQ;
 	}
+	if (s->serving < NREQ && t >= s->keep_at) { /* busy: keepalive PONGs (uncounted) */
+		put(&s->s2c, s->sc, &s->seed, t, (struct msg){ .type = M_KEEP });
+		s->keep_at = t + 250 * MS;
+	}
+	while (s->serving == NREQ && (m = peek(&s->c2s, t))) {
+		s->c2s.head++;
+		if (m->type == M_SYNC) {
+			assert_int_equal(coord_gu_srv_sync(&s->y, &m->y), 0);
+			if (m->y.seq) {
+				coord_gu_srv_sent_at(&s->y, sclk(s, t));
+				put(&s->s2c, s->sc, &s->seed, t, (struct msg){ .type = M_PONG });
+			}
+			continue;
+		}
+		if (coord_gu_srv_stale_at(&s->y, sclk(s, t))) {
+			struct msg r = { .type = M_RES, .req = m->req, .late = true };
+
+			s->st.refused++;
+			coord_gu_srv_sent_at(&s->y, sclk(s, t));
+			put(&s->s2c, s->sc, &s->seed, t, r);
+			continue;
+		}
+		s->rq[m->req].applied = t;
+		s->st.applied++;
+		if (s->rq[m->req].gave_up)
+			s->st.violations++; /* applied after its sender gave up */
+		s->serving = m->req;
+		s->busy_until = t + 10000;
+		if (s->sc->busy_every && rnd(&s->seed) % s->sc->busy_every == 0)
+			s->busy_until += rnd(&s->seed) % s->sc->busy;
+		s->keep_at = t + 250 * MS;
+	}
+}
+
+/* The client takes in what arrived by @t: any frame a sign of life, the
+ * counted ones counted, replies; one the ps refused late is sent again
+ * (a new request, a VAR_SYNC first) if its timeout is a window away
+ * (ps_client.c "Late"), else it is given up at its timeout. */
+static void cli_rx(struct sim *s, uint64_t t)
+{
+	struct msg *m;
+
+	while ((m = peek(&s->s2c, t))) {
+		struct req *q;
+
+		s->s2c.head++;
+		if (!s->alive)
+			continue;
+		s->last_rx = t;
+		if (m->type == M_KEEP)
+			continue;
+		coord_gu_cli_rx(&s->g, cclk(s, t)); /* PONG echoes and VAR_RES frames count */
+		q = &s->rq[m->req];
+		if (m->type != M_RES || !q->pending)
+			continue;
+		q->pending = false;
+		q->answered = !m->late;
+		if (m->late && cclk(s, t) + s->gc.window_ns <= q->deadline_c && s->nreq < NREQ) {
+			if (s->g.rx_count != s->g.synced)
+				cli_sync(s, t, false);
+			cli_req(s, t, q->deadline_c);
+		}
+	}
+}
+
+/* The client at @t: given up on silence or at a timeout, pings, requests. */
+static void cli_step(struct sim *s, uint64_t t, uint64_t horizon)
+{
+	bool dead = cclk(s, t) - cclk(s, s->last_rx) >= s->gc.dead_ns;
+
+	/* silent for heartbeat x misses: lost, every pending request given up;
+	 * else each at its timeout */
+	for (unsigned i = s->lo; i < s->nreq; i++)
+		if (s->rq[i].pending && (dead || cclk(s, t) >= s->rq[i].deadline_c)) {
+			s->rq[i].pending = false;
+			s->rq[i].gave_up = t;
+			s->st.gave_up++;
+		}
+	if (dead) {
+		s->alive = false;
+		return;
+	}
+	if (t >= s->next_ping) {
+		cli_sync(s, t, true);
+		s->next_ping = t + s->gc.ping_ns;
+	}
+	if (t >= s->next_req && t < horizon && s->nreq < NREQ) {
+		if (coord_gu_cli_due(&s->g, &s->gc, cclk(s, t)))
+			cli_sync(s, t, false);
+		cli_req(s, t, cclk(s, t) + 3000 * MS);
+		s->next_req = t + 1 * MS + rnd(&s->seed) % (40 * MS);
+	}
+}
+
+/* One connection from its handshake until @horizon (no new requests
+ * after it) and nothing is pending or in flight, or the client lost it
+ * and the ps drained what was in flight.  Return: the stats. */
+static struct sim_stats sim_run(const struct scen *sc, uint64_t seed, uint64_t horizon)
+{
+	static struct sim s;
+
+	memset(&s, 0, sizeof(s));
+	s.sc = sc;
+	s.seed = seed;
+	s.serving = NREQ;
+	s.alive = true;
+	coord_gu_clock_init(&s.gc, 3000, 500, 3); /* window 1.5 s, ping 375 ms */
+	coord_gu_srv_init(&s.y, sclk(&s, 0));
+	coord_gu_cli_reset(&s.g, cclk(&s, 1000000)); /* the handshake's reply came at 1 ms */
+	s.last_rx = 1000000;
+	s.next_ping = 1000000 + s.gc.ping_ns;
+	cli_sync(&s, 1000000, false); /* the first frame */
 	for (uint64_t t = 1000000; t < horizon + 20000 * MS; t += STEP) {
-		struct msg *m;
-
-		while (lo < nreq && !rq[lo].pending)
-			lo++; /* the oldest pending request */
-		if (t >= horizon && lo == nreq && c2s.head == c2s.tail && s2c.head == s2c.tail &&
-		    serving == NREQ)
+		while (s.lo < s.nreq && !s.rq[s.lo].pending)
+			s.lo++; /* the oldest pending request */
+		if (t >= horizon && s.lo == s.nreq && s.c2s.head == s.c2s.tail &&
+		    s.s2c.head == s.s2c.tail && s.serving == NREQ)
 			break; /* nothing pending, nothing in flight */
-
-		/* ---- the ps: serve in order, one at a time */
-		if (serving < NREQ && t >= busy_until) { /* the op is done: its reply */
-			struct msg r = { .type = M_RES, .req = serving };
-
-			coord_gu_srv_sent_at(&y, SCLK(t));
-			put(&s2c, sc, &seed, t, r);
-			serving = NREQ;
-		}
-		if (serving < NREQ && t >= keep_at) { /* busy: keepalive PONGs (uncounted) */
-			put(&s2c, sc, &seed, t, (struct msg){ .type = M_KEEP });
-			keep_at = t + 250 * MS;
-		}
-		while (serving == NREQ && (m = peek(&c2s, t))) {
-			c2s.head++;
-			if (m->type == M_SYNC) {
-				assert_int_equal(coord_gu_srv_sync(&y, &m->y), 0);
-				if (m->y.seq) {
-					coord_gu_srv_sent_at(&y, SCLK(t));
-					put(&s2c, sc, &seed, t, (struct msg){ .type = M_PONG });
-				}
-				continue;
-			}
-			if (coord_gu_srv_stale_at(&y, SCLK(t))) {
-				struct msg r = { .type = M_RES, .req = m->req, .late = true };
-
-				st.refused++;
-				coord_gu_srv_sent_at(&y, SCLK(t));
-				put(&s2c, sc, &seed, t, r);
-				continue;
-			}
-			rq[m->req].applied = t;
-			st.applied++;
-			if (rq[m->req].gave_up)
-				st.violations++; /* applied after its sender gave up */
-			serving = m->req;
-			busy_until = t + 10000;
-			if (sc->busy_every && rnd(&seed) % sc->busy_every == 0)
-				busy_until += rnd(&seed) % sc->busy;
-			keep_at = t + 250 * MS;
-		}
-		/* ---- the client */
-		while ((m = peek(&s2c, t))) {
-			s2c.head++;
-			if (!alive)
-				continue;
-			last_rx = t; /* any frame is a sign of life */
-			if (m->type == M_KEEP)
-				continue;
-			coord_gu_cli_rx(&g, CCLK(t)); /* PONG echoes and VAR_RES frames count */
-			if (m->type != M_RES || !rq[m->req].pending)
-				continue;
-			if (!m->late) {
-				rq[m->req].pending = false;
-				rq[m->req].answered = true;
-			} else if (CCLK(t) + gc.window_ns <= rq[m->req].deadline_c && nreq < NREQ) {
-				/* Late: send it again (a new request), a VAR_SYNC first,
-				 * if its timeout is a window away (ps_client.c) */
-				struct msg s = { .type = M_SYNC };
-
-				rq[m->req].pending = false;
-				rq[nreq] = (struct req){ .deadline_c = rq[m->req].deadline_c,
-							 .pending = true };
-				if (g.rx_count != g.synced) {
-					coord_gu_cli_sync(&g, &gc, false, &s.y);
-					put(&c2s, sc, &seed, t, s);
-				}
-				put(&c2s, sc, &seed, t,
-				    (struct msg){ .type = M_REQ, .req = nreq++ });
-			} else {
-				rq[m->req].pending = false; /* given up at its timeout */
-			}
-		}
-		if (!alive)
-			continue;
-		/* silent for heartbeat x misses: lost, every pending request given up */
-		if (CCLK(t) - CCLK(last_rx) >= gc.dead_ns) {
-			alive = false;
-			for (unsigned i = lo; i < nreq; i++)
-				if (rq[i].pending) {
-					rq[i].pending = false;
-					rq[i].gave_up = t;
-					st.gave_up++;
-				}
-			continue;
-		}
-		for (unsigned i = lo; i < nreq; i++) /* a request's timeout */
-			if (rq[i].pending && CCLK(t) >= rq[i].deadline_c) {
-				rq[i].pending = false;
-				rq[i].gave_up = t;
-				st.gave_up++;
-			}
-		if (t >= next_ping) {
-			struct msg s = { .type = M_SYNC };
-
-			coord_gu_cli_sync(&g, &gc, true, &s.y);
-			put(&c2s, sc, &seed, t, s);
-			next_ping = t + gc.ping_ns;
-		}
-		if (t >= next_req && t < horizon && nreq < NREQ) {
-			if (coord_gu_cli_due(&g, &gc, CCLK(t))) {
-				struct msg s = { .type = M_SYNC };
-
-				coord_gu_cli_sync(&g, &gc, false, &s.y);
-				put(&c2s, sc, &seed, t, s);
-			}
-			rq[nreq] = (struct req){ .deadline_c = CCLK(t) + 3000 * MS,
-						 .pending = true };
-			put(&c2s, sc, &seed, t, (struct msg){ .type = M_REQ, .req = nreq++ });
-			next_req = t + 1 * MS + rnd(&seed) % (40 * MS);
-		}
+		ps_step(&s, t);
+		cli_rx(&s, t);
+		if (s.alive)
+			cli_step(&s, t, horizon);
 	}
-#undef CCLK
-#undef SCLK
-	for (unsigned i = 0; i < nreq; i++) /* every request ended */
-		assert_false(rq[i].pending);
-	return st;
+	for (unsigned i = 0; i < s.nreq; i++) /* every request ended */
+		assert_false(s.rq[i].pending);
+	return s.st;
 }
 
 static void test_giveup_simulated(void **state)
