@@ -59,8 +59,14 @@
  * the ps was busy (it READs a large rendezvous update for seconds under
  * TCG, or takes in a large frame) though we had not given up, is answered
  * COORD_ETIMEDOUT and certainly not applied: coord_psc_run() sends it
- * again, with a VAR_SYNC naming a newer frame, until its own timeout
- * (ps_client.c "Late").
+ * again, with a VAR_SYNC naming a newer frame, while its own timeout is a
+ * window away (ps_client.c "Late").  The kernel's limit over rdma is the
+ * queue pair's (retry_count 7 x the ack timeout, seconds, not minutes):
+ * with a heartbeat it comes after the heartbeat's silence, which ends the
+ * connection first; without one (heartbeat_ms 0, the window then the op
+ * timeout) a request whose ack was lost, still queued on a ps busy for
+ * longer than that limit, is the case Give-up does not cover (its key
+ * still keeps it to once).
  *
  * Synchronization: the client's set-up, a connection's socket or channel
  * and its reader thread; the fields under k->lock and a caller's batch are
