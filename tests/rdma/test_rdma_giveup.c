@@ -40,6 +40,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -200,7 +201,9 @@ static void test_rdma_ps_drops_given_up_requests(void **state)
 	assert_int_equal(raw_result(r, info, sizeof(info)), 0); /* frame 1 */
 	memcpy(&id, info, 4);
 	memcpy(&tag, info + 16, 4); /* after u32 id, u32 ndim, u64 dims[1] (ps.h) */
-	t_sleep_ns(2500000000ull);  /* past the window: the client would have given up */
+	/* well past the window (6 s of ours for 2 s): the client would have given
+	 * up; a rig guest's clock under load ran 25 % slower than the other's */
+	t_sleep_ns(6000000000ull);
 	q = (struct coord_wire_vreq){ .op = COORD_PS_ASSIGN_ADD, .var = id, .tag = tag, .n = 1 };
 	q.data = &one;
 	q.len = 4;
@@ -363,81 +366,136 @@ static void test_rdma_update_ps_died(void **state)
  * (and the CM's) as they are.  Taking eth1 down instead (`ip link set eth1
  * down`) under traffic left rdma_cm dead on B's rxe1 after the link came
  * back (twice: every dial to B timed out for minutes, while raw verbs and
- * an idle flap's rping worked).  Ends when B's command has.
+ * an idle flap's rping worked).  B says "cut" and "healed" on the
+ * command's stdout (*@fd): what B sends still arrives, so the watcher
+ * below times both, not the command's start, which a starved guest B
+ * delays by seconds.
  */
-static pid_t cut_start(int ms)
+static pid_t cut_start(int ms, int *fd)
 {
-	char line[200];
+	char line[240];
+	int p[2];
 	pid_t pid;
 
-	snprintf(
-		line, sizeof(line),
-		"m=$(cat /sys/class/net/eth1/address); ip link set eth1 address 02:00:00:00:03:99; "
-		"sleep %d; ip link set eth1 address $m",
-		(ms + 999) / 1000); /* busybox sleep: whole seconds */
+	snprintf(line, sizeof(line),
+		 "m=$(cat /sys/class/net/eth1/address); ip link set eth1 address 02:00:00:00:03:99 "
+		 "&& echo cut; sleep %d; ip link set eth1 address $m; echo healed",
+		 (ms + 999) / 1000); /* busybox sleep: whole seconds */
+	assert_int_equal(pipe(p), 0);
 	pid = fork();
 	if (pid == 0) {
+		dup2(p[1], 1);
+		close(p[0]);
+		close(p[1]);
 		execl(getenv("RIG_PEER_EXEC"), getenv("RIG_PEER_EXEC"), "sh", "-c", line,
 		      (char *)NULL);
 		_exit(127);
 	}
 	assert_true(pid > 0);
+	close(p[1]);
+	*fd = p[0];
 	return pid;
 }
 
-/* Has the cut @pid ended (the link is up again in B)? */
-static bool cut_over(pid_t pid)
-{
-	int st;
-
-	return waitpid(pid, &st, WNOHANG) == pid;
-}
-
-/* A run's watcher: when the first closure after a cut start was put back
- * (its ps request failed: the cut noticed), polled in coord_metrics()
- * every 5 ms; the longest such delay over the cuts. */
+/*
+ * A run's watcher thread: reads the cut's "cut" / "healed" lines as they
+ * come (when B cut and healed: @cut_ns, @heal_ns), and notes when the
+ * first closure after a cut was put back (its ps request failed: the cut
+ * noticed), polling coord_metrics() every 5 ms; the longest such delay
+ * over the cuts (@max_ns).  @fd: the cut under way's stdout (-1: none); the
+ * watcher closes it at its end.
+ */
 struct watch {
 	struct coord *c;
-	_Atomic uint64_t cut_ns; /* the cut under way (0: none yet) */
-	_Atomic uint64_t max_ns;
+	_Atomic int fd;
+	_Atomic uint64_t cut_ns, heal_ns, max_ns;
 	_Atomic unsigned noticed;
 	_Atomic bool stop;
 };
 
+/* The watcher's look at the cut's stdout, at most 5 ms. */
+static void watch_read(struct watch *w, char *buf, size_t *n, uint64_t *base, bool *done)
+{
+	struct pollfd pf = { .fd = atomic_load(&w->fd), .events = POLLIN };
+	struct coord_metrics m;
+	ssize_t k;
+	char *nl;
+
+	if (pf.fd < 0 || poll(&pf, 1, 5) <= 0)
+		return;
+	k = read(pf.fd, buf + *n, 63 - *n);
+	if (k <= 0) { /* the command ended: healed, if it did not say so */
+		if (!atomic_load(&w->heal_ns))
+			atomic_store(&w->heal_ns, t_now_ns());
+		close(pf.fd);
+		atomic_store(&w->fd, -1);
+		*n = 0;
+		return;
+	}
+	*n += (size_t)k;
+	buf[*n] = 0;
+	while ((nl = strchr(buf, '\n'))) {
+		*nl = 0;
+		if (!strcmp(buf, "cut") && coord_metrics(w->c, &m, NULL, 0) == 0) {
+			*base = m.put_back;
+			*done = false;
+			atomic_store(&w->cut_ns, t_now_ns());
+		} else if (!strcmp(buf, "healed")) {
+			atomic_store(&w->heal_ns, t_now_ns());
+		}
+		*n -= (size_t)(nl + 1 - buf);
+		memmove(buf, nl + 1, *n + 1);
+	}
+	if (*n >= 63)
+		*n = 0; /* not ours: drop it */
+}
+
 static void *watch_main(void *arg)
 {
 	struct watch *w = arg;
-	uint64_t until = t_now_ns() + 900000000000ull, seen = 0, base = 0;
-	bool done = false;
+	uint64_t until = t_now_ns() + 900000000000ull, base = 0;
+	bool done = true;
+	char buf[64];
+	size_t n = 0;
 
 	while (!atomic_load(&w->stop) && t_now_ns() < until) {
 		uint64_t cut = atomic_load(&w->cut_ns);
 		struct coord_metrics m;
 
-		if (coord_metrics(w->c, &m, NULL, 0) == 0 && cut) {
-			if (cut != seen) { /* a new cut: count from here */
-				seen = cut;
-				base = m.put_back;
-				done = false;
-			} else if (!done && m.put_back > base) {
-				uint64_t d = t_now_ns() - cut;
+		if (atomic_load(&w->fd) >= 0)
+			watch_read(w, buf, &n, &base, &done);
+		else
+			t_sleep_ns(5000000);
+		if (!done && cut && coord_metrics(w->c, &m, NULL, 0) == 0 && m.put_back > base) {
+			uint64_t d = t_now_ns() - cut;
 
-				done = true;
-				atomic_fetch_add(&w->noticed, 1);
-				if (d > atomic_load(&w->max_ns))
-					atomic_store(&w->max_ns, d);
-			}
+			done = true;
+			atomic_fetch_add(&w->noticed, 1);
+			if (d > atomic_load(&w->max_ns))
+				atomic_store(&w->max_ns, d);
 		}
-		t_sleep_ns(5000000);
 	}
+	if (atomic_load(&w->fd) >= 0)
+		close(atomic_load(&w->fd));
 	return NULL;
 }
 
+/* A cut ended (healed, and work resumed): B's own times into @r, reaped. */
+static void cut_end(struct watch *wt, struct t_part_run *r, pid_t cut)
+{
+	uint64_t c0 = atomic_load(&wt->cut_ns);
+
+	if (c0 && (!r->err_ns || r->err_ns >= c0))
+		r->cut_ns = c0; /* when B cut, not when we asked */
+	t_part_cut_done(r);
+	waitpid(cut, NULL, 0); /* its stdout is closed: it has ended */
+}
+
 /*
- * @target assign_add(+1) closures while B's link is cut @ncuts times for
- * @cut_ms each (evenly over the successes), with heartbeat 500 ms x 3 and
- * ps_timeout_ms 3000 (the cut is longer than both) and a failure
- * @threshold.  Returns the run; *@sum: the variable at the end; *@put_back
+ * @target assign_add(+1) closures while what B receives is cut @ncuts
+ * times for @cut_ms each (evenly over the successes), with PART_HB_MS x 3,
+ * PART_PS_TIMEOUT_MS (the cut is longer than both) and a failure
+ * @threshold; cut and heal times as B says (the watcher @wt).  Returns the run; *@sum: the variable at the end; *@put_back
  * closures put back.
  */
 static void part_run(int cut_ms, unsigned ncuts, uint64_t target, int threshold,
@@ -466,27 +524,32 @@ static void part_run(int cut_ms, unsigned ncuts, uint64_t target, int threshold,
 		uint64_t left = r->ok < target ? target - r->ok : 1;
 
 		if (r->heal_ns && r->ok_ns)
-			t_part_cut_done(r); /* resumed: ready for the next cut */
+			cut_end(wt, r, cut); /* resumed: ready for the next cut */
 		if (!r->cut_ns && *cuts < ncuts && r->ok >= target * (*cuts + 1) / (ncuts + 1)) {
-			cut = cut_start(cut_ms); /* the partition */
+			int fd;
+
+			atomic_store(&wt->cut_ns, 0);
+			atomic_store(&wt->heal_ns, 0);
+			cut = cut_start(cut_ms, &fd); /* the partition */
 			r->cut_ns = t_now_ns();
-			atomic_store(&wt->cut_ns, r->cut_ns);
+			atomic_store(&wt->fd, fd);
 			++*cuts;
 		}
-		if (r->cut_ns && !r->heal_ns && cut_over(cut))
-			r->heal_ns = t_now_ns(); /* healed */
+		if (r->cut_ns && !r->heal_ns && atomic_load(&wt->heal_ns))
+			r->heal_ns = atomic_load(&wt->heal_ns); /* healed, B says */
 		t_part_batch(c, var, left < 256 ? (unsigned)left : 256, r);
 		if (r->cut_ns && !r->heal_ns && r->err_ns)
 			t_sleep_ns(20000000); /* errors come fast meanwhile: do not spin */
 	}
-	if (r->cut_ns && !r->heal_ns) {
+	if (r->cut_ns && !r->heal_ns) { /* bounded: the cut ends by itself */
 		uint64_t wait_until = t_now_ns() + 60000000000ull;
 
-		while (!cut_over(cut) && t_now_ns() < wait_until)
+		while (!atomic_load(&wt->heal_ns) && t_now_ns() < wait_until)
 			t_sleep_ns(10000000);
+		r->heal_ns = atomic_load(&wt->heal_ns);
 	}
 	if (r->cut_ns)
-		t_part_cut_done(r);
+		cut_end(wt, r, cut);
 	*sum = -1;
 	for (int i = 0; i < 400; i++) { /* the coordinator's own connection redials */
 		if (coord_var_read(c, var, 0, 1, sum, &err) == 0)
@@ -509,7 +572,7 @@ static void part_run(int cut_ms, unsigned ncuts, uint64_t target, int threshold,
 static void test_rdma_partition_sums_exactly(void **state)
 {
 	struct t_part_run r = { 0 };
-	struct watch wt = { 0 };
+	struct watch wt = { .fd = -1 };
 	uint64_t put_back;
 	unsigned cuts;
 	float sum;
@@ -545,7 +608,7 @@ static void test_rdma_partition_sums_exactly(void **state)
 static void test_rdma_partition_error_in_time(void **state)
 {
 	struct t_part_run r = { 0 };
-	struct watch wt = { 0 };
+	struct watch wt = { .fd = -1 };
 	uint64_t put_back;
 	unsigned cuts;
 	float sum;
@@ -587,14 +650,59 @@ static int group_setup(void **state)
 	return 0;
 }
 
+/* Guest B's CLOCK_MONOTONIC (its uptime), in s; < 0 if it cannot be read. */
+static double peer_uptime(void)
+{
+	FILE *f = popen("\"$RIG_PEER_EXEC\" cat /proc/uptime", "r");
+	double up = -1;
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%lf", &up) != 1)
+		up = -1;
+	pclose(f);
+	return up;
+}
+
+/*
+ * Give-up assumes the two hosts' clocks run at rates within 1/16 of each
+ * other (srv_proto.c "Give-up"), and the partition's bounds are read on
+ * A's clock.  TCG guests calibrate their TSC at boot; on a host at load
+ * 25-30 one guest's clock once ran about 4 times as fast as the wall clock
+ * (a command of 4 minutes said 1270 s).  Compare B's clock with ours over
+ * 3 s: outside 0.95-1.05, say so and do not run (a rig fault, not coord's).
+ */
+static int clocks_agree(void)
+{
+	uint64_t t0 = t_now_ns(), t1;
+	double b0 = peer_uptime(), b1, rate;
+
+	t_sleep_ns(3000000000ull);
+	b1 = peer_uptime();
+	t1 = t_now_ns();
+	rate = (b1 - b0) / ((double)(t1 - t0) / 1e9);
+	printf("# guest B's clock over guest A's: %.3f\n", rate);
+	if (b0 < 0 || b1 < 0 || rate < 0.95 || rate > 1.05) {
+		fprintf(stderr,
+			"test_rdma_giveup: the guests' clocks disagree (B/A %.3f; B's uptime "
+			"%.2f, %.2f): the rig's guests miscalibrated their TSC (a loaded host); "
+			"Give-up assumes rates within 1/16: not run\n",
+			rate, b0, b1);
+		return -1;
+	}
+	return 0;
+}
+
 /* Pair mode: the workers here (T_SPAWN_WRAP only for coord-ps, in B). */
 static int pair_setup(void **state)
 {
 	char *wrap = getenv("T_SPAWN_WRAP") ? strdup(getenv("T_SPAWN_WRAP")) : NULL;
 	int r;
 
-	if (group_setup(state) < 0 || !wrap)
+	if (group_setup(state) < 0 || !wrap || clocks_agree() < 0) {
+		free(wrap);
 		return -1;
+	}
 	unsetenv("T_SPAWN_WRAP");
 	r = t_workers_start(2);
 	setenv("T_SPAWN_WRAP", wrap, 1);
