@@ -151,6 +151,26 @@ int t_netns_create(struct t_netns *n, unsigned idx);
 int t_netns_link(struct t_netns *n, int up);
 void t_netns_destroy(struct t_netns *n);
 
+/* ---- partition runs (helpers_part.c; tests/test_pspart.c, tests/rdma/test_rdma_giveup.c) */
+
+/* What a run of assign_add(+1) closures saw, over its cuts. */
+struct t_part_run {
+	uint64_t ok, failed, joins;
+	uint64_t cut_ns, heal_ns; /* the current cut, and its heal (0: not yet) */
+	uint64_t err_ns, ok_ns;	  /* its first failure, the first success after its heal */
+	uint64_t err_max, ok_max; /* the longest delays over the cuts, ns */
+	unsigned noticed, resumed;
+	uint64_t other_joins; /* the job's errors other than UNAVAILABLE from the ps */
+	char other[COORD_ERRMSG_LEN];
+};
+/* One batch of @n (at most 1024) closures that each add 1 to @var (the
+ * test function var_add), all fetched: successes and failures into @r, the
+ * first failure during a cut and the first success after its heal; the
+ * job's error taken (coord_join()), counted. */
+void t_part_batch(struct coord *c, coord_var_t var, unsigned n, struct t_part_run *r);
+/* Close the books on one cut: its delays into the maxima, noticed/resumed. */
+void t_part_cut_done(struct t_part_run *r);
+
 /* Start @n coord-worker processes on ephemeral loopback ports; 0 or -1. */
 int t_workers_start(unsigned n);
 void t_workers_stop(void);

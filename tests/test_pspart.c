@@ -145,78 +145,6 @@ static struct coord *make(int hb_ms, int misses, int ps_timeout_ms, int threshol
 	return c;
 }
 
-/* What a run of assign_add closures saw. */
-struct run {
-	uint64_t ok, failed, joins;
-	uint64_t cut_ns, heal_ns; /* the current cut, and its heal (0: not yet) */
-	uint64_t err_ns, ok_ns;	  /* its first failure, the first success after its heal */
-	uint64_t err_max, ok_max; /* the longest delays over the cuts, ns */
-	unsigned noticed, resumed;
-	uint64_t other_joins; /* the job's errors other than UNAVAILABLE from the ps */
-	char other[COORD_ERRMSG_LEN];
-};
-
-/*
- * Run one batch of @n closures that each add 1 to @var and fetch them all:
- * successes and failures into @r, and the first failure after a cut and
- * the first success after its heal.
- */
-static void batch(struct coord *c, coord_var_t var, unsigned n, struct run *r)
-{
-	struct t_var_args a = { .var = var, .off = 0, .n = 1, .val = 1.0f };
-	static struct coord_rv *rv[1024];
-	struct coord_error err;
-	unsigned m = 0;
-
-	for (; m < n; m++)
-		if (coord_schedule(c, t_fn(c, "var_add"), &a, sizeof(a), &rv[m], &err) != 0) {
-			if (coord_join(c, &err) == 0) /* the error is taken: schedule again */
-				t_sleep_ns(1000000);
-			break;
-		}
-	for (unsigned i = 0; i < m; i++) {
-		int e = coord_rv_fetch_timeout(rv[i], 60000000000ll, NULL, NULL, &err);
-		uint64_t now = t_now_ns();
-
-		assert_int_not_equal(e, -ETIMEDOUT); /* every closure ends */
-		if (e == 0) {
-			r->ok++;
-			if (r->heal_ns && !r->ok_ns)
-				r->ok_ns = now;
-		} else {
-			r->failed++;
-			if (r->cut_ns && !r->heal_ns && !r->err_ns)
-				r->err_ns = now;
-		}
-		coord_rv_put(rv[i]);
-	}
-	if (coord_join(c, &err) != 0) { /* take any error (S3), so the next batch runs */
-		r->joins++;
-		/* a ps failure past the threshold: UNAVAILABLE, typed (the ps task) */
-		if (err.code != COORD_EUNAVAILABLE || err.cause != 1) {
-			r->other_joins++;
-			snprintf(r->other, sizeof(r->other), "%d/%d: %.200s", err.code, err.cause,
-				 err.msg);
-		}
-	}
-}
-
-/* Close the books on one cut: its delays. */
-static void cut_done(struct run *r)
-{
-	if (r->err_ns) {
-		r->noticed++;
-		if (r->err_ns - r->cut_ns > r->err_max)
-			r->err_max = r->err_ns - r->cut_ns;
-	}
-	if (r->ok_ns) {
-		r->resumed++;
-		if (r->ok_ns - r->heal_ns > r->ok_max)
-			r->ok_max = r->ok_ns - r->heal_ns;
-	}
-	r->cut_ns = r->heal_ns = r->err_ns = r->ok_ns = 0;
-}
-
 /*
  * @target successful assign_add(+1) closures over two workers, with the ps
  * partitioned @ncuts times for @cut_ms each, evenly spread: the variable
@@ -231,7 +159,7 @@ static void partition_run(enum cut kind, int cut_ms, unsigned ncuts, int hb_ms, 
 {
 	uint64_t dims[1] = { 1 }, until;
 	struct coord_error err;
-	struct run r = { 0 };
+	struct t_part_run r = { 0 };
 	unsigned cuts = 0;
 	coord_var_t var;
 	struct coord *c;
@@ -247,7 +175,7 @@ static void partition_run(enum cut kind, int cut_ms, unsigned ncuts, int hb_ms, 
 		uint64_t left = r.ok < target ? target - r.ok : 1;
 
 		if (r.heal_ns && r.ok_ns)
-			cut_done(&r); /* resumed: ready for the next cut */
+			t_part_cut_done(&r); /* resumed: ready for the next cut */
 		if (!r.cut_ns && cuts < ncuts && r.ok >= target * (cuts + 1) / (ncuts + 1)) {
 			cut_set(kind, 1); /* the partition */
 			r.cut_ns = t_now_ns();
@@ -258,14 +186,14 @@ static void partition_run(enum cut kind, int cut_ms, unsigned ncuts, int hb_ms, 
 			cut_set(kind, 0); /* healed */
 			r.heal_ns = t_now_ns();
 		}
-		batch(c, var, left < 512 ? (unsigned)left : 512, &r);
+		t_part_batch(c, var, left < 512 ? (unsigned)left : 512, &r);
 		if (r.cut_ns && !r.heal_ns && r.err_ns)
 			t_sleep_ns(20000000); /* errors come fast meanwhile: do not spin */
 	}
 	if (r.cut_ns && !r.heal_ns)
 		cut_set(kind, 0);
 	if (r.cut_ns)
-		cut_done(&r);
+		t_part_cut_done(&r);
 	for (int i = 0; i < 200; i++) { /* the coordinator's own connection redials */
 		if (coord_var_read(c, var, 0, 1, &sum, &err) == 0)
 			break;
@@ -362,7 +290,7 @@ static void exact_run(enum cut kind, int cut_ms, unsigned ncuts, uint64_t target
 	uint64_t dims[1] = { 1 }, until = t_now_ns() + 400000000000ull;
 	struct coord_metrics m;
 	struct coord_error err;
-	struct run r = { 0 };
+	struct t_part_run r = { 0 };
 	coord_var_t var;
 	struct coord *c;
 	pthread_t th;
@@ -377,7 +305,7 @@ static void exact_run(enum cut kind, int cut_ms, unsigned ncuts, uint64_t target
 	while ((r.ok < target || !atomic_load(&k.done)) && t_now_ns() < until) {
 		uint64_t left = r.ok < target ? target - r.ok : 64;
 
-		batch(c, var, left < 512 ? (unsigned)left : 512, &r);
+		t_part_batch(c, var, left < 512 ? (unsigned)left : 512, &r);
 		atomic_store(&k.ok, r.ok);
 	}
 	pthread_join(th, NULL);

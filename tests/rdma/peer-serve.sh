@@ -9,11 +9,12 @@
 # watcher kills the command's session; when the command ends by itself, the
 # watcher goes and the connection closes, so peer-exec.sh ends too.
 read -r line || exit 0
+# (busybox kill takes no "--": the process group as a negative pid after the signal)
 exec 4<&0 # an asynchronous command's stdin is /dev/null unless redirected
 setsid sh -c "$line" </dev/null 4<&- &
 pid=$!
-setsid sh -c "cat >/dev/null; kill -KILL -- -$pid" <&4 4<&- &
+setsid sh -c "cat >/dev/null; kill -KILL -$pid" <&4 4<&- &
 watch=$!
 wait "$pid"
-kill -KILL -- "-$watch" "-$pid" 2>/dev/null
+kill -KILL "-$watch" "-$pid" 2>/dev/null
 exit 0

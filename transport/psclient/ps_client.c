@@ -65,10 +65,9 @@
  *   maps, nmaps,
  *   ext, next,
  *   idle_waiters,
- *   rx_count, rx_ns,
- *   synced, synced_ns,
- *   slots[].busy,
- *   ping_seq
+ *   gu (Give-up's
+ *   count),
+ *   slots[].busy
  *   w->left          the caller (relaxed: init,      the caller (acquire     slot_done()'s
  *                    and - for ops never queued);    load; futex wait)       release -> the
  *                    slot_done() (release -, under                           caller's acquire:
@@ -489,7 +488,7 @@ static void run_one_sided(struct coord_psc *p, struct coord_ps_op *ops, unsigned
 /* Queue and send the ops of @ops for ps task @t that are still to go
  * (not done one-sided); an op that cannot go is answered with its error. */
 static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *ops, unsigned n,
-			 uint32_t *slot, struct psc_wait *w, struct psc_rdv *rdv)
+			 uint32_t *slot, struct psc_wait *w, struct psc_rdv *rdv, bool late)
 {
 	struct psc_conn *k = &p->conns[t];
 	bool any = false;
@@ -505,10 +504,13 @@ static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *op
 		rdv_register(k, t, ops, n, slot, rdv);
 	pthread_mutex_lock(&k->lock);
 	/* Give-up (ps_conn.c): the last VAR_SYNC names a frame received long ago (a
-	 * quarter window) while newer ones came: name the newest before
-	 * these requests, so the ps does not take them for given up. */
-	if (r == 0 && k->up && !p->rdma && p->window_ns && k->rx_count != k->synced &&
-	    coord_now_ns() - k->synced_ns >= p->window_ns / 4 && put_sync(k, false) < 0)
+	 * quarter window) while newer ones came, or these requests came back
+	 * late (@late): name the newest before them, so the ps does not take
+	 * them for given up. */
+	if (r == 0 && k->up &&
+	    (late ? k->gu.rx_count != k->gu.synced
+		  : coord_gu_cli_due(&k->gu, &p->gc, coord_now_ns())) &&
+	    put_sync(k, false) < 0)
 		r = coord_seterr(&e, COORD_ENOMEM, "no memory for a variable operation");
 	/* A large request is sent from its caller's buffers (struct psc_ext)
 	 * by the caller itself: wait for a sender at work to finish. */
@@ -554,10 +556,9 @@ static void send_to_task(struct coord_psc *p, unsigned t, struct coord_ps_op *op
 /* Wait for the replies: spin briefly, then sleep on the futex; at the
  * deadline, withdraw what is still pending. */
 static void wait_replies(struct coord_psc *p, struct coord_ps_op *ops, unsigned n,
-			 const uint32_t *slot, struct psc_wait *w)
+			 const uint32_t *slot, struct psc_wait *w, uint64_t deadline)
 {
-	uint64_t t0 = coord_now_ns(),
-		 deadline = coord_deadline((int64_t)p->op_timeout_ms * 1000000);
+	uint64_t t0 = coord_now_ns();
 
 	for (unsigned step = 0;; step++) {
 		/* Acquire: pairs with the release in slot_done(): results are
@@ -597,12 +598,55 @@ static void wait_replies(struct coord_psc *p, struct coord_ps_op *ops, unsigned 
 	}
 }
 
+/*
+ * Late: which ops of a round to send again - those the ps answered
+ * COORD_ETIMEDOUT (srv_proto.c "Give-up": the request started on the ps a
+ * window after the frame its VAR_SYNC named, so it was not applied) while
+ * we had not given up on them: the ps was busy (a large rendezvous READ, a
+ * large frame), not cut off.  Only while their timeout (@deadline) is at
+ * least a window (@window) away: the copy sent again names a frame received
+ * by now, and Give-up holds only if we give up on it no sooner than a
+ * window after that (tests/test_giveup.c found the copy that kept less).
+ * Those get code 1 (not answered) and fate UNSENT again and are counted in
+ * *@w; the others' slots become SLOT_DONE (nothing to send).  Return: how
+ * many go again.
+ */
+static unsigned late_again(struct coord_ps_op *ops, unsigned n, uint32_t *slot, uint64_t deadline,
+			   uint64_t window, struct psc_wait *w, struct coord_error *err)
+{
+	unsigned again = 0;
+	bool failed = false;
+
+	if (!window || coord_now_ns() + window > deadline)
+		return 0;
+	for (unsigned i = 0; i < n; i++) {
+		if (ops[i].fate == COORD_PS_ANSWERED && ops[i].code == COORD_ETIMEDOUT) {
+			ops[i].code = 1;
+			ops[i].fate = COORD_PS_UNSENT;
+			slot[i] = UINT32_MAX;
+			again++;
+		} else {
+			failed |= ops[i].code < 0;
+			slot[i] = SLOT_DONE;
+		}
+	}
+	/* An error of an op not sent again keeps its message.  Relaxed, both:
+	 * the last round is over (every slot done or withdrawn under its
+	 * lock), nobody else sees w before the ops are queued (under lock). */
+	w->err = failed ? NULL : err;
+	atomic_store_explicit(&w->has_err, 0, memory_order_relaxed);
+	atomic_store_explicit(&w->left, again, memory_order_relaxed);
+	return again;
+}
+
 int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, struct coord_error *err)
 {
 	struct psc_wait w = { .err = err };
 	uint32_t small[16], *slot = small;
 	struct psc_rdv small_rdv[16], *rdv = NULL;
+	uint64_t deadline = coord_deadline((int64_t)p->op_timeout_ms * 1000000);
 	int first = 0;
+	bool said;
 
 	if (n > 16 && !(slot = malloc(n * sizeof(*slot))))
 		return coord_seterr(err, COORD_ENOMEM, "no memory");
@@ -621,8 +665,18 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 	}
 	run_one_sided(p, ops, n, slot, &w);
 	for (unsigned t = 0; t < p->nps; t++)
-		send_to_task(p, t, ops, n, slot, &w, rdv);
-	wait_replies(p, ops, n, slot, &w);
+		send_to_task(p, t, ops, n, slot, &w, rdv, false);
+	wait_replies(p, ops, n, slot, &w, deadline);
+	/* Acquire: pairs with wait_error()'s CAS (a round's message is in *err). */
+	said = atomic_load_explicit(&w.has_err, memory_order_acquire);
+	/* Late: bounded by the ops' own deadline; each round waits for the ps. */
+	while (late_again(ops, n, slot, deadline, p->gc.window_ns, &w, err)) {
+		for (unsigned t = 0; t < p->nps; t++)
+			send_to_task(p, t, ops, n, slot, &w, rdv, true);
+		wait_replies(p, ops, n, slot, &w, deadline);
+		/* Acquire: as above. */
+		said |= atomic_load_explicit(&w.has_err, memory_order_acquire);
+	}
 	/* P5: answered or withdrawn: the ps reads them no more */
 	for (unsigned i = 0; rdv && i < n; i++)
 		coord_psr_put_done(rdv[i].mr);
@@ -633,8 +687,7 @@ int coord_psc_run(struct coord_psc *p, struct coord_ps_op *ops, unsigned n, stru
 	for (unsigned i = 0; i < n && !first; i++)
 		if (ops[i].code < 0)
 			first = ops[i].code;
-	/* Acquire: pairs with wait_error()'s CAS. */
-	if (first && err && !atomic_load_explicit(&w.has_err, memory_order_acquire))
+	if (first && err && !said)
 		coord_seterr(err, first, "%s", coord_strerror(first));
 	if (first && err)
 		err->code = first;
@@ -674,7 +727,7 @@ static bool gone(struct psc_conn *k)
  */
 static bool send_again(struct coord_psc *p, struct coord_ps_op *op, uint64_t until)
 {
-	uint64_t gap = p->ping_ns ? p->ping_ns : 100000000u;
+	uint64_t gap = p->gc.ping_ns ? p->gc.ping_ns : 100000000u;
 
 	for (unsigned tries = 0; tries == 0 || coord_now_ns() < until; tries++) {
 		struct coord_ps_op q = *op;

@@ -20,6 +20,7 @@
 #include "runtime/util/util.h"
 #include "runtime/ps/ps.h"
 #include "transport/rdma/ps_rdma.h"
+#include "transport/wire/giveup.h"
 #include "transport/wire/wire.h"
 
 /* One caller's batch, on its stack. */
@@ -119,11 +120,10 @@ struct psc_conn {
 	/* connections made (under lock and use_lock for writing): a map, a
 	 * sender's buffer, are of one of them */
 	uint32_t gen;
-	/* Give-up (tcp, under lock): frames counted on this connection (each
-	 * VAR_RES frame, each PONG echoing our VAR_SYNC), when the newest came;
-	 * the count the last VAR_SYNC queued named, and when that frame came;
-	 * the last echo token. */
-	uint64_t rx_count, rx_ns, synced, synced_ns, ping_seq;
+	/* Give-up (under lock): frames counted on this connection (each
+	 * VAR_RES frame, each PONG echoing our VAR_SYNC), the count the last
+	 * VAR_SYNC queued named (transport/wire/giveup.h). */
+	struct coord_gu_cli gu;
 	/* lost to silence: not dialled again before this (under lock) */
 	uint64_t quiet_until;
 };
@@ -145,11 +145,8 @@ struct coord_psc {
 	int connect_timeout_ms;
 	int op_timeout_ms;
 	int hb_ms, misses; /* the heartbeat: as coord_opts heartbeat_ms, _misses */
-	/* Give-up (tcp): silent this long, a connection is lost (0: never);
-	 * window: the least time from receiving the frame a VAR_SYNC names to
-	 * giving up on a request after it (0: no VAR_SYNC); ping: VAR_SYNC
-	 * with an echo this often (0: never). */
-	uint64_t dead_ns, window_ns, ping_ns;
+	/* Give-up and the heartbeat: silence, window, ping (giveup.h). */
+	struct coord_gu_clock gc;
 	bool rdma; /* the ps tasks are served over rdma (coord_psc_use_rdma()) */
 	struct psc_conn *conns;
 };

@@ -49,25 +49,24 @@
  * (runtime/ps/ps_once.c); the coordinator's own calls carry keys of their
  * own and are sent again until answered (ps.h, coord_psc_run_sure()).
  *
- * Over rdma the heartbeat holds on the frame channel (ps_rdma.h), Give-up
- * does not: any receive completed is the sign of life (frames, and the
- * ps's credit returns while it takes in a large frame of ours: a ping
- * queued behind that frame is answered only after it); the ping is a PING
- * (its token the ping interval: the ps's keepalive hint), not a VAR_SYNC,
- * posted as far as credits allow now (coord_psr_send_some()); a silent
- * connection is shut down (both channels: one-sided reads stop too) and
- * redialled.  No VAR_SYNC goes over rdma: under TCG soft-RoCE takes in an
- * 8 MiB frame in seconds, and the ps refuses a request that starts a
- * window (at most heartbeat x misses) after the frame its VAR_SYNC names,
- * so large assigns failed with COORD_ETIMEDOUT.  Large updates no longer
- * cross the frame channel (rendezvous, ps_rdma.c P5), but the ps's READ of
- * one still holds the connection's thread as long (tens of MiB: seconds
- * under TCG), and a request queued behind it would start after the window
- * all the same.  A request timed out over rdma may still reach the ps
- * later; its key keeps a re-run (or the coordinator's re-send) from
- * applying it twice, and the ps refuses it once a later closure of its
- * slot (or a later call of the coordinator's thread) has made that update
- * (ps_once.c O2).
+ * Over rdma the same holds on the frame channel (ps_rdma.h): the same
+ * VAR_SYNC first and at every ping, the same count (transport/wire/giveup.c
+ * keeps it for both), pings posted as far as credits allow now
+ * (coord_psr_send_some()); any receive completed is the sign of life
+ * (frames, and the ps's credit returns while it takes in a large frame of
+ * ours); a silent connection is shut down (both channels: one-sided reads
+ * stop too) and redialled.  A request that starts late on the ps because
+ * the ps was busy (it READs a large rendezvous update for seconds under
+ * TCG, or takes in a large frame) though we had not given up, is answered
+ * COORD_ETIMEDOUT and certainly not applied: coord_psc_run() sends it
+ * again, with a VAR_SYNC naming a newer frame, while its own timeout is a
+ * window away (ps_client.c "Late").  The kernel's limit over rdma is the
+ * queue pair's (retry_count 7 x the ack timeout, seconds, not minutes):
+ * with a heartbeat it comes after the heartbeat's silence, which ends the
+ * connection first; without one (heartbeat_ms 0, the window then the op
+ * timeout) a request whose ack was lost, still queued on a ps busy for
+ * longer than that limit, is the case Give-up does not cover (its key
+ * still keeps it to once).
  *
  * Synchronization: the client's set-up, a connection's socket or channel
  * and its reader thread; the fields under k->lock and a caller's batch are
@@ -111,10 +110,7 @@
  */
 int put_sync(struct psc_conn *k, bool echo)
 {
-	const struct coord_psc *p = k->p;
-	struct coord_wire_sync y = { .seen = k->rx_count,
-				     .window_ms = (uint32_t)(p->window_ns / 1000000u),
-				     .hb_ms = (uint32_t)(p->ping_ns / 1000000u) };
+	struct coord_wire_sync y;
 	int r;
 
 	if (k->open)
@@ -123,11 +119,8 @@ int put_sync(struct psc_conn *k, bool echo)
 	r = out_room(k, COORD_WIRE_HDR + 24);
 	if (r < 0)
 		return r;
-	if (echo)
-		y.seq = (1ull << 63) | ++k->ping_seq; /* bit 63: not a keepalive PONG */
-	(void)coord_wire_put_sync(&k->w, &y);	      /* room was made above */
-	k->synced = k->rx_count;
-	k->synced_ns = k->rx_ns;
+	coord_gu_cli_sync(&k->gu, &k->p->gc, echo, &y);
+	(void)coord_wire_put_sync(&k->w, &y); /* room was made above */
 	return 0;
 }
 
@@ -161,30 +154,11 @@ static void drain_nb(struct psc_conn *k)
 	k->w.len -= (size_t)n;
 }
 
-/* rdma's ping (under k->lock): a PING whose token is the ping interval in
- * ms, which the ps echoes (a PONG the reader takes as a keepalive) and takes
- * as its keepalive hint.  Ends the open frame. */
-static int put_ping(struct psc_conn *k)
-{
-	uint64_t ms = k->p->ping_ns / 1000000u;
-	int r;
-
-	if (k->open)
-		coord_wire_end(&k->w);
-	k->open = false;
-	r = out_room(k, COORD_WIRE_HDR + 8);
-	if (r < 0)
-		return r;
-	(void)coord_wire_put_ping(&k->w, COORD_WIRE_PING, ms ? ms : 1); /* room made above */
-	return 0;
-}
-
-/* The reader's ping: a VAR_SYNC asking for an echo (tcp) or a PING (rdma);
- * never blocks. */
+/* The reader's ping: a VAR_SYNC asking for an echo; never blocks. */
 static void sync_ping(struct psc_conn *k)
 {
 	pthread_mutex_lock(&k->lock);
-	if (k->up && (k->r ? put_ping(k) : put_sync(k, true)) == 0 && !k->flushing)
+	if (k->up && put_sync(k, true) == 0 && !k->flushing)
 		drain_nb(k);
 	pthread_mutex_unlock(&k->lock);
 }
@@ -323,8 +297,7 @@ static int read_direct(struct psc_conn *k, struct coord_frame_reader *rd,
 		return -EPROTO;
 	if (r == 0) { /* Give-up: a VAR_RES frame, counted */
 		pthread_mutex_lock(&k->lock);
-		k->rx_count++;
-		k->rx_ns = coord_now_ns();
+		coord_gu_cli_rx(&k->gu, coord_now_ns());
 		pthread_mutex_unlock(&k->lock);
 	}
 	return r;
@@ -350,16 +323,16 @@ static int reader_next(struct psc_conn *k, struct coord_frame_reader *rd, struct
 			b->rx_bytes = rx;
 			b->rx_ns = now;
 		}
-		if (p->dead_ns && now - b->rx_ns >= p->dead_ns)
+		if (p->gc.dead_ns && now - b->rx_ns >= p->gc.dead_ns)
 			return -ETIMEDOUT;
-		if (p->ping_ns && now >= b->ping_at) {
+		if (p->gc.ping_ns && now >= b->ping_at) {
 			sync_ping(k);
-			b->ping_at = now + p->ping_ns;
+			b->ping_at = now + p->gc.ping_ns;
 		}
-		if (p->ping_ns)
+		if (p->gc.ping_ns)
 			until = b->ping_at;
-		if (p->dead_ns && b->rx_ns + p->dead_ns < until)
-			until = b->rx_ns + p->dead_ns;
+		if (p->gc.dead_ns && b->rx_ns + p->gc.dead_ns < until)
+			until = b->rx_ns + p->gc.dead_ns;
 		if (until != UINT64_MAX)
 			wait = (int)((until - now) / 1000000u) + 1;
 		if (k->r) {
@@ -382,7 +355,7 @@ static void *reader_main(void *arg)
 	char why[96] = "connection closed";
 	int r;
 
-	b.ping_at = b.rx_ns + k->p->ping_ns;
+	b.ping_at = b.rx_ns + k->p->gc.ping_ns;
 	if (!k->r && coord_frame_reader_init(&rd, k->fd, k->p->max_frame) < 0) {
 		pthread_mutex_lock(&k->lock);
 		conn_down(k, "no memory");
@@ -397,11 +370,11 @@ static void *reader_main(void *arg)
 		uint64_t tok;
 
 		r = reader_next(k, &rd, &b, &h, &payload);
-		if (r == -ETIMEDOUT && k->p->dead_ns) {
+		if (r == -ETIMEDOUT && k->p->gc.dead_ns) {
 			snprintf(why, sizeof(why), "nothing from the ps for %llu ms (heartbeat)",
-				 (unsigned long long)(k->p->dead_ns / 1000000u));
+				 (unsigned long long)(k->p->gc.dead_ns / 1000000u));
 			pthread_mutex_lock(&k->lock);
-			k->quiet_until = coord_now_ns() + k->p->ping_ns;
+			k->quiet_until = coord_now_ns() + k->p->gc.ping_ns;
 			pthread_mutex_unlock(&k->lock);
 			break;
 		}
@@ -412,10 +385,9 @@ static void *reader_main(void *arg)
 			break;
 		}
 		if (h.type == COORD_WIRE_PONG && coord_wire_get_ping(&h, payload, &tok) == 0) {
-			if (tok >> 63) { /* the echo of our VAR_SYNC: counted */
+			if (tok & COORD_GU_ECHO) { /* the echo of our VAR_SYNC: counted */
 				pthread_mutex_lock(&k->lock);
-				k->rx_count++;
-				k->rx_ns = coord_now_ns();
+				coord_gu_cli_rx(&k->gu, coord_now_ns());
 				pthread_mutex_unlock(&k->lock);
 			}
 			continue; /* else a keepalive (tcp_pool.c P5): alive */
@@ -430,7 +402,8 @@ static void *reader_main(void *arg)
 		}
 		if (!payload) { /* a large one (tcp): its data into the callers' buffers */
 			r = read_direct(k, &rd, &h,
-					k->p->dead_ns ? (int)(k->p->dead_ns / 1000000u) : 10000);
+					k->p->gc.dead_ns ? (int)(k->p->gc.dead_ns / 1000000u)
+							 : 10000);
 			if (r < 0) {
 				snprintf(why, sizeof(why), "%s",
 					 r == -EPIPE ? "connection closed by the ps"
@@ -441,8 +414,7 @@ static void *reader_main(void *arg)
 		}
 		coord_wire_iter_init(&it, &h, payload);
 		pthread_mutex_lock(&k->lock);
-		k->rx_count++;
-		k->rx_ns = coord_now_ns();
+		coord_gu_cli_rx(&k->gu, coord_now_ns());
 		while ((r = coord_wire_next_vres(&it, &res)) == 1)
 			if (on_result(k, &res) < 0) {
 				r = -EPROTO;
@@ -475,20 +447,22 @@ static void sock_abort(int fd)
 	close(fd);
 }
 
-/* Give-up: the first frame of a new tcp connection, before any request:
- * VAR_SYNC naming frame 0 (the handshake), no echo. */
-static int first_sync(struct psc_conn *k, int fd, struct coord_error *err)
+/* Give-up: the first frame of a new connection (a socket @fd, or the
+ * channel @pr), before any request: VAR_SYNC naming frame 0 (the
+ * handshake), no echo. */
+static int first_sync(struct psc_conn *k, int fd, struct coord_psr *pr, struct coord_error *err)
 {
-	const struct coord_psc *p = k->p;
-	struct coord_wire_sync y = { .window_ms = (uint32_t)(p->window_ns / 1000000u),
-				     .hb_ms = (uint32_t)(p->ping_ns / 1000000u) };
+	struct coord_gu_cli g;
+	struct coord_wire_sync y;
 	uint8_t b[COORD_WIRE_HDR + 24];
 	struct coord_wire_writer w;
 	int r;
 
+	coord_gu_cli_reset(&g, 0);
+	coord_gu_cli_sync(&g, &k->p->gc, false, &y);
 	coord_wire_writer_init(&w, b, sizeof(b));
 	(void)coord_wire_put_sync(&w, &y);
-	r = coord_sock_send_all(fd, b, w.len);
+	r = pr ? coord_psr_send(pr, b, w.len) : coord_sock_send_all(fd, b, w.len);
 	return r < 0 ? coord_seterr(err, r, "%s: %s", k->addr, strerror(-r)) : 0;
 }
 
@@ -529,6 +503,8 @@ static int conn_dial(struct psc_conn *k, int tmo, int *fd, struct coord_error *e
 
 		r = coord_psr_connect(k->addr, &k->p->key, k->p->role, k->task, k->p->max_frame,
 				      tmo, &pr, err);
+		if (r == 0 && k->p->gc.window_ns && (r = first_sync(k, -1, pr, err)) < 0)
+			coord_psr_destroy(pr);
 		if (r == 0) {
 			pthread_rwlock_wrlock(&k->use_lock);
 			pthread_mutex_lock(&k->lock);
@@ -546,8 +522,8 @@ static int conn_dial(struct psc_conn *k, int tmo, int *fd, struct coord_error *e
 						   k->task, tmo, k->addr, err);
 			coord_frame_reader_fini(&rd);
 		}
-		if (r == 0 && k->p->window_ns)
-			r = first_sync(k, *fd, err);
+		if (r == 0 && k->p->gc.window_ns)
+			r = first_sync(k, *fd, NULL, err);
 	}
 	return r;
 }
@@ -600,8 +576,8 @@ int conn_up(struct psc_conn *k, struct coord_error *err)
 		pthread_mutex_unlock(&k->conn_lock);
 		return r;
 	}
-	if (k->was_up && k->p->dead_ns) {
-		int half = (int)(k->p->dead_ns / 2000000u);
+	if (k->was_up && k->p->gc.dead_ns) {
+		int half = (int)(k->p->gc.dead_ns / 2000000u);
 
 		if (half < 100)
 			half = 100;
@@ -617,7 +593,7 @@ int conn_up(struct psc_conn *k, struct coord_error *err)
 			close(fd);
 		snprintf(k->dial_why, sizeof(k->dial_why), "%s",
 			 err && err->msg[0] ? err->msg : strerror(-r));
-		k->retry_at = k->p->ping_ns ? coord_now_ns() + k->p->ping_ns : 0;
+		k->retry_at = k->p->gc.ping_ns ? coord_now_ns() + k->p->gc.ping_ns : 0;
 		r = coord_seterr(err, COORD_EUNAVAILABLE, "ps task %u unreachable: %s", k->task,
 				 k->dial_why);
 		pthread_mutex_unlock(&k->conn_lock);
@@ -631,9 +607,8 @@ int conn_up(struct psc_conn *k, struct coord_error *err)
 	k->up = true;
 	k->open = false;
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
-	k->next = 0;		     /* what a lost connection left queued is dropped whole */
-	k->rx_count = k->synced = 0; /* frame 0: the handshake */
-	k->rx_ns = k->synced_ns = coord_now_ns();
+	k->next = 0; /* what a lost connection left queued is dropped whole */
+	coord_gu_cli_reset(&k->gu, coord_now_ns()); /* frame 0: the handshake */
 	pthread_mutex_unlock(&k->lock);
 	pthread_rwlock_unlock(&k->use_lock);
 	if (pthread_create(&k->reader, NULL, reader_main, k) != 0) {
@@ -671,22 +646,7 @@ int coord_psc_create(const char *const *addrs, unsigned nps, uint8_t role,
 	p->op_timeout_ms = op_timeout_ms;
 	p->hb_ms = hb_ms > 0 ? hb_ms : 0;
 	p->misses = misses > 0 ? misses : 1;
-	/* Give-up: silent for heartbeat x misses, a connection is lost; a
-	 * request is given up no sooner than that or the op timeout after
-	 * the frame its VAR_SYNC names; ping well within both. */
-	p->dead_ns = (uint64_t)p->hb_ms * (uint64_t)p->misses * 1000000u;
-	p->window_ns = op_timeout_ms > 0 ? (uint64_t)op_timeout_ms * 1000000u : p->dead_ns;
-	if (p->dead_ns && p->dead_ns < p->window_ns)
-		p->window_ns = p->dead_ns;
-	if (p->window_ns > 3600000000000ull)
-		p->window_ns = 3600000000000ull;
-	p->ping_ns = p->window_ns / 4;
-	if (p->hb_ms && (uint64_t)p->hb_ms * 1000000u < p->ping_ns)
-		p->ping_ns = (uint64_t)p->hb_ms * 1000000u;
-	if (p->dead_ns && p->dead_ns / 3 < p->ping_ns)
-		p->ping_ns = p->dead_ns / 3;
-	if (p->ping_ns && p->ping_ns < 1000000u)
-		p->ping_ns = 1000000u;
+	coord_gu_clock_init(&p->gc, op_timeout_ms, hb_ms, misses); /* Give-up's clock */
 	for (unsigned i = 0; i < nps; i++) {
 		struct psc_conn *k = &p->conns[i];
 

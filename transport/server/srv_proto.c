@@ -9,13 +9,15 @@
  * (rdma_server.c) drive it; their headers say how they hold a connection.
  *
  * Give-up (wire.h VAR_SYNC; the client's side: transport/psclient/ps_conn.c
- * "Give-up").  A ps never applies a request after its sender has given up
- * on it, so a closure run again after a ps timeout never doubles an update.
+ * "Give-up"; the bookkeeping of both ends, one copy: transport/wire/giveup.c).
+ * A ps never applies a request after its sender has given up on it, so a
+ * closure run again after a ps timeout never doubles an update; over tcp
+ * and over rdma alike (the engine serves both).
  * Every frame a ps connection sends that the client counts (each VAR_RES
  * frame, each PONG that echoes a VAR_SYNC) has a number, 1, 2, ...; frame 0
  * is the handshake.  The connection keeps marks (n, t): frame n was about
  * to be sent at t on our clock (a mark at most every window / 32, the last
- * COORD_SRV_SYNC_MARKS of them, and the accept for frame 0).  A VAR_SYNC
+ * COORD_GU_MARKS of them, and the accept for frame 0).  A VAR_SYNC
  * names @seen, the frames its client had counted when it wrote it; the
  * newest mark at or before @seen gives ref, a time no later than the
  * moment frame @seen left here (and none: ref 0).  A VAR_REQ record is
@@ -84,67 +86,17 @@ static uint16_t frame_type(const struct coord_srv_conn *k)
 	return k->s->role == COORD_ROLE_PS ? COORD_WIRE_VAR_RES : COORD_WIRE_RES;
 }
 
-/* Give-up: a frame the client counts is about to leave: number it, and
- * mark when (at most every window / 32). */
-static void sync_sent(struct coord_srv_conn *k)
-{
-	struct coord_srv_sync *y = &k->sync;
-	uint64_t now;
-	unsigned i;
-
-	y->sent++;
-	if (!y->window_ns)
-		return; /* never judged before the first VAR_SYNC */
-	now = coord_now_ns();
-	if (y->nmark && now - y->last_ns < y->window_ns / 32)
-		return;
-	i = y->nmark++ % COORD_SRV_SYNC_MARKS;
-	y->mark_n[i] = y->sent;
-	y->mark_ns[i] = now;
-	y->last_ns = now;
-}
-
-/* Give-up: no later than when frame @seen left; 0 when no mark says. */
-static uint64_t sync_ref(const struct coord_srv_sync *y, uint64_t seen)
-{
-	unsigned n = y->nmark < COORD_SRV_SYNC_MARKS ? y->nmark : COORD_SRV_SYNC_MARKS;
-	uint64_t best = 0, ref = 0;
-
-	if (seen == 0)
-		return y->accept_ns;
-	if (seen > y->sent)
-		return 0; /* frames we never sent */
-	for (unsigned i = 0; i < n; i++)
-		if (y->mark_n[i] <= seen && y->mark_n[i] >= best) {
-			best = y->mark_n[i];
-			ref = y->mark_ns[i];
-		}
-	return ref;
-}
-
-/* Give-up: may a request start now, or has its sender given up? */
-static bool sync_stale(const struct coord_srv_conn *k)
-{
-	const struct coord_srv_sync *y = &k->sync;
-
-	return y->window_ns && coord_now_ns() - y->ref_ns >= y->window_ns - y->window_ns / 16;
-}
-
 static int on_sync(struct coord_srv_conn *k, const struct coord_wire_hdr *h, const uint8_t *payload)
 {
-	struct coord_srv_sync *y = &k->sync;
 	struct coord_wire_sync q;
 	uint8_t b[COORD_WIRE_HDR + 8];
 	struct coord_wire_writer w;
 	int r = coord_wire_get_sync(h, payload, &q);
 
+	if (r == 0)
+		r = coord_gu_srv_sync(&k->sync, &q);
 	if (r < 0)
 		return r;
-	/* An echo token has bit 63 set: the client tells it from a keepalive PONG. */
-	if (q.window_ms == 0 || q.window_ms > 3600000 || (q.seq && !(q.seq >> 63)))
-		return -EPROTO;
-	y->window_ns = (uint64_t)q.window_ms * 1000000ull;
-	y->ref_ns = sync_ref(y, q.seen);
 	if (q.hb_ms >= 1 && q.hb_ms <= 3600000)
 		/* Relaxed (P5): a hint for the watchdog's keepalive. */
 		atomic_store_explicit(&k->hb_ms, q.hb_ms, memory_order_relaxed);
@@ -152,7 +104,7 @@ static int on_sync(struct coord_srv_conn *k, const struct coord_wire_hdr *h, con
 		return 0;
 	coord_wire_writer_init(&w, b, sizeof(b));
 	coord_wire_put_ping(&w, COORD_WIRE_PONG, q.seq);
-	sync_sent(k);
+	coord_gu_srv_sent(&k->sync);
 	return k->io.send(k->io.ctx, b, w.len);
 }
 
@@ -163,7 +115,7 @@ static int flush(struct coord_srv_conn *k)
 	if (k->w.count == 0)
 		return 0;
 	if (k->s->role == COORD_ROLE_PS)
-		sync_sent(k);
+		coord_gu_srv_sent(&k->sync);
 	coord_wire_end(&k->w);
 	r = k->io.send(k->io.ctx, k->out, k->w.len);
 	coord_wire_writer_init(&k->w, k->out, k->outcap);
@@ -517,7 +469,7 @@ static int on_var_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 		k->scratch.room = room_vres;
 		if (q.op == COORD_PS_ASSIGN_RDV || q.op == COORD_PS_ASSIGN_ADD_RDV)
 			code = rdv_op(k, &q, &op, &d, &err);
-		if (code == 0 && unlikely(sync_stale(k)))
+		if (code == 0 && unlikely(coord_gu_srv_stale(&k->sync)))
 			code = coord_seterr(&err, COORD_ETIMEDOUT,
 					    "not applied: it reached ps task %u after its "
 					    "sender's deadline",
@@ -831,7 +783,7 @@ void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *s,
 {
 	k->s = s;
 	k->io = *io;
-	k->sync.accept_ns = coord_now_ns(); /* before the handshake's HELLO_ACK (tcp) */
+	coord_gu_srv_init(&k->sync, coord_now_ns()); /* before the handshake's last frame */
 }
 
 size_t coord_srv_keepalive(const struct coord_srv_conn *k, uint64_t busy, uint64_t last_sent,

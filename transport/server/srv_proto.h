@@ -27,12 +27,10 @@
 #include "runtime/core/exec.h"
 #include "runtime/ps/ps.h"
 #include "transport/wire/auth.h"
+#include "transport/wire/giveup.h"
 #include "transport/wire/wire.h"
 
 struct coord_srv_ps;
-
-/* Marks of (frame count, send time) a ps connection keeps (srv_proto.c "Give-up"). */
-#define COORD_SRV_SYNC_MARKS 64
 
 /**
  * struct coord_srv - what every connection of one server shares.
@@ -119,17 +117,9 @@ struct coord_srv_conn {
 	/* worker: the coordinator's PS_OPTS (zero: none came). */
 	struct coord_wire_ps_opts ps_opts;
 	/* ps: the client's give-up clock (wire.h VAR_SYNC; srv_proto.c
-	 * "Give-up").  @accept_ns by coord_srv_conn_init(), the rest by the
-	 * driving thread. */
-	struct coord_srv_sync {
-		uint64_t accept_ns; /* frame 0: before the handshake (tcp) */
-		uint64_t sent;	    /* frames counted (VAR_RES, VAR_SYNC echoes) */
-		uint64_t ref_ns;    /* when frame @seen of the last VAR_SYNC left, or earlier */
-		uint64_t window_ns; /* 0: not judged (no VAR_SYNC yet) */
-		uint64_t last_ns;   /* the newest mark's time */
-		uint64_t mark_n[COORD_SRV_SYNC_MARKS], mark_ns[COORD_SRV_SYNC_MARKS];
-		unsigned nmark; /* marks made (the ring's next: nmark % MARKS) */
-	} sync;
+	 * "Give-up", transport/wire/giveup.h).  accept_ns by
+	 * coord_srv_conn_init(), the rest by the driving thread. */
+	struct coord_gu_srv sync;
 };
 
 /* S3: a CANCEL of generation @gen arrived (or was read ahead) on @k. */

@@ -48,8 +48,8 @@
  *              is answered COORD_ETIMEDOUT, not applied.  @hb_ms: the
  *              client's ping interval (a keepalive hint, tcp_pool.c P5).
  *              Sent first on every connection of a client that uses it, and
- *              then every ping interval; a connection without one is never
- *              judged (older clients, rdma).
+ *              then every ping interval, over tcp and rdma; a connection
+ *              without one is never judged (older clients).
  *   PS_OPTS    coordinator -> worker: u32 timeout_ms, u32 hb_ms, u32 misses,
  *              u32 reserved, u64 session (count 1), before PS_TABLE: the
  *              coordinator's ps_timeout_ms, heartbeat_ms and
