@@ -33,6 +33,7 @@
  * Public API only (libcoord.so); coord-ps and coord-worker are the built
  * binaries (COORD_PS_BIN / COORD_WORKER_BIN override).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -81,10 +82,12 @@ static void raw_serve(int lfd)
 {
 	uint8_t *buf = malloc(MAXSZ), ack = 1;
 	struct raw_hdr h;
-	int fd = accept(lfd, NULL, NULL);
+	int fd = accept(lfd, NULL, NULL), one = 1;
 
 	if (!buf || fd < 0)
 		_exit(1);
+	/* the options coord-ps sets on the connections it accepts */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	memset(buf, 7, MAXSZ);
 	while (bench_recv_all(fd, &h, sizeof(h)) == 0 && h.len <= MAXSZ) {
 		if (h.dir == 0 ? bench_recv_all(fd, buf, h.len) || bench_send_all(fd, &ack, 1)
@@ -295,17 +298,61 @@ static uint64_t cpu_ns(void)
 	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
 }
 
+/* CPU time of process @pid, all threads, in ns (the sum of its threads'
+ * time on a CPU, /proc/PID/task/TID/schedstat); 0 if it cannot be read. */
+static uint64_t pid_cpu_ns(pid_t pid)
+{
+	char path[64];
+	uint64_t sum = 0;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		unsigned long long ns;
+		char f[64 + 256 + 16];
+		FILE *fp;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(f, sizeof(f), "%s/%s/schedstat", path, e->d_name);
+		fp = fopen(f, "r");
+		if (fp && fscanf(fp, "%llu", &ns) == 1)
+			sum += ns;
+		if (fp)
+			fclose(fp);
+	}
+	closedir(d);
+	return sum;
+}
+
+/* The process at the other end of @i (the raw stream's server, coord-ps),
+ * or 0 (inproc, memcpy). */
+static pid_t peer_of(enum impl i)
+{
+	return i <= RAW_IN ? raw_pid : i >= TCP_READ ? ps_pids[0] : 0;
+}
+
 /* One sample: GB/s over about @bytes moved in calls of @sz; *@cpu: this
  * process's CPU ms per GiB moved (the client's side of tcp: what its
- * copies cost, less sensitive than GB/s to a loaded machine). */
-static double sample(enum impl i, size_t sz, uint64_t bytes, double *cpu)
+ * copies cost, less sensitive than GB/s to a loaded machine); *@pcpu: the
+ * peer process's (the ps side), 0 for none. */
+static double sample(enum impl i, size_t sz, uint64_t bytes, double *cpu, double *pcpu)
 {
 	uint64_t n = bytes / sz ? bytes / sz : 1, t0 = bench_now_ns(), c0 = cpu_ns();
+	pid_t peer = peer_of(i);
+	uint64_t p0 = peer ? pid_cpu_ns(peer) : 0;
+	double gib;
 
 	for (uint64_t k = 0; k < n; k++)
 		if (!bench_check(one_call(i, sz) == 0, "%s failed", impl_name[i]))
 			return 0;
-	*cpu = (double)(cpu_ns() - c0) / 1e6 / ((double)(n * sz) / (double)(1ull << 30));
+	gib = (double)(n * sz) / (double)(1ull << 30);
+	*cpu = (double)(cpu_ns() - c0) / 1e6 / gib;
+	*pcpu = peer ? (double)(pid_cpu_ns(peer) - p0) / 1e6 / gib : 0;
 	return (double)(n * sz) / (double)(bench_now_ns() - t0);
 }
 
@@ -319,29 +366,65 @@ static const struct {
 };
 #define NRATIO (sizeof(ratios) / sizeof(ratios[0]))
 
+/* --tcp-only: the raw stream, memcpy and tcp read / assign_add only. */
+static bool tcp_only;
+
+static bool skipped(enum impl i)
+{
+	return tcp_only && i != RAW_OUT && i != RAW_IN && i != MEMCPY && i != TCP_READ &&
+	       i != TCP_ADD;
+}
+
+/* Both ends' CPU per GiB, tcp over the raw stream, per round: on a loaded
+ * machine steadier than GB/s (what the copies and system calls cost). */
+static void cpu_ratios(size_t sz, struct bench_samples *cs, struct bench_samples *ps)
+{
+	static const enum impl a[2] = { TCP_READ, TCP_ADD }, b[2] = { RAW_IN, RAW_OUT };
+	struct bench_stats st;
+
+	for (unsigned k = 0; k < 2; k++) {
+		struct bench_samples r = { 0 };
+
+		for (size_t j = 0; j < cs[a[k]].n; j++)
+			bench_samples_add(&r, (cs[a[k]].v[j] + ps[a[k]].v[j]) /
+						      (cs[b[k]].v[j] + ps[b[k]].v[j]));
+		bench_summarize(&r, false, &st);
+		printf("# CPU of both ends per GiB, %s / %s at %zu KiB: median %.2fx (min %.2fx - "
+		       "max %.2fx)\n",
+		       impl_name[a[k]], impl_name[b[k]], sz >> 10, st.median, st.min, st.max);
+		bench_samples_free(&r);
+	}
+}
+
 static void bandwidth(size_t sz, unsigned repeats, uint64_t bytes, double *read_ratio,
 		      double *add_ratio)
 {
-	struct bench_samples s[NIMPL] = { 0 }, rr[NRATIO] = { 0 }, cs[NIMPL] = { 0 };
+	struct bench_samples s[NIMPL] = { 0 }, rr[NRATIO] = { 0 }, cs[NIMPL] = { 0 },
+			     ps[NIMPL] = { 0 };
 	struct bench_stats st[NIMPL], rs, cst;
 	char title[128];
 
 	for (unsigned round = 0; round <= repeats; round++) {
-		double v[NIMPL], c[NIMPL];
+		double v[NIMPL] = { 0 }, c[NIMPL] = { 0 }, pc[NIMPL] = { 0 };
 
 		for (unsigned k = 0; k < NIMPL; k++) {
 			enum impl i = (enum impl)(round & 1 ? NIMPL - 1 - k : k);
 
-			v[i] = sample(i, sz, bytes, &c[i]);
+			if (!skipped(i))
+				v[i] = sample(i, sz, bytes, &c[i], &pc[i]);
 		}
 		if (round == 0)
 			continue; /* warm-up */
 		for (unsigned i = 0; i < NIMPL; i++) {
+			if (skipped(i))
+				continue;
 			bench_samples_add(&s[i], v[i]);
 			bench_samples_add(&cs[i], c[i]);
+			bench_samples_add(&ps[i], pc[i]);
 		}
 		for (unsigned k = 0; k < NRATIO; k++)
-			bench_samples_add(&rr[k], v[ratios[k].a] / v[ratios[k].b]);
+			if (!skipped(ratios[k].a))
+				bench_samples_add(&rr[k], v[ratios[k].a] / v[ratios[k].b]);
 	}
 	snprintf(title, sizeof(title), "ps bandwidth, %zu KiB per call (GB/s)", sz >> 10);
 	bench_header(title, "GB/s");
@@ -349,6 +432,9 @@ static void bandwidth(size_t sz, unsigned repeats, uint64_t bytes, double *read_
 		bench_summarize(&s[i], true, &st[i]);
 	for (unsigned i = 0; i < NIMPL; i++) {
 		const struct bench_stats *base = &st[MEMCPY];
+
+		if (skipped(i))
+			continue;
 
 		if (i >= TCP_READ || i <= RAW_IN)
 			base = i == TCP_READ || i == TCP_GATHER || i == RAW_IN ? &st[RAW_IN]
@@ -372,14 +458,28 @@ static void bandwidth(size_t sz, unsigned repeats, uint64_t bytes, double *read_
 	printf("# this process's CPU (user + sys) per GiB moved at %zu KiB, median (min - max):",
 	       sz >> 10);
 	for (unsigned i = 0; i < NIMPL; i++) {
+		if (skipped(i))
+			continue;
 		bench_summarize(&cs[i], false, &cst);
 		printf("%s %s %.0f ms (%.0f - %.0f)", i ? ";" : "", impl_name[i], cst.median,
 		       cst.min, cst.max);
 	}
+	printf("\n# the peer process's CPU per GiB at %zu KiB (the raw stream's server, "
+	       "coord-ps):",
+	       sz >> 10);
+	for (unsigned i = 0; i < NIMPL; i++) {
+		if (skipped(i) || !peer_of(i))
+			continue;
+		bench_summarize(&ps[i], false, &cst);
+		printf("%s %s %.0f ms (%.0f - %.0f)", i ? ";" : "", impl_name[i], cst.median,
+		       cst.min, cst.max);
+	}
 	printf("\n");
+	cpu_ratios(sz, cs, ps);
 	for (unsigned i = 0; i < NIMPL; i++) {
 		bench_samples_free(&s[i]);
 		bench_samples_free(&cs[i]);
+		bench_samples_free(&ps[i]);
 	}
 	for (unsigned k = 0; k < NRATIO; k++)
 		bench_samples_free(&rr[k]);
@@ -494,8 +594,14 @@ int main(int argc, char **argv)
 	struct bench_args a;
 	char *wargv[8];
 	bool met = true;
+	unsigned long o_tcp = 0;
+	const struct bench_opt opts[] = {
+		{ "tcp-only", "only the raw stream, memcpy and tcp read / assign_add; no embedding",
+		  0, 1, &o_tcp, true },
+	};
 
-	bench_parse_args(argc, argv, &a);
+	bench_parse_args_ex(argc, argv, &a, opts, sizeof(opts) / sizeof(opts[0]));
+	tcp_only = o_tcp;
 	ps_bin = getenv_or("COORD_PS_BIN", BENCH_PS_BIN);
 	worker_bin = getenv_or("COORD_WORKER_BIN", BENCH_WORKER_BIN);
 	fns_lib = getenv_or("BENCH_FNS", BENCH_FNS_LIB);
@@ -557,7 +663,8 @@ int main(int argc, char **argv)
 	close(raw_fd);
 	bench_reap(raw_pid);
 
-	embedding(a.repeats, a.quick ? 100000000ull : 1000000000ull, &scale);
+	if (!tcp_only)
+		embedding(a.repeats, a.quick ? 100000000ull : 1000000000ull, &scale);
 	bench_reap(wpid);
 	coord_registry_destroy(reg);
 	printf("SUMMARY bench_ps read_1m=%.2f add_1m=%.2f read_16m=%.2f add_16m=%.2f "
