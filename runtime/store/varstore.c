@@ -625,11 +625,13 @@ static void add_floats(float *d, const float *s, size_t n)
 		d[i] += s[i];
 }
 
-enum range_op { OP_READ, OP_ASSIGN, OP_ADD, OP_FILL };
+enum range_op { OP_READ, OP_ASSIGN, OP_ADD, OP_FILL, OP_VIEW };
 
-/* How OP_FILL writes the range: coord_vs_assign_fill()'s @fill. */
+/* How OP_FILL writes the range (coord_vs_assign_fill()'s @fill), or OP_VIEW
+ * reads it (coord_vs_read_view()'s @view). */
 struct range_fill {
 	int (*fill)(void *arg, float *dst, size_t bytes, struct coord_error *err);
+	int (*view)(void *arg, const float *src, size_t bytes, struct coord_error *err);
 	void *arg;
 };
 
@@ -637,7 +639,7 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 		    const float *in, enum range_op op, const struct range_fill *f,
 		    struct coord_error *err)
 {
-	static const char *const names[] = { "read", "assign", "assign_add", "assign" };
+	static const char *const names[] = { "read", "assign", "assign_add", "assign", "read" };
 	const char *opn = names[op];
 	struct coord_var *v;
 	unsigned lo, hi;
@@ -654,7 +656,7 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 				    opn, v->name, off, n, v->nelem);
 	if (n == 0)
 		return 0;
-	if (op == OP_READ ? !out : op == OP_FILL ? !f : !in)
+	if (op == OP_READ ? !out : op >= OP_FILL ? !f : !in)
 		return coord_seterr(err, -EINVAL, "%s: variable '%s': NULL buffer", opn, v->name);
 	lo = (unsigned)(off / v->rowlen / v->rows_per_stripe);
 	hi = (unsigned)((off + n - 1) / v->rowlen / v->rows_per_stripe);
@@ -682,6 +684,9 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 		coord_vs_write_begin(v); /* SNAP1: the fill's stores (a DMA) inside */
 		ret = f->fill(f->arg, d, n * sizeof(float), err);
 		coord_vs_write_end(v);
+		break;
+	case OP_VIEW: /* a locked reader: no SNAP1 counts */
+		ret = f->view(f->arg, d, n * sizeof(float), err);
 		break;
 	}
 	coord_vs_unlock(v, lo, hi);
@@ -713,6 +718,16 @@ int coord_vs_assign_fill(struct coord_varstore *vs, uint32_t id, size_t off, siz
 	struct range_fill f = { .fill = fill, .arg = arg };
 
 	return range_op(vs, id, off, n, NULL, NULL, OP_FILL, fill ? &f : NULL, err);
+}
+
+int coord_vs_read_view(struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
+		       int (*view)(void *arg, const float *src, size_t bytes,
+				   struct coord_error *err),
+		       void *arg, struct coord_error *err)
+{
+	struct range_fill f = { .view = view, .arg = arg };
+
+	return range_op(vs, id, off, n, NULL, NULL, OP_VIEW, view ? &f : NULL, err);
 }
 
 /* scatter_add (@in, @add) or gather (@out): rows @indices[0..@nidx) of @id. */

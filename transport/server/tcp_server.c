@@ -172,6 +172,40 @@ static int tcp_io_send(void *ctx, const void *b, size_t len)
 	return conn_send(ctx, b, len);
 }
 
+/* A streamed result's time under its variable's stripes: the budget of
+ * struct coord_srv_io @stream (srv_proto.h). */
+#define STREAM_BASE_NS 2000000ull
+#define STREAM_NS_PER_MIB 500000ull
+
+/* struct coord_srv_io @stream: send_lock is held until tcp_io_stream_end()
+ * (P5: nothing interleaves), but on -ENOMEM. */
+static int tcp_io_stream(void *ctx, const void *head, size_t hlen, const void *src, size_t len)
+{
+	struct conn *k = ctx;
+	int r;
+
+	pthread_mutex_lock(&k->send_lock);
+	r = coord_sock_stream_start(k->fd, &k->st, head, hlen, src, len,
+				    STREAM_BASE_NS + ((uint64_t)len * STREAM_NS_PER_MIB >> 20));
+	if (r == -ENOMEM) {
+		pthread_mutex_unlock(&k->send_lock);
+		return r;
+	}
+	k->st_err = r;
+	return r;
+}
+
+static int tcp_io_stream_end(void *ctx)
+{
+	struct conn *k = ctx;
+	int r = k->st_err ? k->st_err : coord_sock_stream_finish(k->fd, &k->st);
+
+	/* Relaxed (P5): a hint for the watchdog. */
+	atomic_store_explicit(&k->last_sent_ns, coord_now_ns(), memory_order_relaxed);
+	pthread_mutex_unlock(&k->send_lock);
+	return r;
+}
+
 /* S3: the socket found empty this recently needs no new look (a round
  * trip's frame never pays a recv for it; a batch that ran longer does). */
 #define PEEK_NS 20000ull
@@ -454,6 +488,7 @@ static void conn_free(struct conn *k)
 	pthread_mutex_destroy(&k->send_lock);
 	coord_frame_reader_fini(&k->rd);
 	coord_srv_conn_fini(&k->p);
+	free(k->st.tail);
 	free(k);
 }
 
@@ -491,7 +526,10 @@ static void reap(struct srv *s, bool all)
 /* H1: a new connection, in the handshake, handed to the pool; 0 or -errno. */
 static int conn_new(struct srv *s, int fd, const char *peer)
 {
-	struct coord_srv_io io = { .send = tcp_io_send, .peek = tcp_io_peek };
+	struct coord_srv_io io = { .send = tcp_io_send,
+				   .peek = tcp_io_peek,
+				   .stream = tcp_io_stream,
+				   .stream_end = tcp_io_stream_end };
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT };
 	uint64_t now = coord_now_ns();
 	struct conn *k;

@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "transport/wire/sock.h"
@@ -196,6 +198,79 @@ int coord_sock_sendv_all(int fd, struct iovec *iov, unsigned n)
 		}
 	}
 	return 0;
+}
+
+/* A piece of a stream's source copied while the socket is full: long
+ * enough to be worth a system call after it, short enough that the socket
+ * does not sit empty meanwhile. */
+#define STREAM_PIECE (256u << 10)
+
+int coord_sock_stream_start(int fd, struct coord_sock_stream *st, const void *head, size_t hlen,
+			    const void *src, size_t len, uint64_t budget_ns)
+{
+	const uint8_t *s = src;
+	uint64_t until = coord_now_ns() + budget_ns;
+
+	if (st->tailcap < len) {
+		uint8_t *b = realloc(st->tail, len);
+
+		if (!b)
+			return -ENOMEM;
+		st->tail = b;
+		st->tailcap = len;
+	}
+	st->head = head;
+	st->hlen = hlen;
+	st->len = len;
+	st->sent = 0;
+	st->from = len;
+	while (st->sent < hlen + st->from) {
+		struct iovec iov[2];
+		struct msghdr m = { .msg_iov = iov };
+		size_t lo = st->sent > hlen ? st->sent - hlen : 0, c;
+		ssize_t n;
+
+		if (st->sent < hlen)
+			iov[m.msg_iovlen++] = (struct iovec){ (void *)(st->head + st->sent),
+							      hlen - st->sent };
+		if (lo < st->from)
+			iov[m.msg_iovlen++] = (struct iovec){ (void *)(s + lo), st->from - lo };
+		n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n > 0) {
+			st->sent += (size_t)n;
+			if (coord_now_ns() < until)
+				continue;
+			c = st->from - (st->sent > hlen ? st->sent - hlen : 0);
+		} else if (n < 0 && errno == EINTR) {
+			continue;
+		} else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+			return -errno;
+		} else { /* full: copy a piece from the end meanwhile */
+			if (lo == st->from)
+				break; /* all copied: the head's rest waits for finish */
+			c = st->from - lo;
+			if (c > STREAM_PIECE && coord_now_ns() < until)
+				c = STREAM_PIECE;
+		}
+		st->from -= c;
+		memcpy(st->tail + st->from, s + st->from, c);
+	}
+	return 0;
+}
+
+int coord_sock_stream_finish(int fd, struct coord_sock_stream *st)
+{
+	struct iovec iov[2];
+	size_t lo = st->sent > st->hlen ? st->sent - st->hlen : 0;
+	unsigned n = 0;
+
+	if (st->sent < st->hlen)
+		iov[n++] = (struct iovec){ (void *)(st->head + st->sent), st->hlen - st->sent };
+	if (lo < st->from)
+		lo = st->from; /* sent from the source up to there */
+	if (lo < st->len)
+		iov[n++] = (struct iovec){ st->tail + lo, st->len - lo };
+	return n ? coord_sock_sendv_all(fd, iov, n) : 0;
 }
 
 int coord_frame_reader_init_cap(struct coord_frame_reader *rd, int fd, uint32_t max_frame,

@@ -46,6 +46,29 @@ COORD_HIDDEN int coord_sock_send_all(int fd, const void *buf, size_t len);
 struct iovec;
 COORD_HIDDEN int coord_sock_sendv_all(int fd, struct iovec *iov, unsigned n);
 
+/*
+ * Sending @hlen bytes at @head then @len bytes at @src, where @src may
+ * change once coord_sock_stream_start() returns (a variable whose locks the
+ * caller holds only until then): start sends what the socket takes without
+ * blocking and, whenever it takes nothing, copies a piece of @src from its
+ * end into @tail (kept, grown to @len), until all of @src is sent or
+ * copied, or @budget_ns passed (then the rest is copied at once); finish
+ * sends what is left (blocking), from @head and @tail.  Start returns 0,
+ * -ENOMEM (no @tail: nothing sent) or -errno; finish 0 or -errno.
+ */
+struct coord_sock_stream {
+	const uint8_t *head;
+	size_t hlen, len;
+	size_t sent; /* bytes of head + src sent */
+	size_t from; /* src[from, len) is copied into tail[from, len) */
+	uint8_t *tail;
+	size_t tailcap;
+};
+COORD_HIDDEN int coord_sock_stream_start(int fd, struct coord_sock_stream *st, const void *head,
+					 size_t hlen, const void *src, size_t len,
+					 uint64_t budget_ns);
+COORD_HIDDEN int coord_sock_stream_finish(int fd, struct coord_sock_stream *st);
+
 /* Reads frames from a blocking socket into a buffer that grows to fit. */
 struct coord_frame_reader {
 	int fd;
