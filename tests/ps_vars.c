@@ -106,7 +106,7 @@ void test_scatter_add(void **state)
 
 /* ---- large requests (their data sent from the caller's buffers over tcp) ---- */
 
-#define LG_N (1u << 18) /* 1 MiB of floats: over PSC_EXT_MIN; 4 x: PSC_RX_DIRECT_MIN */
+#define LG_N (1u << 18) /* 1 MiB of floats: over PSC_EXT_MIN and PSC_RX_DIRECT_MIN */
 #define LG_THREADS 4
 #define LG_ROUNDS 6
 

@@ -133,6 +133,11 @@ int coord_varstore_create(const struct coord_varstore_opts *opts, struct coord_v
 		vs->opts = *opts;
 	else
 		coord_varstore_opts_init(&vs->opts);
+	if (coord_vs_adders_create(&vs->adders) < 0) {
+		free(vs->buckets);
+		free(vs);
+		return coord_seterr(err, -ENOMEM, "varstore: out of memory");
+	}
 	pthread_mutex_init(&vs->names_lock, NULL);
 	pthread_mutex_init(&vs->save_lock, NULL);
 	/* Relaxed: the store is private until create returns. */
@@ -187,6 +192,7 @@ void coord_varstore_destroy(struct coord_varstore *vs)
 		free(vs->chunks[c]);
 	free(vs->buckets);
 	coord_ckpt_fini(vs);
+	coord_vs_adders_destroy(vs->adders);
 	pthread_mutex_destroy(&vs->names_lock);
 	pthread_mutex_destroy(&vs->save_lock);
 	free(vs);
@@ -601,30 +607,6 @@ int coord_vs_info(struct coord_varstore *vs, uint32_t id, struct coord_var_info 
 	return 0;
 }
 
-/*
- * @d[i] += @s[i], i < @n, four floats at a time (GCC's vector extension):
- * -O2's cost model leaves the plain loop scalar (it would need a scalar
- * tail and a runtime alias check), and a scalar float add is a helper call
- * under TCG: the rig's ps spent ~40 ms a MiB in it (issue 25).  The same
- * adds, element by element, as the plain loop.
- */
-static void add_floats(float *d, const float *s, size_t n)
-{
-	typedef float v4 __attribute__((vector_size(16)));
-	size_t i = 0;
-
-	for (; i + 4 <= n; i += 4) {
-		v4 a, b;
-
-		memcpy(&a, d + i, sizeof(a));
-		memcpy(&b, s + i, sizeof(b));
-		a += b;
-		memcpy(d + i, &a, sizeof(a));
-	}
-	for (; i < n; i++)
-		d[i] += s[i];
-}
-
 enum range_op { OP_READ, OP_ASSIGN, OP_ADD, OP_FILL, OP_VIEW };
 
 /* How OP_FILL writes the range (coord_vs_assign_fill()'s @fill), or OP_VIEW
@@ -676,8 +658,8 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 		coord_vs_write_end(v);
 		break;
 	case OP_ADD:
-		coord_vs_write_begin(v); /* SNAP1 */
-		add_floats(d, in, n);
+		coord_vs_write_begin(v);	    /* SNAP1 */
+		coord_vs_add(vs->adders, d, in, n); /* vs_add.c */
 		coord_vs_write_end(v);
 		break;
 	case OP_FILL:
@@ -773,8 +755,8 @@ static int rows_op(struct coord_varstore *vs, uint32_t id, const int64_t *indice
 	} else {
 		coord_vs_write_begin(v); /* SNAP1 */
 		for (size_t k = 0; k < nidx; k++)
-			add_floats(v->data + (size_t)indices[k] * v->rowlen, in + k * v->rowlen,
-				   v->rowlen);
+			coord_vs_add_floats(v->data + (size_t)indices[k] * v->rowlen,
+					    in + k * v->rowlen, v->rowlen);
 		coord_vs_write_end(v);
 	}
 	for (unsigned s = 0; s < v->nstripes; s++)

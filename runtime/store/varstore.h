@@ -654,7 +654,17 @@ struct coord_varstore {
 	/* The checkpoint root (its real path; NULL = none) and its fd. */
 	char *ckpt_root;
 	int ckpt_root_fd;
+	/* Helpers of large adds (vs_add.c). */
+	struct coord_vs_adders *adders;
 };
+
+/* vs_add.c: @d[i] += @s[i], i < @n: here; or, @n large, split over the
+ * helpers of @a (NULL: none) with this thread, which holds the stripes. */
+struct coord_vs_adders;
+COORD_HIDDEN void coord_vs_add_floats(float *d, const float *s, size_t n);
+COORD_HIDDEN void coord_vs_add(struct coord_vs_adders *a, float *d, const float *s, size_t n);
+COORD_HIDDEN int coord_vs_adders_create(struct coord_vs_adders **out);
+COORD_HIDDEN void coord_vs_adders_destroy(struct coord_vs_adders *a);
 
 /* A create of @name may not change what a prepared restore relies on
  * (ckpt_restore.c).  Caller holds names_lock.  0, -EEXIST or -ENOSPC. */

@@ -67,7 +67,7 @@ struct psc_rdv {
  * data straight into its caller's buffer (ps_conn.c read_direct()).
  * Measured (bench_ps, this process's CPU per GiB against the raw stream's,
  * docs/perf-history.md): a win at 16 and 64 MiB, a loss at 1 MiB. */
-#define PSC_RX_DIRECT_MIN (4u << 20)
+#define PSC_RX_DIRECT_MIN (256u << 10)
 
 struct psc_conn {
 	struct coord_psc *p;

@@ -381,6 +381,36 @@ static bool read_over(struct conn *k, int r)
 	return false;
 }
 
+/* W1: a frame this far from whole wakes its holder after LOWAT_STEP more bytes. */
+#define LOWAT_MIN (256u << 10)
+#define LOWAT_STEP (256u << 10)
+
+/*
+ * W1: while a large frame comes in (an assign's data), the re-armed
+ * connection is returned by epoll only once LOWAT_STEP more bytes (or the
+ * frame's rest) have arrived (SO_RCVLOWAT), not for every segment: a few
+ * wake-ups and reads per MiB, not dozens.  Else 1, the default, so a small
+ * frame wakes it at once.  A shut read side (P4) wakes it whatever the mark.
+ * The holder's thread (P1), before the re-arm.
+ */
+static void rcv_lowat(struct conn *k)
+{
+	struct coord_wire_hdr h;
+	size_t have = k->rd.len - k->rd.off, want = 1;
+	int v;
+
+	if (coord_wire_parse_hdr(k->rd.buf + k->rd.off, have, k->rd.max_frame, &h) == 0 &&
+	    COORD_WIRE_HDR + (size_t)h.len - have >= LOWAT_MIN) {
+		want = COORD_WIRE_HDR + (size_t)h.len - have;
+		want = want < LOWAT_STEP ? want : LOWAT_STEP;
+	}
+	if (want == k->lowat || (want == 1 && k->lowat == 0))
+		return;
+	v = (int)want;
+	if (setsockopt(k->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0)
+		k->lowat = want;
+}
+
 /*
  * Serve what @k has to read without blocking: the handshake (H1), then
  * every whole frame (at most a bounded number, so one busy connection does
@@ -464,6 +494,8 @@ void conn_serve(struct pool_thread *t, struct conn *k)
 		/* Relaxed (P4): as above. */
 		atomic_store_explicit(&k->partial_deadline, 0, memory_order_relaxed);
 	}
+	if (k->authed)
+		rcv_lowat(k);
 	/* Relaxed: a poll flag; stop also wakes every pool thread. */
 	if (atomic_load_explicit(&k->s->stopping, memory_order_relaxed))
 		goto out;

@@ -50,6 +50,7 @@ struct conn {
 	 * send_lock held from tcp_io_stream() to tcp_io_stream_end()) */
 	struct coord_sock_stream st;
 	int st_err;
+	size_t lowat; /* W1: the socket's SO_RCVLOWAT as set (0: never, 1) */
 	struct coord_frame_reader rd;
 	struct coord_srv_conn p; /* the protocol (srv_proto.h) */
 	struct conn *next;

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -425,11 +426,23 @@ int coord_frame_read_into(struct coord_frame_reader *rd, void *dst, size_t n, in
 	d = d ? d + k : NULL;
 	if (rd->off == rd->len)
 		rd->off = rd->len = 0;
+	if (d && n > 0 && partial_ms > 0 && rd->rcvtimeo_ms != partial_ms) {
+		struct timeval tv = { .tv_sec = partial_ms / 1000,
+				      .tv_usec = partial_ms % 1000 * 1000 };
+
+		if (setsockopt(rd->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0)
+			rd->rcvtimeo_ms = partial_ms;
+	}
 	while (n > 0) {
 		struct pollfd p = { .fd = rd->fd, .events = POLLIN };
 		size_t want = d ? n : (n < rd->cap ? n : rd->cap);
-		ssize_t got = recv(rd->fd, d ? (void *)d : (void *)rd->buf, want, MSG_DONTWAIT);
+		bool wait = d && partial_ms > 0 && rd->rcvtimeo_ms == partial_ms;
+		ssize_t got = recv(rd->fd, d ? (void *)d : (void *)rd->buf, want,
+				   wait ? MSG_WAITALL : MSG_DONTWAIT);
 		int r;
+
+		if (got < 0 && wait && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -ETIMEDOUT; /* nothing for partial_ms */
 
 		if (got > 0) {
 			rd->rx_total += (uint64_t)got;

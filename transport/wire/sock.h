@@ -84,6 +84,7 @@ struct coord_frame_reader {
 	 * then reads the payload with coord_frame_read_into(), where it wants
 	 * it, before the next frame */
 	uint32_t big;
+	int rcvtimeo_ms; /* the socket's SO_RCVTIMEO as coord_frame_read_into() set it */
 };
 
 /* coord_frame_reader_init() - a reader of @fd, frames up to @max_frame, a
@@ -113,8 +114,11 @@ COORD_HIDDEN int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, in
 /*
  * coord_frame_read_into() - the next @n bytes of a frame whose payload
  * coord_frame_read() left unread (rd->big), into @dst (NULL: dropped):
- * what is buffered, then straight from the socket.  @partial_ms bounds
- * each wait for more.  Return: 0; -ETIMEDOUT; -EPIPE; another -errno.
+ * what is buffered, then straight from the socket: into @dst, one
+ * blocking recv(MSG_WAITALL) as a plain program would (the kernel wakes it
+ * as data comes, no poll in between; SO_RCVTIMEO is @partial_ms, a
+ * blocking read being the reader's own).  @partial_ms bounds each wait
+ * for more.  Return: 0; -ETIMEDOUT; -EPIPE; another -errno.
  */
 COORD_HIDDEN int coord_frame_read_into(struct coord_frame_reader *rd, void *dst, size_t n,
 				       int partial_ms);
