@@ -323,47 +323,6 @@ static int fill_fetch(void *arg, float *dst, size_t bytes, struct coord_error *e
 	return op->fetch(op->fetch_arg, op->id, dst, bytes, NULL, err);
 }
 
-/* coord_vs_read_view()'s view of a streamed READ: the scratch's @stream. */
-struct read_stream {
-	struct coord_ps_scratch *s;
-	void *arg;
-};
-
-static int view_stream(void *arg, const float *src, size_t bytes, struct coord_error *err)
-{
-	struct read_stream *rs = arg;
-
-	return rs->s->stream(rs->arg, src, bytes, err);
-}
-
-/* READ: into the caller's buffer (in-process), sent from the variable (a
- * tcp server's large result), or into the reply frame, or the scratch. */
-static int op_read(struct coord_varstore *vs, const struct coord_ps_op *op,
-		   struct coord_ps_scratch *s, coord_ps_emit_t emit, void *arg,
-		   struct coord_error *err)
-{
-	struct read_stream rs = { .s = s, .arg = arg };
-	float *out;
-	int r;
-
-	if (op->n > COORD_VAR_MAX_ELEMS)
-		return coord_seterr(err, COORD_EINVAL, "read: %llu elements",
-				    (unsigned long long)op->n);
-	/* In place: in-process, the caller's buffer; a server's frame. */
-	out = op->dst && op->cap >= 4 * op->n ? op->dst : NULL;
-	if (!out && s->stream && 4 * op->n >= COORD_PS_STREAM_MIN)
-		return coord_vs_read_view(vs, op->id, op->off, op->n, view_stream, &rs, err);
-	if (!out && s->room && op->n)
-		out = s->room(arg, 4 * op->n);
-	if (!out) {
-		if (!scratch_reserve(s, 4 * op->n))
-			return coord_seterr(err, COORD_ENOMEM, "no memory");
-		out = s->buf;
-	}
-	r = coord_vs_read(vs, op->id, op->off, op->n, out, err);
-	return r < 0 ? r : emit(arg, out, 4 * op->n);
-}
-
 /* ASSIGN / ASSIGN_ADD: from the frame, or fetched (rendezvous: an assign
  * straight into the variable, an assign_add into the transport's buffer). */
 static int op_assign(struct coord_varstore *vs, const struct coord_ps_op *op,
@@ -423,8 +382,26 @@ int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_
 		r = coord_varstore_lookup(vs, name, &id, err);
 		return r < 0 ? r : emit_info(vs, id, emit, arg, err);
 	}
-	case COORD_PS_READ:
-		return op_read(vs, op, s, emit, arg, err);
+	case COORD_PS_READ: {
+		float *out;
+
+		if (op->n > COORD_VAR_MAX_ELEMS)
+			return coord_seterr(err, COORD_EINVAL, "read: %llu elements",
+					    (unsigned long long)op->n);
+		/* In place: the caller's buffer; the variable (a tcp ps); a frame. */
+		out = op->dst && op->cap >= 4 * op->n ? op->dst : NULL;
+		if (!out && s->stream && 4 * op->n >= COORD_PS_STREAM_MIN)
+			return coord_vs_read_view(vs, op->id, op->off, op->n, s->stream, arg, err);
+		if (!out && s->room && op->n)
+			out = s->room(arg, 4 * op->n);
+		if (!out) {
+			if (!scratch_reserve(s, 4 * op->n))
+				return coord_seterr(err, COORD_ENOMEM, "no memory");
+			out = s->buf;
+		}
+		r = coord_vs_read(vs, op->id, op->off, op->n, out, err);
+		return r < 0 ? r : emit(arg, out, 4 * op->n);
+	}
 	case COORD_PS_ASSIGN:
 	case COORD_PS_ASSIGN_ADD:
 		return op_assign(vs, op, s, emit, arg, err);
@@ -836,9 +813,7 @@ int coord_var_assign(struct coord *c, coord_var_t var, uint64_t off, uint64_t n,
 /* A ctx call's failure: the message becomes the closure's if it returns it. */
 static int ctx_err(struct coord_ctx *ctx, int r, const struct coord_error *e)
 {
-	if (r < 0)
-		return coord_ctx_fail(ctx, r, "%s", e->msg[0] ? e->msg : coord_strerror(r));
-	return r;
+	return r < 0 ? coord_ctx_fail(ctx, r, "%s", e->msg[0] ? e->msg : coord_strerror(r)) : r;
 }
 
 /* Could the ps not be reached, or did it restart since the handle was made

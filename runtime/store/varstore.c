@@ -613,7 +613,7 @@ enum range_op { OP_READ, OP_ASSIGN, OP_ADD, OP_FILL, OP_VIEW };
  * reads it (coord_vs_read_view()'s @view). */
 struct range_fill {
 	int (*fill)(void *arg, float *dst, size_t bytes, struct coord_error *err);
-	int (*view)(void *arg, const float *src, size_t bytes, struct coord_error *err);
+	int (*view)(void *arg, const void *src, size_t bytes, struct coord_error *err);
 	void *arg;
 };
 
@@ -703,7 +703,7 @@ int coord_vs_assign_fill(struct coord_varstore *vs, uint32_t id, size_t off, siz
 }
 
 int coord_vs_read_view(struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
-		       int (*view)(void *arg, const float *src, size_t bytes,
+		       int (*view)(void *arg, const void *src, size_t bytes,
 				   struct coord_error *err),
 		       void *arg, struct coord_error *err)
 {

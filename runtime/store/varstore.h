@@ -269,7 +269,7 @@ COORD_HIDDEN COORD_NODISCARD int coord_vs_assign_fill(
  */
 COORD_HIDDEN COORD_NODISCARD int coord_vs_read_view(
 	struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
-	int (*view)(void *arg, const float *src, size_t bytes, struct coord_error *err), void *arg,
+	int (*view)(void *arg, const void *src, size_t bytes, struct coord_error *err), void *arg,
 	struct coord_error *err);
 
 /**
