@@ -6,8 +6,11 @@
  * process) and over tcp (one coord-ps process on loopback), against
  *   raw stream  a plain loopback TCP connection to a forked server moving
  *               the same bytes per call, large writes (one send() of the
- *               whole size, recv() into the whole buffer), one 1-byte
- *               acknowledgement per call: <-ps (the server sends: what a
+ *               whole size, recv(MSG_WAITALL) into the whole buffer), one
+ *               1-byte acknowledgement per call, the socket options
+ *               coord-ps and its clients set (TCP_NODELAY both ends,
+ *               SO_RCVLOWAT 256 KiB while the server takes in a large
+ *               payload, tcp_server.c W1): <-ps (the server sends: what a
  *               read and a gather move) and ->ps (the client sends: what an
  *               assign_add and a scatter_add move);
  *   memcpy      one memcpy() of the size between two warm buffers: the
@@ -90,9 +93,16 @@ static void raw_serve(int lfd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	memset(buf, 7, MAXSZ);
 	while (bench_recv_all(fd, &h, sizeof(h)) == 0 && h.len <= MAXSZ) {
+		/* as coord-ps receives a large frame (tcp_server.c W1): woken
+		 * every 256 KiB, not for every segment */
+		int lowat = h.dir == 0 && h.len >= (256u << 10) ? 256 << 10 : 1;
+
+		setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
 		if (h.dir == 0 ? bench_recv_all(fd, buf, h.len) || bench_send_all(fd, &ack, 1)
 			       : bench_send_all(fd, buf, h.len))
 			break;
+		lowat = 1;
+		setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
 	}
 	_exit(0);
 }
