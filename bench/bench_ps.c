@@ -63,6 +63,7 @@
 #define EMB_ROWS (1u << 20)
 #define EMB_DIM 16
 #define EMB_BATCH 1024
+#define LOWAT_STEP (256u << 10) /* tcp_server.c's */
 
 static const char *ps_bin, *worker_bin, *fns_lib;
 
@@ -81,6 +82,30 @@ struct raw_hdr {
 	uint32_t pad;
 };
 
+/* Take in @len bytes as coord-ps takes in a large frame (tcp_server.c
+ * W1): woken once 256 KiB more (or the rest) have come, not for every
+ * segment (SO_RCVLOWAT), each piece one recv(MSG_WAITALL). */
+static int raw_take(int fd, uint8_t *buf, size_t len)
+{
+	int lowat = 1, r = 0;
+
+	for (size_t off = 0; off < len && r == 0; off += LOWAT_STEP) {
+		int want = len - off < LOWAT_STEP ? (int)(len - off) : (int)LOWAT_STEP;
+
+		if (len < LOWAT_STEP)
+			want = 1; /* a small payload: the default */
+		if (want != lowat &&
+		    setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0)
+			lowat = want;
+		r = bench_recv_all(fd, buf + off, len - off < LOWAT_STEP ? len - off : LOWAT_STEP);
+	}
+	if (lowat != 1) {
+		lowat = 1;
+		setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
+	}
+	return r;
+}
+
 static void raw_serve(int lfd)
 {
 	uint8_t *buf = malloc(MAXSZ), ack = 1;
@@ -93,16 +118,9 @@ static void raw_serve(int lfd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	memset(buf, 7, MAXSZ);
 	while (bench_recv_all(fd, &h, sizeof(h)) == 0 && h.len <= MAXSZ) {
-		/* as coord-ps receives a large frame (tcp_server.c W1): woken
-		 * every 256 KiB, not for every segment */
-		int lowat = h.dir == 0 && h.len >= (256u << 10) ? 256 << 10 : 1;
-
-		setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
-		if (h.dir == 0 ? bench_recv_all(fd, buf, h.len) || bench_send_all(fd, &ack, 1)
+		if (h.dir == 0 ? raw_take(fd, buf, h.len) || bench_send_all(fd, &ack, 1)
 			       : bench_send_all(fd, buf, h.len))
 			break;
-		lowat = 1;
-		setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
 	}
 	_exit(0);
 }
