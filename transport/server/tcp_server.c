@@ -399,7 +399,9 @@ static void rcv_lowat(struct conn *k)
 	size_t have = k->rd.len - k->rd.off, want = 1;
 	int v;
 
+	/* (a whole frame buffered, served next: 1) */
 	if (coord_wire_parse_hdr(k->rd.buf + k->rd.off, have, k->rd.max_frame, &h) == 0 &&
+	    COORD_WIRE_HDR + (size_t)h.len > have &&
 	    COORD_WIRE_HDR + (size_t)h.len - have >= LOWAT_MIN) {
 		want = COORD_WIRE_HDR + (size_t)h.len - have;
 		want = want < LOWAT_STEP ? want : LOWAT_STEP;
