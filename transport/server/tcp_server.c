@@ -55,6 +55,9 @@
  *       start the soft descriptor limit is raised to the hard one.
  *   P3  A finished connection is freed by the acceptor only after its
  *       holder published `done`.
+ *   W1  While a frame of 256 KiB or more comes in, SO_RCVLOWAT is its rest
+ *       (at most 256 KiB), so epoll returns the connection a few times a
+ *       MiB, not for every segment (rcv_lowat()); else 1.
  *   P2, P4, P5, I1, M1  The pool, and the watchdog that relieves a stuck
  *       pool thread, closes connections stalled mid-frame or idle, sends
  *       keepalive PONGs and trims freed memory: tcp_pool.c.
@@ -88,6 +91,10 @@
  *   k->p.hb_ms       the holder, from the PING       the watchdog (relaxed)  none: a hint (P5)
  *                    (relaxed, srv_proto.c)
  *   socket writes    the holder and the watchdog     -                       send_lock (P5)
+ *   k->st, st_err    the holder, send_lock held from the holder                  P1; send_lock
+ *                    tcp_io_stream() to                                      stays held between
+ *                    tcp_io_stream_end()                                     the two (P5)
+ *   k->lowat         the holder (W1)                 the holder              P1
  *   k->partial_      the holder (relaxed)            the watchdog (relaxed)  none: a hint; the
  *   deadline                                                                 holder decides (P4)
  *   k->stalled       the watchdog (relaxed CAS       the holder (relaxed),   the kernel: the
