@@ -278,7 +278,8 @@ void test_varstore_concurrent_assign_add(void **state)
 	coord_varstore_destroy(vs);
 }
 
-#define LA_N ((1u << 20) + 3) /* over vs_add.c's ADD_PAR_MIN, not a whole piece */
+#define LA_N                                                                                       \
+	((1u << 20) + 4099) /* with its range, over vs_add.c's ADD_PAR_MIN, not a whole piece */
 #define LA_ADDS 6
 
 struct la_arg {

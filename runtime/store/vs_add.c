@@ -44,8 +44,8 @@
 
 #include "runtime/store/varstore.h"
 
-#define ADD_PAR_MIN (256u << 10) /* floats: 1 MiB */
-#define ADD_PIECE (16u << 10)	 /* floats: 64 KiB */
+#define ADD_PAR_MIN (1u << 20) /* floats: 4 MiB (a wake-up is small against its add) */
+#define ADD_PIECE (16u << 10)  /* floats: 64 KiB */
 #define ADD_HELPERS_MAX 3u
 
 struct add_job {
