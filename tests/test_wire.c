@@ -741,9 +741,9 @@ static void *st_read(void *p)
 	return NULL;
 }
 
-/* coord_sock_stream_start() never waits for the peer: with nobody reading
- * (then with a reader, and with no time to send from the source) it copies
- * what the socket does not take; the peer gets the source as it was when
+/* coord_sock_stream_start() waits for the peer only its budget: with
+ * nobody reading (then with a reader, and with no time at all) it copies
+ * what the socket did not take; the peer gets the source as it was when
  * start returned, though it changed before finish. */
 static void test_sock_stream(void **state)
 {
@@ -767,7 +767,7 @@ static void test_sock_stream(void **state)
 		if (pass > 0) /* a reader draining meanwhile */
 			assert_int_equal(pthread_create(&th, NULL, st_read, &r), 0);
 		assert_int_equal(coord_sock_stream_start(fd[0], &st, head, hlen, src, len,
-							 pass == 2 ? 0 : 1000000000ull),
+							 pass == 2 ? 0 : 20000000ull),
 				 0);
 		memset(src, 0xee, len); /* the variable changes: its stripes let go */
 		if (pass == 0)

@@ -348,8 +348,8 @@ struct coord_ps_scratch {
 	/* Optional (a tcp server's): a READ's result of @len bytes, at least
 	 * COORD_PS_STREAM_MIN, is sent from @p, the variable's own memory,
 	 * while the READ holds its stripes (coord_vs_read_view()): what the
-	 * connection takes at once goes, the rest is copied, nothing waits for
-	 * the peer.  The result is then emitted (@emit is not called).  0 or
+	 * connection takes within a bounded time goes, the rest is copied.
+	 * The result is then emitted (@emit is not called).  0 or
 	 * a coord error code with @err. */
 	int (*stream)(void *arg, const void *p, size_t len, struct coord_error *err);
 };

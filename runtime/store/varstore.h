@@ -261,8 +261,9 @@ COORD_HIDDEN COORD_NODISCARD int coord_vs_assign_fill(
  * For a ps over tcp, whose @view sends the floats from the variable
  * (transport/server/srv_var.c): no copy but the kernel's.  @view runs under
  * the stripes of the range, so it sees the variable between two writes;
- * it must not wait for anything that may wait for them (a peer: it copies
- * what it cannot send at once), and must not write through @src.
+ * it must not wait for anything that may wait for them, nor for long (a
+ * peer: it copies what it could not send in a bounded time), and must not
+ * write through @src.
  *
  * Concurrency: any thread; holds the range's stripes while @view runs.
  * Return: 0; what coord_vs_read() returns; @view's error.

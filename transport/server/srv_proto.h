@@ -86,8 +86,8 @@ struct coord_srv {
  * @stream: optional (tcp): start sending a frame of @hlen bytes at @head
  *        followed by @len bytes at @src (a READ's result in its variable,
  *        whose stripes the caller holds: srv_var.c): send what the
- *        connection takes now and copy the rest, never waiting for the
- *        peer, for no longer than about 2 ms + 0.5 ms per MiB; @head stays
+ *        connection takes, waiting for the peer at most about 2 ms + 1 ms
+ *        per MiB (the stripes' time), and copy the rest; @head stays
  *        untouched until @stream_end.  0: @stream_end must follow (no
  *        other send comes between); -ENOMEM: nothing was sent and
  *        @stream_end must not follow; other -errno: the connection failed

@@ -7,8 +7,9 @@
  * A READ's result of COORD_PS_STREAM_MIN or more goes, over a transport
  * that can (tcp, struct coord_srv_io @stream), from the variable's own
  * memory while the READ holds its stripes (stream_vres(): the kernel's
- * copy and no other); the transport sends what the socket takes at once
- * and copies the rest, never waiting for the peer under the stripes.
+ * copy and no other); the transport sends what the socket takes within a
+ * bounded time (2 ms + 1 ms a MiB: tcp_server.c) and copies the rest, so
+ * the stripes never wait longer for the peer.
  *
  * Give-up (wire.h VAR_SYNC; the client's side: transport/psclient/ps_conn.c
  * "Give-up").  A ps never applies a request after its sender has given up

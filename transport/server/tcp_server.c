@@ -182,7 +182,7 @@ static int tcp_io_send(void *ctx, const void *b, size_t len)
 /* A streamed result's time under its variable's stripes: the budget of
  * struct coord_srv_io @stream (srv_proto.h). */
 #define STREAM_BASE_NS 2000000ull
-#define STREAM_NS_PER_MIB 500000ull
+#define STREAM_NS_PER_MIB 1000000ull
 
 /* struct coord_srv_io @stream: send_lock is held until tcp_io_stream_end()
  * (P5: nothing interleaves), but on -ENOMEM. */

@@ -201,16 +201,13 @@ int coord_sock_sendv_all(int fd, struct iovec *iov, unsigned n)
 	return 0;
 }
 
-/* A piece of a stream's source copied while the socket is full: long
- * enough to be worth a system call after it, short enough that the socket
- * does not sit empty meanwhile. */
-#define STREAM_PIECE (256u << 10)
-
 int coord_sock_stream_start(int fd, struct coord_sock_stream *st, const void *head, size_t hlen,
 			    const void *src, size_t len, uint64_t budget_ns)
 {
 	const uint8_t *s = src;
-	uint64_t until = coord_now_ns() + budget_ns;
+	uint64_t now, until = coord_now_ns() + budget_ns;
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	int r;
 
 	if (st->tailcap < len) {
 		uint8_t *b = realloc(st->tail, len);
@@ -228,7 +225,7 @@ int coord_sock_stream_start(int fd, struct coord_sock_stream *st, const void *he
 	while (st->sent < hlen + st->from) {
 		struct iovec iov[2];
 		struct msghdr m = { .msg_iov = iov };
-		size_t lo = st->sent > hlen ? st->sent - hlen : 0, c;
+		size_t lo = st->sent > hlen ? st->sent - hlen : 0;
 		ssize_t n;
 
 		if (st->sent < hlen)
@@ -237,24 +234,26 @@ int coord_sock_stream_start(int fd, struct coord_sock_stream *st, const void *he
 		if (lo < st->from)
 			iov[m.msg_iovlen++] = (struct iovec){ (void *)(s + lo), st->from - lo };
 		n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (n > 0) {
+		now = coord_now_ns();
+		if (n > 0)
 			st->sent += (size_t)n;
-			if (coord_now_ns() < until)
-				continue;
-			c = st->from - (st->sent > hlen ? st->sent - hlen : 0);
-		} else if (n < 0 && errno == EINTR) {
-			continue;
-		} else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+		else if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
 			return -errno;
-		} else { /* full: copy a piece from the end meanwhile */
-			if (lo == st->from)
-				break; /* all copied: the head's rest waits for finish */
-			c = st->from - lo;
-			if (c > STREAM_PIECE && coord_now_ns() < until)
-				c = STREAM_PIECE;
+		if (n > 0 || (n < 0 && errno == EINTR) || now >= until) {
+			if (now < until)
+				continue;
+			/* the budget is spent: the rest is copied, the source let go */
+			lo = st->sent > hlen ? st->sent - hlen : 0;
+			memcpy(st->tail + lo, s + lo, st->from - lo);
+			st->from = lo;
+			break;
 		}
-		st->from -= c;
-		memcpy(st->tail + st->from, s + st->from, c);
+		/* full: wait for room, at most the budget's rest */
+		do
+			r = poll(&p, 1, (int)((until - now) / 1000000u) + 1);
+		while (r < 0 && errno == EINTR);
+		if (r < 0)
+			return -errno;
 	}
 	return 0;
 }

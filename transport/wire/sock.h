@@ -49,12 +49,11 @@ COORD_HIDDEN int coord_sock_sendv_all(int fd, struct iovec *iov, unsigned n);
 /*
  * Sending @hlen bytes at @head then @len bytes at @src, where @src may
  * change once coord_sock_stream_start() returns (a variable whose locks the
- * caller holds only until then): start sends what the socket takes without
- * blocking and, whenever it takes nothing, copies a piece of @src from its
- * end into @tail (kept, grown to @len), until all of @src is sent or
- * copied, or @budget_ns passed (then the rest is copied at once); finish
- * sends what is left (blocking), from @head and @tail.  Start returns 0,
- * -ENOMEM (no @tail: nothing sent) or -errno; finish 0 or -errno.
+ * caller holds only until then): start sends from @src, waiting for room
+ * in the socket, for at most @budget_ns; then it copies what is left of
+ * @src into @tail (kept, grown to @len); finish sends what is left
+ * (blocking), from @head and @tail.  Start returns 0, -ENOMEM (no @tail:
+ * nothing sent) or -errno; finish 0 or -errno.
  */
 struct coord_sock_stream {
 	const uint8_t *head;
