@@ -6,10 +6,15 @@
  * process) and over tcp (one coord-ps process on loopback), against
  *   raw stream  a plain loopback TCP connection to a forked server moving
  *               the same bytes per call, large writes (one send() of the
- *               whole size, recv() into the whole buffer), one 1-byte
- *               acknowledgement per call: <-ps (the server sends: what a
- *               read and a gather move) and ->ps (the client sends: what an
- *               assign_add and a scatter_add move);
+ *               whole size, recv(MSG_WAITALL) into the whole buffer), one
+ *               1-byte acknowledgement per call, TCP_NODELAY on both ends
+ *               (as coord sets): <-ps (the server sends: what a read and a
+ *               gather move) and ->ps (the client sends: what an
+ *               assign_add and a scatter_add move); ->ps also as coord-ps
+ *               takes in a large frame ("raw ->ps lowat": poll() with
+ *               SO_RCVLOWAT 256 KiB, then recv() what is there,
+ *               tcp_server.c W1), and each round's ->ps ratios are taken
+ *               against the faster of the two;
  *   memcpy      one memcpy() of the size between two warm buffers: the
  *               physical floor of a copy (what inproc is measured against).
  * Implementations alternate within each round (the order flips every
@@ -33,10 +38,12 @@
  * Public API only (libcoord.so); coord-ps and coord-worker are the built
  * binaries (COORD_PS_BIN / COORD_WORKER_BIN override).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -59,6 +66,7 @@
 #define EMB_ROWS (1u << 20)
 #define EMB_DIM 16
 #define EMB_BATCH 1024
+#define LOWAT_STEP (256u << 10) /* tcp_server.c's */
 
 static const char *ps_bin, *worker_bin, *fns_lib;
 
@@ -73,22 +81,60 @@ static const char *getenv_or(const char *k, const char *d)
 
 struct raw_hdr {
 	uint64_t len;
-	uint32_t dir; /* 0: client -> server, 1: server -> client */
+	uint32_t dir; /* 0: client -> server, 1: server -> client, 2: as 0, raw_take() */
 	uint32_t pad;
 };
+
+/* Take in @len bytes as coord-ps takes in a large frame (tcp_server.c
+ * W1): poll() until 256 KiB more (or the rest) have come (SO_RCVLOWAT),
+ * then recv() all there is without blocking.  (A blocking recv() with the
+ * mark hangs once a partial copy leaves less than the mark to come.) */
+static int raw_take(int fd, uint8_t *buf, size_t len)
+{
+	int lowat = 1, r = 0;
+
+	for (size_t off = 0; off < len && r == 0;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int want = len - off < LOWAT_STEP ? (int)(len - off) : (int)LOWAT_STEP;
+		ssize_t n;
+
+		if (len < LOWAT_STEP)
+			want = 1; /* a small payload: the default */
+		if (want != lowat &&
+		    setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0)
+			lowat = want;
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			r = -1;
+		n = recv(fd, buf + off, len - off, MSG_DONTWAIT);
+		if (n > 0)
+			off += (size_t)n;
+		else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+			r = -1;
+	}
+	if (lowat != 1) {
+		lowat = 1;
+		setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
+	}
+	return r;
+}
 
 static void raw_serve(int lfd)
 {
 	uint8_t *buf = malloc(MAXSZ), ack = 1;
 	struct raw_hdr h;
-	int fd = accept(lfd, NULL, NULL);
+	int fd = accept(lfd, NULL, NULL), one = 1;
 
 	if (!buf || fd < 0)
 		_exit(1);
+	/* the options coord-ps sets on the connections it accepts */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	memset(buf, 7, MAXSZ);
 	while (bench_recv_all(fd, &h, sizeof(h)) == 0 && h.len <= MAXSZ) {
-		if (h.dir == 0 ? bench_recv_all(fd, buf, h.len) || bench_send_all(fd, &ack, 1)
-			       : bench_send_all(fd, buf, h.len))
+		int r = h.dir == 1   ? bench_send_all(fd, buf, h.len)
+			: h.dir == 2 ? raw_take(fd, buf, h.len)
+				     : bench_recv_all(fd, buf, h.len);
+
+		if (r || (h.dir != 1 && bench_send_all(fd, &ack, 1)))
 			break;
 	}
 	_exit(0);
@@ -126,7 +172,7 @@ static int raw_call(int fd, void *buf, size_t len, unsigned dir)
 
 	if (bench_send_all(fd, &h, sizeof(h)))
 		return -1;
-	return dir == 0 ? (bench_send_all(fd, buf, len) || bench_recv_all(fd, &ack, 1))
+	return dir != 1 ? (bench_send_all(fd, buf, len) || bench_recv_all(fd, &ack, 1))
 			: bench_recv_all(fd, buf, len);
 }
 
@@ -215,6 +261,7 @@ static void unmake(struct coord *c)
 enum impl {
 	RAW_OUT,
 	RAW_IN,
+	RAW_OUT_LW,
 	MEMCPY,
 	IN_READ,
 	IN_ADD,
@@ -227,9 +274,9 @@ enum impl {
 	NIMPL
 };
 static const char *const impl_name[NIMPL] = {
-	"raw stream ->ps", "raw stream <-ps",	 "memcpy",   "inproc read",    "inproc assign_add",
-	"inproc gather",   "inproc scatter_add", "tcp read", "tcp assign_add", "tcp gather",
-	"tcp scatter_add",
+	"raw stream ->ps", "raw stream <-ps",	"raw ->ps lowat", "memcpy",
+	"inproc read",	   "inproc assign_add", "inproc gather",  "inproc scatter_add",
+	"tcp read",	   "tcp assign_add",	"tcp gather",	  "tcp scatter_add",
 };
 
 struct side {
@@ -255,6 +302,8 @@ static int one_call(enum impl i, size_t sz)
 		return raw_call(raw_fd, src, sz, 0);
 	case RAW_IN:
 		return raw_call(raw_fd, dst, sz, 1);
+	case RAW_OUT_LW:
+		return raw_call(raw_fd, src, sz, 2);
 	case MEMCPY:
 		memcpy(dst, src, sz);
 		__asm__ __volatile__("" ::: "memory");
@@ -295,17 +344,61 @@ static uint64_t cpu_ns(void)
 	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
 }
 
+/* CPU time of process @pid, all threads, in ns (the sum of its threads'
+ * time on a CPU, /proc/PID/task/TID/schedstat); 0 if it cannot be read. */
+static uint64_t pid_cpu_ns(pid_t pid)
+{
+	char path[64];
+	uint64_t sum = 0;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		unsigned long long ns;
+		char f[64 + 256 + 16];
+		FILE *fp;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(f, sizeof(f), "%s/%s/schedstat", path, e->d_name);
+		fp = fopen(f, "r");
+		if (fp && fscanf(fp, "%llu", &ns) == 1)
+			sum += ns;
+		if (fp)
+			fclose(fp);
+	}
+	closedir(d);
+	return sum;
+}
+
+/* The process at the other end of @i (the raw stream's server, coord-ps),
+ * or 0 (inproc, memcpy). */
+static pid_t peer_of(enum impl i)
+{
+	return i <= RAW_OUT_LW ? raw_pid : i >= TCP_READ ? ps_pids[0] : 0;
+}
+
 /* One sample: GB/s over about @bytes moved in calls of @sz; *@cpu: this
  * process's CPU ms per GiB moved (the client's side of tcp: what its
- * copies cost, less sensitive than GB/s to a loaded machine). */
-static double sample(enum impl i, size_t sz, uint64_t bytes, double *cpu)
+ * copies cost, less sensitive than GB/s to a loaded machine); *@pcpu: the
+ * peer process's (the ps side), 0 for none. */
+static double sample(enum impl i, size_t sz, uint64_t bytes, double *cpu, double *pcpu)
 {
 	uint64_t n = bytes / sz ? bytes / sz : 1, t0 = bench_now_ns(), c0 = cpu_ns();
+	pid_t peer = peer_of(i);
+	uint64_t p0 = peer ? pid_cpu_ns(peer) : 0;
+	double gib;
 
 	for (uint64_t k = 0; k < n; k++)
 		if (!bench_check(one_call(i, sz) == 0, "%s failed", impl_name[i]))
 			return 0;
-	*cpu = (double)(cpu_ns() - c0) / 1e6 / ((double)(n * sz) / (double)(1ull << 30));
+	gib = (double)(n * sz) / (double)(1ull << 30);
+	*cpu = (double)(cpu_ns() - c0) / 1e6 / gib;
+	*pcpu = peer ? (double)(pid_cpu_ns(peer) - p0) / 1e6 / gib : 0;
 	return (double)(n * sz) / (double)(bench_now_ns() - t0);
 }
 
@@ -319,29 +412,71 @@ static const struct {
 };
 #define NRATIO (sizeof(ratios) / sizeof(ratios[0]))
 
+/* A round's baseline: ->ps, the faster of the raw stream's two ways to
+ * take in (a blocking recv(MSG_WAITALL); poll with SO_RCVLOWAT as coord-ps). */
+static double base_of(const double *v, enum impl b)
+{
+	return b == RAW_OUT && v[RAW_OUT_LW] > v[RAW_OUT] ? v[RAW_OUT_LW] : v[b];
+}
+
+/* --tcp-only: the raw stream, memcpy and tcp read / assign_add only. */
+static bool tcp_only;
+
+static bool skipped(enum impl i)
+{
+	return tcp_only && i > RAW_OUT_LW && i != MEMCPY && i != TCP_READ && i != TCP_ADD;
+}
+
+/* Both ends' CPU per GiB, tcp over the raw stream, per round: on a loaded
+ * machine steadier than GB/s (what the copies and system calls cost). */
+static void cpu_ratios(size_t sz, struct bench_samples *cs, struct bench_samples *ps)
+{
+	static const enum impl a[2] = { TCP_READ, TCP_ADD }, b[2] = { RAW_IN, RAW_OUT };
+	struct bench_stats st;
+
+	for (unsigned k = 0; k < 2; k++) {
+		struct bench_samples r = { 0 };
+
+		for (size_t j = 0; j < cs[a[k]].n; j++)
+			bench_samples_add(&r, (cs[a[k]].v[j] + ps[a[k]].v[j]) /
+						      (cs[b[k]].v[j] + ps[b[k]].v[j]));
+		bench_summarize(&r, false, &st);
+		printf("# CPU of both ends per GiB, %s / %s at %zu KiB: median %.2fx (min %.2fx - "
+		       "max %.2fx)\n",
+		       impl_name[a[k]], impl_name[b[k]], sz >> 10, st.median, st.min, st.max);
+		bench_samples_free(&r);
+	}
+}
+
 static void bandwidth(size_t sz, unsigned repeats, uint64_t bytes, double *read_ratio,
 		      double *add_ratio)
 {
-	struct bench_samples s[NIMPL] = { 0 }, rr[NRATIO] = { 0 }, cs[NIMPL] = { 0 };
+	struct bench_samples s[NIMPL] = { 0 }, rr[NRATIO] = { 0 }, cs[NIMPL] = { 0 },
+			     ps[NIMPL] = { 0 };
 	struct bench_stats st[NIMPL], rs, cst;
 	char title[128];
 
 	for (unsigned round = 0; round <= repeats; round++) {
-		double v[NIMPL], c[NIMPL];
+		double v[NIMPL] = { 0 }, c[NIMPL] = { 0 }, pc[NIMPL] = { 0 };
 
 		for (unsigned k = 0; k < NIMPL; k++) {
 			enum impl i = (enum impl)(round & 1 ? NIMPL - 1 - k : k);
 
-			v[i] = sample(i, sz, bytes, &c[i]);
+			if (!skipped(i))
+				v[i] = sample(i, sz, bytes, &c[i], &pc[i]);
 		}
 		if (round == 0)
 			continue; /* warm-up */
 		for (unsigned i = 0; i < NIMPL; i++) {
+			if (skipped(i))
+				continue;
 			bench_samples_add(&s[i], v[i]);
 			bench_samples_add(&cs[i], c[i]);
+			bench_samples_add(&ps[i], pc[i]);
 		}
 		for (unsigned k = 0; k < NRATIO; k++)
-			bench_samples_add(&rr[k], v[ratios[k].a] / v[ratios[k].b]);
+			if (!skipped(ratios[k].a))
+				bench_samples_add(&rr[k], v[ratios[k].a] / base_of(v, ratios[k].b));
 	}
 	snprintf(title, sizeof(title), "ps bandwidth, %zu KiB per call (GB/s)", sz >> 10);
 	bench_header(title, "GB/s");
@@ -350,7 +485,10 @@ static void bandwidth(size_t sz, unsigned repeats, uint64_t bytes, double *read_
 	for (unsigned i = 0; i < NIMPL; i++) {
 		const struct bench_stats *base = &st[MEMCPY];
 
-		if (i >= TCP_READ || i <= RAW_IN)
+		if (skipped(i))
+			continue;
+
+		if (i >= TCP_READ || i <= RAW_OUT_LW)
 			base = i == TCP_READ || i == TCP_GATHER || i == RAW_IN ? &st[RAW_IN]
 									       : &st[RAW_OUT];
 		bench_point(impl_name[i], (double)sz);
@@ -372,14 +510,28 @@ static void bandwidth(size_t sz, unsigned repeats, uint64_t bytes, double *read_
 	printf("# this process's CPU (user + sys) per GiB moved at %zu KiB, median (min - max):",
 	       sz >> 10);
 	for (unsigned i = 0; i < NIMPL; i++) {
+		if (skipped(i))
+			continue;
 		bench_summarize(&cs[i], false, &cst);
 		printf("%s %s %.0f ms (%.0f - %.0f)", i ? ";" : "", impl_name[i], cst.median,
 		       cst.min, cst.max);
 	}
+	printf("\n# the peer process's CPU per GiB at %zu KiB (the raw stream's server, "
+	       "coord-ps):",
+	       sz >> 10);
+	for (unsigned i = 0; i < NIMPL; i++) {
+		if (skipped(i) || !peer_of(i))
+			continue;
+		bench_summarize(&ps[i], false, &cst);
+		printf("%s %s %.0f ms (%.0f - %.0f)", i ? ";" : "", impl_name[i], cst.median,
+		       cst.min, cst.max);
+	}
 	printf("\n");
+	cpu_ratios(sz, cs, ps);
 	for (unsigned i = 0; i < NIMPL; i++) {
 		bench_samples_free(&s[i]);
 		bench_samples_free(&cs[i]);
+		bench_samples_free(&ps[i]);
 	}
 	for (unsigned k = 0; k < NRATIO; k++)
 		bench_samples_free(&rr[k]);
@@ -494,8 +646,14 @@ int main(int argc, char **argv)
 	struct bench_args a;
 	char *wargv[8];
 	bool met = true;
+	unsigned long o_tcp = 0;
+	const struct bench_opt opts[] = {
+		{ "tcp-only", "only the raw stream, memcpy and tcp read / assign_add; no embedding",
+		  0, 1, &o_tcp, true },
+	};
 
-	bench_parse_args(argc, argv, &a);
+	bench_parse_args_ex(argc, argv, &a, opts, sizeof(opts) / sizeof(opts[0]));
+	tcp_only = o_tcp;
 	ps_bin = getenv_or("COORD_PS_BIN", BENCH_PS_BIN);
 	worker_bin = getenv_or("COORD_WORKER_BIN", BENCH_WORKER_BIN);
 	fns_lib = getenv_or("BENCH_FNS", BENCH_FNS_LIB);
@@ -557,7 +715,8 @@ int main(int argc, char **argv)
 	close(raw_fd);
 	bench_reap(raw_pid);
 
-	embedding(a.repeats, a.quick ? 100000000ull : 1000000000ull, &scale);
+	if (!tcp_only)
+		embedding(a.repeats, a.quick ? 100000000ull : 1000000000ull, &scale);
 	bench_reap(wpid);
 	coord_registry_destroy(reg);
 	printf("SUMMARY bench_ps read_1m=%.2f add_1m=%.2f read_16m=%.2f add_16m=%.2f "

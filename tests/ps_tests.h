@@ -54,6 +54,7 @@ void join_ok(struct coord *c);
 void test_assign_add_exact(void **state);
 void test_scatter_add(void **state);
 void test_large_requests(void **state);
+void test_large_read_snapshot(void **state);
 void test_lookup_batch_read(void **state);
 void test_errors(void **state);
 void test_checkpoint_round_trip(void **state);

@@ -106,7 +106,7 @@ void test_scatter_add(void **state)
 
 /* ---- large requests (their data sent from the caller's buffers over tcp) ---- */
 
-#define LG_N (1u << 18) /* 1 MiB of floats: over PSC_EXT_MIN; 4 x: PSC_RX_DIRECT_MIN */
+#define LG_N (1u << 18) /* 1 MiB of floats: over PSC_EXT_MIN and PSC_RX_DIRECT_MIN */
 #define LG_THREADS 4
 #define LG_ROUNDS 6
 
@@ -259,6 +259,82 @@ void test_large_requests(void **state)
 	free(got);
 	free(rows);
 	free(ids);
+	destroy(c);
+}
+
+#define SN_N (1u << 20) /* 4 MiB of floats: a read streamed from the variable */
+#define SN_ASSIGNS 12
+
+struct sn_arg {
+	struct coord *c;
+	coord_var_t v;
+	atomic_int done;
+	int code;
+};
+
+/* Assigns SN_ASSIGNS values, 1, 2, ..., each to the whole variable. */
+static void *sn_writer(void *p)
+{
+	struct sn_arg *a = p;
+	float *d = malloc(4 * (size_t)SN_N);
+	struct coord_error err;
+
+	a->code = d ? 0 : -ENOMEM;
+	for (int k = 1; k <= SN_ASSIGNS && !a->code; k++) {
+		for (size_t i = 0; i < SN_N; i++)
+			d[i] = (float)k;
+		a->code = coord_var_assign(a->c, a->v, 0, SN_N, d, &err);
+	}
+	free(d);
+	atomic_store(&a->done, 1);
+	return NULL;
+}
+
+/* Large reads over tcp are sent from the variable under its stripes, what
+ * the socket does not take at once copied (srv_var.c stream_vres()): each
+ * is still one value of the variable, never a mix, while another
+ * connection (a second coordinator) assigns it whole again and again. */
+void test_large_read_snapshot(void **state)
+{
+	struct coord *c = make(), *c2 = make();
+	uint64_t dims[1] = { SN_N };
+	struct sn_arg a = { .c = c2 };
+	float *got = malloc(4 * (size_t)SN_N);
+	struct coord_error err;
+	coord_var_t v = var(c, "sn/big", 1, dims);
+	uint64_t until = t_now_ns() + 60000000000ull;
+	unsigned reads = 0, seen = 0;
+	float last = -1;
+	pthread_t th;
+
+	(void)state;
+	assert_non_null(got);
+	if (strcmp(t_transport, "tcp") == 0) /* inproc: a coordinator's own stores */
+		assert_int_equal(coord_var_lookup(c2, "sn/big", &a.v, NULL, &err), 0);
+	else
+		a.c = c, a.v = v; /* inproc: threads of one coordinator */
+	assert_int_equal(pthread_create(&th, NULL, sn_writer, &a), 0);
+	while (reads < 400 && t_now_ns() < until) {
+		bool end = atomic_load(&a.done);
+
+		assert_int_equal(coord_var_read(c, v, 0, SN_N, got, &err), 0);
+		reads++;
+		for (size_t i = 1; i < SN_N; i++)
+			if (got[i] != got[0])
+				fail_msg("read %u: element %zu is %g, element 0 %g", reads, i,
+					 got[i], got[0]);
+		assert_true(got[0] >= last && got[0] <= SN_ASSIGNS);
+		seen += got[0] != last;
+		last = got[0];
+		if (end)
+			break;
+	}
+	pthread_join(th, NULL);
+	assert_int_equal(a.code, 0);
+	assert_true(last == SN_ASSIGNS); /* the last read came after the last assign */
+	print_message("large reads: %u, %u distinct values seen\n", reads, seen);
+	free(got);
+	destroy(c2);
 	destroy(c);
 }
 

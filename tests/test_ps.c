@@ -213,8 +213,9 @@ int main(void)
 {
 #define VAR_TESTS                                                                                  \
 	cmocka_unit_test(test_assign_add_exact), cmocka_unit_test(test_scatter_add),               \
-		cmocka_unit_test(test_large_requests), cmocka_unit_test(test_lookup_batch_read),   \
-		cmocka_unit_test(test_errors), cmocka_unit_test(test_checkpoint_round_trip),       \
+		cmocka_unit_test(test_large_requests), cmocka_unit_test(test_large_read_snapshot), \
+		cmocka_unit_test(test_lookup_batch_read), cmocka_unit_test(test_errors),           \
+		cmocka_unit_test(test_checkpoint_round_trip),                                      \
 		cmocka_unit_test(test_checkpoint_corrupt_refused), LAY_TEST(test_restore_2_to_1),  \
 		LAY_TEST(test_restore_2_to_3), LAY_TEST(test_restore_refused_whole),               \
 		LAY_TEST(test_restore_version1), LAY_TEST(test_save_removes_temp_files),           \

@@ -128,6 +128,7 @@ int main(void)
 		cmocka_unit_test(test_varstore_scatter_add_rules),
 		cmocka_unit_test(test_varstore_delete),
 		cmocka_unit_test(test_varstore_concurrent_assign_add),
+		cmocka_unit_test(test_varstore_large_add),
 		cmocka_unit_test(test_varstore_concurrent_scatter_add),
 		cmocka_unit_test(test_varstore_checkpoint_round_trip),
 		cmocka_unit_test(test_varstore_save_during_updates),

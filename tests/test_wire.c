@@ -12,9 +12,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "transport/wire/sock.h"
 #include "transport/wire/wire.h"
 #include "helpers.h"
 
@@ -713,6 +717,75 @@ static void test_wire_writer_full(void **state)
 	assert_string_equal(coord_wire_type_name(1000), "?");
 }
 
+struct st_reader {
+	int fd;
+	uint8_t *buf;
+	size_t len;
+	int code;
+};
+
+static void *st_read(void *p)
+{
+	struct st_reader *r = p;
+	size_t got = 0;
+
+	while (got < r->len) {
+		ssize_t n = recv(r->fd, r->buf + got, r->len - got, 0);
+
+		if (n <= 0) {
+			r->code = -1;
+			return NULL;
+		}
+		got += (size_t)n;
+	}
+	return NULL;
+}
+
+/* coord_sock_stream_start() waits for the peer only its budget: with
+ * nobody reading (then with a reader, and with no time at all) it copies
+ * what the socket did not take; the peer gets the source as it was when
+ * start returned, though it changed before finish. */
+static void test_sock_stream(void **state)
+{
+	const size_t len = 4u << 20, hlen = 100;
+	uint8_t *src = malloc(len), *want = malloc(len), head[100], *got = malloc(hlen + len);
+	struct coord_sock_stream st = { 0 };
+
+	(void)state;
+	assert_true(src && want && got);
+	for (int pass = 0; pass < 3; pass++) {
+		struct st_reader r = { .buf = got, .len = hlen + len };
+		int fd[2];
+		pthread_t th;
+
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fd), 0);
+		r.fd = fd[1];
+		for (size_t i = 0; i < len; i++)
+			src[i] = (uint8_t)(i * 7 + (size_t)pass);
+		memset(head, 0x40 + pass, hlen);
+		memcpy(want, src, len);
+		if (pass > 0) /* a reader draining meanwhile */
+			assert_int_equal(pthread_create(&th, NULL, st_read, &r), 0);
+		assert_int_equal(coord_sock_stream_start(fd[0], &st, head, hlen, src, len,
+							 pass == 2 ? 0 : 20000000ull),
+				 0);
+		memset(src, 0xee, len); /* the variable changes: its stripes let go */
+		if (pass == 0)
+			assert_int_equal(pthread_create(&th, NULL, st_read, &r), 0);
+		assert_int_equal(coord_sock_stream_finish(fd[0], &st), 0);
+		pthread_join(th, NULL);
+		assert_int_equal(r.code, 0);
+		assert_memory_equal(got, head, hlen);
+		assert_memory_equal(got + hlen, want, len);
+		close(fd[0]);
+		close(fd[1]);
+	}
+	free(st.tail);
+	free(src);
+	free(want);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -729,6 +802,7 @@ int main(void)
 		cmocka_unit_test(test_wire_every_bit_flip),
 		cmocka_unit_test(test_wire_writer_full),
 		cmocka_unit_test(test_wire_var_and_ps_table),
+		cmocka_unit_test(test_sock_stream),
 	};
 
 	t_watchdog(60);

@@ -278,6 +278,101 @@ void test_varstore_concurrent_assign_add(void **state)
 	coord_varstore_destroy(vs);
 }
 
+#define LA_N                                                                                       \
+	((1u << 20) + 4099) /* with its range, over vs_add.c's ADD_PAR_MIN, not a whole piece */
+#define LA_ADDS 6
+
+struct la_arg {
+	struct coord_varstore *vs;
+	uint32_t id, id2;
+	int t, bad;
+	_Atomic int *stop;
+};
+
+/* Whole-variable adds of t + 1 (split over the store's helpers), each
+ * followed by a large add to another variable (one job at a time: alone). */
+static void *la_adder(void *p)
+{
+	struct la_arg *a = p;
+	float *d = malloc(4 * (size_t)LA_N);
+
+	if (!d) {
+		a->bad++;
+		return NULL;
+	}
+	for (size_t i = 0; i < LA_N; i++)
+		d[i] = (float)(a->t + 1);
+	for (int i = 0; i < LA_ADDS; i++)
+		if (coord_vs_assign_add(a->vs, a->id, 0, LA_N, d, NULL) ||
+		    coord_vs_assign_add(a->vs, a->id2, 5, LA_N - 9, d, NULL))
+			a->bad++;
+	free(d);
+	return NULL;
+}
+
+/* Whole reads while the adds run: every element equal. */
+static void *la_reader(void *p)
+{
+	struct la_arg *a = p;
+	float *out = malloc(4 * (size_t)LA_N);
+	uint64_t t0 = t_now_ns();
+
+	for (int i = 0; out && i < 1000 && t_now_ns() - t0 < TIME_LIMIT_NS; i++) {
+		bool end = atomic_load(a->stop);
+
+		if (coord_vs_read(a->vs, a->id, 0, LA_N, out, NULL))
+			a->bad++;
+		for (size_t j = 1; j < LA_N; j++)
+			if (out[j] != out[0]) {
+				a->bad++;
+				break;
+			}
+		if (end)
+			break;
+	}
+	a->bad += !out;
+	free(out);
+	return NULL;
+}
+
+/* Large assign_adds, split between the caller and the store's helper
+ * threads (vs_add.c), concurrent: exact sums, atomic to readers, and a
+ * range that starts and ends inside pieces. */
+void test_varstore_large_add(void **state)
+{
+	struct coord_varstore *vs = new_store(5);
+	uint64_t d[1] = { LA_N };
+	struct la_arg a[4];
+	pthread_t th[4];
+	_Atomic int stop = 0;
+	float *out = malloc(4 * (size_t)LA_N);
+	uint32_t id = mk(vs, "la", 1, d, NULL), id2 = mk(vs, "la2", 1, d, NULL);
+
+	(void)state;
+	assert_non_null(out);
+	for (int t = 0; t < 4; t++) {
+		a[t] = (struct la_arg){ .vs = vs, .id = id, .id2 = id2, .t = t, .stop = &stop };
+		assert_int_equal(pthread_create(&th[t], NULL, t < 3 ? la_adder : la_reader, &a[t]),
+				 0);
+	}
+	for (int t = 0; t < 3; t++)
+		pthread_join(th[t], NULL);
+	atomic_store(&stop, 1);
+	pthread_join(th[3], NULL);
+	for (int t = 0; t < 4; t++)
+		assert_int_equal(a[t].bad, 0);
+	assert_int_equal(coord_vs_read(vs, id, 0, LA_N, out, NULL), 0);
+	for (size_t j = 0; j < LA_N; j++)
+		if (out[j] != (float)(LA_ADDS * (1 + 2 + 3)))
+			fail_msg("element %zu: %g", j, out[j]);
+	assert_int_equal(coord_vs_read(vs, id2, 0, LA_N, out, NULL), 0);
+	for (size_t j = 0; j < LA_N; j++)
+		if (out[j] != (j < 5 || j >= LA_N - 4 ? 0.0f : (float)(LA_ADDS * (1 + 2 + 3))))
+			fail_msg("element %zu of the range: %g", j, out[j]);
+	free(out);
+	coord_varstore_destroy(vs);
+}
+
 #define SROWS 1000
 #define SCOLS 8
 

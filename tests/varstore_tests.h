@@ -45,6 +45,7 @@ void test_varstore_read_assign_add(void **state);
 void test_varstore_scatter_add_rules(void **state);
 void test_varstore_delete(void **state);
 void test_varstore_concurrent_assign_add(void **state);
+void test_varstore_large_add(void **state);
 void test_varstore_concurrent_scatter_add(void **state);
 void test_varstore_shard_functions(void **state);
 void test_varstore_crc32c(void **state);

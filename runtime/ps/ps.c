@@ -388,8 +388,10 @@ int coord_ps_apply(struct coord_varstore *vs, unsigned task, const struct coord_
 		if (op->n > COORD_VAR_MAX_ELEMS)
 			return coord_seterr(err, COORD_EINVAL, "read: %llu elements",
 					    (unsigned long long)op->n);
-		/* In place: in-process, the caller's buffer; a server's frame. */
+		/* In place: the caller's buffer; the variable (a tcp ps); a frame. */
 		out = op->dst && op->cap >= 4 * op->n ? op->dst : NULL;
+		if (!out && s->stream && 4 * op->n >= COORD_PS_STREAM_MIN)
+			return coord_vs_read_view(vs, op->id, op->off, op->n, s->stream, arg, err);
 		if (!out && s->room && op->n)
 			out = s->room(arg, 4 * op->n);
 		if (!out) {
@@ -811,9 +813,7 @@ int coord_var_assign(struct coord *c, coord_var_t var, uint64_t off, uint64_t n,
 /* A ctx call's failure: the message becomes the closure's if it returns it. */
 static int ctx_err(struct coord_ctx *ctx, int r, const struct coord_error *e)
 {
-	if (r < 0)
-		return coord_ctx_fail(ctx, r, "%s", e->msg[0] ? e->msg : coord_strerror(r));
-	return r;
+	return r < 0 ? coord_ctx_fail(ctx, r, "%s", e->msg[0] ? e->msg : coord_strerror(r)) : r;
 }
 
 /* Could the ps not be reached, or did it restart since the handle was made

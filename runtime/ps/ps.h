@@ -345,7 +345,16 @@ struct coord_ps_scratch {
 	 * there and emit from there, so it is copied once, from the store into
 	 * the reply frame.  Nothing is written between the two calls. */
 	void *(*room)(void *arg, size_t len);
+	/* Optional (a tcp server's): a READ's result of @len bytes, at least
+	 * COORD_PS_STREAM_MIN, is sent from @p, the variable's own memory,
+	 * while the READ holds its stripes (coord_vs_read_view()): what the
+	 * connection takes within a bounded time goes, the rest is copied.
+	 * The result is then emitted (@emit is not called).  0 or
+	 * a coord error code with @err. */
+	int (*stream)(void *arg, const void *p, size_t len, struct coord_error *err);
 };
+/* The least result a READ sends through struct coord_ps_scratch @stream. */
+#define COORD_PS_STREAM_MIN (256u << 10)
 COORD_HIDDEN int coord_ps_apply(struct coord_varstore *vs, unsigned task,
 				const struct coord_ps_op *op, struct coord_ps_scratch *scratch,
 				coord_ps_emit_t emit, void *arg, struct coord_error *err);

@@ -133,6 +133,11 @@ int coord_varstore_create(const struct coord_varstore_opts *opts, struct coord_v
 		vs->opts = *opts;
 	else
 		coord_varstore_opts_init(&vs->opts);
+	if (coord_vs_adders_create(&vs->adders) < 0) {
+		free(vs->buckets);
+		free(vs);
+		return coord_seterr(err, -ENOMEM, "varstore: out of memory");
+	}
 	pthread_mutex_init(&vs->names_lock, NULL);
 	pthread_mutex_init(&vs->save_lock, NULL);
 	/* Relaxed: the store is private until create returns. */
@@ -187,6 +192,7 @@ void coord_varstore_destroy(struct coord_varstore *vs)
 		free(vs->chunks[c]);
 	free(vs->buckets);
 	coord_ckpt_fini(vs);
+	coord_vs_adders_destroy(vs->adders);
 	pthread_mutex_destroy(&vs->names_lock);
 	pthread_mutex_destroy(&vs->save_lock);
 	free(vs);
@@ -601,35 +607,13 @@ int coord_vs_info(struct coord_varstore *vs, uint32_t id, struct coord_var_info 
 	return 0;
 }
 
-/*
- * @d[i] += @s[i], i < @n, four floats at a time (GCC's vector extension):
- * -O2's cost model leaves the plain loop scalar (it would need a scalar
- * tail and a runtime alias check), and a scalar float add is a helper call
- * under TCG: the rig's ps spent ~40 ms a MiB in it (issue 25).  The same
- * adds, element by element, as the plain loop.
- */
-static void add_floats(float *d, const float *s, size_t n)
-{
-	typedef float v4 __attribute__((vector_size(16)));
-	size_t i = 0;
+enum range_op { OP_READ, OP_ASSIGN, OP_ADD, OP_FILL, OP_VIEW };
 
-	for (; i + 4 <= n; i += 4) {
-		v4 a, b;
-
-		memcpy(&a, d + i, sizeof(a));
-		memcpy(&b, s + i, sizeof(b));
-		a += b;
-		memcpy(d + i, &a, sizeof(a));
-	}
-	for (; i < n; i++)
-		d[i] += s[i];
-}
-
-enum range_op { OP_READ, OP_ASSIGN, OP_ADD, OP_FILL };
-
-/* How OP_FILL writes the range: coord_vs_assign_fill()'s @fill. */
+/* How OP_FILL writes the range (coord_vs_assign_fill()'s @fill), or OP_VIEW
+ * reads it (coord_vs_read_view()'s @view). */
 struct range_fill {
 	int (*fill)(void *arg, float *dst, size_t bytes, struct coord_error *err);
+	int (*view)(void *arg, const void *src, size_t bytes, struct coord_error *err);
 	void *arg;
 };
 
@@ -637,7 +621,7 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 		    const float *in, enum range_op op, const struct range_fill *f,
 		    struct coord_error *err)
 {
-	static const char *const names[] = { "read", "assign", "assign_add", "assign" };
+	static const char *const names[] = { "read", "assign", "assign_add", "assign", "read" };
 	const char *opn = names[op];
 	struct coord_var *v;
 	unsigned lo, hi;
@@ -654,7 +638,7 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 				    opn, v->name, off, n, v->nelem);
 	if (n == 0)
 		return 0;
-	if (op == OP_READ ? !out : op == OP_FILL ? !f : !in)
+	if (op == OP_READ ? !out : op >= OP_FILL ? !f : !in)
 		return coord_seterr(err, -EINVAL, "%s: variable '%s': NULL buffer", opn, v->name);
 	lo = (unsigned)(off / v->rowlen / v->rows_per_stripe);
 	hi = (unsigned)((off + n - 1) / v->rowlen / v->rows_per_stripe);
@@ -674,14 +658,17 @@ static int range_op(struct coord_varstore *vs, uint32_t id, size_t off, size_t n
 		coord_vs_write_end(v);
 		break;
 	case OP_ADD:
-		coord_vs_write_begin(v); /* SNAP1 */
-		add_floats(d, in, n);
+		coord_vs_write_begin(v);	    /* SNAP1 */
+		coord_vs_add(vs->adders, d, in, n); /* vs_add.c */
 		coord_vs_write_end(v);
 		break;
 	case OP_FILL:
 		coord_vs_write_begin(v); /* SNAP1: the fill's stores (a DMA) inside */
 		ret = f->fill(f->arg, d, n * sizeof(float), err);
 		coord_vs_write_end(v);
+		break;
+	case OP_VIEW: /* a locked reader: no SNAP1 counts */
+		ret = f->view(f->arg, d, n * sizeof(float), err);
 		break;
 	}
 	coord_vs_unlock(v, lo, hi);
@@ -713,6 +700,16 @@ int coord_vs_assign_fill(struct coord_varstore *vs, uint32_t id, size_t off, siz
 	struct range_fill f = { .fill = fill, .arg = arg };
 
 	return range_op(vs, id, off, n, NULL, NULL, OP_FILL, fill ? &f : NULL, err);
+}
+
+int coord_vs_read_view(struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
+		       int (*view)(void *arg, const void *src, size_t bytes,
+				   struct coord_error *err),
+		       void *arg, struct coord_error *err)
+{
+	struct range_fill f = { .view = view, .arg = arg };
+
+	return range_op(vs, id, off, n, NULL, NULL, OP_VIEW, view ? &f : NULL, err);
 }
 
 /* scatter_add (@in, @add) or gather (@out): rows @indices[0..@nidx) of @id. */
@@ -758,8 +755,8 @@ static int rows_op(struct coord_varstore *vs, uint32_t id, const int64_t *indice
 	} else {
 		coord_vs_write_begin(v); /* SNAP1 */
 		for (size_t k = 0; k < nidx; k++)
-			add_floats(v->data + (size_t)indices[k] * v->rowlen, in + k * v->rowlen,
-				   v->rowlen);
+			coord_vs_add_floats(v->data + (size_t)indices[k] * v->rowlen,
+					    in + k * v->rowlen, v->rowlen);
 		coord_vs_write_end(v);
 	}
 	for (unsigned s = 0; s < v->nstripes; s++)

@@ -252,6 +252,28 @@ COORD_HIDDEN COORD_NODISCARD int coord_vs_assign_fill(
 	struct coord_error *err);
 
 /**
+ * coord_vs_read_view() - coord_vs_read() whose copy @view makes:
+ *                        @view(@arg, src, bytes, @err) is given the
+ *                        variable's own memory for the range (@bytes = 4 @n)
+ *                        and returns 0 or an error code.
+ * @vs/@id/@off/@n/@err: as coord_vs_read().
+ *
+ * For a ps over tcp, whose @view sends the floats from the variable
+ * (transport/server/srv_var.c): no copy but the kernel's.  @view runs under
+ * the stripes of the range, so it sees the variable between two writes;
+ * it must not wait for anything that may wait for them, nor for long (a
+ * peer: it copies what it could not send in a bounded time), and must not
+ * write through @src.
+ *
+ * Concurrency: any thread; holds the range's stripes while @view runs.
+ * Return: 0; what coord_vs_read() returns; @view's error.
+ */
+COORD_HIDDEN COORD_NODISCARD int coord_vs_read_view(
+	struct coord_varstore *vs, uint32_t id, size_t off, size_t n,
+	int (*view)(void *arg, const void *src, size_t bytes, struct coord_error *err), void *arg,
+	struct coord_error *err);
+
+/**
  * coord_vs_scatter_add() - add row @updates[k] to row @indices[k] of @id.
  * @vs:      store.
  * @id:      variable id; must have at least one dimension.
@@ -633,7 +655,17 @@ struct coord_varstore {
 	/* The checkpoint root (its real path; NULL = none) and its fd. */
 	char *ckpt_root;
 	int ckpt_root_fd;
+	/* Helpers of large adds (vs_add.c). */
+	struct coord_vs_adders *adders;
 };
+
+/* vs_add.c: @d[i] += @s[i], i < @n: here; or, @n large, split over the
+ * helpers of @a (NULL: none) with this thread, which holds the stripes. */
+struct coord_vs_adders;
+COORD_HIDDEN void coord_vs_add_floats(float *d, const float *s, size_t n);
+COORD_HIDDEN void coord_vs_add(struct coord_vs_adders *a, float *d, const float *s, size_t n);
+COORD_HIDDEN int coord_vs_adders_create(struct coord_vs_adders **out);
+COORD_HIDDEN void coord_vs_adders_destroy(struct coord_vs_adders *a);
 
 /* A create of @name may not change what a prepared restore relies on
  * (ckpt_restore.c).  Caller holds names_lock.  0, -EEXIST or -ENOSPC. */

@@ -65,10 +65,10 @@ struct psc_rdv {
  * buffers (struct psc_ext), not copied into the frame buffer. */
 #define PSC_EXT_MIN (256u << 10)
 /* A VAR_RES frame this long is received record by record, each result's
- * data straight into its caller's buffer (ps_conn.c read_direct()).
- * Measured (bench_ps, this process's CPU per GiB against the raw stream's,
- * docs/perf-history.md): a win at 16 and 64 MiB, a loss at 1 MiB. */
-#define PSC_RX_DIRECT_MIN (4u << 20)
+ * data straight into its caller's buffer (ps_conn.c read_direct(), one
+ * blocking recv(MSG_WAITALL) each: coord_frame_read_into()), not copied
+ * from the reader's buffer (docs/perf-history.md, issue 24). */
+#define PSC_RX_DIRECT_MIN (256u << 10)
 
 struct psc_conn {
 	struct coord_psc *p;

@@ -81,11 +81,23 @@ struct coord_srv {
  *        busy learns of a cancellation queued behind it).  Called by the
  *        driving thread before each closure of a REQ frame starts, at
  *        @now; it may do nothing when it looked, or read, a moment ago.
- * @ctx:  passed to @send and @peek.
+ * @stream: optional (tcp): start sending a frame of @hlen bytes at @head
+ *        followed by @len bytes at @src (a READ's result in its variable,
+ *        whose stripes the caller holds: srv_var.c): send what the
+ *        connection takes, waiting for the peer at most about 2 ms + 1 ms
+ *        per MiB (the stripes' time), and copy the rest; @head stays
+ *        untouched until @stream_end.  0: @stream_end must follow (no
+ *        other send comes between); -ENOMEM: nothing was sent and
+ *        @stream_end must not follow; other -errno: the connection failed
+ *        (@stream_end follows and returns it).
+ * @stream_end: send what @stream left (blocking); 0 or -errno.
+ * @ctx:  passed to @send, @peek, @stream and @stream_end.
  */
 struct coord_srv_io {
 	int (*send)(void *ctx, const void *buf, size_t len);
 	void (*peek)(void *ctx, uint64_t now);
+	int (*stream)(void *ctx, const void *head, size_t hlen, const void *src, size_t len);
+	int (*stream_end)(void *ctx);
 	void *ctx;
 };
 

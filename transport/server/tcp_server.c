@@ -55,6 +55,9 @@
  *       start the soft descriptor limit is raised to the hard one.
  *   P3  A finished connection is freed by the acceptor only after its
  *       holder published `done`.
+ *   W1  While a frame of 256 KiB or more comes in, SO_RCVLOWAT is its rest
+ *       (at most 256 KiB), so epoll returns the connection a few times a
+ *       MiB, not for every segment (rcv_lowat()); else 1.
  *   P2, P4, P5, I1, M1  The pool, and the watchdog that relieves a stuck
  *       pool thread, closes connections stalled mid-frame or idle, sends
  *       keepalive PONGs and trims freed memory: tcp_pool.c.
@@ -88,6 +91,10 @@
  *   k->p.hb_ms       the holder, from the PING       the watchdog (relaxed)  none: a hint (P5)
  *                    (relaxed, srv_proto.c)
  *   socket writes    the holder and the watchdog     -                       send_lock (P5)
+ *   k->st, st_err    the holder, send_lock held from the holder                  P1; send_lock
+ *                    tcp_io_stream() to                                      stays held between
+ *                    tcp_io_stream_end()                                     the two (P5)
+ *   k->lowat         the holder (W1)                 the holder              P1
  *   k->partial_      the holder (relaxed)            the watchdog (relaxed)  none: a hint; the
  *   deadline                                                                 holder decides (P4)
  *   k->stalled       the watchdog (relaxed CAS       the holder (relaxed),   the kernel: the
@@ -170,6 +177,40 @@ static int conn_send(struct conn *k, const void *b, size_t len)
 static int tcp_io_send(void *ctx, const void *b, size_t len)
 {
 	return conn_send(ctx, b, len);
+}
+
+/* A streamed result's time under its variable's stripes: the budget of
+ * struct coord_srv_io @stream (srv_proto.h). */
+#define STREAM_BASE_NS 2000000ull
+#define STREAM_NS_PER_MIB 1000000ull
+
+/* struct coord_srv_io @stream: send_lock is held until tcp_io_stream_end()
+ * (P5: nothing interleaves), but on -ENOMEM. */
+static int tcp_io_stream(void *ctx, const void *head, size_t hlen, const void *src, size_t len)
+{
+	struct conn *k = ctx;
+	int r;
+
+	pthread_mutex_lock(&k->send_lock);
+	r = coord_sock_stream_start(k->fd, &k->st, head, hlen, src, len,
+				    STREAM_BASE_NS + ((uint64_t)len * STREAM_NS_PER_MIB >> 20));
+	if (r == -ENOMEM) {
+		pthread_mutex_unlock(&k->send_lock);
+		return r;
+	}
+	k->st_err = r;
+	return r;
+}
+
+static int tcp_io_stream_end(void *ctx)
+{
+	struct conn *k = ctx;
+	int r = k->st_err ? k->st_err : coord_sock_stream_finish(k->fd, &k->st);
+
+	/* Relaxed (P5): a hint for the watchdog. */
+	atomic_store_explicit(&k->last_sent_ns, coord_now_ns(), memory_order_relaxed);
+	pthread_mutex_unlock(&k->send_lock);
+	return r;
 }
 
 /* S3: the socket found empty this recently needs no new look (a round
@@ -347,6 +388,38 @@ static bool read_over(struct conn *k, int r)
 	return false;
 }
 
+/* W1: a frame this far from whole wakes its holder after LOWAT_STEP more bytes. */
+#define LOWAT_MIN (256u << 10)
+#define LOWAT_STEP (256u << 10)
+
+/*
+ * W1: while a large frame comes in (an assign's data), the re-armed
+ * connection is returned by epoll only once LOWAT_STEP more bytes (or the
+ * frame's rest) have arrived (SO_RCVLOWAT), not for every segment: a few
+ * wake-ups and reads per MiB, not dozens.  Else 1, the default, so a small
+ * frame wakes it at once.  A shut read side (P4) wakes it whatever the mark.
+ * The holder's thread (P1), before the re-arm.
+ */
+static void rcv_lowat(struct conn *k)
+{
+	struct coord_wire_hdr h;
+	size_t have = k->rd.len - k->rd.off, want = 1;
+	int v;
+
+	/* (a whole frame buffered, served next: 1) */
+	if (coord_wire_parse_hdr(k->rd.buf + k->rd.off, have, k->rd.max_frame, &h) == 0 &&
+	    COORD_WIRE_HDR + (size_t)h.len > have &&
+	    COORD_WIRE_HDR + (size_t)h.len - have >= LOWAT_MIN) {
+		want = COORD_WIRE_HDR + (size_t)h.len - have;
+		want = want < LOWAT_STEP ? want : LOWAT_STEP;
+	}
+	if (want == k->lowat || (want == 1 && k->lowat == 0))
+		return;
+	v = (int)want;
+	if (setsockopt(k->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0)
+		k->lowat = want;
+}
+
 /*
  * Serve what @k has to read without blocking: the handshake (H1), then
  * every whole frame (at most a bounded number, so one busy connection does
@@ -430,6 +503,8 @@ void conn_serve(struct pool_thread *t, struct conn *k)
 		/* Relaxed (P4): as above. */
 		atomic_store_explicit(&k->partial_deadline, 0, memory_order_relaxed);
 	}
+	if (k->authed)
+		rcv_lowat(k);
 	/* Relaxed: a poll flag; stop also wakes every pool thread. */
 	if (atomic_load_explicit(&k->s->stopping, memory_order_relaxed))
 		goto out;
@@ -454,6 +529,7 @@ static void conn_free(struct conn *k)
 	pthread_mutex_destroy(&k->send_lock);
 	coord_frame_reader_fini(&k->rd);
 	coord_srv_conn_fini(&k->p);
+	free(k->st.tail);
 	free(k);
 }
 
@@ -491,7 +567,10 @@ static void reap(struct srv *s, bool all)
 /* H1: a new connection, in the handshake, handed to the pool; 0 or -errno. */
 static int conn_new(struct srv *s, int fd, const char *peer)
 {
-	struct coord_srv_io io = { .send = tcp_io_send, .peek = tcp_io_peek };
+	struct coord_srv_io io = { .send = tcp_io_send,
+				   .peek = tcp_io_peek,
+				   .stream = tcp_io_stream,
+				   .stream_end = tcp_io_stream_end };
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT };
 	uint64_t now = coord_now_ns();
 	struct conn *k;

@@ -20,6 +20,7 @@
 
 #include "runtime/util/util.h"
 #include "transport/server/srv_proto.h"
+#include "transport/wire/sock.h"
 
 /* Why the watchdog shut a connection's read side (k->stalled). */
 enum { STALL_NONE, STALL_PARTIAL, STALL_HANDSHAKE, STALL_IDLE };
@@ -45,6 +46,11 @@ struct conn {
 	_Atomic uint64_t held_since, last_sent_ns;
 	pthread_mutex_t send_lock; /* the holder's and the watchdog's sends */
 	uint64_t peek_rx;	   /* S3: rd.rx_total at the last look for a CANCEL (holder) */
+	/* a READ's result streamed from its variable (the holder's, with
+	 * send_lock held from tcp_io_stream() to tcp_io_stream_end()) */
+	struct coord_sock_stream st;
+	int st_err;
+	size_t lowat; /* W1: the socket's SO_RCVLOWAT as set (0: never, 1) */
 	struct coord_frame_reader rd;
 	struct coord_srv_conn p; /* the protocol (srv_proto.h) */
 	struct conn *next;

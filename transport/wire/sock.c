@@ -24,6 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "transport/wire/sock.h"
@@ -198,6 +201,78 @@ int coord_sock_sendv_all(int fd, struct iovec *iov, unsigned n)
 	return 0;
 }
 
+int coord_sock_stream_start(int fd, struct coord_sock_stream *st, const void *head, size_t hlen,
+			    const void *src, size_t len, uint64_t budget_ns)
+{
+	const uint8_t *s = src;
+	uint64_t now, until = coord_now_ns() + budget_ns;
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	int r;
+
+	if (st->tailcap < len) {
+		uint8_t *b = realloc(st->tail, len);
+
+		if (!b)
+			return -ENOMEM;
+		st->tail = b;
+		st->tailcap = len;
+	}
+	st->head = head;
+	st->hlen = hlen;
+	st->len = len;
+	st->sent = 0;
+	st->from = len;
+	while (st->sent < hlen + st->from) {
+		struct iovec iov[2];
+		struct msghdr m = { .msg_iov = iov };
+		size_t lo = st->sent > hlen ? st->sent - hlen : 0;
+		ssize_t n;
+
+		if (st->sent < hlen)
+			iov[m.msg_iovlen++] = (struct iovec){ (void *)(st->head + st->sent),
+							      hlen - st->sent };
+		if (lo < st->from)
+			iov[m.msg_iovlen++] = (struct iovec){ (void *)(s + lo), st->from - lo };
+		n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+		now = coord_now_ns();
+		if (n > 0)
+			st->sent += (size_t)n;
+		else if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		if (n > 0 || (n < 0 && errno == EINTR) || now >= until) {
+			if (now < until)
+				continue;
+			/* the budget is spent: the rest is copied, the source let go */
+			lo = st->sent > hlen ? st->sent - hlen : 0;
+			memcpy(st->tail + lo, s + lo, st->from - lo);
+			st->from = lo;
+			break;
+		}
+		/* full: wait for room, at most the budget's rest */
+		do
+			r = poll(&p, 1, (int)((until - now) / 1000000u) + 1);
+		while (r < 0 && errno == EINTR);
+		if (r < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+int coord_sock_stream_finish(int fd, struct coord_sock_stream *st)
+{
+	struct iovec iov[2];
+	size_t lo = st->sent > st->hlen ? st->sent - st->hlen : 0;
+	unsigned n = 0;
+
+	if (st->sent < st->hlen)
+		iov[n++] = (struct iovec){ (void *)(st->head + st->sent), st->hlen - st->sent };
+	if (lo < st->from)
+		lo = st->from; /* sent from the source up to there */
+	if (lo < st->len)
+		iov[n++] = (struct iovec){ st->tail + lo, st->len - lo };
+	return n ? coord_sock_sendv_all(fd, iov, n) : 0;
+}
+
 int coord_frame_reader_init_cap(struct coord_frame_reader *rd, int fd, uint32_t max_frame,
 				size_t cap)
 {
@@ -350,11 +425,23 @@ int coord_frame_read_into(struct coord_frame_reader *rd, void *dst, size_t n, in
 	d = d ? d + k : NULL;
 	if (rd->off == rd->len)
 		rd->off = rd->len = 0;
+	if (d && n > 0 && partial_ms > 0 && rd->rcvtimeo_ms != partial_ms) {
+		struct timeval tv = { .tv_sec = partial_ms / 1000,
+				      .tv_usec = partial_ms % 1000 * 1000 };
+
+		if (setsockopt(rd->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0)
+			rd->rcvtimeo_ms = partial_ms;
+	}
 	while (n > 0) {
 		struct pollfd p = { .fd = rd->fd, .events = POLLIN };
 		size_t want = d ? n : (n < rd->cap ? n : rd->cap);
-		ssize_t got = recv(rd->fd, d ? (void *)d : (void *)rd->buf, want, MSG_DONTWAIT);
+		bool wait = d && partial_ms > 0 && rd->rcvtimeo_ms == partial_ms;
+		ssize_t got = recv(rd->fd, d ? (void *)d : (void *)rd->buf, want,
+				   wait ? MSG_WAITALL : MSG_DONTWAIT);
 		int r;
+
+		if (got < 0 && wait && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -ETIMEDOUT; /* nothing for partial_ms */
 
 		if (got > 0) {
 			rd->rx_total += (uint64_t)got;

@@ -46,6 +46,28 @@ COORD_HIDDEN int coord_sock_send_all(int fd, const void *buf, size_t len);
 struct iovec;
 COORD_HIDDEN int coord_sock_sendv_all(int fd, struct iovec *iov, unsigned n);
 
+/*
+ * Sending @hlen bytes at @head then @len bytes at @src, where @src may
+ * change once coord_sock_stream_start() returns (a variable whose locks the
+ * caller holds only until then): start sends from @src, waiting for room
+ * in the socket, for at most @budget_ns; then it copies what is left of
+ * @src into @tail (kept, grown to @len); finish sends what is left
+ * (blocking), from @head and @tail.  Start returns 0, -ENOMEM (no @tail:
+ * nothing sent) or -errno; finish 0 or -errno.
+ */
+struct coord_sock_stream {
+	const uint8_t *head;
+	size_t hlen, len;
+	size_t sent; /* bytes of head + src sent */
+	size_t from; /* src[from, len) is copied into tail[from, len) */
+	uint8_t *tail;
+	size_t tailcap;
+};
+COORD_HIDDEN int coord_sock_stream_start(int fd, struct coord_sock_stream *st, const void *head,
+					 size_t hlen, const void *src, size_t len,
+					 uint64_t budget_ns);
+COORD_HIDDEN int coord_sock_stream_finish(int fd, struct coord_sock_stream *st);
+
 /* Reads frames from a blocking socket into a buffer that grows to fit. */
 struct coord_frame_reader {
 	int fd;
@@ -61,6 +83,7 @@ struct coord_frame_reader {
 	 * then reads the payload with coord_frame_read_into(), where it wants
 	 * it, before the next frame */
 	uint32_t big;
+	int rcvtimeo_ms; /* the socket's SO_RCVTIMEO as coord_frame_read_into() set it */
 };
 
 /* coord_frame_reader_init() - a reader of @fd, frames up to @max_frame, a
@@ -90,8 +113,11 @@ COORD_HIDDEN int coord_frame_read(struct coord_frame_reader *rd, int idle_ms, in
 /*
  * coord_frame_read_into() - the next @n bytes of a frame whose payload
  * coord_frame_read() left unread (rd->big), into @dst (NULL: dropped):
- * what is buffered, then straight from the socket.  @partial_ms bounds
- * each wait for more.  Return: 0; -ETIMEDOUT; -EPIPE; another -errno.
+ * what is buffered, then straight from the socket: into @dst, one
+ * blocking recv(MSG_WAITALL) as a plain program would (the kernel wakes it
+ * as data comes, no poll in between; SO_RCVTIMEO is @partial_ms, a
+ * blocking read being the reader's own).  @partial_ms bounds each wait
+ * for more.  Return: 0; -ETIMEDOUT; -EPIPE; another -errno.
  */
 COORD_HIDDEN int coord_frame_read_into(struct coord_frame_reader *rd, void *dst, size_t n,
 				       int partial_ms);

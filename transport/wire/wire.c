@@ -698,20 +698,32 @@ int coord_wire_put_vreq_head(struct coord_wire_writer *w, const struct coord_wir
 	return put_vreq(w, r, true);
 }
 
-int coord_wire_put_vres(struct coord_wire_writer *w, const struct coord_wire_vres *r)
+/* A VAR_RES record, its data too unless @head_only (sent from elsewhere
+ * right after the frame: coord_wire_end_ext()). */
+static int put_vres(struct coord_wire_writer *w, const struct coord_wire_vres *r, bool head_only)
 {
-	uint8_t *p = reserve(w, COORD_WIRE_VRES_FIXED + (size_t)r->len);
+	uint8_t *p = reserve(w, COORD_WIRE_VRES_FIXED + (head_only ? 0 : (size_t)r->len));
 
 	if (!p)
 		return -ENOSPC;
 	put64(p, r->rid);
 	put32(p + 8, (uint32_t)r->code);
 	put32(p + 12, r->len);
-	/* The data may be in place already (srv_proto.c room_vres()). */
-	if (r->len && r->data != p + COORD_WIRE_VRES_FIXED)
+	/* The data may be in place already (srv_var.c room_vres()). */
+	if (!head_only && r->len && r->data != p + COORD_WIRE_VRES_FIXED)
 		memcpy(p + COORD_WIRE_VRES_FIXED, r->data, r->len);
 	w->count++;
 	return 0;
+}
+
+int coord_wire_put_vres(struct coord_wire_writer *w, const struct coord_wire_vres *r)
+{
+	return put_vres(w, r, false);
+}
+
+int coord_wire_put_vres_head(struct coord_wire_writer *w, const struct coord_wire_vres *r)
+{
+	return put_vres(w, r, true);
 }
 
 int coord_wire_put_uid(struct coord_wire_writer *w, uint64_t uid)

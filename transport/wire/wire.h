@@ -392,6 +392,9 @@ COORD_HIDDEN int coord_wire_put_vreq(struct coord_wire_writer *w, const struct c
 COORD_HIDDEN int coord_wire_put_vreq_head(struct coord_wire_writer *w,
 					  const struct coord_wire_vreq *r);
 COORD_HIDDEN int coord_wire_put_vres(struct coord_wire_writer *w, const struct coord_wire_vres *r);
+/* A result without its data (r->len bytes the caller sends after it). */
+COORD_HIDDEN int coord_wire_put_vres_head(struct coord_wire_writer *w,
+					  const struct coord_wire_vres *r);
 COORD_HIDDEN int coord_wire_put_uid(struct coord_wire_writer *w, uint64_t uid);
 /* Whole single-record frames (begin + record + end). */
 COORD_HIDDEN int coord_wire_put_hello(struct coord_wire_writer *w, uint16_t type,
