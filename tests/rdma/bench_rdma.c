@@ -39,10 +39,11 @@
  *               one CPU): an idle coordinator must leave the CPUs to the
  *               worker and the rxe device.
  * Exit 77 without an RDMA device.
- * -t rtt: the rdma round trip alone (no throughput, backlog or var_read), and
+ * -t rtt: the rdma round trip alone (no throughput, backlog or var_read;
+ * -t rtt1: nor chan_pingpong, so that a profile holds only the round trip), and
  * -t var: var_read alone, to profile their code paths (tests/rdma/README.md,
  * "Profiling in the rig").
- * Usage: bench_rdma [-n N] [-s SECS] [-t tcp|rdma|chan|read|rtt|var] [-p PERFTEST_PAIR_SH]
+ * Usage: bench_rdma [-n N] [-s SECS] [-t tcp|rdma|chan|read|rtt|rtt1|var] [-p PERFTEST_PAIR_SH]
  * (COORD_WORKER_BIN, COORD_TESTFNS, COORD_PS_BIN as for the tests).
  */
 #include <stdarg.h>
@@ -53,6 +54,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/timerfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +69,8 @@
 #include "perftest_run.h"
 
 #define ROUNDS 5
+/* The watchdog of each phase (phase()), seconds. */
+#define PHASE_S 240
 /* var_read's rounds: more than ROUNDS, as ib_read_lat's t_typical swings by
  * 2x between runs in the guest; odd, so the median is a round's. */
 #define VROUNDS 9
@@ -118,6 +122,22 @@ static int fetch_check(struct coord_rv *rv, int64_t want)
 	memcpy(&x, v, sizeof(x));
 	coord_rv_put(rv);
 	return x == want ? 0 : -1;
+}
+
+/* When main() started, and the watchdog of one phase (phase()). */
+static uint64_t t_start_ns;
+static unsigned phase_s = PHASE_S;
+
+/*
+ * A phase of the run begins: say which, and when, and give it its own
+ * watchdog of phase_s (T_WATCHDOG_S: t_watchdog()).  A phase is bounded
+ * by its count and by perftest's own limits, so a watchdog hit is a hang
+ * in the phase last printed, not the sum of slow phases on a loaded host.
+ */
+static void phase(const char *name)
+{
+	printf("bench_rdma: phase %s at %.1f s\n", name, (t_now_ns() - t_start_ns) / 1e9);
+	t_watchdog(phase_s);
 }
 
 /* -t rtt: run() times the round trip only. */
@@ -259,6 +279,7 @@ static int run(const char *tp, unsigned n, double secs)
 	int bad = 0;
 
 	t_transport = tp;
+	phase(strcmp(tp, "rdma") ? "round_trip tcp" : "round_trip rdma");
 	if (t_workers_start(1) < 0) {
 		printf("bench_rdma: cannot start a coord-worker over %s\n", tp);
 		return 1;
@@ -320,9 +341,12 @@ static int run(const char *tp, unsigned n, double secs)
 		       ROUNDS, per, r50[0] / 1e3, r50[ROUNDS - 1] / 1e3, base[0], base[ROUNDS - 1],
 		       ratio[ROUNDS / 2], ratio[0], ratio[ROUNDS - 1], ratio[ROUNDS / 2] / 2);
 	}
+	phase("round_trip_stages");
 	bad |= breakdown(c, tp, per, strcmp(tp, "rdma") ? 0 : chan_p50);
 	if (!rtt_only) {
+		phase("throughput");
 		bad |= run_throughput(c, add, tp, secs);
+		phase("backlog");
 		bad |= run_backlog(c, add, tp, n);
 	}
 	coord_destroy(c);
@@ -483,7 +507,7 @@ static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
 {
 	struct coord_rdma_chan *c = NULL;
 	struct acc a = { 0 };
-	uint64_t *lat = calloc(n, sizeof(*lat));
+	uint64_t *lat = calloc(2 * (size_t)n, sizeof(*lat)), *snd = lat + n;
 	struct coord_wire_writer w;
 	struct coord_wire_hdr h;
 	const uint8_t *pl;
@@ -493,6 +517,7 @@ static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
 
 	if (!lat)
 		goto out;
+	snd = lat + n;
 	r = pair_open(&a, echo_main, &c);
 	for (unsigned i = 0; i < n + 200 && r == 0; i++) {
 		uint64_t t0 = t_now_ns(), tok;
@@ -500,6 +525,8 @@ static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
 		coord_wire_writer_init(&w, buf, sizeof(buf));
 		coord_wire_put_ping(&w, COORD_WIRE_PING, i);
 		r = coord_rdma_chan_send(c, buf, w.len, 5000);
+		if (i >= 200)
+			snd[i - 200] = t_now_ns() - t0;
 		if (r == 0)
 			r = coord_rdma_chan_read(c, 5000, 1000, &h, &pl);
 		if (r == 0 && (coord_wire_get_ping(&h, pl, &tok) < 0 || tok != i)) {
@@ -527,6 +554,9 @@ static int chan_pingpong(unsigned n, uint64_t *p50, uint64_t *p99)
 		qsort(lat, n, sizeof(*lat), cmp_u64);
 		*p50 = lat[n / 2];
 		*p99 = lat[n * 99 / 100];
+		/* the SEND's post: on rxe one system call that also moves the
+		 * frame into the peer's receive (the kernel's loopback) */
+		printf("bench_rdma: chan_pingpong: send call p50 %.1f us\n", p50_us(snd, n));
 	} else {
 		r = -1;
 	}
@@ -536,6 +566,31 @@ out:
 	coord_rdma_listener_destroy(a.l);
 	free(lat);
 	return r;
+}
+
+/* What a timerfd set and stop costs here (rdma.c D6 does both per
+ * closure a schedule() sends): p50 of @n pairs, in microseconds. */
+static double timer_pair_us(unsigned n)
+{
+	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	struct itimerspec on = { .it_value = { 0, 300000 } }, off = { { 0, 0 }, { 0, 0 } };
+	uint64_t *v = calloc(n, sizeof(*v));
+	double p = 0;
+
+	if (fd >= 0 && v) {
+		for (unsigned i = 0; i < n; i++) {
+			uint64_t t0 = t_now_ns();
+
+			timerfd_settime(fd, 0, &on, NULL);
+			timerfd_settime(fd, 0, &off, NULL);
+			v[i] = t_now_ns() - t0;
+		}
+		p = p50_us(v, n);
+	}
+	if (fd >= 0)
+		close(fd);
+	free(v);
+	return p;
 }
 
 /* CPU time (user + system) in @ru, in microseconds. */
@@ -717,8 +772,10 @@ static int run_var_read(unsigned n)
 	bad |= coord_spec_parse(json, &spec, NULL) != 0;
 	bad |= !spec || coord_create(spec, &o, &c, NULL) != 0;
 	coord_spec_destroy(spec);
-	for (unsigned vi = 0; !bad && vi < sizeof(vars) / sizeof(vars[0]); vi++)
+	for (unsigned vi = 0; !bad && vi < sizeof(vars) / sizeof(vars[0]); vi++) {
+		phase(vars[vi].name);
 		bad |= var_read_rows(c, &vars[vi], n);
+	}
 	if (c) {
 		bad |= coord_join(c, NULL) != 0;
 		coord_destroy(c);
@@ -756,7 +813,10 @@ int main(int argc, char **argv)
 	if (n < 100 * ROUNDS)
 		n = 100 * ROUNDS;
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	t_watchdog(240);
+	t_start_ns = t_now_ns();
+	if (getenv("T_WATCHDOG_S") && atoi(getenv("T_WATCHDOG_S")) > 0)
+		phase_s = (unsigned)atoi(getenv("T_WATCHDOG_S"));
+	t_watchdog(phase_s);
 	if (coord_rdma_available(&err) < 0) {
 		printf("bench_rdma: SKIP: %s\n", err.msg);
 		return 77;
@@ -766,10 +826,11 @@ int main(int argc, char **argv)
 	       "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
 	if (!only || !strcmp(only, "tcp"))
 		bad |= run("tcp", n, secs);
-	rtt_only = only && !strcmp(only, "rtt");
-	if (!only || !strcmp(only, "rdma") || !strcmp(only, "chan") || rtt_only) {
+	rtt_only = only && (!strcmp(only, "rtt") || !strcmp(only, "rtt1"));
+	if (!only || !strcmp(only, "rdma") || !strcmp(only, "chan") || !strcmp(only, "rtt")) {
 		uint64_t p50 = 0, p99 = 0;
 
+		phase("chan_pingpong");
 		bad |= chan_pingpong(n, &p50, &p99) != 0;
 		chan_p50 = p50;
 		printf("SUMMARY transport=rdma workload=chan_pingpong n=%u p50_us=%.1f "
@@ -777,12 +838,19 @@ int main(int argc, char **argv)
 		       n, p50 / 1e3, p99 / 1e3);
 	}
 	/* Before any coordinator starts: nothing else of coord running. */
-	if (!only || !strcmp(only, "rdma") || !strcmp(only, "read"))
+	if (!only || !strcmp(only, "rdma") || !strcmp(only, "read")) {
+		phase("read_floor");
 		bad |= run_read_floor(n / 2 < 200 ? 200 : n / 2, 4) ||
 		       run_read_floor(n / 2 < 200 ? 200 : n / 2, 1024);
+	}
+	if (rtt_only)
+		printf("bench_rdma: timerfd set + stop p50 %.1f us\n", timer_pair_us(1000));
 	if (!only || !strcmp(only, "rdma") || rtt_only)
 		bad |= run("rdma", n, secs);
-	if (getenv("COORD_PS_BIN") && (!only || !strcmp(only, "rdma") || !strcmp(only, "var")))
+	if (getenv("COORD_PS_BIN") && (!only || !strcmp(only, "rdma") || !strcmp(only, "var"))) {
+		phase("var_read");
 		bad |= run_var_read(n / 2 < 200 ? 200 : n / 2);
+	}
+	printf("bench_rdma: done at %.1f s\n", (t_now_ns() - t_start_ns) / 1e9);
 	return bad;
 }

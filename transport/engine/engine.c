@@ -135,13 +135,22 @@ void coord_eng_bad(struct coord_conn *k, int r)
 	coord_eng_fail(k, r, why);
 }
 
-/* A sample of the round trip, one a frame (rdma.c D2's waiters use it). */
-static void rt_sample(struct coord_eloop *l, const struct coord_conn *k, uint32_t slot)
+/* A sample of the round trip, one a frame (rdma.c D2's waiters use it):
+ * from the send to the result, less the function's own run time when the
+ * worker reported it (@run, wire.h), so that it says what the transport
+ * and the two sides' wake-ups take, not how long the functions run. */
+static void rt_sample(struct coord_eloop *l, const struct coord_conn *k, uint32_t slot,
+		      uint32_t run)
 {
+	uint64_t ns;
+
 	if (k->last_rx_ns <= k->sent_ns[slot])
 		return;
-	/* over about 8 frames, a sample counting as at most 2 ms */
-	l->rt_ns = coord_spin_avg(l->rt_ns, k->last_rx_ns - k->sent_ns[slot], 500000);
+	ns = k->last_rx_ns - k->sent_ns[slot];
+	if (run != UINT32_MAX && run < ns)
+		ns -= run;
+	/* over about 8 frames, a sample counting as at most 10 ms */
+	l->rt_ns = coord_spin_avg(l->rt_ns, ns, 2500000);
 	/* Relaxed: a hint for waiters' spin. */
 	atomic_store_explicit(&l->e->rt_hint, l->rt_ns, memory_order_relaxed);
 }
@@ -166,7 +175,7 @@ static int on_res_frame(struct coord_conn *k, const struct coord_wire_hdr *h, co
 		if (!cl)
 			return rc;
 		if (!sampled)
-			rt_sample(l, k, slot);
+			rt_sample(l, k, slot, coord_wire_run_ns(&r));
 		sampled = true;
 		coord_place_result(&l->place, k, cl->fn, slot, coord_wire_run_ns(&r));
 		if (!coord_conn_res_finish(k, l->d, cl, &r)) {

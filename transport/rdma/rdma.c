@@ -33,19 +33,26 @@
  *   D2  A driver runs rounds until a closure finishes or its spin ends.
  *       While closures are out, a waiter spins (driving whenever the
  *       loop's thread sleeps) for up to twice the recent time from a
- *       closure's send to its result (rt_ns, DRIVE_MAX_NS at most), not
- *       just opts.spin_ns: else, with results slower than the loop's own
- *       spin, the loop would sleep, the waiter park, and the result need
- *       two wake-ups again.  DRIVE_MAX_NS is 10 ms, above a wake-up in the
- *       rig (3-8 ms: a tick or a host time slice under TCG): with a lower
- *       bound, once the worker's wake-ups slow the round trip past it, the
+ *       closure's send to its result less the function's run time (rt_ns,
+ *       engine.c rt_sample(): the transport's part; DRIVE_MAX_NS at most),
+ *       not just opts.spin_ns: else, with results slower than the loop's
+ *       own spin, the loop would sleep, the waiter park, and the result
+ *       need two wake-ups again.  DRIVE_MAX_NS is 10 ms, above a wake-up
+ *       in the rig (3-8 ms: a tick or a host time slice under TCG): with a
+ *       lower bound, once the wake-ups slow the round trip past it, the
  *       waiter parks, its own wake-up slows the next one, and the round
- *       trip stays at milliseconds (rdma_chan.c "Often", the worker's
- *       side of the same).  Results that take longer than half of
- *       DRIVE_MAX_NS (rt_ns) get DRIVE_LONG_NS (2 ms, as before): a 20 ms
- *       closure's waiter spinning 10 ms took half a CPU from the worker
- *       and the rxe device (bench_rdma var_read,
- *       coordinator_cpu_while_waiting 0.48 against 0.08-0.28 with 2 ms).
+ *       trip stays at milliseconds (rdma_chan.c "Often", the worker's side
+ *       of the same).  The run time is left out so that a long closure
+ *       (20 ms) does not make its waiter spin through it (half a CPU taken
+ *       from the worker and the rxe device: bench_rdma var_read,
+ *       coordinator_cpu_while_waiting 0.48 against 0.08-0.28), while short
+ *       closures slowed by wake-ups on a loaded host still spin past them.
+ *       Before, rt_ns counted the run time and was held under 2 ms (its
+ *       samples at most 2 ms each, against 5 ms for the old DRIVE_LONG_NS
+ *       rule): at load 15 in the rig the waiter spun 4 ms at most, round
+ *       trips took 5-7 ms, and it parked on every closure (2.5-3 context
+ *       switches each) while ib_send_lat in the same boot had rounds of
+ *       13-20 us.
  *   D3  A driver leaves the loop as its thread would go to sleep: every
  *       channel armed if closures or PINGs are out, after reaping what
  *       came meanwhile (coord_rdma_chan_arm() drains the old events).
@@ -74,6 +81,17 @@
  *       the timer wakes the thread, which takes the tok as for any other
  *       event and reaps.  tpend is the tok holder's; a thread that goes to
  *       sleep arms every CQ and stops the timer.
+ *   D7  The loop's thread woken by that timer while a driver holds the
+ *       tok (a waiter spinning past three round trips: a slow result, a
+ *       loaded host) does not wait for the tok (D4's other events do):
+ *       the driver reaps, so the thread sets the timer again and sleeps
+ *       on.  Waiting cost a futex wake at the driver's release, a round
+ *       with nothing in it, and a sleep that armed the CQs, so that the
+ *       next result woke the thread once more (D4) through the CQ's
+ *       event, a tasklet the worker's post ran in ksoftirqd: about three
+ *       context switches per closure in a loaded rig.  The timer may so
+ *       be set while tpend is false (a driver stopped it meanwhile): it
+ *       then only wakes the thread once, which takes the tok as usual.
  *
  * Synchronization: the loop's shared fields (tok, armed, up, idle,
  * rt_hint) are the engine's (engine.c's table); this backend adds none:
@@ -92,7 +110,6 @@
 #include "transport/rdma/rdma_chan.h"
 
 #define DRIVE_MAX_NS 10000000ull /* a waiter's spin, at most, while results are due (D2) */
-#define DRIVE_LONG_NS 2000000ull /* and while they take over half that */
 #define TIMER_MIN_NS 100000ull	 /* D6's timer, at least */
 #define TIMER_MAX_NS 12000000ull /* and at most: past DRIVE_MAX_NS */
 #define DRIVE_ROUND 16		 /* D2: a whole round every 16 polls at least */
@@ -307,7 +324,7 @@ static bool rdma_arm(struct coord_eloop *l)
 }
 
 /* One epoll_wait(); *@timer if D6's timer fired; true if something but
- * completions woke us (or the wait timed out). */
+ * completions or that timer woke us (or the wait timed out). */
 static bool wait_once(struct rdma_loop *l, int ms, bool *timer)
 {
 	struct epoll_event ev[16];
@@ -321,9 +338,9 @@ static bool wait_once(struct rdma_loop *l, int ms, bool *timer)
 			other = true;
 		} else if (ev[i].data.ptr == &l->tfd) {
 			/* D6: a schedule() sent and nobody reaped in time: ours,
-			 * once a driver (if any) lets go. */
+			 * once a driver (if any) lets go (D7). */
 			(void)!read(l->tfd, &v, sizeof(v));
-			other = *timer = true;
+			*timer = true;
 		} else if ((uintptr_t)ev[i].data.ptr & 1) {
 			other = true; /* a connection event */
 		}
@@ -331,7 +348,20 @@ static bool wait_once(struct rdma_loop *l, int ms, bool *timer)
 	return other;
 }
 
-/* ops->wait: in epoll until an event or @deadline; then the tok (D4). */
+/* D7: the timer again, 3 x the recent round trip from now, as D6 sets it. */
+static void timer_again(struct rdma_loop *l)
+{
+	/* Relaxed: a hint (the loop's rt_ns is the tok holder's). */
+	uint64_t ns = 3 * atomic_load_explicit(&l->l.e->rt_hint, memory_order_relaxed);
+	struct itimerspec its = { { 0, 0 }, { 0, 0 } };
+
+	ns = ns < TIMER_MIN_NS ? TIMER_MIN_NS : ns > TIMER_MAX_NS ? TIMER_MAX_NS : ns;
+	its.it_value.tv_sec = (time_t)(ns / 1000000000u);
+	its.it_value.tv_nsec = (long)(ns % 1000000000u);
+	(void)timerfd_settime(l->tfd, 0, &its, NULL);
+}
+
+/* ops->wait: in epoll until an event or @deadline; then the tok (D4, D7). */
 static void rdma_wait(struct coord_eloop *el, uint64_t deadline)
 {
 	struct rdma_loop *l = rl(el);
@@ -349,6 +379,14 @@ static void rdma_wait(struct coord_eloop *el, uint64_t deadline)
 		if (other) {
 			coord_eng_tok_wait(el); /* D4: ours once the driver is done */
 			break;
+		}
+		if (timer) {
+			/* D7: a driver holds the tok: it reaps what the timer
+			 * was for.  The timer again (the driver may have left
+			 * it set, D6), and back to sleep, instead of waiting
+			 * for the tok to run a round with nothing left in it. */
+			timer_again(l);
+			timer = false;
 		}
 		/* D4: completions only, and a driver holds the tok: it reaps
 		 * them, and arms the CQs again before it leaves (D3).  The CQ
@@ -450,7 +488,7 @@ static bool rdma_drive(struct coord *c, uint64_t since, uint64_t *until)
 	if (atomic_load_explicit(&e->idle, memory_order_relaxed) <
 	    (int)atomic_load_explicit(&e->up, memory_order_relaxed)) {
 		uint64_t rt = atomic_load_explicit(&e->rt_hint, memory_order_relaxed);
-		uint64_t ext = 2 * rt > DRIVE_MAX_NS ? DRIVE_LONG_NS : 2 * rt;
+		uint64_t ext = 2 * rt > DRIVE_MAX_NS ? DRIVE_MAX_NS : 2 * rt;
 
 		if (since + ext > *until)
 			*until = since + ext;
