@@ -84,18 +84,25 @@
  *   D7  The loop's thread woken by that timer while a driver holds the
  *       tok (a waiter spinning past three round trips: a slow result, a
  *       loaded host) does not wait for the tok (D4's other events do):
- *       the driver reaps, so the thread sets the timer again and sleeps
+ *       the driver reaps, so the thread sets the timer again, if the
+ *       holder still counts on it (tpend, read as a hint), and sleeps
  *       on.  Waiting cost a futex wake at the driver's release, a round
  *       with nothing in it, and a sleep that armed the CQs, so that the
  *       next result woke the thread once more (D4) through the CQ's
  *       event, a tasklet the worker's post ran in ksoftirqd: about three
- *       context switches per closure in a loaded rig.  The timer may so
- *       be set while tpend is false (a driver stopped it meanwhile): it
- *       then only wakes the thread once, which takes the tok as usual.
+ *       context switches per closure in a loaded rig.  A holder that
+ *       stops the timer between the thread's read of it and its setting
+ *       it again leaves it set with tpend false: it fires once more, and
+ *       then the thread does not set it again (or takes the tok, as for
+ *       any timer); a thread that goes to sleep stops it whatever tpend
+ *       says.  So a timer nobody counts on does not keep waking the loop.
  *
  * Synchronization: the loop's shared fields (tok, armed, up, idle,
- * rt_hint) are the engine's (engine.c's table); this backend adds none:
- * its channels, CQs, timer and tpend belong to the tok's holder (D1).
+ * rt_hint) are the engine's (engine.c's table); this backend adds
+ * tpend: written only by the tok's holder, read (relaxed) by the loop's
+ * thread without the tok in D7, a hint whose staleness costs one timer
+ * wake (above).  Its channels, CQs and timer belong to the tok's holder
+ * (D1); the timer's fd is also set by D7 (timerfd_settime is atomic).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -125,8 +132,8 @@ struct rdma_conn {
 struct rdma_loop {
 	struct coord_eloop l;
 	int epfd;
-	int tfd;    /* D6: a timerfd in epfd, for what a schedule() sent */
-	bool tpend; /* D6: tfd is set (the tok holder's, D1) */
+	int tfd;	    /* D6: a timerfd in epfd, for what a schedule() sent */
+	_Atomic bool tpend; /* D6: tfd is set (written by the tok holder, D1; D7 reads) */
 };
 
 _Static_assert(offsetof(struct rdma_conn, conn) == 0, "the engine's casts");
@@ -298,7 +305,8 @@ static void timer_set(struct rdma_loop *l, uint64_t ns)
 						.tv_nsec = (long)(ns % 1000000000u) } };
 
 	if (timerfd_settime(l->tfd, 0, &its, NULL) == 0)
-		l->tpend = ns != 0;
+		/* Relaxed: a hint for D7, the only reader without the tok. */
+		atomic_store_explicit(&l->tpend, ns != 0, memory_order_relaxed);
 }
 
 /* Arm every channel; false if one has work already (do not sleep). */
@@ -313,13 +321,13 @@ static bool arm_all(struct coord_eloop *l)
 	return true;
 }
 
-/* ops->arm: before a sleep; the CQs armed stop D6's timer. */
+/* ops->arm: before a sleep; the CQs armed stop D6's timer, whatever
+ * tpend says (D7: one may be set that nobody counts on). */
 static bool rdma_arm(struct coord_eloop *l)
 {
 	if (!arm_all(l))
 		return false;
-	if (rl(l)->tpend)
-		timer_set(rl(l), 0);
+	timer_set(rl(l), 0);
 	return true;
 }
 
@@ -382,10 +390,12 @@ static void rdma_wait(struct coord_eloop *el, uint64_t deadline)
 		}
 		if (timer) {
 			/* D7: a driver holds the tok: it reaps what the timer
-			 * was for.  The timer again (the driver may have left
-			 * it set, D6), and back to sleep, instead of waiting
-			 * for the tok to run a round with nothing left in it. */
-			timer_again(l);
+			 * was for.  The timer again if the holder counts on it
+			 * (it may leave it set, D6), and back to sleep, instead
+			 * of waiting for the tok to run an empty round.
+			 * Relaxed: a hint (the header, D7). */
+			if (atomic_load_explicit(&l->tpend, memory_order_relaxed))
+				timer_again(l);
 			timer = false;
 		}
 		/* D4: completions only, and a driver holds the tok: it reaps
@@ -393,7 +403,8 @@ static void rdma_wait(struct coord_eloop *el, uint64_t deadline)
 		 * fds are edge-triggered, so this does not spin. */
 	}
 	if (timer)
-		l->tpend = false; /* read: it fired; the tok is ours now */
+		/* Relaxed: read: it fired; the tok is ours now (D7's hint). */
+		atomic_store_explicit(&l->tpend, false, memory_order_relaxed);
 }
 
 /* ---- driving (D1-D6) -------------------------------------------------------------- */
@@ -416,18 +427,21 @@ static void drive_leave(struct coord_eloop *el, bool sent)
 	if (out && sent) {
 		uint64_t ns = 3 * el->rt_ns; /* past the waiter's spin (D2) */
 
-		if (!l->tpend)
+		/* Relaxed: the tok holder's own field (D1). */
+		if (!atomic_load_explicit(&l->tpend, memory_order_relaxed))
 			timer_set(l, ns < TIMER_MIN_NS	 ? TIMER_MIN_NS
 				     : ns > TIMER_MAX_NS ? TIMER_MAX_NS
 							 : ns);
-		if (l->tpend) {
+		/* Relaxed: as above. */
+		if (atomic_load_explicit(&l->tpend, memory_order_relaxed)) {
 			coord_eng_tok_release(el);
 			return;
 		}
 	}
 	for (unsigned i = 0; out && i < 4 && !arm_all(el); i++)
 		coord_eng_round(el, &ro, false);
-	if (l->tpend)
+	/* Relaxed: as above. */
+	if (atomic_load_explicit(&l->tpend, memory_order_relaxed))
 		timer_set(l, 0);
 	coord_eng_tok_release(el);
 }
