@@ -319,6 +319,10 @@ static int run(const char *tp, unsigned n, double secs)
 		r50[k] = lat[k * per + per / 2];
 		base[k] = pt ? perftest("ib_send_lat", per, 0) : 0;
 		ratio[k] = base[k] > 0 ? r50[k] / 1e3 / base[k] : 0;
+		if (pt) /* each round's pair: on a loaded host they swing apart */
+			printf("bench_rdma: round %u p50 %.1f us, ib_send_lat t_typical %.1f us: "
+			       "%.2fx the verbs round trip\n",
+			       k, r50[k] / 1e3, base[k], ratio[k] / 2);
 	}
 	n = per * ROUNDS;
 	qsort(lat, n, sizeof(*lat), cmp_u64);
