@@ -59,7 +59,7 @@ struct coord_eloop {
 	_Atomic uint32_t tok; /* E1: TOK_HELD by whoever runs rounds; TOK_WANT */
 	uint64_t inflight;    /* taken by this loop and not yet finished */
 	uint64_t finished;    /* closures finished, ever (a driver's progress) */
-	uint64_t rt_ns;	      /* moving average: send to result, less the run time */
+	uint64_t rt_ns;	      /* moving average: a closure's send to its result */
 	struct coord_closure **batch, **done;
 	unsigned ndone, done_cap;
 	struct coord_place place; /* its connections (place.conns) and placement */

@@ -33,26 +33,23 @@
  *   D2  A driver runs rounds until a closure finishes or its spin ends.
  *       While closures are out, a waiter spins (driving whenever the
  *       loop's thread sleeps) for up to twice the recent time from a
- *       closure's send to its result less the function's run time (rt_ns,
- *       engine.c rt_sample(): the transport's part; DRIVE_MAX_NS at most),
- *       not just opts.spin_ns: else, with results slower than the loop's
- *       own spin, the loop would sleep, the waiter park, and the result
- *       need two wake-ups again.  DRIVE_MAX_NS is 10 ms, above a wake-up
- *       in the rig (3-8 ms: a tick or a host time slice under TCG): with a
- *       lower bound, once the wake-ups slow the round trip past it, the
- *       waiter parks, its own wake-up slows the next one, and the round
- *       trip stays at milliseconds (rdma_chan.c "Often", the worker's side
- *       of the same).  The run time is left out so that a long closure
- *       (20 ms) does not make its waiter spin through it (half a CPU taken
- *       from the worker and the rxe device: bench_rdma var_read,
- *       coordinator_cpu_while_waiting 0.48 against 0.08-0.28), while short
- *       closures slowed by wake-ups on a loaded host still spin past them.
- *       Before, rt_ns counted the run time and was held under 2 ms (its
- *       samples at most 2 ms each, against 5 ms for the old DRIVE_LONG_NS
- *       rule): at load 15 in the rig the waiter spun 4 ms at most, round
- *       trips took 5-7 ms, and it parked on every closure (2.5-3 context
- *       switches each) while ib_send_lat in the same boot had rounds of
- *       13-20 us.
+ *       closure's send to its result (rt_ns, engine.c rt_sample();
+ *       DRIVE_MAX_NS at most), not just opts.spin_ns: else, with results
+ *       slower than the loop's own spin, the loop would sleep, the waiter
+ *       park, and the result need two wake-ups again.  DRIVE_MAX_NS is
+ *       10 ms, above a wake-up in the rig (3-8 ms: a tick or a host time
+ *       slice under TCG): with a lower bound, once the wake-ups slow the
+ *       round trip past it, the waiter parks, its own wake-up slows the
+ *       next one, and the round trip stays at milliseconds (rdma_chan.c
+ *       "Often", the worker's side of the same).  A sample whose function
+ *       ran at least half of it counts as at most 2 ms, so that a long
+ *       closure's waiter spins at most 4 ms of it (20 ms closures: half a
+ *       CPU taken from the worker and the rxe device with 10 ms, bench_rdma
+ *       var_read, coordinator_cpu_while_waiting 0.48 against 0.08-0.28;
+ *       W1's test_w1_long_waits_sleep over rig.sh pair's wire).  Before,
+ *       every sample counted as at most 2 ms: at load 15-28 in the rig the
+ *       waiter spun 4 ms at most, short closures' round trips took 5-7 ms,
+ *       and it parked on every one (2.5-3 context switches each).
  *   D3  A driver leaves the loop as its thread would go to sleep: every
  *       channel armed if closures or PINGs are out, after reaping what
  *       came meanwhile (coord_rdma_chan_arm() drains the old events).
