@@ -135,13 +135,28 @@ void coord_eng_bad(struct coord_conn *k, int r)
 	coord_eng_fail(k, r, why);
 }
 
-/* A sample of the round trip, one a frame (rdma.c D2's waiters use it). */
-static void rt_sample(struct coord_eloop *l, const struct coord_conn *k, uint32_t slot)
+/*
+ * A sample of the round trip, one a frame (rdma.c D2's waiters use it):
+ * from the send to the result.  One whose function ran at least as long
+ * as the rest (@run, the worker's report, wire.h) counts as at most 2 ms,
+ * the others up to 10 ms: a waiter spins twice this average, which must
+ * outlast the wake-ups that slow short closures on a loaded host (round
+ * trips of 5-7 ms) but not keep a CPU spinning through long functions
+ * (W1, test_w1_long_waits_sleep: 30 ms closures over rig.sh pair's wire,
+ * 12 ms a round trip, took a fifth of a CPU with a 10 ms bound for all).
+ */
+static void rt_sample(struct coord_eloop *l, const struct coord_conn *k, uint32_t slot,
+		      uint32_t run)
 {
+	uint64_t ns;
+	bool tp = false; /* the transport's part is the most of it */
+
 	if (k->last_rx_ns <= k->sent_ns[slot])
 		return;
-	/* over about 8 frames, a sample counting as at most 2 ms */
-	l->rt_ns = coord_spin_avg(l->rt_ns, k->last_rx_ns - k->sent_ns[slot], 500000);
+	ns = k->last_rx_ns - k->sent_ns[slot];
+	tp = run != UINT32_MAX && 2 * (uint64_t)run < ns;
+	/* over about 8 frames */
+	l->rt_ns = coord_spin_avg(l->rt_ns, ns, tp ? 2500000 : 500000);
 	/* Relaxed: a hint for waiters' spin. */
 	atomic_store_explicit(&l->e->rt_hint, l->rt_ns, memory_order_relaxed);
 }
@@ -166,7 +181,7 @@ static int on_res_frame(struct coord_conn *k, const struct coord_wire_hdr *h, co
 		if (!cl)
 			return rc;
 		if (!sampled)
-			rt_sample(l, k, slot);
+			rt_sample(l, k, slot, coord_wire_run_ns(&r));
 		sampled = true;
 		coord_place_result(&l->place, k, cl->fn, slot, coord_wire_run_ns(&r));
 		if (!coord_conn_res_finish(k, l->d, cl, &r)) {

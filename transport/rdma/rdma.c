@@ -33,19 +33,23 @@
  *   D2  A driver runs rounds until a closure finishes or its spin ends.
  *       While closures are out, a waiter spins (driving whenever the
  *       loop's thread sleeps) for up to twice the recent time from a
- *       closure's send to its result (rt_ns, DRIVE_MAX_NS at most), not
- *       just opts.spin_ns: else, with results slower than the loop's own
- *       spin, the loop would sleep, the waiter park, and the result need
- *       two wake-ups again.  DRIVE_MAX_NS is 10 ms, above a wake-up in the
- *       rig (3-8 ms: a tick or a host time slice under TCG): with a lower
- *       bound, once the worker's wake-ups slow the round trip past it, the
- *       waiter parks, its own wake-up slows the next one, and the round
- *       trip stays at milliseconds (rdma_chan.c "Often", the worker's
- *       side of the same).  Results that take longer than half of
- *       DRIVE_MAX_NS (rt_ns) get DRIVE_LONG_NS (2 ms, as before): a 20 ms
- *       closure's waiter spinning 10 ms took half a CPU from the worker
- *       and the rxe device (bench_rdma var_read,
- *       coordinator_cpu_while_waiting 0.48 against 0.08-0.28 with 2 ms).
+ *       closure's send to its result (rt_ns, engine.c rt_sample();
+ *       DRIVE_MAX_NS at most), not just opts.spin_ns: else, with results
+ *       slower than the loop's own spin, the loop would sleep, the waiter
+ *       park, and the result need two wake-ups again.  DRIVE_MAX_NS is
+ *       10 ms, above a wake-up in the rig (3-8 ms: a tick or a host time
+ *       slice under TCG): with a lower bound, once the wake-ups slow the
+ *       round trip past it, the waiter parks, its own wake-up slows the
+ *       next one, and the round trip stays at milliseconds (rdma_chan.c
+ *       "Often", the worker's side of the same).  A sample whose function
+ *       ran at least half of it counts as at most 2 ms, so that a long
+ *       closure's waiter spins at most 4 ms of it (20 ms closures: half a
+ *       CPU taken from the worker and the rxe device with 10 ms, bench_rdma
+ *       var_read, coordinator_cpu_while_waiting 0.48 against 0.08-0.28;
+ *       W1's test_w1_long_waits_sleep over rig.sh pair's wire).  Before,
+ *       every sample counted as at most 2 ms: at load 15-28 in the rig the
+ *       waiter spun 4 ms at most, short closures' round trips took 5-7 ms,
+ *       and it parked on every one (2.5-3 context switches each).
  *   D3  A driver leaves the loop as its thread would go to sleep: every
  *       channel armed if closures or PINGs are out, after reaping what
  *       came meanwhile (coord_rdma_chan_arm() drains the old events).
@@ -74,10 +78,28 @@
  *       the timer wakes the thread, which takes the tok as for any other
  *       event and reaps.  tpend is the tok holder's; a thread that goes to
  *       sleep arms every CQ and stops the timer.
+ *   D7  The loop's thread woken by that timer while a driver holds the
+ *       tok (a waiter spinning past three round trips: a slow result, a
+ *       loaded host) does not wait for the tok (D4's other events do):
+ *       the driver reaps, so the thread sets the timer again, if the
+ *       holder still counts on it (tpend, read as a hint), and sleeps
+ *       on.  Waiting cost a futex wake at the driver's release, a round
+ *       with nothing in it, and a sleep that armed the CQs, so that the
+ *       next result woke the thread once more (D4) through the CQ's
+ *       event, a tasklet the worker's post ran in ksoftirqd: about three
+ *       context switches per closure in a loaded rig.  A holder that
+ *       stops the timer between the thread's read of it and its setting
+ *       it again leaves it set with tpend false: it fires once more, and
+ *       then the thread does not set it again (or takes the tok, as for
+ *       any timer); a thread that goes to sleep stops it whatever tpend
+ *       says.  So a timer nobody counts on does not keep waking the loop.
  *
  * Synchronization: the loop's shared fields (tok, armed, up, idle,
- * rt_hint) are the engine's (engine.c's table); this backend adds none:
- * its channels, CQs, timer and tpend belong to the tok's holder (D1).
+ * rt_hint) are the engine's (engine.c's table); this backend adds
+ * tpend: written only by the tok's holder, read (relaxed) by the loop's
+ * thread without the tok in D7, a hint whose staleness costs one timer
+ * wake (above).  Its channels, CQs and timer belong to the tok's holder
+ * (D1); the timer's fd is also set by D7 (timerfd_settime is atomic).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -92,7 +114,6 @@
 #include "transport/rdma/rdma_chan.h"
 
 #define DRIVE_MAX_NS 10000000ull /* a waiter's spin, at most, while results are due (D2) */
-#define DRIVE_LONG_NS 2000000ull /* and while they take over half that */
 #define TIMER_MIN_NS 100000ull	 /* D6's timer, at least */
 #define TIMER_MAX_NS 12000000ull /* and at most: past DRIVE_MAX_NS */
 #define DRIVE_ROUND 16		 /* D2: a whole round every 16 polls at least */
@@ -108,8 +129,8 @@ struct rdma_conn {
 struct rdma_loop {
 	struct coord_eloop l;
 	int epfd;
-	int tfd;    /* D6: a timerfd in epfd, for what a schedule() sent */
-	bool tpend; /* D6: tfd is set (the tok holder's, D1) */
+	int tfd;	    /* D6: a timerfd in epfd, for what a schedule() sent */
+	_Atomic bool tpend; /* D6: tfd is set (written by the tok holder, D1; D7 reads) */
 };
 
 _Static_assert(offsetof(struct rdma_conn, conn) == 0, "the engine's casts");
@@ -281,7 +302,8 @@ static void timer_set(struct rdma_loop *l, uint64_t ns)
 						.tv_nsec = (long)(ns % 1000000000u) } };
 
 	if (timerfd_settime(l->tfd, 0, &its, NULL) == 0)
-		l->tpend = ns != 0;
+		/* Relaxed: a hint for D7, the only reader without the tok. */
+		atomic_store_explicit(&l->tpend, ns != 0, memory_order_relaxed);
 }
 
 /* Arm every channel; false if one has work already (do not sleep). */
@@ -296,18 +318,18 @@ static bool arm_all(struct coord_eloop *l)
 	return true;
 }
 
-/* ops->arm: before a sleep; the CQs armed stop D6's timer. */
+/* ops->arm: before a sleep; the CQs armed stop D6's timer, whatever
+ * tpend says (D7: one may be set that nobody counts on). */
 static bool rdma_arm(struct coord_eloop *l)
 {
 	if (!arm_all(l))
 		return false;
-	if (rl(l)->tpend)
-		timer_set(rl(l), 0);
+	timer_set(rl(l), 0);
 	return true;
 }
 
 /* One epoll_wait(); *@timer if D6's timer fired; true if something but
- * completions woke us (or the wait timed out). */
+ * completions or that timer woke us (or the wait timed out). */
 static bool wait_once(struct rdma_loop *l, int ms, bool *timer)
 {
 	struct epoll_event ev[16];
@@ -321,9 +343,9 @@ static bool wait_once(struct rdma_loop *l, int ms, bool *timer)
 			other = true;
 		} else if (ev[i].data.ptr == &l->tfd) {
 			/* D6: a schedule() sent and nobody reaped in time: ours,
-			 * once a driver (if any) lets go. */
+			 * once a driver (if any) lets go (D7). */
 			(void)!read(l->tfd, &v, sizeof(v));
-			other = *timer = true;
+			*timer = true;
 		} else if ((uintptr_t)ev[i].data.ptr & 1) {
 			other = true; /* a connection event */
 		}
@@ -331,7 +353,20 @@ static bool wait_once(struct rdma_loop *l, int ms, bool *timer)
 	return other;
 }
 
-/* ops->wait: in epoll until an event or @deadline; then the tok (D4). */
+/* D7: the timer again, 3 x the recent round trip from now, as D6 sets it. */
+static void timer_again(struct rdma_loop *l)
+{
+	/* Relaxed: a hint (the loop's rt_ns is the tok holder's). */
+	uint64_t ns = 3 * atomic_load_explicit(&l->l.e->rt_hint, memory_order_relaxed);
+	struct itimerspec its = { { 0, 0 }, { 0, 0 } };
+
+	ns = ns < TIMER_MIN_NS ? TIMER_MIN_NS : ns > TIMER_MAX_NS ? TIMER_MAX_NS : ns;
+	its.it_value.tv_sec = (time_t)(ns / 1000000000u);
+	its.it_value.tv_nsec = (long)(ns % 1000000000u);
+	(void)timerfd_settime(l->tfd, 0, &its, NULL);
+}
+
+/* ops->wait: in epoll until an event or @deadline; then the tok (D4, D7). */
 static void rdma_wait(struct coord_eloop *el, uint64_t deadline)
 {
 	struct rdma_loop *l = rl(el);
@@ -350,12 +385,23 @@ static void rdma_wait(struct coord_eloop *el, uint64_t deadline)
 			coord_eng_tok_wait(el); /* D4: ours once the driver is done */
 			break;
 		}
+		if (timer) {
+			/* D7: a driver holds the tok: it reaps what the timer
+			 * was for.  The timer again if the holder counts on it
+			 * (it may leave it set, D6), and back to sleep, instead
+			 * of waiting for the tok to run an empty round.
+			 * Relaxed: a hint (the header, D7). */
+			if (atomic_load_explicit(&l->tpend, memory_order_relaxed))
+				timer_again(l);
+			timer = false;
+		}
 		/* D4: completions only, and a driver holds the tok: it reaps
 		 * them, and arms the CQs again before it leaves (D3).  The CQ
 		 * fds are edge-triggered, so this does not spin. */
 	}
 	if (timer)
-		l->tpend = false; /* read: it fired; the tok is ours now */
+		/* Relaxed: read: it fired; the tok is ours now (D7's hint). */
+		atomic_store_explicit(&l->tpend, false, memory_order_relaxed);
 }
 
 /* ---- driving (D1-D6) -------------------------------------------------------------- */
@@ -378,18 +424,21 @@ static void drive_leave(struct coord_eloop *el, bool sent)
 	if (out && sent) {
 		uint64_t ns = 3 * el->rt_ns; /* past the waiter's spin (D2) */
 
-		if (!l->tpend)
+		/* Relaxed: the tok holder's own field (D1). */
+		if (!atomic_load_explicit(&l->tpend, memory_order_relaxed))
 			timer_set(l, ns < TIMER_MIN_NS	 ? TIMER_MIN_NS
 				     : ns > TIMER_MAX_NS ? TIMER_MAX_NS
 							 : ns);
-		if (l->tpend) {
+		/* Relaxed: as above. */
+		if (atomic_load_explicit(&l->tpend, memory_order_relaxed)) {
 			coord_eng_tok_release(el);
 			return;
 		}
 	}
 	for (unsigned i = 0; out && i < 4 && !arm_all(el); i++)
 		coord_eng_round(el, &ro, false);
-	if (l->tpend)
+	/* Relaxed: as above. */
+	if (atomic_load_explicit(&l->tpend, memory_order_relaxed))
 		timer_set(l, 0);
 	coord_eng_tok_release(el);
 }
@@ -450,7 +499,7 @@ static bool rdma_drive(struct coord *c, uint64_t since, uint64_t *until)
 	if (atomic_load_explicit(&e->idle, memory_order_relaxed) <
 	    (int)atomic_load_explicit(&e->up, memory_order_relaxed)) {
 		uint64_t rt = atomic_load_explicit(&e->rt_hint, memory_order_relaxed);
-		uint64_t ext = 2 * rt > DRIVE_MAX_NS ? DRIVE_LONG_NS : 2 * rt;
+		uint64_t ext = 2 * rt > DRIVE_MAX_NS ? DRIVE_MAX_NS : 2 * rt;
 
 		if (since + ext > *until)
 			*until = since + ext;
