@@ -196,13 +196,6 @@ static struct coord *make_coord(struct coord_registry *reg, uint32_t *hold, uint
 	return c;
 }
 
-static const char *getenv_or(const char *k, const char *d)
-{
-	const char *v = getenv(k);
-
-	return v && *v ? v : d;
-}
-
 int main(int argc, char **argv)
 {
 	unsigned long nq = 10000, gate_ms = 100, fail_ms = 50;

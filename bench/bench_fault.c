@@ -585,13 +585,6 @@ static void soak(struct coord *c, uint32_t fn, bool faults, const struct timing 
 
 /* ---- printing -------------------------------------------------------------------------- */
 
-static const char *getenv_or(const char *name, const char *dflt)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? v : dflt;
-}
-
 static const char *const det_kind[4] = { "kill_idle", "kill_load", "hang_idle", "hang_load" };
 static const char *const back_kind[5] = { "restart_idle", "restart_load", "cont_idle", "cont_load",
 					  "kill_to_up_idle" };

@@ -70,13 +70,6 @@
 
 static const char *ps_bin, *worker_bin, *fns_lib;
 
-static const char *getenv_or(const char *k, const char *d)
-{
-	const char *v = getenv(k);
-
-	return v && *v ? v : d;
-}
-
 /* ---- the raw stream: a forked server -------------------------------------------------- */
 
 struct raw_hdr {

@@ -75,13 +75,6 @@ static void sleep_ms(unsigned ms)
 	nanosleep(&ts, NULL);
 }
 
-static const char *getenv_or(const char *name, const char *dflt)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? v : dflt;
-}
-
 /* Start the coord-worker; its port from its "listening on port" line. */
 static int srv_start(void)
 {

@@ -486,3 +486,10 @@ int bench_recv_all(int fd, void *p, size_t n)
 	}
 	return 0;
 }
+
+const char *getenv_or(const char *name, const char *dflt)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : dflt;
+}

@@ -174,6 +174,9 @@ int bench_worker_spawn(const char *bin, const char *fns, unsigned port, int *pid
 int bench_send_all(int fd, const void *p, size_t n);
 int bench_recv_all(int fd, void *p, size_t n);
 
+/* getenv_or() - $@name when set and not empty, else @dflt. */
+const char *getenv_or(const char *name, const char *dflt);
+
 /* bench_met() - "met" / "not_met" for a target in a SUMMARY line. */
 static inline const char *bench_met(bool met)
 {

@@ -91,7 +91,6 @@ void coord_rtt(struct coord *c, uint32_t fn, uint64_t n, struct bench_samples *l
 	       struct run_out *o);
 void row(const char *name, struct bench_samples *s, double scale, bool higher_better,
 	 const struct bench_stats *base, struct bench_stats *st);
-const char *getenv_or(const char *name, const char *dflt);
 unsigned procs_for(unsigned conns);
 void run_sweeps(struct coord_registry *reg, bool quick, unsigned fixed_f, size_t arg,
 		unsigned repeats, uint64_t dur_ns, struct coord_rv **rvs);

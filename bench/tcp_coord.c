@@ -215,13 +215,6 @@ void row(const char *name, struct bench_samples *s, double scale, bool higher_be
 	bench_row(name, st, base ? base : st, higher_better);
 }
 
-const char *getenv_or(const char *name, const char *dflt)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? v : dflt;
-}
-
 static unsigned umin(unsigned a, unsigned b)
 {
 	return a < b ? a : b;
