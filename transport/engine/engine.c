@@ -162,13 +162,14 @@ static int on_res_frame(struct coord_conn *k, const struct coord_wire_hdr *h, co
 		k->reqs_out--;
 	while ((rc = coord_wire_next_res(&it, &r)) == 1) {
 		struct coord_closure *cl = coord_conn_res_claim(k, &r, &slot, &rc);
+		bool returned = coord_wire_returned(&r);
 
 		if (!cl)
 			return rc;
-		if (!sampled)
+		if (!sampled && !returned)
 			rt_sample(l, k, slot);
-		sampled = true;
-		coord_place_result(&l->place, k, cl->fn, slot, coord_wire_run_ns(&r));
+		sampled |= !returned;
+		coord_place_result(&l->place, k, cl->fn, slot, coord_wire_run_ns(&r), returned);
 		if (!coord_conn_res_finish(k, l->d, cl, &r)) {
 			l->inflight--; /* put back (S3, S11) */
 			continue;

@@ -33,7 +33,7 @@
  * Synchronization: srv_proto.h (a connection driven by one thread at a
  * time; struct coord_srv under its lock); hb_ms is written relaxed by the
  * connection's thread and read by the keepalive (tcp_pool.c P5,
- * rdma_server.c Q3), a hint.
+ * rdma_server.c Q3), a hint.  Take-back (on_req(): T1, T3): srv_take.c.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -46,6 +46,7 @@
 #include "runtime/ps/ps.h"
 #include "transport/wire/sock.h"
 #include "transport/server/srv_proto.h"
+#include "transport/server/srv_take.h"
 
 #define FLUSH_AFTER_NS 200000ull /* a result waits at most this for its batch */
 #define MAX_FN_IDS 65536u
@@ -641,6 +642,8 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 			call.pw[i].len = q.pw[i].len;
 			call.pw[i].args = q.pw[i].args;
 		}
+		if (unlikely(k->tb_idx++ < k->tb_end))
+			continue; /* T3: returned by the watcher, never started here */
 		k->reslen = 0;
 		if (unlikely(not_started(k, &q, t))) {
 			/* S3: answered "not started" (wire.h CANCEL), not run. */
@@ -655,8 +658,11 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 			continue;
 		}
 		code = not_here(k, &q, &call, &ctx, &cause);
-		if (likely(!code))
+		if (likely(!code)) {
+			tb_run(k, &it); /* T1 */
 			code = coord_exec(&k->env, &call, conn_result_buf, k, &ctx, &cause);
+			tb_ran(k);
+		}
 		now = coord_now_ns();
 		res.code = code;
 		res.cause = cause;
@@ -890,4 +896,5 @@ void coord_srv_conn_fini(struct coord_srv_conn *k)
 	free(k->fnmap);
 	free(k->out);
 	free(k->res);
+	coord_srv_take_fini(k);
 }
