@@ -136,7 +136,8 @@ void test_s2_packed_behind_long_taken_back(void **state)
 	assert_int_equal(on_wl, 0);
 	assert_true(took < 150000000ull);
 	assert_int_equal(atomic_load(&t_sh->tb_runs[0]), 1);
-	/* given back, not put back: attempts unchanged (B8) */
+	/* given back, not put back: attempts unchanged (B8); the counts exact */
+	assert_int_equal(coord_join(f->c, NULL), 0);
 	assert_int_equal(coord_metrics(f->c, &m, NULL, 0), 0);
 	assert_int_equal(m.put_back, 0);
 	assert_int_equal(m.outstanding, 0);

@@ -42,7 +42,9 @@
  *       the whole REQ frames the backend holds behind it (io.behind, which
  *       may read what arrived, never moving the running frame), stopping at
  *       the first record it cannot return (a malformed one, a full answer
- *       frame); it sends the answers (io.send), records the end of the
+ *       frame); one a CANCEL drops (the connection's, or one received
+ *       behind) is answered "not started" as the driving thread would
+ *       (S3), the others "returned"; it sends the answers (io.send), records the end of the
  *       returned range in tb_end and stores word | TB_DONE (release).
  *       It takes a running closure's word again later (a CAS from
  *       TB_DONE back to TB_TAKEN) for what arrived since: the coordinator
@@ -64,8 +66,8 @@
  *       the long closure.
  *
  * Synchronization: T1-T3 (tb_word: release / acquire as said there;
- * tb_rest, tb_idx: the driving thread's, read by the watcher only while it
- * holds the take; tb_end, tb_buf: the watcher's while it holds the take,
+ * tb_rest, tb_idx, min_gen, cancelled: the driving thread's, read by the
+ * watcher only while it holds the take; tb_end, tb_buf: the watcher's while it holds the take,
  * then the driving thread's after TB_DONE; tb_seen, tb_seen_ns, tb_gap: the
  * watcher's alone).
  */
@@ -111,12 +113,16 @@ struct tb_take {
 	struct coord_wire_writer w;
 	uint64_t next, first, n;
 	bool stop;
+	/* S3: a CANCEL seen (the connection's, or one queued behind) */
+	bool cancelled;
+	uint32_t min_gen;
 };
 
 /* T2: answer the REQ records of @it "returned" until one cannot be. */
 static void tb_return_records(struct tb_take *t, struct coord_wire_iter *it)
 {
 	static const char m[] = "returned unstarted: queued behind a closure that ran long";
+	static const char mc[] = "cancelled before it started (S3)";
 	struct coord_wire_req q;
 	int r;
 
@@ -135,10 +141,30 @@ static void tb_return_records(struct tb_take *t, struct coord_wire_iter *it)
 		}
 		if (t->next++ < t->first)
 			continue; /* returned by an earlier take */
+		if (t->cancelled && coord_wire_gen_before(q.gen, t->min_gen)) {
+			/* S3: what the driving thread would answer (wire.h CANCEL) */
+			res.cause = COORD_ECANCELLED;
+			res.data = mc;
+			res.len = sizeof(mc);
+		}
 		res.closure_id = q.closure_id;
 		res.attempt = q.attempt;
 		coord_wire_put_res(&t->w, &res);
 		t->n++;
+	}
+}
+
+/* T2 (io.behind's visit, first pass): a CANCEL behind the running closure
+ * applies to every record (wire.h CANCEL). */
+static void tb_visit_cancel(void *arg, const struct coord_wire_hdr *h, const uint8_t *payload)
+{
+	struct tb_take *t = arg;
+	uint32_t gen;
+
+	if (h->type == COORD_WIRE_CANCEL && coord_wire_get_cancel(h, payload, &gen) == 0 &&
+	    (!t->cancelled || coord_wire_gen_before(t->min_gen, gen))) {
+		t->cancelled = true;
+		t->min_gen = gen;
 	}
 }
 
@@ -185,6 +211,11 @@ unsigned coord_srv_take_back(struct coord_srv_conn *k, uint64_t now)
 	if (k->tb_buf) {
 		coord_wire_writer_init(&t.w, k->tb_buf, TB_FRAME);
 		coord_wire_begin(&t.w, COORD_WIRE_RES);
+		/* S3: a record a CANCEL drops is answered "not started", as
+		 * the driving thread would (the coordinator cancels both). */
+		t.cancelled = k->cancelled;
+		t.min_gen = k->min_gen;
+		k->io.behind(k->io.ctx, tb_visit_cancel, &t);
 		rest = k->tb_rest;
 		tb_return_records(&t, &rest);
 		k->io.behind(k->io.ctx, tb_visit, &t);
