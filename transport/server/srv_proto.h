@@ -87,7 +87,7 @@ struct coord_srv {
  *        blocking and without moving the frame being served, what has
  *        arrived on the connection, then call @visit for each whole frame
  *        received behind the one being served, in order, leaving them
- *        unread.  Called by the backend's watcher thread from
+ *        unread (payload NULL: one it cannot show; the take stops there).  Called by the backend's watcher thread from
  *        coord_srv_take_back(), while the driving thread runs a closure and
  *        has handed the connection's input over (it touches none of it
  *        until the take is done).  @send is then called from the watcher

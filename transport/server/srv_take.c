@@ -161,7 +161,8 @@ static void tb_visit_cancel(void *arg, const struct coord_wire_hdr *h, const uin
 	struct tb_take *t = arg;
 	uint32_t gen;
 
-	if (h->type == COORD_WIRE_CANCEL && coord_wire_get_cancel(h, payload, &gen) == 0 &&
+	if (h->type == COORD_WIRE_CANCEL && payload &&
+	    coord_wire_get_cancel(h, payload, &gen) == 0 &&
 	    (!t->cancelled || coord_wire_gen_before(t->min_gen, gen))) {
 		t->cancelled = true;
 		t->min_gen = gen;
@@ -176,6 +177,10 @@ static void tb_visit(void *arg, const struct coord_wire_hdr *h, const uint8_t *p
 
 	if (h->type != COORD_WIRE_REQ || t->stop)
 		return; /* served in order after the long closure */
+	if (!payload) { /* one the backend could not show (rdma: too large) */
+		t->stop = true;
+		return;
+	}
 	coord_wire_iter_init(&it, h, payload);
 	tb_return_records(t, &it);
 }
