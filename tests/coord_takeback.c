@@ -50,32 +50,24 @@ static struct coord_rv *tb_sched(struct coord *c, uint32_t fn, uint32_t idx, uin
 	return tb_sched_on(c, fn, idx, us, fail, 0);
 }
 
-/* Let every event loop see "tb_run" finish short, several times on each
- * worker (place.h PL2, PL6: closures are packed behind it from now on). */
+/* Let every event loop see "tb_run" finish short, many times on each
+ * worker (place.h PL2, PL6: closures are packed behind it from now on):
+ * strict on each worker in turn, so each runs its share whatever the load. */
 static void tb_learn_short(struct coord *c, uint32_t fn, unsigned nworkers)
 {
-	unsigned ran[8] = { 0 }, enough;
+	for (int round = 0; round < 3; round++) {
+		struct coord_rv *rv[64];
 
-	for (int round = 0; round < 20; round++) {
-		struct coord_rv *rv[200];
-
-		for (int i = 0; i < 200; i++)
-			rv[i] = tb_sched(c, fn, TB_WARM_IDX, 0, 0);
-		assert_int_equal(coord_join(c, NULL), 0);
-		for (int i = 0; i < 200; i++) {
-			int32_t w = fetch_i32(rv[i]);
-
-			if (w >= 0 && w < 8)
-				ran[w]++;
-			coord_rv_put(rv[i]);
+		for (unsigned w = 0; w < nworkers; w++) {
+			for (int i = 0; i < 64; i++)
+				rv[i] = tb_sched_on(c, fn, TB_WARM_IDX, 0, 0, COORD_ON_WORKER(w));
+			assert_int_equal(coord_join(c, NULL), 0);
+			for (int i = 0; i < 64; i++) {
+				assert_int_equal(fetch_i32(rv[i]), (int32_t)w);
+				coord_rv_put(rv[i]);
+			}
 		}
-		enough = 0;
-		for (unsigned w = 0; w < nworkers; w++)
-			enough += ran[w] >= 4;
-		if (enough == nworkers)
-			return;
 	}
-	fail_msg("a worker never ran the warm-up's closures");
 }
 
 /* In process, a worker thread holds the rest of its batch while it runs a

@@ -77,8 +77,10 @@
 
 #include "transport/server/srv_take.h"
 
-/* T2: the longest wait between two takes of one running closure. */
-#define TB_GAP_MAX 128000000ull
+/* T2: the longest wait between two takes of one running closure: what the
+ * coordinator sent late (a loaded machine) waits at most this long; a
+ * connection running long costs its watcher a look this often. */
+#define TB_GAP_MAX 8000000ull
 /* The answer frame a take builds: at most this many bytes (the rest of the
  * records behind run here, T4). */
 #define TB_FRAME (64u * 1024u)
