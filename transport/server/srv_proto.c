@@ -658,11 +658,8 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 			continue;
 		}
 		code = not_here(k, &q, &call, &ctx, &cause);
-		if (likely(!code)) {
-			tb_run(k, &it); /* T1 */
-			code = coord_exec(&k->env, &call, conn_result_buf, k, &ctx, &cause);
-			tb_ran(k);
-		}
+		if (likely(!code)) /* published for the take-back (srv_take.h T1) */
+			code = tb_exec(k, &it, &call, conn_result_buf, &ctx, &cause);
 		now = coord_now_ns();
 		res.code = code;
 		res.cause = cause;
@@ -764,6 +761,7 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 				/* Relaxed (tcp_pool.c P5): a hint for the watchdog. */
 				atomic_store_explicit(&k->hb_ms, (uint32_t)tok,
 						      memory_order_relaxed);
+			k->tb_ok |= tok == COORD_WIRE_PING_TAKE_BACK; /* srv_take.c T5 */
 			coord_wire_writer_init(&w, b, sizeof(b));
 			coord_wire_put_ping(&w, COORD_WIRE_PONG, tok);
 			r = k->io.send(k->io.ctx, b, w.len);

@@ -135,6 +135,7 @@ struct coord_srv_conn {
 	 * running record's frame from the next record on (published by the
 	 * word's RUN); the watcher's last look (the word and since when). */
 	_Atomic uint64_t tb_word;
+	bool tb_ok; /* T5: the coordinator takes closures back (the driving thread's) */
 	uint64_t tb_idx, tb_end;
 	struct coord_wire_iter tb_rest;
 	uint64_t tb_seen, tb_seen_ns, tb_gap;

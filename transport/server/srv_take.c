@@ -61,6 +61,14 @@
  *       failed mid-send is failed at the coordinator, which puts back what
  *       it did not hear about).  A record never started is returned at most
  *       once; one returned is never started here.
+ *   T5  Only for a coordinator that asks for it: one with two workers or
+ *       more (with one, nobody else could run what comes back, and it would
+ *       run after what the worker still holds: FIFO on one worker is kept),
+ *       and that knows the answer "returned" (an older one would fail the
+ *       closure).  It says so with a PING of token COORD_WIRE_PING_TAKE_BACK
+ *       in its greeting (engine.c hello(); an older worker answers the
+ *       PONG and ignores it); until then the driving thread publishes
+ *       nothing (no atomic per closure) and nothing is taken.
  *   T4  What is not taken back: a frame not whole yet when the watcher
  *       looks, and what arrives after its last look: they run here after
  *       the long closure.

@@ -28,6 +28,8 @@ static inline void tb_run(struct coord_srv_conn *k, const struct coord_wire_iter
 {
 	uint64_t idx = k->tb_idx - 1;
 
+	if (!k->tb_ok)
+		return; /* T5: not this coordinator */
 	k->tb_rest = *rest;
 	/* T1 (release): tb_rest before the word; pairs with the watcher's
 	 * acquire CAS in coord_srv_take_back(). */
@@ -40,11 +42,27 @@ static inline void tb_ran(struct coord_srv_conn *k)
 {
 	uint64_t w = (k->tb_idx - 1) << TB_SHIFT | TB_RUN;
 
+	if (!k->tb_ok)
+		return; /* T5: nothing was published */
 	/* T1 (acq_rel): succeeds unless the watcher's CAS took the word
 	 * first (T2, T3); relaxed on failure, coord_srv_tb_wait() acquires. */
 	if (unlikely(!atomic_compare_exchange_strong_explicit(
 		    &k->tb_word, &w, 0, memory_order_acq_rel, memory_order_relaxed)))
 		coord_srv_tb_wait(k);
+}
+
+/* T1: coord_exec() of @call on @k (@buf, @ctx, @cause as there), published
+ * as the record before @rest. */
+static inline int tb_exec(struct coord_srv_conn *k, const struct coord_wire_iter *rest,
+			  const struct coord_exec_call *call, void *(*buf)(void *sink, size_t len),
+			  struct coord_ctx *ctx, int *cause)
+{
+	int code;
+
+	tb_run(k, rest);
+	code = coord_exec(&k->env, call, buf, k, ctx, cause);
+	tb_ran(k);
+	return code;
 }
 
 #endif /* COORD_TRANSPORT_SRV_TAKE_H */

@@ -43,8 +43,9 @@
  *              code COORD_ECANCELLED and cause COORD_WIRE_RETURNED
  *              ("returned"): it was queued behind a closure that ran long,
  *              and the worker gives it back unstarted for the coordinator
- *              to place elsewhere (transport/server/srv_proto.c
- *              "Take-back"); it never runs there.
+ *              to place elsewhere (transport/server/srv_take.c); it
+ *              never runs there.  Only to a coordinator whose greeting
+ *              had a PING of token COORD_WIRE_PING_TAKE_BACK.
  *   VAR_SYNC   worker or coordinator -> ps: u64 seq, u64 seen, u32 window_ms,
  *              u32 hb_ms (count 1): a ps client's give-up clock
  *              (transport/psclient/ps_conn.c "Give-up"): the ps answers
@@ -241,6 +242,12 @@ struct coord_wire_res {
  * CANCEL): in coord's range, and no code of coord's (coord/error.h), so no
  * real cause reads as it. */
 #define COORD_WIRE_RETURNED (-10098)
+
+/* The token of the PING a coordinator that takes closures back (its
+ * workers may answer "returned", see CANCEL) sends in its greeting; outside
+ * the heartbeat tokens (1 .. 3600000 ms), so an older worker only answers
+ * its PONG (transport/server/srv_take.c T5). */
+#define COORD_WIRE_PING_TAKE_BACK (1ull << 62)
 
 /* Was @r returned unstarted (take-back)? */
 static inline bool coord_wire_returned(const struct coord_wire_res *r)
