@@ -3,7 +3,7 @@
  * tests/coord_takeback.c - part of test_coord: S2's placement when a
  * function known to be short runs long (issue 20): what was packed behind
  * it in its worker's window is given back unstarted and runs on the idle
- * worker (transport/server/srv_proto.c "Take-back", transport/engine/place.h
+ * worker (transport/server/srv_take.c, transport/engine/place.h
  * PL7), never twice, and S3's cancellation still holds when an error is
  * taken while closures are given back.
  *

@@ -268,7 +268,7 @@ bool coord_conn_res_finish(struct coord_conn *k, struct coord_dispatcher *d,
 			   struct coord_closure *cl, const struct coord_wire_res *r)
 {
 	if (unlikely(coord_wire_returned(r))) {
-		/* Take-back (srv_proto.c T2): never started, the worker gave it
+		/* Take-back (srv_take.c T2): never started, the worker gave it
 		 * back: to the queue's front as it was (attempt and ids
 		 * unchanged, not a put-back), for whichever worker frees first
 		 * (place.h PL7); one of a cancelled generation is cancelled

@@ -73,7 +73,7 @@
  *   PL7  Take-back: a function known short whose closure turns long would
  *        hold what was packed behind it; the worker gives that back
  *        unstarted once the closure has run past COORD_SRV_TAKE_NS
- *        (transport/server/srv_proto.c T1-T4: its watcher thread answers
+ *        (transport/server/srv_take.c T1-T5: its watcher thread answers
  *        the records "returned", wire.h), and the engine gives them back
  *        to the front of the queue as they were (conn.c
  *        coord_conn_res_finish()), where an idle worker takes them.  A

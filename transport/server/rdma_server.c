@@ -78,7 +78,7 @@
  *       connection end (logged), the ps serves the others; the variable's
  *       range may then hold part of that assign's data (its SNAP1 counts
  *       are closed: readers see a value, never a write in progress).
- *   Q7  Take-back (srv_take.c T1-T4): the keeper also gives back,
+ *   Q7  Take-back (srv_take.c T1-T5): the keeper also gives back,
  *       unstarted, what was received behind a closure that has run past
  *       COORD_SRV_TAKE_NS (coord_srv_take_back(): it looks at the frames
  *       behind through coord_rdma_chan_scan_all() under chan_lock, and

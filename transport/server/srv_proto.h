@@ -83,7 +83,7 @@ struct coord_srv {
  *        busy learns of a cancellation queued behind it).  Called by the
  *        driving thread before each closure of a REQ frame starts, at
  *        @now; it may do nothing when it looked, or read, a moment ago.
- * @behind: optional (take-back, srv_proto.c "Take-back"): take in, without
+ * @behind: optional (take-back, srv_take.c): take in, without
  *        blocking and without moving the frame being served, what has
  *        arrived on the connection, then call @visit for each whole frame
  *        received behind the one being served, in order, leaving them
@@ -128,7 +128,7 @@ struct coord_srv_conn {
 	 * started, once @cancelled.  The driving thread's. */
 	uint32_t min_gen;
 	bool cancelled;
-	/* Take-back (srv_proto.c "Take-back", T1-T4): the claim word (the
+	/* Take-back (srv_take.c T1-T5): the claim word (the
 	 * running record's number, TB_* flags); the driving thread's number
 	 * of the next REQ record and the end of the records the watcher
 	 * returned (tb_end: the watcher's while it holds the take); the
@@ -197,7 +197,7 @@ COORD_PROV size_t coord_srv_keepalive(const struct coord_srv_conn *k, uint64_t b
 				      uint64_t last_sent, uint64_t now, uint8_t *b);
 
 /**
- * coord_srv_take_back() - take-back (srv_proto.c T2): the watcher's look at
+ * coord_srv_take_back() - take-back (srv_take.c T2): the watcher's look at
  * @k at @now: once the closure @k's driving thread runs has run past
  * COORD_SRV_TAKE_NS, answer every REQ record received behind it "returned,
  * not started" (wire.h), so that the coordinator places them elsewhere;

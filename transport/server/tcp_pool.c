@@ -31,7 +31,7 @@
  *       else was sent; every send on a connection takes its send_lock, so
  *       frames never interleave.  The interval is the token of the PING
  *       the coordinator sends at connect (engine.c coord_eng_greet()).
- *   P6  Take-back (srv_proto.c T1-T4): at each tick the watchdog gives
+ *   P6  Take-back (srv_take.c T1-T5): at each tick the watchdog gives
  *       back, unstarted, the REQ records received behind a closure that
  *       has run past COORD_SRV_TAKE_NS (coord_srv_take_back(); it reads
  *       the socket ahead through tcp_server.c tcp_io_behind() and sends

@@ -230,7 +230,7 @@ static bool frame_at(const struct coord_frame_reader *rd, size_t off, struct coo
 }
 
 /*
- * Take-back (struct coord_srv_io @behind, srv_proto.c T2; tcp_pool.c P6):
+ * Take-back (struct coord_srv_io @behind, srv_take.c T2; tcp_pool.c P6):
  * read what has arrived into the reader's spare room, never moving its
  * buffer (the running frame points into it), then show @visit every whole
  * frame behind the running one.  They stay unread, served in order later.
