@@ -27,6 +27,11 @@ int64_t fetch_i64(struct coord_rv *rv);
 int32_t fetch_i32(struct coord_rv *rv);
 void wait_entered(long n);
 
+/* coord_takeback.c */
+void test_s2_packed_behind_long_taken_back(void **state);
+void test_s2_taken_back_runs_once(void **state);
+void test_s3_taken_back_race(void **state);
+
 /* coord_s1_s3.c */
 void test_s1_schedule_returns_at_once(void **state);
 void test_s1_backpressure_tiny_ring(void **state);

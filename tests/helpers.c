@@ -26,6 +26,8 @@
  *             how many tracked resources are alive there
  *   closure_id result = { coord_ctx_closure() (uint64), attempt (uint32),
  *             worker (int32) }
+ *   tb_run    struct t_tb_args: counts itself in tb_runs[idx], sleeps us
+ *             (if any), fails with -EIO if fail, else result = worker (int32)
  * Every function counts t_entered/t_exited (not the var_* ones):
  *   sleep_attempt  uint32 us: stores its pid in running_pid, counts itself in
  *                  running[worker] while it sleeps; result
@@ -160,6 +162,8 @@ void t_reset_counters(void)
 	for (int i = 0; i < 64; i++)
 		atomic_store(&t_first_ns[i], 0);
 	atomic_store(&t_norder, 0);
+	for (int i = 0; i < T_TB_MAX; i++)
+		atomic_store(&t_sh->tb_runs[i], 0);
 	atomic_store(&t_sh->running_pid, 0);
 	atomic_store(&t_sh->last_attempt, 0);
 	for (int i = 0; i < 64; i++)
@@ -223,6 +227,23 @@ static int f_sleep_us(struct coord_ctx *ctx, const void *args, size_t len)
 	if (len == sizeof(us))
 		memcpy(&us, args, sizeof(us));
 	t_sleep_ns((uint64_t)us * 1000);
+	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
+}
+
+static int f_tb_run(struct coord_ctx *ctx, const void *args, size_t len)
+{
+	struct t_tb_args a = { 0 };
+	int32_t w = coord_ctx_worker(ctx);
+
+	ENTER();
+	if (len == sizeof(a))
+		memcpy(&a, args, sizeof(a));
+	if (a.idx < T_TB_MAX)
+		atomic_fetch_add(&t_sh->tb_runs[a.idx], 1);
+	if (a.us)
+		t_sleep_ns((uint64_t)a.us * 1000);
+	if (a.fail)
+		EXIT(coord_ctx_fail(ctx, -EIO, "tb_run failed as asked"));
 	EXIT(coord_ctx_set_result(ctx, &w, sizeof(w)));
 }
 
@@ -823,7 +844,7 @@ int t_register(struct coord_registry *r)
 	    coord_registry_add(r, "add_clock", f_add_clock) ||
 	    coord_registry_add(r, "sleep_us", f_sleep_us) ||
 	    coord_registry_add(r, "spin_us", f_spin_us) || coord_registry_add(r, "fail", f_fail) ||
-	    coord_registry_add(r, "gated", f_gated) ||
+	    coord_registry_add(r, "tb_run", f_tb_run) || coord_registry_add(r, "gated", f_gated) ||
 	    coord_registry_add(r, "attempt", f_attempt) ||
 	    coord_registry_add(r, "add_where", f_add_where) ||
 	    coord_registry_add(r, "stamp", f_stamp) || coord_registry_add(r, "order", f_order) ||

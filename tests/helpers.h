@@ -51,6 +51,7 @@ uint32_t t_fn(struct coord *c, const char *name);
  *                            not counted: their destroys may come late)
  */
 #define T_ORDER_MAX 400000
+#define T_TB_MAX 4096
 struct t_shared {
 	_Atomic long entered, exited;
 	_Atomic long creates[64];
@@ -64,6 +65,7 @@ struct t_shared {
 	_Atomic int64_t tr_token;
 	_Atomic long tr_creates[64], tr_destroys[64];
 	int64_t order[T_ORDER_MAX];
+	_Atomic int tb_runs[T_TB_MAX]; /* tb_run: runs of closure i */
 };
 extern struct t_shared *t_sh;
 #define t_entered (t_sh->entered)
@@ -75,6 +77,13 @@ extern struct t_shared *t_sh;
 #define t_norder (t_sh->norder)
 #define t_order (t_sh->order)
 void t_reset_counters(void);
+
+/* Arguments of the tb_run test function (helpers.c). */
+struct t_tb_args {
+	uint32_t idx;  /* counted in t_sh->tb_runs[idx] (< T_TB_MAX) */
+	uint32_t us;   /* then sleeps this long (0: not at all) */
+	uint32_t fail; /* then fails with -EIO if non-zero */
+};
 
 /* Arguments of the var_* test functions (helpers.c). */
 struct t_var_args {

@@ -268,7 +268,10 @@ static size_t req_frame(uint8_t *b, size_t cap, uint64_t id, unsigned n, uint32_
  * short ones, a CANCEL of generation 1, and 5 calls of generation 1.  The
  * worker reads the CANCEL behind the running call: the 60 of generation 0
  * it has not started come back "not started" (COORD_ECANCELLED twice) and
- * never run; the long one and the 5 of generation 1 run.
+ * never run; the long one and the 5 of generation 1 run.  Since the
+ * take-back (srv_take.c), what waits behind the long call may come back
+ * "returned" instead, before the CANCEL arrived (never run either), and
+ * the watcher answers what the CANCEL drops "not started" too.
  */
 void test_cancel_drops_what_has_not_started(void **state)
 {
@@ -277,7 +280,7 @@ void test_cancel_drops_what_has_not_started(void **state)
 	struct coord_wire_writer w;
 	struct coord_error err;
 	struct coord_key key;
-	unsigned got = 0, ran = 0, dropped = 0;
+	unsigned got = 0, ran = 0, dropped = 0, returned = 0;
 	uint64_t until = t_now_ns() + 20000000000ull;
 	int fd = dial();
 	size_t n;
@@ -319,7 +322,9 @@ void test_cancel_drops_what_has_not_started(void **state)
 			bool late = r.closure_id == 1 || r.closure_id >= 62;
 
 			got++;
-			if (late) {
+			if (coord_wire_returned(&r) && r.closure_id != 1) {
+				returned++; /* given back unstarted (srv_take.c) */
+			} else if (late) {
 				assert_int_equal(r.code, 0);
 				ran++;
 			} else {
@@ -329,9 +334,12 @@ void test_cancel_drops_what_has_not_started(void **state)
 			}
 		}
 	}
-	assert_int_equal(ran, 6);
-	assert_int_equal(dropped, 60);
-	assert_int_equal(atomic_load(&t_entered), 6);
+	/* What the long one held back was dropped by the CANCEL or given
+	 * back unstarted (srv_take.c T2: the watcher applies the CANCEL too). */
+	print_message("cancel: %u ran, %u dropped, %u given back\n", ran, dropped, returned);
+	assert_int_equal(got, 66);
+	assert_true(ran >= 1 && ran + returned + dropped == 66);
+	assert_int_equal(atomic_load(&t_entered), ran);
 	coord_frame_reader_fini(&rd);
 	coord_key_wipe(&key);
 	close(fd);

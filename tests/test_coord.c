@@ -183,7 +183,8 @@ int main(void)
 #define CONTRACT_TESTS                                                                             \
 	T(test_s1_schedule_returns_at_once), cmocka_unit_test(test_s1_backpressure_tiny_ring),     \
 		T(test_s2_runs_on_any_worker), T(test_s2_idle_worker_not_left_idle),               \
-		T(test_s3_schedule_returns_error_nothing_executing),                               \
+		T(test_s2_packed_behind_long_taken_back), T(test_s2_taken_back_runs_once),         \
+		T(test_s3_taken_back_race), T(test_s3_schedule_returns_error_nothing_executing),   \
 		cmocka_unit_test(test_s3_not_started_behind_long_is_cancelled),                    \
 		cmocka_unit_test(test_s3_cancel_reaches_windows),                                  \
 		T(test_s3_running_closure_keeps_outcome), T(test_s3_only_first_error_returned),    \

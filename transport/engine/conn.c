@@ -267,6 +267,15 @@ struct coord_closure *coord_conn_res_claim(struct coord_conn *k, const struct co
 bool coord_conn_res_finish(struct coord_conn *k, struct coord_dispatcher *d,
 			   struct coord_closure *cl, const struct coord_wire_res *r)
 {
+	if (unlikely(coord_wire_returned(r))) {
+		/* Take-back (srv_take.c T2): never started, the worker gave it
+		 * back: to the queue's front as it was (attempt and ids
+		 * unchanged, not a put-back), for whichever worker frees first
+		 * (place.h PL7); one of a cancelled generation is cancelled
+		 * there (S3). */
+		coord_dispatch_give_back(d, &cl, 1);
+		return false;
+	}
 	if (unlikely(r->code == COORD_ECANCELLED && r->cause == COORD_ECANCELLED)) {
 		/* S3: not started; a CANCEL dropped it (wire.h).  Put back: a
 		 * closure of an older generation is cancelled there, and one

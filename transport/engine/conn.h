@@ -54,6 +54,7 @@ struct coord_eloop;
 	uint32_t *run;                                                                             \
 	uint64_t backlog_ns, busy_ns;                                                              \
 	unsigned nlong;                                                                            \
+	bool gave_back; /* PL7: it returned work; counts in nlong until it answers */              \
 	/* the engine's (engine.h): its loop; on the loop's lists of outputs */                    \
 	/* to send and of re-admissions; output that must go now (a PING or */                     \
 	/* a CANCEL, never corked); corking: REQ frames and closures in the */                     \
@@ -142,7 +143,9 @@ COORD_HIDDEN struct coord_closure *coord_conn_res_claim(struct coord_conn *k,
  * @k's worker: its value (copied), or its error (message and cause).
  * true: finished (the caller retires it with coord_dispatch_finish());
  * false: a transient ps failure (S11), or not started (S3: a CANCEL dropped
- * it), put back on the queue instead (where a stale one is cancelled).
+ * it), put back on the queue instead (where a stale one is cancelled), or
+ * returned unstarted (wire.h COORD_WIRE_RETURNED: queued behind a closure
+ * that ran long), given back as it was (coord_dispatch_give_back()).
  */
 COORD_HIDDEN bool coord_conn_res_finish(struct coord_conn *k, struct coord_dispatcher *d,
 					struct coord_closure *cl, const struct coord_wire_res *r);

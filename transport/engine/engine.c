@@ -55,7 +55,7 @@
 static int hello(const struct coord_view *c, uint8_t **out, size_t *len)
 {
 	struct coord_wire_writer fw;
-	size_t cap = 64 + 3 * COORD_WIRE_HDR + 8;
+	size_t cap = 64 + 4 * COORD_WIRE_HDR + 16;
 
 	for (uint32_t i = 0; i < c->reg->n; i++)
 		cap += 6 + strlen(c->reg->fns[i].name);
@@ -71,6 +71,10 @@ static int hello(const struct coord_view *c, uint8_t **out, size_t *len)
 	coord_psc_put_table(&fw, c->ps); /* PS_OPTS, PS_TABLE */
 	if (c->opts.heartbeat_ms > 0)
 		coord_wire_put_ping(&fw, COORD_WIRE_PING, (uint64_t)c->opts.heartbeat_ms);
+	/* place.h PL7: with another worker to run them, take closures back
+	 * from one that runs long (srv_take.c T5). */
+	if (c->nworkers >= 2)
+		coord_wire_put_ping(&fw, COORD_WIRE_PING, COORD_WIRE_PING_TAKE_BACK);
 	*len = fw.len;
 	return 0;
 }
@@ -177,13 +181,14 @@ static int on_res_frame(struct coord_conn *k, const struct coord_wire_hdr *h, co
 		k->reqs_out--;
 	while ((rc = coord_wire_next_res(&it, &r)) == 1) {
 		struct coord_closure *cl = coord_conn_res_claim(k, &r, &slot, &rc);
+		bool returned = coord_wire_returned(&r);
 
 		if (!cl)
 			return rc;
-		if (!sampled)
+		if (!sampled && !returned)
 			rt_sample(l, k, slot, coord_wire_run_ns(&r));
-		sampled = true;
-		coord_place_result(&l->place, k, cl->fn, slot, coord_wire_run_ns(&r));
+		sampled |= !returned;
+		coord_place_result(&l->place, k, cl->fn, slot, coord_wire_run_ns(&r), returned);
 		if (!coord_conn_res_finish(k, l->d, cl, &r)) {
 			l->inflight--; /* put back (S3, S11) */
 			continue;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * transport/place.c - the placement policy of the network transports' event
- * loops (see place.h for the rules PL1-PL4).
+ * loops (see place.h for the rules PL1-PL7).
  *
  * Synchronization: a struct coord_place belongs to its loop (place.h);
  * idle_all, shared by the loops, is a relaxed count (a hint for takes).
@@ -145,18 +145,27 @@ static void rtt_note(struct coord_place *p, uint64_t sent, uint64_t rx, uint32_t
 }
 
 void coord_place_result(struct coord_place *p, struct coord_conn *k, uint32_t fn, uint32_t slot,
-			uint32_t run_ns)
+			uint32_t run_ns, bool returned)
 {
 	bool lng = (k->run[slot] & RUN_LONG) != 0;
+	/* PL6: @k's share of free_short before (the slot not yet free). */
+	uint64_t before = k->nlong ? 0 : k->nfree - 1;
 
-	rtt_note(p, k->sent_ns[slot], k->last_rx_ns, run_ns);
 	k->backlog_ns -= k->run[slot] & ~RUN_LONG;
 	k->nlong -= lng;
+	/* PL7: a connection that returned work holds a long one until it
+	 * answers anything else. */
+	if (returned != k->gave_back) {
+		k->gave_back = returned;
+		k->nlong += returned ? 1 : -1;
+	}
 	/* PL6: the slot freed (nfree counts it), and all of them once the
 	 * last long one left. */
-	if (!k->nlong)
-		p->free_short += lng ? k->nfree : 1;
+	p->free_short += (k->nlong ? 0 : k->nfree) - before;
 	coord_place_idle_update(p, k);
+	if (returned)
+		return; /* it never ran: no sample */
+	rtt_note(p, k->sent_ns[slot], k->last_rx_ns, run_ns);
 	if (fn < p->nfn)
 		coord_runest_note(&p->run[fn], run_ns);
 }
@@ -168,6 +177,7 @@ void coord_place_down(struct coord_place *p, struct coord_conn *k)
 	p->ndown++;
 	k->backlog_ns = 0;
 	k->nlong = 0;
+	k->gave_back = false;
 	if (p->pack == k)
 		p->pack = NULL;
 	coord_place_idle_update(p, k); /* k->up is false: not idle */

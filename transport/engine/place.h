@@ -69,8 +69,19 @@
  *        place one and give the rest back.  What a batch cannot place
  *        goes back to the front of the queue as it was
  *        (coord_dispatch_give_back(): attempt unchanged), for whichever
- *        worker frees first, over any loop.  Not covered: a function known short whose closure turns
- *        long holds what was packed behind it (PL3 stops more).
+ *        worker frees first, over any loop.
+ *   PL7  Take-back: a function known short whose closure turns long would
+ *        hold what was packed behind it; the worker gives that back
+ *        unstarted once the closure has run past COORD_SRV_TAKE_NS
+ *        (transport/server/srv_take.c T1-T5: its watcher thread answers
+ *        the records "returned", wire.h), and the engine gives them back
+ *        to the front of the queue as they were (conn.c
+ *        coord_conn_res_finish()), where an idle worker takes them.  A
+ *        connection that returned work counts as holding one closure of
+ *        long run time (gave_back, in nlong) until it answers anything
+ *        else, so nothing is packed there again while the long one runs
+ *        (PL3's silence alone would not do: the returned answers are
+ *        traffic).
  *
  * Synchronization: a struct coord_place and its connections belong to one
  * loop (whoever holds it: rdma.c D1); nothing here is shared between
@@ -127,9 +138,10 @@ COORD_HIDDEN void coord_place_sent(struct coord_place *p, struct coord_conn *k,
 				   const struct coord_closure *cl, uint32_t slot, uint64_t now);
 
 /* The result of @cl (function @fn) freed @k's slot @slot; @run_ns: the run
- * time it reported (coord_wire_run_ns()). */
+ * time it reported (coord_wire_run_ns()); @returned: the worker gave it
+ * back unstarted (PL7). */
 COORD_HIDDEN void coord_place_result(struct coord_place *p, struct coord_conn *k, uint32_t fn,
-				     uint32_t slot, uint32_t run_ns);
+				     uint32_t slot, uint32_t run_ns, bool returned);
 
 /* @k is failing: call before its closures are put back (it still holds
  * them); it counts as down until coord_place_up(). */

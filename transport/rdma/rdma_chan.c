@@ -548,31 +548,56 @@ static bool stream_take(const struct coord_rdma_chan *ch, uint32_t *e, uint32_t 
 	return true;
 }
 
+/* The look of coord_rdma_chan_scan() (@type) and coord_rdma_chan_scan_all()
+ * (@type 0: every frame, and one larger than @cap with payload NULL). */
+static void scan(struct coord_rdma_chan *ch, uint16_t type,
+		 void (*cb)(void *arg, const struct coord_wire_hdr *h, const uint8_t *payload),
+		 void *arg, uint8_t *buf, size_t cap)
+{
+	uint8_t hb[COORD_WIRE_HDR];
+	uint32_t e = ch->rq_head, off = ch->roff;
+
+	if (ch->err || ch->assembling)
+		return; /* nothing to add to what the next read says */
+	poll_cq(ch);	/* receives go on the queue; none is consumed */
+	for (;;) {
+		struct coord_wire_hdr h;
+		bool want;
+
+		if (!stream_take(ch, &e, &off, hb, sizeof(hb)) ||
+		    coord_wire_parse_hdr(hb, sizeof(hb), ch->o.max_frame, &h) < 0)
+			return;
+		want = !type || h.type == type;
+		if (want && h.len <= cap) {
+			if (!stream_take(ch, &e, &off, buf, h.len))
+				return;
+			cb(arg, &h, buf);
+			continue;
+		}
+		if (!stream_take(ch, &e, &off, NULL, h.len))
+			return; /* not whole yet */
+		if (want && !type)
+			cb(arg, &h, NULL);
+	}
+}
+
 void coord_rdma_chan_scan(struct coord_rdma_chan *ch, uint16_t type,
 			  void (*cb)(void *arg, const struct coord_wire_hdr *h,
 				     const uint8_t *payload),
 			  void *arg, size_t max)
 {
-	uint8_t hb[COORD_WIRE_HDR], pb[64];
-	uint32_t e = ch->rq_head, off = ch->roff;
+	uint8_t pb[64];
 
-	if (ch->err || ch->assembling || max > sizeof(pb))
-		return; /* nothing to add to what the next read says */
-	poll_cq(ch);	/* receives go on the queue; none is consumed */
-	for (;;) {
-		struct coord_wire_hdr h;
+	if (max <= sizeof(pb))
+		scan(ch, type, cb, arg, pb, max);
+}
 
-		if (!stream_take(ch, &e, &off, hb, sizeof(hb)) ||
-		    coord_wire_parse_hdr(hb, sizeof(hb), ch->o.max_frame, &h) < 0)
-			return;
-		if (h.type == type && h.len <= max) {
-			if (!stream_take(ch, &e, &off, pb, h.len))
-				return;
-			cb(arg, &h, pb);
-		} else if (!stream_take(ch, &e, &off, NULL, h.len)) {
-			return;
-		}
-	}
+void coord_rdma_chan_scan_all(struct coord_rdma_chan *ch,
+			      void (*cb)(void *arg, const struct coord_wire_hdr *h,
+					 const uint8_t *payload),
+			      void *arg, uint8_t *buf, size_t cap)
+{
+	scan(ch, 0, cb, arg, buf, cap);
 }
 
 int coord_rdma_chan_read(struct coord_rdma_chan *ch, int idle_ms, int partial_ms,

@@ -258,6 +258,16 @@ COORD_HIDDEN void coord_rdma_chan_scan(struct coord_rdma_chan *ch, uint16_t type
 				       void (*cb)(void *arg, const struct coord_wire_hdr *h,
 						  const uint8_t *payload),
 				       void *arg, size_t max);
+/*
+ * coord_rdma_chan_scan_all() - the same for every whole frame, its payload
+ * copied into @buf when it fits @cap bytes, else passed as NULL (the
+ * take-back, transport/server/srv_take.c: which frames come behind the one
+ * being served).
+ */
+COORD_HIDDEN void coord_rdma_chan_scan_all(struct coord_rdma_chan *ch,
+					   void (*cb)(void *arg, const struct coord_wire_hdr *h,
+						      const uint8_t *payload),
+					   void *arg, uint8_t *buf, size_t cap);
 
 /**
  * coord_rdma_chan_progress() - reap completions and connection events

@@ -78,6 +78,12 @@
  *       connection end (logged), the ps serves the others; the variable's
  *       range may then hold part of that assign's data (its SNAP1 counts
  *       are closed: readers see a value, never a write in progress).
+ *   Q7  Take-back (srv_take.c T1-T5): the keeper also gives back,
+ *       unstarted, what was received behind a closure that has run past
+ *       COORD_SRV_TAKE_NS (coord_srv_take_back(): it looks at the frames
+ *       behind through coord_rdma_chan_scan_all() under chan_lock, and
+ *       sends under it), so that an idle worker runs them; it ticks every
+ *       KEEP_BUSY_TICK_MS while a connection's thread serves a frame.
  *
  * Synchronization: the shared fields, who writes them, who reads them, and
  * what orders the two.
@@ -102,8 +108,8 @@
  *                     (relaxed)                     each tick)               reap(all) after it
  *   rs->maps, nmaps   connection threads (MAP,      the same; the acceptor   map_lock (Q4); at stop,
  *                     DELETE)                       at stop                  after every join
- *   peek_ns, rx_ns (the connection's thread's) and refused, refused_logged_ns
- *   (the acceptor's) have one thread each: plain.
+ *   peek_ns, rx_ns (the connection's thread's), tbuf (the keeper's, Q7) and
+ *   refused, refused_logged_ns (the acceptor's) have one thread each: plain.
  *
  * Hostile input: the channel checks every header (coord_wire_parse_hdr())
  * before it buffers anything, the engine decodes every frame with the
@@ -132,8 +138,10 @@
 
 #define IDLE_TICK_MS 200 /* an idle connection's thread looks at `stopping` this often */
 #define ACCEPT_TICK_MS 50
-#define KEEP_TICK_MS 10 /* Q3: the keeper looks at every busy connection this often */
-#define FETCH_MS 5000	/* Q6: a rendezvous READ chain's bound, plus 1 s a MiB */
+#define KEEP_TICK_MS 10	       /* Q3: the keeper looks at every busy connection this often */
+#define KEEP_BUSY_TICK_MS 1    /* Q7: ... and this often while one serves a frame */
+#define TAKE_BUF (64u * 1024u) /* Q7: the largest frame behind a take looks into */
+#define FETCH_MS 5000	       /* Q6: a rendezvous READ chain's bound, plus 1 s a MiB */
 
 struct rsrv;
 
@@ -148,6 +156,7 @@ struct rconn {
 	 * when a frame was last sent; hints for the acceptor's keepalive. */
 	_Atomic uint64_t busy_since, last_sent_ns;
 	uint64_t peek_ns; /* S3: when the serving thread last scanned for a CANCEL */
+	uint8_t *tbuf;	  /* Q7: the keeper's copy of a frame behind (TAKE_BUF) */
 	uint64_t rx_ns;	  /* Q5: when the serving thread last read a frame */
 	/* Q6: the assign_add buffer, registered (the serving thread's) */
 	uint8_t *fbuf;
@@ -333,6 +342,7 @@ static void conn_free(struct rconn *k)
 {
 	coord_rdma_dereg(k->fmr); /* Q6: before its channel */
 	free(k->fbuf);
+	free(k->tbuf);
 	coord_rdma_chan_destroy(k->ch);
 	coord_srv_conn_fini(&k->p);
 	pthread_mutex_destroy(&k->chan_lock);
@@ -400,21 +410,45 @@ static void reap(struct rsrv *rs, bool all)
 	}
 }
 
+/*
+ * Q7 (struct coord_srv_io @behind, srv_take.c T2): the frames received
+ * behind the one being served, each copied out (up to TAKE_BUF bytes; a
+ * larger one is shown as NULL), under chan_lock.  The keeper, while the
+ * serving thread runs a closure and has handed the take over.
+ */
+static void rdma_io_behind(void *ctx, coord_srv_visit_fn visit, void *arg)
+{
+	struct rconn *k = ctx;
+
+	if (!k->tbuf && !(k->tbuf = malloc(TAKE_BUF)))
+		return;
+	pthread_mutex_lock(&k->chan_lock);
+	coord_rdma_chan_scan_all(k->ch, visit, arg, k->tbuf, TAKE_BUF);
+	pthread_mutex_unlock(&k->chan_lock);
+}
+
 /* Q3: the keeper thread, until serving stops. */
 static void *keeper_main(void *arg)
 {
 	struct rsrv *rs = arg;
-	struct timespec tick = { 0, KEEP_TICK_MS * 1000000L };
 
 	/* Relaxed: the flag alone stops the loop; nothing is published with it. */
 	while (!atomic_load_explicit(&rs->stopping, memory_order_relaxed)) {
 		uint64_t now = coord_now_ns();
+		struct timespec tick = { 0, KEEP_TICK_MS * 1000000L };
 
 		pthread_mutex_lock(&rs->list_lock);
 		for (struct rconn *k = rs->conns; k; k = k->next) {
 			/* Q1 (acquire): a finished connection is left to reap(). */
-			if (!atomic_load_explicit(&k->done, memory_order_acquire))
-				keepalive(k, now);
+			if (atomic_load_explicit(&k->done, memory_order_acquire))
+				continue;
+			keepalive(k, now);
+			/* Q7: what waits behind a closure that runs long goes
+			 * back (srv_take.c); look often while one serves. */
+			coord_srv_take_back(&k->p, now);
+			/* Relaxed (Q3): a hint. */
+			if (atomic_load_explicit(&k->busy_since, memory_order_relaxed))
+				tick.tv_nsec = KEEP_BUSY_TICK_MS * 1000000L;
 		}
 		pthread_mutex_unlock(&rs->list_lock);
 		nanosleep(&tick, NULL);
@@ -684,7 +718,9 @@ static void refuse_busy(struct rsrv *rs, struct coord_rdma_chan *ch, unsigned pe
 static void accept_one(struct rsrv *rs, struct coord_rdma_listener *l)
 {
 	const struct coord_server_opts *o = rs->base->o;
-	struct coord_srv_io io = { .send = rdma_io_send, .peek = rdma_io_peek };
+	struct coord_srv_io io = { .send = rdma_io_send,
+				   .peek = rdma_io_peek,
+				   .behind = rdma_io_behind };
 	struct coord_error err;
 	struct coord_rdma_chan *ch;
 	struct rconn *k;

@@ -14,7 +14,7 @@
  * Synchronization: srv_proto.h (a connection driven by one thread at a
  * time; struct coord_srv under its lock); hb_ms is written relaxed by the
  * connection's thread and read by the keepalive (tcp_pool.c P5,
- * rdma_server.c Q3), a hint.
+ * rdma_server.c Q3), a hint.  Take-back (on_req(): T1, T3): srv_take.c.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -27,6 +27,7 @@
 #include "runtime/ps/ps.h"
 #include "transport/wire/sock.h"
 #include "transport/server/srv_pvt.h"
+#include "transport/server/srv_take.h"
 
 #define FLUSH_AFTER_NS 200000ull /* a result waits at most this for its batch */
 #define MAX_FN_IDS 65536u
@@ -365,6 +366,8 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 			call.pw[i].len = q.pw[i].len;
 			call.pw[i].args = q.pw[i].args;
 		}
+		if (unlikely(k->tb_idx++ < k->tb_end))
+			continue; /* T3: returned by the watcher, never started here */
 		k->reslen = 0;
 		if (unlikely(not_started(k, &q, t))) {
 			/* S3: answered "not started" (wire.h CANCEL), not run. */
@@ -379,8 +382,8 @@ static int on_req(struct coord_srv_conn *k, const struct coord_wire_hdr *h, cons
 			continue;
 		}
 		code = not_here(k, &q, &call, &ctx, &cause);
-		if (likely(!code))
-			code = coord_exec(&k->env, &call, conn_result_buf, k, &ctx, &cause);
+		if (likely(!code)) /* published for the take-back (srv_take.h T1) */
+			code = tb_exec(k, &it, &call, conn_result_buf, &ctx, &cause);
 		now = coord_now_ns();
 		res.code = code;
 		res.cause = cause;
@@ -482,6 +485,7 @@ static int on_frame(struct coord_srv_conn *k, const struct coord_wire_hdr *h,
 				/* Relaxed (tcp_pool.c P5): a hint for the watchdog. */
 				atomic_store_explicit(&k->hb_ms, (uint32_t)tok,
 						      memory_order_relaxed);
+			k->tb_ok |= tok == COORD_WIRE_PING_TAKE_BACK; /* srv_take.c T5 */
 			coord_wire_writer_init(&w, b, sizeof(b));
 			coord_wire_put_ping(&w, COORD_WIRE_PONG, tok);
 			r = k->io.send(k->io.ctx, b, w.len);
@@ -614,4 +618,5 @@ void coord_srv_conn_fini(struct coord_srv_conn *k)
 	free(k->fnmap);
 	free(k->out);
 	free(k->res);
+	coord_srv_take_fini(k);
 }

@@ -91,13 +91,26 @@ struct coord_srv {
  *        @stream_end must not follow; other -errno: the connection failed
  *        (@stream_end follows and returns it).
  * @stream_end: send what @stream left (blocking); 0 or -errno.
- * @ctx:  passed to @send, @peek, @stream and @stream_end.
+ * @behind: optional (take-back, srv_take.c): take in, without
+ *        blocking and without moving the frame being served, what has
+ *        arrived on the connection, then call @visit for each whole frame
+ *        received behind the one being served, in order, leaving them
+ *        unread (payload NULL: one it cannot show; the take stops
+ *        there).  Called by the backend's watcher thread from
+ *        coord_srv_take_back(), while the driving thread runs a closure and
+ *        has handed the connection's input over (it touches none of it
+ *        until the take is done).  @send is then called from the watcher
+ *        too: it must be safe beside the driving thread's sends.
+ * @ctx:  passed to @send, @peek, @stream, @stream_end and @behind.
  */
+typedef void (*coord_srv_visit_fn)(void *arg, const struct coord_wire_hdr *h,
+				   const uint8_t *payload);
 struct coord_srv_io {
 	int (*send)(void *ctx, const void *buf, size_t len);
 	void (*peek)(void *ctx, uint64_t now);
 	int (*stream)(void *ctx, const void *head, size_t hlen, const void *src, size_t len);
 	int (*stream_end)(void *ctx);
+	void (*behind)(void *ctx, coord_srv_visit_fn visit, void *arg);
 	void *ctx;
 };
 
@@ -126,6 +139,18 @@ struct coord_srv_conn {
 	 * started, once @cancelled.  The driving thread's. */
 	uint32_t min_gen;
 	bool cancelled;
+	/* Take-back (srv_take.c T1-T5): the claim word (the
+	 * running record's number, TB_* flags); the driving thread's number
+	 * of the next REQ record and the end of the records the watcher
+	 * returned (tb_end: the watcher's while it holds the take); the
+	 * running record's frame from the next record on (published by the
+	 * word's RUN); the watcher's last look (the word and since when). */
+	_Atomic uint64_t tb_word;
+	bool tb_ok; /* T5: the coordinator takes closures back (the driving thread's) */
+	uint64_t tb_idx, tb_end;
+	struct coord_wire_iter tb_rest;
+	uint64_t tb_seen, tb_seen_ns, tb_gap;
+	uint8_t *tb_buf; /* the watcher's RES frame (allocated at the first take) */
 	/* worker: the coordinator's PS_OPTS (zero: none came). */
 	struct coord_wire_ps_opts ps_opts;
 	/* ps: the client's give-up clock (wire.h VAR_SYNC; srv_proto.c
@@ -173,6 +198,18 @@ COORD_PROV void coord_srv_conn_init(struct coord_srv_conn *k, struct coord_srv *
  */
 COORD_PROV size_t coord_srv_keepalive(const struct coord_srv_conn *k, uint64_t busy,
 				      uint64_t last_sent, uint64_t now, uint8_t *b);
+
+/**
+ * coord_srv_take_back() - take-back (srv_take.c T2): the watcher's look at
+ * @k at @now: once the closure @k's driving thread runs has run past
+ * COORD_SRV_TAKE_NS, answer every REQ record received behind it "returned,
+ * not started" (wire.h), so that the coordinator places them elsewhere;
+ * the driving thread then skips them.  Needs @io.behind.  One watcher
+ * thread per connection (the backend's: tcp_pool.c P6, rdma_server.c Q3).
+ * Return: how many were returned.
+ */
+#define COORD_SRV_TAKE_NS 2000000ull
+COORD_PROV unsigned coord_srv_take_back(struct coord_srv_conn *k, uint64_t now);
 
 /**
  * coord_srv_conn_start() - the handshake named @task: check it (a ps

@@ -31,6 +31,14 @@
  *       else was sent; every send on a connection takes its send_lock, so
  *       frames never interleave.  The interval is the token of the PING
  *       the coordinator sends at connect (engine.c coord_eng_greet()).
+ *   P6  Take-back (srv_take.c T1-T5): at each tick the watchdog gives
+ *       back, unstarted, the REQ records received behind a closure that
+ *       has run past COORD_SRV_TAKE_NS (coord_srv_take_back(); it reads
+ *       the socket ahead through tcp_server.c tcp_io_behind() and sends
+ *       under send_lock), so that an idle worker runs them.  The tick is
+ *       1 ms while a pool thread is busy, so they go back within about
+ *       TAKE_NS + 2 ms of the closure's start.  The send may wait for a
+ *       coordinator that does not read (as the holder's sends do).
  *   I1  Idle: an authenticated connection that received nothing for
  *       idle_ms (at least 4 heartbeat intervals of its coordinator, P5)
  *       while not held is closed by the watchdog as P4 does, with an ERROR
@@ -307,6 +315,8 @@ bool watch(struct srv *s)
 		int why = STALL_NONE, none = STALL_NONE;
 
 		keepalive(k, now);
+		/* P6: what waits behind a closure that runs long goes back. */
+		coord_srv_take_back(&k->p, now);
 		if (d && now >= d)
 			/* Relaxed (H1): a hint, as above. */
 			why = atomic_load_explicit(&k->open, memory_order_relaxed)

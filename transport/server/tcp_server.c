@@ -262,6 +262,41 @@ static void tcp_io_peek(void *ctx, uint64_t now)
 	}
 }
 
+/* The frame at @off of @rd, if it is whole there: its header in @h. */
+static bool frame_at(const struct coord_frame_reader *rd, size_t off, struct coord_wire_hdr *h)
+{
+	return rd->len - off >= COORD_WIRE_HDR &&
+	       coord_wire_parse_hdr(rd->buf + off, rd->len - off, rd->max_frame, h) == 0 &&
+	       rd->len - off >= COORD_WIRE_HDR + (size_t)h->len;
+}
+
+/*
+ * Take-back (struct coord_srv_io @behind, srv_take.c T2; tcp_pool.c P6):
+ * read what has arrived into the reader's spare room, never moving its
+ * buffer (the running frame points into it), then show @visit every whole
+ * frame behind the running one.  They stay unread, served in order later.
+ * The watchdog's thread, while it holds the take (the holder touches
+ * nothing of the reader until it is done: the claim word orders the two).
+ */
+static void tcp_io_behind(void *ctx, coord_srv_visit_fn visit, void *arg)
+{
+	struct conn *k = ctx;
+	struct coord_frame_reader *rd = &k->rd;
+	struct coord_wire_hdr h;
+	size_t off = rd->off;
+
+	while (rd->cap > rd->len) {
+		ssize_t n = recv(k->fd, rd->buf + rd->len, rd->cap - rd->len, MSG_DONTWAIT);
+
+		if (n <= 0)
+			break; /* empty, EOF or an error: the holder's next read says */
+		rd->len += (size_t)n;
+		rd->rx_total += (uint64_t)n;
+	}
+	for (; frame_at(rd, off, &h); off += COORD_WIRE_HDR + (size_t)h.len)
+		visit(arg, &h, rd->buf + off + COORD_WIRE_HDR);
+}
+
 static void conn_error(struct conn *k, int code, const char *why)
 {
 	pthread_mutex_lock(&k->send_lock);
@@ -452,7 +487,10 @@ void conn_serve(struct pool_thread *t, struct conn *k)
 		if (r == -1)
 			return; /* finished */
 	}
-	for (; k->authed && frames < 64; frames++) {
+	/* At most 64 frames, and then those already whole in the reader (a
+	 * look for a CANCEL or a take-back read them ahead: no epoll event
+	 * would come for them). */
+	for (; k->authed && (frames < 64 || frame_at(&k->rd, k->rd.off, &h)); frames++) {
 		r = coord_frame_try_read(&k->rd, &h, &payload);
 		if (r < 0)
 			break;
@@ -570,7 +608,8 @@ static int conn_new(struct srv *s, int fd, const char *peer)
 	struct coord_srv_io io = { .send = tcp_io_send,
 				   .peek = tcp_io_peek,
 				   .stream = tcp_io_stream,
-				   .stream_end = tcp_io_stream_end };
+				   .stream_end = tcp_io_stream_end,
+				   .behind = tcp_io_behind };
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT };
 	uint64_t now = coord_now_ns();
 	struct conn *k;

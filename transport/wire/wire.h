@@ -39,6 +39,13 @@
  *              COORD_ECANCELLED ("not started"), the only pair that means so.
  *              It applies to requests sent before it as well as after: a
  *              worker may read ahead for it while a long closure runs.
+ *              A worker may also answer a request it has not started with
+ *              code COORD_ECANCELLED and cause COORD_WIRE_RETURNED
+ *              ("returned"): it was queued behind a closure that ran long,
+ *              and the worker gives it back unstarted for the coordinator
+ *              to place elsewhere (transport/server/srv_take.c); it
+ *              never runs there.  Only to a coordinator whose greeting
+ *              had a PING of token COORD_WIRE_PING_TAKE_BACK.
  *   VAR_SYNC   worker or coordinator -> ps: u64 seq, u64 seen, u32 window_ms,
  *              u32 hb_ms (count 1): a ps client's give-up clock
  *              (transport/psclient/ps_conn.c "Give-up"): the ps answers
@@ -112,6 +119,7 @@
 #ifndef COORD_TRANSPORT_WIRE_H
 #define COORD_TRANSPORT_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -229,6 +237,23 @@ struct coord_wire_res {
 	uint32_t len;
 	const void *data;
 };
+
+/* A result's cause with code COORD_ECANCELLED: returned, not started (see
+ * CANCEL): in coord's range, and no code of coord's (coord/error.h), so no
+ * real cause reads as it. */
+#define COORD_WIRE_RETURNED (-10098)
+
+/* The token of the PING a coordinator that takes closures back (its
+ * workers may answer "returned", see CANCEL) sends in its greeting; outside
+ * the heartbeat tokens (1 .. 3600000 ms), so an older worker only answers
+ * its PONG (transport/server/srv_take.c T5). */
+#define COORD_WIRE_PING_TAKE_BACK (1ull << 62)
+
+/* Was @r returned unstarted (take-back)? */
+static inline bool coord_wire_returned(const struct coord_wire_res *r)
+{
+	return r->code == COORD_ECANCELLED && r->cause == COORD_WIRE_RETURNED;
+}
 
 /* A successful result's run time, as its cause field carries it (see above). */
 static inline int32_t coord_wire_run_ns_enc(uint64_t ns)
