@@ -180,6 +180,17 @@ void t_part_batch(struct coord *c, coord_var_t var, unsigned n, struct t_part_ru
 /* Close the books on one cut: its delays into the maxima, noticed/resumed. */
 void t_part_cut_done(struct t_part_run *r);
 
+/* One assign_add(+1) of the coordinator, on its own thread (t_one_add_main,
+ * a pthread start routine): its result, time and message. */
+struct t_one_add {
+	struct coord *c;
+	coord_var_t var;
+	int r;
+	uint64_t ns;
+	char msg[COORD_ERRMSG_LEN];
+};
+void *t_one_add_main(void *arg);
+
 /* Start @n coord-worker processes on ephemeral loopback ports; 0 or -1. */
 int t_workers_start(unsigned n);
 void t_workers_stop(void);

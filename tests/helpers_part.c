@@ -5,7 +5,8 @@
  * namespaces) and tests/rdma/test_rdma_giveup.c (rdma, the rig's two
  * guests): batches of assign_add(+1) closures, what succeeded and failed,
  * and each cut's delays (its first failure, the first success after its
- * heal).
+ * heal); and one coordinator assign_add on its own thread (t_one_add_main,
+ * also tests/test_psstop.c's).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -72,4 +73,20 @@ void t_part_cut_done(struct t_part_run *r)
 			r->ok_max = r->ok_ns - r->heal_ns;
 	}
 	r->cut_ns = r->heal_ns = r->err_ns = r->ok_ns = 0;
+}
+
+void *t_one_add_main(void *arg)
+{
+	struct t_one_add *q = arg;
+	float one = 1.0f;
+	struct coord_var_op op = {
+		.op = COORD_VAR_ASSIGN_ADD, .var = q->var, .off = 0, .n = 1, .src = &one
+	};
+	struct coord_error err = { 0 };
+	uint64_t t0 = t_now_ns();
+
+	q->r = coord_var_batch(q->c, &op, 1, &err);
+	q->ns = t_now_ns() - t0;
+	snprintf(q->msg, sizeof(q->msg), "%s", err.msg);
+	return NULL;
 }

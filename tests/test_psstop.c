@@ -118,31 +118,6 @@ static void stop(pid_t pid)
 	}
 }
 
-/* One assign_add(+1) of the coordinator, on its own thread. */
-struct one_call {
-	struct coord *c;
-	coord_var_t var;
-	int r;
-	uint64_t ns;
-	char msg[COORD_ERRMSG_LEN];
-};
-
-static void *one_call_main(void *arg)
-{
-	struct one_call *q = arg;
-	float one = 1.0f;
-	struct coord_var_op op = {
-		.op = COORD_VAR_ASSIGN_ADD, .var = q->var, .off = 0, .n = 1, .src = &one
-	};
-	struct coord_error err = { 0 };
-	uint64_t t0 = t_now_ns();
-
-	q->r = coord_var_batch(q->c, &op, 1, &err);
-	q->ns = t_now_ns() - t0;
-	snprintf(q->msg, sizeof(q->msg), "%s", err.msg);
-	return NULL;
-}
-
 /*
  * The coordinator's own update in flight while its ps is stopped for 2.5 s
  * (longer than the heartbeat's 1.5 s: the connection is lost and the
@@ -165,11 +140,11 @@ static void test_coordinator_update_through_stopped_ps(void **state)
 	c = local_make(&ps, &wk, 500, 30000);
 	assert_int_equal(coord_var_create(c, "stopped/x", 1, dims, NULL, &var, &err), 0);
 	for (int i = 1; i <= 3; i++) {
-		struct one_call q = { .c = c, .var = var };
+		struct t_one_add q = { .c = c, .var = var };
 		pthread_t th;
 
 		stop(ps);
-		assert_int_equal(pthread_create(&th, NULL, one_call_main, &q), 0);
+		assert_int_equal(pthread_create(&th, NULL, t_one_add_main, &q), 0);
 		t_sleep_ns(2500000000ull);
 		assert_int_equal(kill(ps, SIGCONT), 0);
 		pthread_join(th, NULL);
@@ -193,7 +168,7 @@ static void test_coordinator_update_through_stopped_ps(void **state)
 static void test_coordinator_update_ps_died(void **state)
 {
 	uint64_t dims[1] = { 1 };
-	struct one_call q = { 0 };
+	struct t_one_add q = { 0 };
 	struct coord_error err;
 	pthread_t th;
 	pid_t ps, wk;
@@ -202,7 +177,7 @@ static void test_coordinator_update_ps_died(void **state)
 	q.c = local_make(&ps, &wk, 500, 30000);
 	assert_int_equal(coord_var_create(q.c, "died/x", 1, dims, NULL, &q.var, &err), 0);
 	stop(ps);
-	assert_int_equal(pthread_create(&th, NULL, one_call_main, &q), 0);
+	assert_int_equal(pthread_create(&th, NULL, t_one_add_main, &q), 0);
 	t_sleep_ns(300000000);
 	assert_int_equal(kill(ps, SIGKILL), 0);
 	assert_int_equal(waitpid(ps, NULL, 0), ps);

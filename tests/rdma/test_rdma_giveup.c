@@ -242,31 +242,6 @@ static void test_rdma_ps_drops_given_up_requests(void **state)
 
 /* ---- the coordinator's updates through a stopped, then a dead ps ------------------- */
 
-/* One assign_add(+1) of the coordinator, on its own thread. */
-struct one_call {
-	struct coord *c;
-	coord_var_t var;
-	int r;
-	uint64_t ns;
-	char msg[COORD_ERRMSG_LEN];
-};
-
-static void *one_call_main(void *arg)
-{
-	struct one_call *q = arg;
-	float one = 1.0f;
-	struct coord_var_op op = {
-		.op = COORD_VAR_ASSIGN_ADD, .var = q->var, .off = 0, .n = 1, .src = &one
-	};
-	struct coord_error err = { 0 };
-	uint64_t t0 = t_now_ns();
-
-	q->r = coord_var_batch(q->c, &op, 1, &err);
-	q->ns = t_now_ns() - t0;
-	snprintf(q->msg, sizeof(q->msg), "%s", err.msg);
-	return NULL;
-}
-
 /* SIGSTOP, and a moment for it to take (kill() returns before). */
 static void stop(pid_t pid)
 {
@@ -298,11 +273,11 @@ static void test_rdma_update_through_stopped_ps(void **state)
 	c = make(1, port, 500, 3, 30000, 0);
 	assert_int_equal(coord_var_create(c, "stopped/x", 1, dims, NULL, &var, &err), 0);
 	for (int i = 1; i <= 3; i++) {
-		struct one_call q = { .c = c, .var = var };
+		struct t_one_add q = { .c = c, .var = var };
 		pthread_t th;
 
 		stop(ps);
-		assert_int_equal(pthread_create(&th, NULL, one_call_main, &q), 0);
+		assert_int_equal(pthread_create(&th, NULL, t_one_add_main, &q), 0);
 		t_sleep_ns(2500000000ull);
 		assert_int_equal(kill(ps, SIGCONT), 0);
 		pthread_join(th, NULL);
@@ -327,7 +302,7 @@ static void test_rdma_update_through_stopped_ps(void **state)
 static void test_rdma_update_ps_died(void **state)
 {
 	uint64_t dims[1] = { 1 };
-	struct one_call q = { 0 };
+	struct t_one_add q = { 0 };
 	struct coord_error err;
 	unsigned port;
 	pthread_t th;
@@ -339,7 +314,7 @@ static void test_rdma_update_ps_died(void **state)
 	q.c = make(1, port, 500, 3, 30000, 0);
 	assert_int_equal(coord_var_create(q.c, "died/x", 1, dims, NULL, &q.var, &err), 0);
 	stop(ps);
-	assert_int_equal(pthread_create(&th, NULL, one_call_main, &q), 0);
+	assert_int_equal(pthread_create(&th, NULL, t_one_add_main, &q), 0);
 	t_sleep_ns(300000000);
 	assert_int_equal(kill(ps, SIGKILL), 0);
 	assert_int_equal(waitpid(ps, NULL, 0), ps);
